@@ -1,0 +1,29 @@
+# `make run` and `make test` bootstrap .venv themselves; re-running is quick once installed.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.iobench-installed
+
+.PHONY: run test sysdeps bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[s3,server,dev]'
+	touch $(STAMP)
+
+sysdeps:
+	@bash scripts/install-system-deps.sh
+
+run: $(STAMP) sysdeps
+	$(VENV)/bin/iobench run --out reports/latest
+
+test: $(STAMP) sysdeps
+	@$(PY) -m pytest -q -ra; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the setup is broken" >&2; fi; exit $$rc
+
+bench: $(STAMP) sysdeps
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info reports/latest

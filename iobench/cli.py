@@ -1,0 +1,81 @@
+"""The `iobench` command line.
+
+Each subcommand lives in its own module under ``iobench/commands/`` and defines
+``register(subparsers)``, which adds its parser and sets ``func`` to a function taking
+the parsed arguments and returning an exit code.  Command modules import heavy packages
+inside their functions so that ``iobench --help`` stays fast.
+
+Exit codes: 0 success; 1 a measured failure (corruption, a failed check); 2 bad input
+(one line naming the field and the fix; a traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from . import __version__, commands
+from .errors import IobenchError, UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but bad flags give one line and exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="PATH", help="write the results (schema in README) to this file")
+
+
+def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint-url", metavar="URL",
+                   help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL, then AWS)")
+
+
+def add_set_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override any config key (repeatable)")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="iobench", description="Storage and data-pipeline benchmarking for ML training.",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        if args.debug:
+            raise
+        sys.stderr.write(f"iobench {args.command}: error: {e}\n")
+        return 2
+    except IobenchError as e:
+        if args.debug:
+            raise
+        sys.stderr.write(f"iobench {args.command}: {type(e).__name__}: {e}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `iobench` subcommand (see iobench.cli)."""

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run the default suite (what `make run` calls) and write a report")
+    p.add_argument("--out", default="reports/latest", metavar="DIR", help="where results and the report go")
+    p.add_argument("--config", metavar="FILE", help="cluster YAML (tiers, object store) instead of the embedded default")
+    p.add_argument("--stages", metavar="LIST", help="comma-separated subset of stages to run")
+    p.add_argument("--keep-data", action="store_true", help="keep the generated data in the work directory")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from ..config import load_yaml_file
+    from ..errors import ConfigError
+    from ..suite import STAGES, run_suite
+
+    config = load_yaml_file(args.config, "--config") if args.config else {}
+    stages = None
+    if args.stages:
+        stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+        known = [n for n, _ in STAGES]
+        for s in stages:
+            if s not in known:
+                from ..config import nearest
+
+                raise ConfigError("--stages", f"unknown stage {s!r}", nearest(s, known))
+    path = run_suite(Path(args.out), config=config, stages=stages, keep_data=args.keep_data)
+    print(f"results: {path}")
+    return 0

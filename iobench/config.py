@@ -1,0 +1,191 @@
+"""Frozen, validated configuration objects built from YAML workloads, flags and --set overrides.
+
+A config section is a frozen dataclass.  ``build(cls, mapping, section)`` rejects unknown
+keys (naming the nearest valid one), converts simple types, and lets the class's
+``__post_init__`` check values, raising ``ConfigError`` with the field's dotted name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+import yaml
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+
+def nearest(name: str, choices) -> str:
+    """A hint naming the closest valid choice, or listing them when none is close."""
+    choices = sorted(choices)
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return "valid: " + ", ".join(choices)
+
+
+def check_choice(field: str, value: str, choices) -> str:
+    if value not in choices:
+        raise ConfigError(field, f"unknown value {value!r}", nearest(str(value), choices))
+    return value
+
+
+def _convert(field: str, value: Any, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(field, value, a)
+            except ConfigError:
+                continue
+        raise ConfigError(field, f"cannot use {value!r}", f"expected {tp}")
+    if origin in (tuple, list):
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(field, f"expected a list, got {value!r}", "give a YAML list or comma-separated values")
+        inner = args[0] if args else Any
+        return tuple(_convert(field, v, inner) for v in value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
+        return build(tp, value, field)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+            return value.lower() in ("true", "yes", "on", "1")
+        raise ConfigError(field, f"expected true or false, got {value!r}", "use true/false")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number")
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number") from None
+        if f != int(f):
+            raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number")
+        return int(f)
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(field, f"expected a number, got {value!r}", "give a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(field, f"expected a number, got {value!r}", "give a number") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(field, f"expected a string, got {value!r}", "give a single value")
+        return str(value)
+    return value
+
+
+def build(cls: type[T], mapping: Mapping[str, Any] | None, section: str = "") -> T:
+    """Build the frozen dataclass ``cls`` from ``mapping``; unknown keys are an error."""
+    mapping = dict(mapping or {})
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in mapping.items():
+        key_n = str(key).replace("-", "_")
+        dotted = f"{section}.{key}" if section else str(key)
+        if key_n not in fields:
+            raise ConfigError(dotted, "unknown key", nearest(key_n, fields))
+        kwargs[key_n] = _convert(dotted, value, hints[key_n])
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except TypeError as e:
+        raise ConfigError(section or cls.__name__, str(e), "check the required keys") from e
+
+
+def parse_set(items: list[str] | None) -> dict:
+    """['a.b=1', 'c=x'] -> {'a': {'b': 1}, 'c': 'x'}; values are parsed as YAML scalars."""
+    out: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError("--set", f"{item!r} is not key=value", "use --set section.key=value")
+        key, raw = item.split("=", 1)
+        if not key.strip():
+            raise ConfigError("--set", f"{item!r} has an empty key", "use --set section.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError("--set", f"{key!r} conflicts with another override", "set each key once")
+        node[parts[-1]] = value
+    return out
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def workload_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("iobench").joinpath("workloads").iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def load_workload(name_or_path: str) -> dict:
+    """A named workload shipped with iobench, or a YAML file path."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        text = p.read_text()
+    else:
+        names = workload_names()
+        if name_or_path not in names:
+            raise ConfigError("--workload", f"unknown workload {name_or_path!r}", nearest(name_or_path, names))
+        text = resources.files("iobench").joinpath("workloads", name_or_path + ".yaml").read_text()
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError("--workload", f"{name_or_path} is not valid YAML: {e}", "fix the file") from e
+    if not isinstance(data, dict):
+        raise ConfigError("--workload", f"{name_or_path} must be a mapping of sections", "see README: Configuration")
+    return data
+
+
+def load_yaml_file(path: str, field: str) -> dict:
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(field, f"file {path!r} does not exist", "give the path of a YAML file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(field, f"{path} is not valid YAML: {e}", "fix the file") from e
+    if not isinstance(data, dict):
+        raise ConfigError(field, f"{path} must hold a mapping", "see README: Configuration")
+    return data
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass config as plain JSON-able data (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj

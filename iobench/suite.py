@@ -1,0 +1,101 @@
+"""`iobench run`: the default suite, stage by stage, on the embedded default or a cluster config.
+
+A stage is a function ``stage(ctx: SuiteContext) -> dict`` listed in ``STAGES`` as
+"module:function".  It reads what earlier stages left in ``ctx.state``, writes its own
+results files under ``ctx.out_dir``, adds rows to the summary with ``ctx.row(...)`` and
+returns its metrics, which land under ``metrics.<stage name>`` in ``run.json``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .results import Results
+
+# Order matters: later stages read what earlier ones put in ctx.state.
+STAGES: list[tuple[str, str]] = [
+    ("generate", "iobench.generate:suite_stage"),
+]
+
+
+@dataclass
+class SuiteContext:
+    out_dir: Path                       # where results and the report go
+    work_dir: Path                      # scratch space for local tiers (removed at the end)
+    s3_url: str | None = None           # s3://bucket/prefix of the object tier, if any
+    s3_storage_options: dict = field(default_factory=dict, repr=False)
+    endpoint_url: str | None = None
+    quick: bool = True                  # the embedded default: small sizes, a few minutes in all
+    config: dict = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    results_files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def row(self, stage: str, what: str, value: str) -> None:
+        self.rows.append((stage, what, value))
+
+    def local_dir(self, name: str) -> Path:
+        p = self.work_dir / name
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | None = None,
+              keep_data: bool = False) -> Path:
+    """Run the suite; returns the path of run.json."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .s3server import S3Server
+
+    console = Console(stderr=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = Results(command="run", config=config or {})
+    work_dir = Path(tempfile.mkdtemp(prefix="iobench-run-", dir=(config or {}).get("work_dir")))
+    server = None
+    try:
+        cluster = (config or {}).get("object")
+        if cluster:
+            s3_url, endpoint, opts = cluster["url"], cluster.get("endpoint_url"), {}
+        else:
+            with console.status("starting the embedded S3 server (SeaweedFS)"):
+                server = S3Server(bucket="iobench").start()
+            s3_url, endpoint, opts = "s3://iobench/run", server.endpoint_url, {
+                "key": server.access_key, "secret": server.secret_key}
+        ctx = SuiteContext(out_dir=out_dir, work_dir=work_dir, s3_url=s3_url, s3_storage_options=opts,
+                           endpoint_url=endpoint, quick=not cluster, config=config or {})
+        results.environment["object_tier"] = {"url": s3_url, "endpoint_url": endpoint,
+                                              "embedded": server is not None}
+        for name, target in STAGES:
+            if stages and name not in stages:
+                continue
+            module, func = target.split(":")
+            console.rule(f"[bold]{name}")
+            t0 = time.perf_counter_ns()
+            metrics = getattr(importlib.import_module(module), func)(ctx)
+            metrics = dict(metrics or {})
+            metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
+            results.metrics[name] = metrics
+        for w in ctx.warnings:
+            results.warn(w)
+        results.environment["results_files"] = [str(p) for p in ctx.results_files]
+        path = results.write(out_dir / "run.json")
+        table = Table(title="iobench run — summary")
+        for col in ("stage", "what", "value"):
+            table.add_column(col)
+        for r in ctx.rows:
+            table.add_row(*r)
+        Console().print(table)
+        return path
+    finally:
+        if server is not None:
+            server.stop()
+        if not keep_data:
+            shutil.rmtree(work_dir, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""Shared fixtures: a real SeaweedFS S3 server on 127.0.0.1 for the whole session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _has_gpu() -> bool:
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """The embedded S3 server; yields the running S3Server (bucket 'iobench')."""
+    from iobench.s3server import S3Server
+
+    server = S3Server(bucket="iobench").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """AWS_* variables pointing at the embedded server, for code that reads the environment."""
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    return s3_server
+
+
+@pytest.fixture
+def s3_prefix(s3_server, request):
+    """A fresh s3:// prefix per test, removed afterwards."""
+    import s3fs
+
+    name = request.node.name.replace("[", "_").replace("]", "_").replace("/", "_")[:80]
+    prefix = f"iobench/t/{name}-{os.getpid()}"
+    yield f"s3://{prefix}"
+    fs = s3fs.S3FileSystem(**s3_server.storage_options())
+    try:
+        fs.rm(prefix, recursive=True)
+    except FileNotFoundError:
+        pass
