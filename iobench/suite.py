@@ -20,7 +20,13 @@ from .results import Results
 
 # Order matters: later stages read what earlier ones put in ctx.state.
 STAGES: list[tuple[str, str]] = [
-    ("generate", "iobench.generate:suite_stage"),
+    ("generate", "iobench.generate:suite_stage"),        # gen + verify; sets state["datasets"]
+    ("probe", "iobench.probe.suite:suite_stage"),        # short probe of each tier
+    ("stage", "iobench.tiers.suite:suite_stage"),        # staging across nvme/pfs/object
+    ("load", "iobench.loader.suite:suite_stage"),        # cold/warm loads + prefetch recommendation
+    ("checkpoint", "iobench.checkpointing.suite:suite_stage"),
+    ("gds", "iobench.gds.suite:suite_stage"),            # probe + CPU path numbers
+    ("report", "iobench.report.suite:suite_stage"),      # HTML + Markdown from the run's results
 ]
 
 
@@ -33,6 +39,8 @@ class SuiteContext:
     endpoint_url: str | None = None
     quick: bool = True                  # the embedded default: small sizes, a few minutes in all
     config: dict = field(default_factory=dict)
+    # Shared between stages.  state["datasets"]: list of dicts with keys name, format,
+    # modality, url, location ("local" | "s3"), storage_options (for s3), endpoint_url.
     state: dict[str, Any] = field(default_factory=dict)
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     results_files: list[Path] = field(default_factory=list)

@@ -1,0 +1,1 @@
+"""Checkpoint engine: state sizing, snapshot, local write, async commit, commit point, restore, retention."""

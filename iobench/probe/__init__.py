@@ -1,0 +1,1 @@
+"""Storage probes: block/file characterization, metadata rate, small files, object-store curves."""

@@ -1,0 +1,1 @@
+"""Reports: HTML with embedded plots, Markdown summary, run comparison."""

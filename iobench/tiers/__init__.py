@@ -1,0 +1,1 @@
+"""Tiered storage: tier config, SQLite catalog, staging modes, eviction policies, lifecycle."""
