@@ -13,6 +13,7 @@ the AWS config files; they are never logged (``Backend.describe`` omits them).
 
 from __future__ import annotations
 
+import io
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -110,17 +111,21 @@ class Backend:
                 yield f
             return
         if self.protocol == "memory":
-            self.fs.makedirs(os.path.dirname(self.path(rel)) or "/", exist_ok=True)
+            # fsspec's memory files are visible from open(); publish the bytes only at the end.
+            buf = io.BytesIO()
+            yield buf
+            self.fs.pipe_file(self.path(rel), buf.getvalue())
+            return
         f = self.fs.open(self.path(rel), "wb")
         try:
             yield f
         except BaseException:
+            # Abort the upload so that no object appears under the final name.
             discard = getattr(f, "discard", None)
             if discard is not None:
-                try:
-                    discard()
-                finally:
-                    f.closed = True
+                discard()
+            if isinstance(f, fsspec.spec.AbstractBufferedFile):
+                f.closed = True  # its close() would otherwise commit what was written
             raise
         f.close()
 
