@@ -19,6 +19,7 @@ _REGISTRY: dict[str, tuple[str, str | None, str | None]] = {
     "parquet": ("iobench.formats.parquet", "pyarrow", None),
     "tfrecord": ("iobench.formats.tfrecord", "crc32c", None),
     "tar": ("iobench.formats.tar", None, None),
+    "files": ("iobench.formats.files", None, None),
 }
 
 

@@ -34,7 +34,9 @@ class ShardLayout:
     """What a Writer reports when its shard is finished."""
 
     samples: int
-    offsets: tuple[int, ...] | None = None   # per-sample record offsets, where indexable
+    # Record boundaries where indexable: samples + 1 entries, sample i spans
+    # [offsets[i], offsets[i + 1]) (the last entry is the end of the last record).
+    offsets: tuple[int, ...] | None = None
     index_bytes: bytes | None = None          # content of a side index file, if the format has one
 
 
@@ -42,15 +44,23 @@ class Writer(ABC):
     """Encodes the samples of one shard into ``f`` (a binary, write-only file object)."""
 
     def __init__(self, f: IO[bytes], *, modality: str, compression: str = "none",
-                 token_dtype: str = "uint16", vocab_size: int = 0) -> None:
+                 token_dtype: str = "uint16", vocab_size: int = 0, seq_len: int = 0,
+                 num_samples: int | None = None) -> None:
         self.f = f
         self.modality = modality
         self.compression = compression
         self.token_dtype = token_dtype
         self.vocab_size = vocab_size
+        self.seq_len = seq_len            # tokens per sample, where fixed (0: variable)
+        self.num_samples = num_samples    # samples this shard will hold, when known in advance
 
     @abstractmethod
     def write(self, sample: Sample) -> None: ...
+
+    def write_batch(self, first_index: int, tokens: "np.ndarray") -> None:
+        """Write consecutive token samples (rows of a 2-D array); formats override this for speed."""
+        for j in range(tokens.shape[0]):
+            self.write(Sample(index=first_index + j, data=tokens[j]))
 
     @abstractmethod
     def finish(self) -> ShardLayout:
@@ -69,7 +79,13 @@ class Reader(ABC):
 
     def sample_range(self, shard: "ShardEntry", i: int) -> tuple[int, int] | None:
         """(offset, length) of sample ``i``'s record for byte-range reads, or None if not indexable."""
-        return None
+        if shard.offsets is None or not 0 <= i < len(shard.offsets) - 1:
+            return None
+        return shard.offsets[i], shard.offsets[i + 1] - shard.offsets[i]
+
+    def sample_from_range(self, shard: "ShardEntry", i: int, record: "bytes | memoryview") -> Sample:
+        """Decode sample ``i`` from the bytes that ``sample_range(shard, i)`` names."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-sample byte ranges")
 
 
 @dataclass(frozen=True)
@@ -80,3 +96,9 @@ class FormatSpec:
     reader: type[Reader]
     compressions: tuple[str, ...] = ("none", "zstd")   # which compression kinds the format supports
     indexable: bool = False        # supports per-sample byte ranges
+    # Where compression applies, per modality: "sample" (records compressed one by one; the
+    # byte index stays valid), "shard" (one zstd stream per shard), "page" (Parquet's own pages).
+    compression_scope: tuple[tuple[str, str], ...] = (("tokens", "shard"), ("images", "shard"))
+
+    def scope(self, modality: str) -> str:
+        return dict(self.compression_scope).get(modality, "shard")

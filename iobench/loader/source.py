@@ -27,3 +27,135 @@ class ShardSource(Protocol):
 
     def describe(self) -> dict:
         """JSON-able description for results['environment'] (no secrets)."""
+
+
+# ---------------------------------------------------------------------------------------
+# The default source: read shards straight from the dataset's backend.
+
+import random as _random  # noqa: E402
+import time as _time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+_NOT_RETRIED = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, bounded by attempts and by a time budget."""
+
+    attempts: int = 5            # tries per request, the first included
+    base_delay_s: float = 0.05
+    max_delay_s: float = 2.0
+    budget_s: float = 30.0       # total time one request may spend retrying
+
+    def call(self, fn, describe, rng: _random.Random):
+        from iobench.errors import StorageError
+
+        t0 = _time.perf_counter()
+        last: BaseException | None = None
+        for attempt in range(max(1, self.attempts)):
+            try:
+                return fn()
+            except _NOT_RETRIED:
+                raise
+            except (OSError, TimeoutError, ConnectionError) as e:
+                last = e
+            except Exception as e:  # botocore/aiohttp errors that s3fs did not translate
+                if type(e).__module__.split(".")[0] not in ("botocore", "aiohttp", "aiobotocore", "urllib3"):
+                    raise
+                last = e
+            elapsed = _time.perf_counter() - t0
+            delay = min(self.max_delay_s, self.base_delay_s * 2 ** attempt) * (0.5 + rng.random() / 2)
+            if attempt + 1 >= self.attempts or elapsed + delay > self.budget_s:
+                break
+            _time.sleep(delay)
+        elapsed = _time.perf_counter() - t0
+        raise StorageError(f"{describe()}: failed after {attempt + 1} attempt(s) in {elapsed:.1f} s: "
+                           f"{type(last).__name__}: {last}") from last
+
+
+@dataclass
+class BackendSource:
+    """Reads whole shards from the dataset's backend, through the emulation/fault wrappers.
+
+    On object stores a shard larger than ``block_size`` is fetched as ranged GETs,
+    ``concurrency`` at a time, each retried under ``retry``; elsewhere one read per shard.
+    Every byte is counted by an ``InstrumentedBackend`` (the outermost wrapper), so the
+    latencies it records are the ones the worker saw.
+    """
+
+    url: str
+    endpoint_url: str | None = None
+    storage_options: dict = field(default_factory=dict, repr=False)
+    emulation: str | None = None
+    seed: int = 0                     # emulation/fault seed; each worker adds its id
+    block_size: int = 8 * 2**20
+    concurrency: int = 4
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    error_rate: float = 0.0
+    timeout_rate: float = 0.0
+    backend: object = field(default=None, repr=False)   # set by open()
+
+    def open(self, worker_id: int = 0) -> None:
+        from iobench.storage import open_backend
+        from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
+
+        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None)
+        seed = self.seed * 1_000_003 + worker_id
+        if self.error_rate or self.timeout_rate:
+            b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)
+        spec = resolve_emulation(self.emulation)
+        if spec.active:
+            b = EmulatedBackend(b, spec, seed=seed)
+        self.backend = InstrumentedBackend(b)
+        self._rng = _random.Random(seed)
+        self._pool = None
+
+    def _get(self, rel: str, start: int | None, end: int | None):
+        where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
+        return self.retry.call(lambda: self.backend.cat(rel, start, end), where, self._rng)
+
+    def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+        if self.backend is None:
+            self.open()
+        ranged = self.backend.protocol == "s3" and shard.bytes > self.block_size and self.concurrency > 1
+        if not ranged:
+            return self._get(shard.path, None, None)
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+        out = bytearray(shard.bytes)
+        starts = range(0, shard.bytes, self.block_size)
+
+        def fetch(start: int) -> None:
+            end = min(start + self.block_size, shard.bytes)
+            data = self._get(shard.path, start, end)
+            if len(data) != end - start:
+                from iobench.errors import IntegrityError
+
+                raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {end - start} bytes)")
+            out[start:end] = data
+
+        for f in [self._pool.submit(fetch, s) for s in starts]:
+            f.result()  # re-raises the original error of the first failed range
+        return memoryview(out)
+
+    def stats(self) -> dict:
+        return self.backend.stats(encode=True) if self.backend is not None else {}
+
+    def close(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def describe(self) -> dict:
+        from iobench.wrappers import resolve_emulation
+
+        spec = resolve_emulation(self.emulation)
+        return {"kind": "backend", "url": self.url, "endpoint_url": self.endpoint_url,
+                "emulated": spec.describe() if spec.active else None,
+                "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
+                if (self.error_rate or self.timeout_rate) else None,
+                "s3_block_size": self.block_size, "s3_concurrency": self.concurrency,
+                "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}

@@ -1,4 +1,7 @@
-"""Data-pipeline models (seed chapter 4, Eq. 4.1–4.3)."""
+"""Data-pipeline models (seed chapter 4, Eq. 4.1–4.3) and the loader's CPU and memory sizing.
+
+Every function is pure and takes SI units: bytes, seconds, bytes/s, ratios 0–1.
+"""
 
 from __future__ import annotations
 
@@ -42,3 +45,115 @@ def prefetch_depth(p99_io_s: float, compute_s: float, batch_bytes: float = 0.0, 
     per = rec * batch_bytes
     return PrefetchPlan(depth_min=q, depth_recommended=rec, host_bytes_per_consumer=per,
                         host_bytes_total=per * consumers)
+
+
+def prefetch_buffer_bytes(depth: int, batch_bytes: float, consumers: int = 1) -> float:
+    """Host memory held by ``depth`` prefetched batches for each of ``consumers``."""
+    return depth * batch_bytes * consumers
+
+
+def torch_prefetch_batches(prefetch_factor: int, num_workers: int) -> int:
+    """Batches a PyTorch DataLoader keeps in flight: prefetch_factor per worker."""
+    return prefetch_factor * num_workers
+
+
+def decoded_batch_bytes(samples: int, height: int, width: int, channels: int = 3,
+                        bytes_per_value: int = 1) -> int:
+    """Size of a decoded image batch (uint8 pixels by default)."""
+    return samples * height * width * channels * bytes_per_value
+
+
+def shuffle_buffer_bytes(entries: int, bytes_per_entry: float) -> float:
+    """Memory of an in-memory shuffle buffer of ``entries`` decoded samples."""
+    return entries * bytes_per_entry
+
+
+def utilization(compute_s: float, exposed_io_s: float) -> float:
+    """Accelerator utilization when ``exposed_io_s`` of each step is not hidden by prefetch."""
+    return compute_s / (compute_s + exposed_io_s)
+
+
+@dataclass(frozen=True)
+class CacheGain:
+    utilization_remote: float
+    utilization_local: float
+    gain: float                       # absolute, in utilization (0–1)
+    equivalent_accelerators: float    # N × gain: accelerators' worth of work recovered
+
+
+def local_cache_gain(compute_s: float, io_remote_s: float, io_local_s: float, n_accelerators: int) -> CacheGain:
+    """Utilization gained by serving exposed I/O from a local cache instead of remote storage."""
+    remote = utilization(compute_s, io_remote_s)
+    local = utilization(compute_s, io_local_s)
+    return CacheGain(remote, local, local - remote, n_accelerators * (local - remote))
+
+
+@dataclass(frozen=True)
+class LoaderCpu:
+    cpu_s_per_s: float        # CPU-seconds of decode work per second of training
+    workers: int              # worker processes (workers_per_accelerator × accelerators)
+    spare_cores: int          # cores left after one core per worker
+
+
+def loader_cpu(samples_per_s: float, cpu_s_per_sample: float, accelerators: int = 1,
+               workers_per_accelerator: int = 4, cores: int = 0) -> LoaderCpu:
+    """How many cores decoding needs at a sample rate, and what the usual worker count leaves."""
+    workers = workers_per_accelerator * accelerators
+    return LoaderCpu(samples_per_s * cpu_s_per_sample, workers, cores - workers)
+
+
+@dataclass(frozen=True)
+class IopsCap:
+    bandwidth_bytes_per_s: float
+    iops_required: float
+    iops_shortfall: float      # required / device IOPS
+    utilization_cap: float     # device IOPS / required, at most 1
+
+
+def iops_cap(samples_per_s: float, bytes_per_sample: float, device_iops: float,
+             reads_per_sample: float = 1.0) -> IopsCap:
+    """Random small reads: a device's IOPS, not its bandwidth, caps utilization."""
+    need = samples_per_s * reads_per_sample
+    return IopsCap(samples_per_s * bytes_per_sample, need, need / device_iops, min(1.0, device_iops / need))
+
+
+@dataclass(frozen=True)
+class DecompressionCpu:
+    effective_bytes_per_s: float
+    cores: float
+
+
+def decompression_cpu(raw_bytes_per_s: float, ratio: float, decompress_bytes_per_s_per_core: float
+                      ) -> DecompressionCpu:
+    """Compressed data multiplies delivered bandwidth, and costs cores to decompress."""
+    eff = raw_bytes_per_s * ratio
+    return DecompressionCpu(eff, eff / decompress_bytes_per_s_per_core)
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    tokens_per_step: int
+    iterations: int
+    step_budget_s: float
+    tokens_per_s: float
+
+
+def run_budget(total_tokens: float, sequences_per_step: int, seq_len: int, train_s: float) -> RunBudget:
+    """The per-step time a run may take to see ``total_tokens`` within ``train_s``."""
+    tps = sequences_per_step * seq_len
+    it = math.ceil(total_tokens / tps)
+    return RunBudget(tps, it, train_s / it, total_tokens / train_s)
+
+
+@dataclass(frozen=True)
+class TokenLoader:
+    sequences_per_s: float
+    wire_bytes_per_s: float
+    workers_min: int
+
+
+def token_loader(tokens_per_s: float, seq_len: int, bytes_per_token: int, sequences_per_s_per_worker: float
+                 ) -> TokenLoader:
+    """Sequences per second a text loader must produce, the bytes on the wire and the workers needed."""
+    seq = tokens_per_s / seq_len
+    return TokenLoader(seq, tokens_per_s * bytes_per_token, math.ceil(seq / sequences_per_s_per_worker - 1e-9))

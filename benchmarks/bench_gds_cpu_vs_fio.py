@@ -1,0 +1,167 @@
+"""iobench's `cpu` GPU-read path vs fio, same file, same bytes, same run; prints ratios.
+
+For each IO size × threads × cache state (warm, cold, and ``direct``: O_DIRECT in both), both tools read the whole file once with
+``threads`` concurrent preads of ``io_size``: iobench's CpuReader (thread pool of
+preadv, task size = io size) and fio (psync, ``numjobs=threads`` each reading its own
+contiguous part).  Cache state is set the same way before each run (fadvise DONTNEED
+for cold, a pre-read for warm) and measured with mincore.  Runs alternate between the
+tools and the median of ``--repeat`` runs is reported, as a ratio iobench / fio.
+
+    .venv/bin/python benchmarks/bench_gds_cpu_vs_fio.py [--size 256MiB] [--dir /tmp] [--out reports/reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from iobench.config import build
+from iobench.gds import cache, make_reader
+from iobench.gds.bench import GdsBenchConfig, create_file, run_cell
+from iobench.gds.detect import file_facts
+from iobench.results import host_info, now_iso
+from iobench.units import format_bytes, parse_size
+
+
+def fio_read(path: str, size: int, io_size: int, threads: int, cache_state: str) -> float:
+    """bytes/s fio reports for a read of the whole file by ``threads`` psync jobs."""
+    per_job = size // threads // io_size * io_size
+    cmd = ["fio", "--name=gdscpu", f"--filename={path}", "--rw=read", f"--bs={io_size}", "--ioengine=psync",
+           f"--numjobs={threads}", "--thread", f"--size={per_job}", f"--offset_increment={per_job}",
+           "--group_reporting", f"--direct={1 if cache_state == 'direct' else 0}",
+           f"--invalidate={0 if cache_state == 'warm' else 1}",
+           "--output-format=json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    job = json.loads(out.stdout)["jobs"][0]["read"]
+    return job["io_bytes"] / (job["runtime"] / 1e3) if job["runtime"] else float("nan")
+
+
+def python_read(path: str, io_size: int) -> float:
+    """bytes/s of the naive loader: one thread, buffered readinto of ``io_size`` chunks."""
+    buf = bytearray(io_size)
+    n = 0
+    t = time.perf_counter_ns()
+    with open(path, "rb", buffering=0) as f:
+        while got := f.readinto(buf):
+            n += got
+    return n / ((time.perf_counter_ns() - t) / 1e9)
+
+
+def iobench_read(path: str, io_size: int, threads: int, cache_state: str, cfg: GdsBenchConfig) -> tuple[float, float]:
+    if cache_state == "direct":
+        cfg = build(GdsBenchConfig, {"target": path, "paths": ["cpu"], "qd1_samples": 0, "verify": False,
+                                     "odirect": True}, "gds")
+        cache_state = "cold"
+    cell = run_cell("cpu", [path], io_size, threads, cache_state, cfg, {}, make_reader)
+    # whole run (first call included), as fio's runtime includes its first IO
+    total_s = cell["first_io_s"] + (cell["steady_s"] if cell["calls"] > 1 else 0.0)
+    return cell["bytes"] / total_s, cell["cpu_s_per_gb"] or 0.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="256MiB")
+    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the test file goes (its disk is measured)")
+    ap.add_argument("--io-sizes", default="128KiB,1MiB,8MiB")
+    ap.add_argument("--threads", default="1,4")
+    ap.add_argument("--cache", default="warm,cold,direct", help="warm, cold, direct (O_DIRECT in both tools)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", help="directory for gds_cpu_vs_fio.{json,md}")
+    args = ap.parse_args(argv)
+    if not shutil.which("fio"):
+        print("fio is not installed (apt-get install fio)", file=sys.stderr)
+        return 2
+    size = parse_size(args.size)
+    io_sizes = [parse_size(s) for s in args.io_sizes.split(",")]
+    threads_l = [int(t) for t in args.threads.split(",")]
+    states = args.cache.split(",")
+    work = Path(tempfile.mkdtemp(prefix="iobench-gds-bench-", dir=args.dir))
+    path = str(work / "data.bin")
+    rows = []
+    t_start = time.perf_counter()
+    try:
+        create_file(path, size, seed=0)
+        cfg = build(GdsBenchConfig, {"target": path, "paths": ["cpu"], "qd1_samples": 0, "verify": False}, "gds")
+        for state in states:
+            for io in io_sizes:
+                for t in threads_l:
+                    ours, theirs, naive, cpu = [], [], [], []
+                    for _ in range(args.repeat):
+                        bps, c = iobench_read(path, io, t, state, cfg)
+                        ours.append(bps)
+                        cpu.append(c)
+                        cache.prepare(path, "cold" if state == "direct" else state)
+                        theirs.append(fio_read(path, size, io, t, state))
+                        if t == 1 and state != "direct":
+                            cache.prepare(path, state)
+                            naive.append(python_read(path, io))
+                    row = {"cache": state, "io_size_bytes": io, "threads": t,
+                           "iobench_bytes_per_s": statistics.median(ours), "fio_bytes_per_s": statistics.median(theirs),
+                           "python_readinto_bytes_per_s": statistics.median(naive) if naive else None,
+                           "iobench_cpu_s_per_gb": statistics.median(cpu),
+                           "runs": {"iobench": ours, "fio": theirs, "python_readinto": naive}}
+                    row["ratio"] = row["iobench_bytes_per_s"] / row["fio_bytes_per_s"]
+                    rows.append(row)
+                    py = (f"  python {row['python_readinto_bytes_per_s'] / 2**30:6.2f} GiB/s" if naive else "")
+                    print(f"{state:6} io={format_bytes(io):>9} threads={t}: iobench {row['iobench_bytes_per_s'] / 2**30:6.2f} "
+                          f"GiB/s  fio {row['fio_bytes_per_s'] / 2**30:6.2f} GiB/s{py}  ratio {row['ratio']:.2f}",
+                          flush=True)
+        facts = file_facts(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+    report = {"benchmark": "gds cpu path vs fio", "date": now_iso(), "host": host_info(), "fio": fio_version,
+              "file": {"size_bytes": size, "fs_type": facts.get("fs_type"), "driver": facts.get("driver")},
+              "repeat": args.repeat, "rows": rows, "wall_s": time.perf_counter() - t_start,
+              "geomean_ratio": statistics.geometric_mean([r["ratio"] for r in rows]),
+              "note": "machine shared with other work while measuring; ratios, not absolute numbers, are the result"}
+    print(f"geometric mean ratio iobench/fio: {report['geomean_ratio']:.2f} ({report['wall_s']:.0f} s)")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gds_cpu_vs_fio.json").write_text(json.dumps(report, indent=1) + "\n")
+        (out / "gds_cpu_vs_fio.md").write_text(markdown(report))
+        print(f"wrote {out / 'gds_cpu_vs_fio.md'}")
+    return 0
+
+
+def markdown(r: dict) -> str:
+    h = r["host"]
+    lines = [
+        "# GPU-read `cpu` path vs fio (same file, same run)",
+        "",
+        f"Command: `.venv/bin/python benchmarks/bench_gds_cpu_vs_fio.py --out reports/reference` ({r['date']}).",
+        f"Machine: {h['cpu']}, {h['cpu_count']} CPUs, {format_bytes(h['memory_bytes'])} RAM, {h['os']}, "
+        f"Python {h['python']}, {r['fio']}; file of {format_bytes(r['file']['size_bytes'])} on "
+        f"{r['file']['fs_type']} ({r['file']['driver'] or 'no block device'}).",
+        f"The machine was shared with other work while measuring: read the ratios, not the absolute rates. "
+        f"Median of {r['repeat']} alternating runs per row.",
+        "",
+        "`python` is the naive loader (one thread, buffered `readinto`), measured at 1 thread only.",
+        "",
+        "| cache | io size | threads | iobench GiB/s | fio GiB/s | python GiB/s | iobench / fio | iobench CPU-s/GB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for x in r["rows"]:
+        lines.append(f"| {x['cache']} | {format_bytes(x['io_size_bytes'])} | {x['threads']} | "
+                     f"{x['iobench_bytes_per_s'] / 2**30:.2f} | {x['fio_bytes_per_s'] / 2**30:.2f} | "
+                     + (f"{x['python_readinto_bytes_per_s'] / 2**30:.2f}" if x["python_readinto_bytes_per_s"] else "-")
+                     + f" | {x['ratio']:.2f} | {x['iobench_cpu_s_per_gb']:.3f} |")
+    lines += ["", f"Geometric mean of the ratios: **{r['geomean_ratio']:.2f}**.", "",
+              "Reading the table: warm rows measure the page-cache copy path (no device I/O); cold rows include "
+              "the disk; direct rows bypass the page cache in both tools (O_DIRECT).  `iobench` times only its read calls (the harness loop between calls is outside), fio "
+              "reports its job runtime.  Where fio's warm numbers fall far below the naive Python loop, the "
+              "gap is fio's (psync per-IO bookkeeping on this VM), not iobench being several times faster "
+              "than the hardware allows; the cold and direct rows are the fairer comparison.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

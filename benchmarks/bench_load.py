@@ -1,0 +1,370 @@
+"""iobench's loader against peers, side by side on the same bytes, in one run.
+
+    .venv/bin/python benchmarks/bench_load.py [--sections overhead,fio,s3,tar,parquet,tfrecord,memory]
+                                              [--out reports/reference/load] [--scale 1.0]
+
+Each section generates one dataset with `iobench gen`, reads it with `iobench load`
+(the library call behind it) and with the peer, alternating, and records the ratio
+iobench / peer of bytes (or samples) per second.  Absolute numbers on a shared machine
+are noise; ratios from the same run are what to compare (DESIGN.md, rule 8).
+Writes OUT.json (everything) and OUT.md (a table), and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from iobench.generate import GenSpec, generate
+from iobench.loader.core import LoadConfig, run_load
+
+MiB = 2**20
+REPEATS = 2
+
+
+def best(xs):
+    return max(x for x in xs if x is not None)
+
+
+def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
+    r = run_load(cfg, **kw)
+    m = r.metrics
+    return {"bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
+            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], "stall_ratio": m["stall_ratio"],
+            "accelerator_utilization": m["accelerator_utilization"], "bytes_read": m["bytes_read"],
+            "wall_s": m["wall_s"], "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items()
+                                                                            if k != "series"}}
+
+
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter_ns()
+    out = fn()
+    return (time.perf_counter_ns() - t0) / 1e9, out
+
+
+def section_result(name, iob, peer, metric, target, note, extra=None):
+    ratio = iob[metric] / peer[metric] if peer and peer.get(metric) else None
+    d = {"section": name, "metric": metric, "iobench": iob, "peer": peer, "ratio": ratio, "target": target,
+         "met": (ratio is not None and ratio >= target) if target is not None else None, "note": note}
+    if extra:
+        d.update(extra)
+    return d
+
+
+# ------------------------------------------------------------------------------------------------
+
+def bench_overhead(work: Path, scale: float) -> list[dict]:
+    """Harness overhead on null storage: memory backend, 1 KiB token samples, batch 256."""
+    n = int(131072 * scale)
+    url = "memory://bench-overhead/tok"
+    generate(GenSpec(format="raw", modality="tokens", num_samples=n, seq_len=512, vocab_size=32000,
+                     shard_size="4MiB", fsync=False), url, progress=False)
+    base = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0)
+    fast = [load_rate(base) for _ in range(REPEATS)]
+    top = max(fast, key=lambda r: r["steady_samples_per_s"])
+    paced = [load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300})) for _ in range(REPEATS)]
+    au = max(paced, key=lambda r: r["accelerator_utilization"])
+    out = [section_result("overhead: samples/s, compute 0, W=1 (memory backend)", top,
+                          {"steady_samples_per_s": 100_000.0, "what": "target from the issue"},
+                          "steady_samples_per_s", 1.0, "1 KiB samples, batch 256, 1 worker"),
+           section_result("overhead: AU at compute 5 ms (memory backend)", au,
+                          {"accelerator_utilization": 0.99, "what": "target from the issue"},
+                          "accelerator_utilization", 1.0, "300 steps; stall = consumer-side harness cost")]
+    from fsspec.implementations.memory import MemoryFileSystem
+    MemoryFileSystem.store.clear()
+    return out
+
+
+def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path) -> dict:
+    groups = [files[i::jobs] for i in range(jobs)]
+    args = ["fio", "--output-format=json", f"--output={out_json}", "--group_reporting"]
+    for i, g in enumerate(groups):
+        args += [f"--name=j{i}", "--rw=read", f"--bs={bs}", "--ioengine=psync", f"--direct={int(direct)}",
+                 "--invalidate=0", "--filename=" + ":".join(g), "--file_service_type=sequential"]
+    t, _ = timed(lambda: subprocess.run(args, check=True, stdout=subprocess.DEVNULL))
+    rep = json.loads(out_json.read_text())["jobs"][0]["read"]
+    return {"bytes_per_s": rep["io_bytes"] / (rep["runtime"] / 1000) if rep["runtime"] else None,
+            "bytes_read": rep["io_bytes"], "runtime_s": rep["runtime"] / 1000, "wall_s": t, "jobs": jobs,
+            "bs": bs, "direct": direct}
+
+
+def bench_fio(work: Path, scale: float) -> list[dict]:
+    """Raw tokens from local files: warm page cache vs fio --invalidate=0; cold vs fio --direct=1."""
+    from iobench.cache import drop_pages, warm_file
+
+    if not shutil.which("fio"):
+        return [{"section": "fio", "skipped": "fio not installed"}]
+    url = str(work / "raw-tokens")
+    shard = 8 * MiB
+    m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(262144 * scale), seq_len=512,
+                         vocab_size=32000, shard_size=f"{shard}B", fsync=True), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    W = 2
+    base = LoadConfig(dataset=url, workers=W, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0)
+    out = []
+    for state in ("warm", "cold"):
+        iob, peer = [], []
+        for _ in range(REPEATS):
+            iob.append(load_rate(LoadConfig(**{**base.__dict__, "cache": state})))
+            for f in files:
+                (warm_file if state == "warm" else drop_pages)(f)
+            peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
+        i, p = max(iob, key=lambda r: r["bytes_per_s"]), max(peer, key=lambda r: r["bytes_per_s"])
+        out.append(section_result(
+            f"raw tokens, {state}: iobench W={W} vs fio {W} jobs" + (" --direct=1" if state == "cold" else
+                                                                   " --invalidate=0 after pre-read"),
+            i, p, "bytes_per_s", 0.7 if state == "warm" else 0.9,
+            f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
+            "collates 256-sample batches; cold = pages dropped (posix_fadvise), verified by mincore"))
+    return out
+
+
+def bench_s3(work: Path, scale: float) -> list[dict]:
+    """Embedded S3 server: iobench ranged GETs vs a plain s3fs cat_file loop."""
+    import s3fs
+
+    from iobench.s3server import S3Server
+
+    out = []
+    with S3Server(bucket="iobench") as srv:
+        opts = {"key": srv.access_key, "secret": srv.secret_key}
+        url = "s3://iobench/bench/raw-tokens"
+        m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(131072 * scale), seq_len=512,
+                             vocab_size=32000, shard_size="8MiB", fsync=False), url, endpoint_url=srv.endpoint_url,
+                     storage_options=opts, progress=False)
+        cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, workers=2, prefetch=4, batch_size=256,
+                         shuffle_buffer=8192, s3_block_size="2MiB", s3_concurrency=4, monitor_interval_s=1.0)
+        fs = s3fs.S3FileSystem(**srv.storage_options())
+        paths = [f"iobench/bench/raw-tokens/{s.path}" for s in m.shards]
+
+        def loop():
+            n = 0
+            for p in paths:
+                n += len(fs.cat_file(p))
+            return n
+
+        iob, peer = [], []
+        for _ in range(REPEATS):
+            iob.append(load_rate(cfg, storage_options=opts))
+            t, n = timed(loop)
+            peer.append({"bytes_per_s": n / t, "bytes_read": n, "wall_s": t})
+        out.append(section_result("S3 (embedded SeaweedFS): iobench W=2, 2 MiB ranged GETs x4 vs s3fs cat_file loop",
+                                  max(iob, key=lambda r: r["bytes_per_s"]), max(peer, key=lambda r: r["bytes_per_s"]),
+                                  "bytes_per_s", 1.5, f"{len(paths)} shards of 8 MiB; the server shares the 2 cores"))
+    return out
+
+
+def bench_tar(work: Path, scale: float) -> list[dict]:
+    """Tar (WebDataset) images without decode: iobench vs the webdataset library, 1 worker each."""
+    import webdataset as wds
+
+    url = str(work / "tar-images")
+    m = generate(GenSpec(format="tar", modality="images", num_samples=int(3000 * scale), image_width=160,
+                         image_height=120, shard_size="4MiB", fsync=False, workers=2), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    cfg = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=64, shuffle_buffer=0, cache="warm",
+                     monitor_interval_s=1.0)
+
+    def peer_run():
+        n = b = 0
+        for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
+            n += 1
+            b += len(sample["jpg"])
+        return n, b
+
+    iob, peer = [], []
+    for _ in range(REPEATS):
+        iob.append(load_rate(cfg))
+        t, (n, b) = timed(peer_run)
+        peer.append({"samples_per_s": n / t, "samples": n, "payload_bytes": b, "wall_s": t})
+    return [section_result("tar images, no decode: iobench W=1 vs webdataset.WebDataset (1 process)",
+                           max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
+                           "samples_per_s", 1.5, f"{m.total_samples} JPEGs in {len(files)} shards, page cache warm; "
+                           "torch is not installed, so the peer runs without DataLoader workers")]
+
+
+def bench_parquet(work: Path, scale: float) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    url = str(work / "parquet-tokens")
+    m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
+                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    cfg = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
+                     monitor_interval_s=1.0)
+
+    def peer_run():
+        n = 0
+        for f in files:
+            for rb in pq.ParquetFile(f).iter_batches():
+                n += rb.num_rows
+        return n
+
+    iob, peer = [], []
+    for _ in range(REPEATS):
+        iob.append(load_rate(cfg))
+        t, n = timed(peer_run)
+        peer.append({"samples_per_s": n / t, "samples": n, "wall_s": t})
+    return [section_result("parquet tokens: iobench W=1 vs pyarrow ParquetFile.iter_batches",
+                           max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
+                           "samples_per_s", 1.0, "page cache warm; the peer only decodes Arrow batches, "
+                           "iobench also shuffles, collates and hands batches over")]
+
+
+def bench_tfrecord(work: Path, scale: float) -> list[dict]:
+    from tfrecord.reader import tfrecord_loader
+
+    url = str(work / "tfrecord-tokens")
+    m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(32768 * scale), seq_len=512,
+                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    cfg = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
+                     monitor_interval_s=1.0)
+
+    def peer_run():
+        n = 0
+        for f in files:
+            for _rec in tfrecord_loader(f, None, {"tokens": "byte"}):
+                n += 1
+        return n
+
+    iob, peer = [], []
+    for _ in range(REPEATS):
+        iob.append(load_rate(cfg))
+        t, n = timed(peer_run)
+        peer.append({"samples_per_s": n / t, "samples": n, "wall_s": t})
+    return [section_result("tfrecord tokens: iobench W=1 vs tfrecord.reader.tfrecord_loader",
+                           max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
+                           "samples_per_s", 1.0, "page cache warm, same shards")]
+
+
+def bench_memory(work: Path, scale: float) -> list[dict]:
+    """Peak USS summed over the loader's processes, and its drift across epochs."""
+    url = "memory://bench-mem/tok"
+    generate(GenSpec(format="raw", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
+                     vocab_size=32000, shard_size="4MiB", fsync=False), url, progress=False)
+    Q, B, E = 4, 256, 4
+    r = run_load(LoadConfig(dataset=url, workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
+                            shuffle_buffer=8192, monitor_interval_s=0.1))
+    m = r.metrics
+    series, steps_t = m["system"]["series"], m["series"]["t_s"]
+    per_epoch = len(steps_t) // E
+    bounds = [steps_t[i * per_epoch] for i in range(E)] + [float("inf")]
+    peaks = []
+    for e in range(E):
+        xs = [s["uss_bytes"] for s in series if bounds[e] <= s["t_s"] < bounds[e + 1]
+              and s["processes_alive"] == m["system"]["processes"]]
+        peaks.append(max(xs) if xs else None)
+    limit = 256 * MiB + 2 * Q * m["batch_bytes"]
+    peak = m["system"]["peak_uss_bytes"]
+    first, last = peaks[0], peaks[-1]
+    drift = (last - first) / first if first and last else None
+    from fsspec.implementations.memory import MemoryFileSystem
+    MemoryFileSystem.store.clear()
+    return [{"section": "memory: peak USS of all loader processes (W=2, Q=4, batch 256 x 1 KiB)",
+             "metric": "peak_uss_bytes", "iobench": {"peak_uss_bytes": peak, "per_epoch_peak_uss_bytes": peaks,
+                                                      "processes": m["system"]["processes"]},
+             "peer": {"limit_bytes": limit, "what": "256 MiB + 2 x Q x batch bytes"},
+             "ratio": peak / limit if peak else None, "target": "<= 1.0 and last epoch within 5% of the first",
+             "met": bool(peak and peak <= limit and drift is not None and abs(drift) <= 0.05),
+             "drift_last_vs_first_epoch": drift,
+             "peak_pss_bytes": m["system"]["peak_pss_bytes"],
+             "note": "the parent holds the memory:// dataset itself (64 MiB); USS counts each process's own pages, "
+                     "sampled every 0.1 s while all processes are alive (a worker's exit moves pages it shared "
+                     "into the parent's USS)"}]
+
+
+SECTIONS = {"overhead": bench_overhead, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,
+            "parquet": bench_parquet, "tfrecord": bench_tfrecord, "memory": bench_memory}
+
+
+def machine() -> dict:
+    vm = psutil.virtual_memory()
+    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+            "memory_bytes": vm.total, "os": f"{platform.system()} {platform.release()}",
+            "python": sys.version.split()[0], "load_avg_at_start": os.getloadavg(),
+            "note": "shared with other work while measuring (a 2-core VM running several builds and tests)"}
+
+
+def to_markdown(results: list[dict], meta: dict) -> str:
+    lines = ["# Loader vs peers (reference run)", "",
+             f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']['cpu_count']} cores, "
+             f"{meta['machine']['memory_bytes'] / 2**30:.0f} GiB, {meta['machine']['os']}, Python "
+             f"{meta['machine']['python']}; {meta['machine']['note']} (load average at start "
+             f"{meta['machine']['load_avg_at_start'][0]:.1f}).  ", f"Run took {meta['seconds']:.0f} s.", "",
+             "Ratios are iobench / peer, measured in the same run on the same bytes (best of "
+             f"{REPEATS} alternating runs each).", "",
+             "| comparison | metric | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['section']} | skipped: {r['skipped']} | | | | | |")
+            continue
+        metric = r["metric"]
+        iv = r["iobench"].get(metric)
+        pv = r["peer"].get(metric) if r["peer"] else None
+        if pv is None and r["peer"]:
+            pv = r["peer"].get("limit_bytes")
+
+        def fmt(v):
+            if v is None:
+                return "—"
+            if "bytes" in metric:
+                return f"{v / MiB:,.1f} MiB" + ("/s" if metric.endswith("_per_s") else "")
+            if metric == "accelerator_utilization":
+                return f"{v:.2%}"
+            return f"{v:,.0f}"
+        ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "—"
+        lines.append(f"| {r['section']} | {metric} | {fmt(iv)} | {fmt(pv)} | {ratio} | {r['target']} | "
+                     f"{'yes' if r['met'] else 'no' if r['met'] is not None else '—'} |")
+    lines += ["", "Notes:", ""]
+    for r in results:
+        if r.get("note"):
+            lines.append(f"- {r['section']}: {r['note']}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--out", default="reports/reference/load")
+    ap.add_argument("--scale", type=float, default=1.0, help="dataset size multiplier")
+    ap.add_argument("--work", help="scratch directory (default: a temp dir on the same disk as /tmp)")
+    args = ap.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    work = Path(tempfile.mkdtemp(prefix="iobench-bench-load-", dir=args.work))
+    t0 = time.perf_counter()
+    results: list[dict] = []
+    try:
+        for s in sections:
+            ts = time.perf_counter()
+            res = SECTIONS[s](work, args.scale)
+            for r in res:
+                r["section_seconds"] = time.perf_counter() - ts
+                print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) "
+                      f"met={r.get('met')}", flush=True)
+            results.extend(res)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    meta = {"command": "python benchmarks/bench_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": machine(), "seconds": time.perf_counter() - t0}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
+    md = to_markdown(results, meta)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The built-in Python file engine against fio, on the same jobs, in one run; and the small-file penalty.
+
+Both engines run each job on the same test file with the same request size, queue depth,
+O_DIRECT flag and runtime; fio with ``ioengine=psync numjobs=qd`` (the built-in engine's
+model: qd threads, one synchronous request each) and, for reference, with libaio iodepth.
+Each pair runs in alternating order (ABBA) and the ratios built-in ÷ fio are printed —
+absolute numbers on a shared machine are noise, ratios measured side by side are not.
+
+    .venv/bin/python benchmarks/bench_probe_engines.py --dir /work/tmp-probe \
+        --out reports/reference/probe_engines.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from iobench.probe import fio_engine, pagecache, py_engine
+from iobench.probe.file_probe import _layout
+from iobench.probe.jobs import Job
+
+JOBS = [  # rw, bs, qd, direct, cache
+    ("randread", 4096, 1, False, "warm"),
+    ("randread", 4096, 4, False, "warm"),
+    ("randread", 4096, 1, True, "n/a"),
+    ("randread", 4096, 4, True, "n/a"),
+    ("randread", 4096, 16, True, "n/a"),
+    ("read", 1 << 20, 1, True, "n/a"),
+    ("read", 1 << 20, 4, True, "n/a"),
+    ("randwrite", 4096, 1, True, "n/a"),
+    ("write", 1 << 20, 1, True, "n/a"),
+]
+
+
+def machine(where: str = ".") -> str:
+    import psutil
+
+    out = subprocess.run(["df", "--output=fstype,source", where], capture_output=True, text=True).stdout
+    fs = out.splitlines()[-1].split() if out.strip() else []
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Linux {platform.release()}, "
+            f"test file on {' on '.join(fs) if fs else '?'}, Python {platform.python_version()}, "
+            f"{fio_engine.find()[1]}. The machine was shared with other work while measuring.")
+
+
+def one(engine, job: Job, cache: str) -> dict:
+    if cache == "warm":
+        pagecache.set_state(job.path, "warm")
+    r = engine.run(job)
+    return {"iops": r.iops, "bytes_per_s": r.bytes_per_s, "p50": r.latency_summary["p50"],
+            "p99": r.latency_summary["p99"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default=None, help="where the test file goes (default: a temp dir under the cwd)")
+    ap.add_argument("--file-size", type=int, default=256 << 20)
+    ap.add_argument("--runtime", type=float, default=1.0)
+    ap.add_argument("--reps", type=int, default=2, help="ABBA repetitions per job")
+    ap.add_argument("--smallfiles", type=int, default=400, help="samples for the small-file penalty (0: skip)")
+    ap.add_argument("--out", help="write the Markdown report here")
+    args = ap.parse_args()
+    if not fio_engine.available():
+        print("fio is not installed: nothing to compare against", file=sys.stderr)
+        return 2
+    base = tempfile.mkdtemp(prefix="bench-probe-", dir=args.dir or os.getcwd())
+    rows, raw = [], []
+    try:
+        path = os.path.join(base, "data.bin")
+        _layout(path, args.file_size, 0)
+        for rw, bs, qd, direct, cache in JOBS:
+            job = Job(path=path, file_size=args.file_size, rw=rw, bs=bs, qd=qd, direct=direct,
+                      runtime_s=args.runtime, qd_model="threads")
+            aio = Job(**{**job.__dict__, "qd_model": "async"})
+            py, fio = [], []
+            for rep in range(args.reps):
+                order = [(py_engine, py), (fio_engine, fio)]
+                for eng, sink in (order if rep % 2 == 0 else order[::-1]):
+                    sink.append(one(eng, job, cache))
+            fio_aio = one(fio_engine, aio, cache) if direct else None
+
+            def med(xs, k):
+                return statistics.median(x[k] for x in xs)
+
+            row = {"job": f"{rw} {bs // 1024} KiB qd{qd} {'direct' if direct else 'buffered ' + cache}",
+                   "py_iops": med(py, "iops"), "fio_iops": med(fio, "iops"),
+                   "py_p50": med(py, "p50"), "fio_p50": med(fio, "p50"),
+                   "py_p99": med(py, "p99"), "fio_p99": med(fio, "p99"),
+                   "fio_libaio_iops": fio_aio["iops"] if fio_aio else None}
+            row["ratio_iops"] = row["py_iops"] / row["fio_iops"]
+            rows.append(row)
+            raw.append({"job": row["job"], "python": py, "fio_psync": fio, "fio_libaio": fio_aio})
+            print(f"{row['job']:<32} built-in/fio IOPS {row['ratio_iops']:.2f}", file=sys.stderr)
+        os.unlink(path)
+        penalty = smallfiles(base, args.smallfiles) if args.smallfiles else None
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    report = render(rows, penalty, args)
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+            json.dump({"rows": rows, "raw": raw, "smallfiles": penalty, "machine": machine()}, f, indent=1)
+    return 0
+
+
+def smallfiles(base: str, samples: int) -> dict:
+    from iobench.config import build
+    from iobench.probe.safety import ProbeArea
+    from iobench.probe.smallfiles import SmallFilesConfig, run_smallfiles_probe
+
+    out = {}
+    for modality, extra in (("images", {}), ("tokens", {"seq_len": 2048})):
+        cfg = build(SmallFilesConfig, {"samples": samples, "modality": modality, "shard_formats": ["tar", "raw"],
+                                       "workers": 4, **extra})
+        with ProbeArea.open(os.path.join(base, f"sf-{modality}"), 2 << 30) as area:
+            m = run_smallfiles_probe(area, cfg)["metrics"]
+        out[modality] = {"penalty": m["penalty"], "best": m["best_shard_format"],
+                         "mean_sample_bytes": m["mean_sample_bytes"],
+                         "samples_per_s": {f: v["samples_per_s"] for f, v in m["formats"].items()},
+                         "per_sample_s": {f: v["per_sample_s"] for f, v in m["formats"].items()}}
+        print(f"small files {modality}: penalty {m['penalty']:.1f}x", file=sys.stderr)
+    return out
+
+
+def render(rows, penalty, args) -> str:
+    us = lambda s: f"{s * 1e6:.0f}"  # noqa: E731
+    lines = ["# Storage probe: built-in Python engine vs fio", "",
+             f"Command: `.venv/bin/python benchmarks/bench_probe_engines.py --runtime {args.runtime} "
+             f"--reps {args.reps} --smallfiles {args.smallfiles}` ({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {machine()}", "",
+             "Same test file, same job, same run; fio with `ioengine=psync numjobs=qd` (the built-in engine's "
+             "model); medians of ABBA repetitions. Ratio = built-in ÷ fio.", "",
+             "| job | built-in IOPS | fio IOPS | ratio | built-in p50 µs | fio p50 µs | built-in p99 µs | fio p99 µs "
+             "| fio libaio IOPS |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['job']} | {r['py_iops']:,.0f} | {r['fio_iops']:,.0f} | {r['ratio_iops']:.2f} | "
+                     f"{us(r['py_p50'])} | {us(r['fio_p50'])} | {us(r['py_p99'])} | {us(r['fio_p99'])} | "
+                     + (f"{r['fio_libaio_iops']:,.0f} |" if r["fio_libaio_iops"] else "— |"))
+    if penalty:
+        lines += ["", "## Small-file penalty (`iobench probe smallfiles`, cold page cache, 4 reader threads)", "",
+                  "| modality | mean sample | files samples/s | tar samples/s | raw samples/s | penalty |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for mod, v in penalty.items():
+            s = v["samples_per_s"]
+            lines.append(f"| {mod} | {v['mean_sample_bytes'] / 1024:.0f} KiB | {s['files']:,.0f} | {s['tar']:,.0f} "
+                         f"| {s['raw']:,.0f} | {v['penalty']:.1f}× ({v['best']}) |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

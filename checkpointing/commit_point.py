@@ -1,0 +1,218 @@
+"""The commit point: a checkpoint exists when, and only when, its manifest does.
+
+Layout on every tier::
+
+    <root>/step-000000000120/rank-00003.bin     one file per rank: its shards, back to back
+    <root>/step-000000000120/manifest.json      written last; names files, sizes, checksums, layout
+
+Publishing the manifest is the commit.  On a local or parallel file system: temp file,
+fsync, rename, fsync of the step directory and of the root.  On S3: a single PUT after
+every shard object has been uploaded, with a conditional create (``If-None-Match: *``
+through s3fs mode ``"xb"``) where the server supports it, so a step is never committed twice.
+Retention removes the manifest first, so a half-deleted checkpoint is never mistaken for a
+committed one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+
+from iobench.atomic import fsync_dir
+from iobench.errors import IntegrityError, StorageError
+from iobench.results import now_iso
+from iobench.storage import Backend
+
+from .hooks import crashpoint
+from .state import Shard, StateSpec
+
+MANIFEST = "manifest.json"
+FORMAT = "iobench-checkpoint"
+VERSION = 1
+_STEP_RE = re.compile(r"^step-(\d{12})$")
+
+
+def step_dir(step: int) -> str:
+    return f"step-{int(step):012d}"
+
+
+def rank_file(rank: int) -> str:
+    return f"rank-{int(rank):05d}.bin"
+
+
+@dataclass(frozen=True)
+class RankFile:
+    rank: int
+    path: str                 # relative to the step directory
+    bytes: int
+    checksum: str             # "xxh3_64:<hex>"
+    shards: tuple[tuple[Shard, int], ...]   # (shard, byte offset in the file)
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "path": self.path, "bytes": self.bytes, "checksum": self.checksum,
+                "shards": [s.to_list() + [off] for s, off in self.shards]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RankFile":
+        return cls(rank=int(d["rank"]), path=d["path"], bytes=int(d["bytes"]), checksum=d["checksum"],
+                   shards=tuple((Shard.from_list(v[:6]), int(v[6])) for v in d["shards"]))
+
+
+@dataclass(frozen=True)
+class CheckpointManifest:
+    step: int
+    spec: StateSpec
+    files: tuple[RankFile, ...]
+    created_at: str = field(default_factory=now_iso)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    def to_json(self) -> bytes:
+        d = {"format": FORMAT, "version": VERSION, "step": self.step, "created_at": self.created_at,
+             "total_bytes": self.total_bytes, "ranks": self.spec.ranks, "spec": self.spec.to_dict(),
+             "extra": self.extra, "files": [f.to_dict() for f in self.files]}
+        return json.dumps(d, separators=(",", ":")).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> "CheckpointManifest":
+        d = json.loads(raw)
+        if d.get("format") != FORMAT:
+            raise ValueError("not an iobench checkpoint manifest")
+        if int(d.get("version", 0)) > VERSION:
+            raise ValueError(f"manifest version {d['version']} is newer than this iobench reads")
+        return cls(step=int(d["step"]), spec=StateSpec.from_dict(d["spec"]),
+                   files=tuple(RankFile.from_dict(f) for f in d["files"]), created_at=d.get("created_at", ""),
+                   extra=d.get("extra", {}))
+
+
+def list_steps(backend: Backend) -> list[int]:
+    """Step directories present on the tier, committed or not, oldest first."""
+    out = []
+    for p in backend.ls("", detail=False):
+        m = _STEP_RE.match(os.path.basename(str(p).rstrip("/")))
+        if m:
+            out.append(int(m.group(1)))
+    return sorted(set(out))
+
+
+def is_committed(backend: Backend, step: int) -> bool:
+    return backend.exists(f"{step_dir(step)}/{MANIFEST}")
+
+
+def committed_steps(backend: Backend) -> list[int]:
+    return [s for s in list_steps(backend) if is_committed(backend, s)]
+
+
+def load_manifest(backend: Backend, step: int) -> CheckpointManifest:
+    """The step's manifest; IntegrityError (with the reason) when it is missing or unreadable."""
+    rel = f"{step_dir(step)}/{MANIFEST}"
+    try:
+        raw = backend.cat(rel)
+    except FileNotFoundError:
+        raise IntegrityError(f"{backend.url}/{rel}: no manifest (not committed)") from None
+    try:
+        m = CheckpointManifest.from_json(raw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise IntegrityError(f"{backend.url}/{rel}: manifest unreadable ({e})") from e
+    if m.step != step:
+        raise IntegrityError(f"{backend.url}/{rel}: manifest names step {m.step}")
+    return m
+
+
+def publish(backend: Backend, manifest: CheckpointManifest, fsync: bool = True) -> dict:
+    """Commit ``manifest``; call only after every file it names is durable on this tier."""
+    rel = f"{step_dir(manifest.step)}/{MANIFEST}"
+    data = manifest.to_json()
+    crashpoint("before_manifest")
+    if backend.is_local:
+        return _publish_local(backend, rel, data, fsync)
+    if backend.protocol == "s3":
+        return _publish_s3(backend, rel, data)
+    backend.write_bytes(rel, data, fsync=fsync)
+    crashpoint("mid_manifest_publish")
+    return {"conditional": False}
+
+
+def _publish_local(backend: Backend, rel: str, data: bytes, fsync: bool) -> dict:
+    final = backend.local_path(rel)
+    d = os.path.dirname(final)
+    if os.path.exists(final):
+        raise StorageError(f"{final}: step already committed")
+    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        crashpoint("mid_manifest_publish")
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if fsync:
+        fsync_dir(d)
+        fsync_dir(os.path.dirname(d))
+    return {"conditional": False, "fsync": fsync}
+
+
+def _publish_s3(backend: Backend, rel: str, data: bytes) -> dict:
+    path = backend.path(rel)
+    try:
+        with backend.fs.open(path, "xb") as f:
+            f.write(data)
+            crashpoint("mid_manifest_publish")
+        return {"conditional": True}
+    except FileExistsError:
+        raise StorageError(f"s3://{path}: step already committed") from None
+    except OSError as e:
+        # s3fs maps 412 PreconditionFailed (If-None-Match: * on an existing key) to EINVAL.
+        if e.errno == errno.EINVAL and "condition" in str(e).lower():
+            raise StorageError(f"s3://{path}: step already committed") from None
+        raise
+    except (NotImplementedError, ValueError, TypeError):
+        # Older s3fs without exclusive create: check, then a plain PUT (still written last).
+        if backend.fs.exists(path):
+            raise StorageError(f"s3://{path}: step already committed") from None
+        with backend.fs.open(path, "wb") as f:
+            f.write(data)
+        return {"conditional": False}
+
+
+def uncommit(backend: Backend, step: int) -> None:
+    """Remove the manifest (first step of deleting a checkpoint)."""
+    rel = f"{step_dir(step)}/{MANIFEST}"
+    if backend.is_local:
+        try:
+            os.unlink(backend.local_path(rel))
+        except FileNotFoundError:
+            return
+        fsync_dir(backend.local_path(step_dir(step)))
+    else:
+        try:
+            backend.rm(rel)
+        except FileNotFoundError:
+            pass
+
+
+def delete_step(backend: Backend, step: int) -> None:
+    """Uncommit, then remove the files; a crash in between leaves only an uncommitted directory."""
+    uncommit(backend, step)
+    crashpoint("mid_retention")
+    d = step_dir(step)
+    try:
+        backend.rm(d, recursive=True)
+    except FileNotFoundError:
+        pass
+    if backend.is_local:
+        fsync_dir(backend.local_path(""))

@@ -1,0 +1,134 @@
+"""Writing rank files: staging buffer → file on a tier, checksummed on the way, fsynced.
+
+Local files go to a temp name, are fsynced, renamed into the step directory, and the
+directory is fsynced (iobench.atomic).  Object stores get a streamed (multipart when
+large) upload that only becomes visible when it completes.  A full disk or any other
+I/O error leaves no partial file under the final name and is raised as ``StorageError``
+naming the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+
+import numpy as np
+import xxhash
+
+from iobench.errors import StorageError
+from iobench.storage import Backend
+
+from .hooks import crashpoint
+from .throttle import Throttle
+
+CHUNK = 8 * 1024 * 1024
+
+
+def checksum(buf) -> str:
+    return "xxh3_64:" + xxhash.xxh3_64_hexdigest(buf)
+
+
+def _write_chunks(f, mv: memoryview, throttle: Throttle | None, crash_mid: str) -> None:
+    n = len(mv)
+    half = max(1, n // 2)
+    pos = 0
+    while pos < n:
+        end = min(n, pos + CHUNK, half if pos < half else n)
+        f.write(mv[pos:end])
+        if throttle is not None:
+            throttle.consume(end - pos)
+        if pos < half <= end:
+            crashpoint(crash_mid)
+        pos = end
+
+
+def write_buffer(backend: Backend, rel: str, buf: np.ndarray, fsync: bool = True,
+                 throttle: Throttle | None = None) -> tuple[str, float]:
+    """Publish ``buf`` as ``rel``; returns (checksum, seconds)."""
+    t0 = time.perf_counter()
+    mv = memoryview(buf).cast("B")
+    digest = checksum(mv)
+    crashpoint("before_shard_write")
+    try:
+        with backend.open_output(rel, fsync=fsync) as f:
+            _write_chunks(f, mv, throttle, "mid_shard_write")
+    except OSError as e:
+        if isinstance(e, StorageError):
+            raise
+        what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
+        raise StorageError(f"{backend.url.rstrip('/')}/{rel}: write failed ({what}: {e})") from e
+    return digest, time.perf_counter() - t0
+
+
+def copy_file(src: Backend, src_rel: str, dst: Backend, dst_rel: str, fsync: bool = True,
+              throttle: Throttle | None = None) -> float:
+    """Copy one committed file between tiers (upload to the durable tier); returns seconds."""
+    t0 = time.perf_counter()
+    try:
+        if throttle is None and src.is_local and dst.protocol == "s3":
+            # s3fs's put_file does a concurrent multipart upload: the same path a plain put takes.
+            dst.fs.put_file(src.local_path(src_rel), dst.path(dst_rel))
+            crashpoint("mid_upload")
+        else:
+            with src.open(src_rel, "rb") as fin, dst.open_output(dst_rel, fsync=fsync) as fout:
+                first = True
+                while True:
+                    chunk = fin.read(CHUNK)
+                    if not chunk:
+                        break
+                    fout.write(chunk)
+                    if throttle is not None:
+                        throttle.consume(len(chunk))
+                    if first:
+                        crashpoint("mid_upload")
+                        first = False
+    except StorageError:
+        raise
+    except OSError as e:
+        what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
+        raise StorageError(f"{dst.url.rstrip('/')}/{dst_rel}: upload failed ({what}: {e})") from e
+    return time.perf_counter() - t0
+
+
+
+def write_buffers_local(backend: Backend, items: list[tuple[str, np.ndarray]], fsync: bool = True,
+                        throttle: Throttle | None = None) -> list[str]:
+    """Publish several files into one local directory: each to a temp name and fsynced, then all
+    renamed, then one fsync of the directory (instead of one per file); returns their checksums."""
+    import os
+    import tempfile
+
+    from iobench.atomic import fsync_dir
+
+    done: list[tuple[str, str]] = []
+    digests = []
+    try:
+        for rel, buf in items:
+            final = backend.local_path(rel)
+            d = os.path.dirname(final)
+            mv = memoryview(buf).cast("B")
+            digests.append(checksum(mv))
+            crashpoint("before_shard_write")
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".tmp", dir=d)
+            done.append((tmp, final))
+            with os.fdopen(fd, "wb") as f:
+                _write_chunks(f, mv, throttle, "mid_shard_write")
+                f.flush()
+                if fsync:
+                    os.fsync(f.fileno())
+        for tmp, final in done:
+            os.replace(tmp, final)
+        if fsync and done:
+            fsync_dir(os.path.dirname(done[0][1]))
+    except OSError as e:
+        for tmp, _ in done:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        if isinstance(e, StorageError):
+            raise
+        what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
+        raise StorageError(f"{backend.url.rstrip('/')}/{items[len(done) - 1][0] if done else ''}: write failed "
+                           f"({what}: {e})") from e
+    return digests

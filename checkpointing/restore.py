@@ -1,0 +1,179 @@
+"""Restore: the newest committed checkpoint whose files all verify, from the nearest tier.
+
+Tiers are tried nearest first (local, then durable) for each step, newest step first.  A
+step is taken only if its manifest parses and every rank file has the recorded size and
+checksum; otherwise it is skipped with the reason (kept in ``Restored.skipped``).  Reads go
+through one pluggable function, ``read_fn(backend, rel, dst)``, which fills the writable
+buffer ``dst`` with the file's bytes — plain reads by default; a GPU-direct reader
+(``read_into(dst, offset, nbytes)``) plugs in through ``reader_read_fn``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from iobench.errors import IntegrityError, NoCheckpointError
+from iobench.storage import Backend
+
+from . import commit_point as cp
+from .local_writer import checksum
+from .reshard import assemble, plan
+from .snapshot import shard_array
+from .state import Shard, StateSpec, rank_shards
+
+ReadFn = Callable[[Backend, str, memoryview], None]
+
+
+def plain_read(backend: Backend, rel: str, dst: memoryview) -> None:
+    n = len(dst)
+    with backend.open(rel, "rb") as f:
+        got = 0
+        readinto = getattr(f, "readinto", None)
+        while got < n:
+            if readinto is not None:
+                k = readinto(dst[got:])
+            else:
+                b = f.read(n - got)
+                k = len(b)
+                dst[got:got + k] = b
+            if not k:
+                break
+            got += k
+    if got != n:
+        raise IntegrityError(f"{backend.url.rstrip('/')}/{rel}: short read ({got} of {n} bytes)")
+
+
+def reader_read_fn(open_reader: Callable[[str], object]) -> ReadFn:
+    """Adapt a reader factory (local path → object with ``read_into(dst, offset, nbytes)``)."""
+    def read(backend: Backend, rel: str, dst: memoryview) -> None:
+        reader = open_reader(backend.local_path(rel))
+        try:
+            got = reader.read_into(dst, 0, len(dst))
+        finally:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+        if got is not None and got != len(dst):
+            raise IntegrityError(f"{backend.url.rstrip('/')}/{rel}: short read ({got} of {len(dst)} bytes)")
+    return read
+
+
+def drop_page_cache(backend: Backend, rel: str) -> bool:
+    """Best effort cold cache for a local file (POSIX_FADV_DONTNEED); False where not possible."""
+    if not backend.is_local or not hasattr(os, "posix_fadvise"):
+        return False
+    try:
+        fd = os.open(backend.local_path(rel), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Restored:
+    step: int
+    tier: str
+    url: str
+    spec: StateSpec
+    arrays: dict[int, list[np.ndarray]]          # per target rank, in rank_shards order
+    shards: dict[int, list[Shard]]
+    bytes_read: int
+    seconds: float
+    verified: bool
+    cold: bool
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes_read / self.seconds if self.seconds > 0 else 0.0
+
+
+def _candidates(tiers: list[tuple[str, Backend]]) -> list[int]:
+    steps: set[int] = set()
+    for _, b in tiers:
+        steps.update(cp.list_steps(b))
+    return sorted(steps, reverse=True)
+
+
+def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: ReadFn, cold: bool):
+    d = cp.step_dir(m.step)
+    missing = set(range(m.spec.ranks)) - {f.rank for f in m.files}
+    if missing:
+        raise IntegrityError(f"{d}: manifest lacks ranks {sorted(missing)[:8]} (incomplete commit)")
+    bufs, total = {}, 0
+    for f in m.files:
+        rel = f"{d}/{f.path}"
+        try:
+            size = backend.size(rel)
+        except FileNotFoundError:
+            raise IntegrityError(f"{rel}: missing") from None
+        if size != f.bytes:
+            raise IntegrityError(f"{rel}: {size} bytes, manifest says {f.bytes} (truncated or overwritten)")
+        if cold:
+            drop_page_cache(backend, rel)
+        buf = np.empty(f.bytes, dtype=np.uint8)
+        read_fn(backend, rel, memoryview(buf))
+        total += f.bytes
+        if verify and checksum(memoryview(buf)) != f.checksum:
+            raise IntegrityError(f"{rel}: checksum mismatch (corrupt)")
+        bufs[f.rank] = buf
+    return bufs, total
+
+
+def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None, ranks: list[int] | None = None,
+            verify: bool = True, read_fn: ReadFn | None = None, cold: bool = True) -> Restored:
+    """Load the newest committed, verified checkpoint; reshard to ``target`` when given."""
+    tiers = [(n, b) for n, b in tiers if b is not None]
+    read_fn = read_fn or plain_read
+    skipped: list[str] = []
+    for step in _candidates(tiers):
+        found = False
+        for name, backend in tiers:
+            if not cp.is_committed(backend, step):
+                continue
+            found = True
+            t0 = time.perf_counter()
+            try:
+                m = cp.load_manifest(backend, step)
+                bufs, total = _load(backend, m, verify, read_fn, cold)
+            except (IntegrityError, OSError) as e:
+                skipped.append(f"step {step} on {name}: {e}")
+                continue
+            src = {f.rank: dict(((s.key, s.offsets), shard_array(bufs[f.rank], off, s)) for s, off in f.shards)
+                   for f in m.files}
+            if target is None or target == m.spec:
+                spec = m.spec
+                want = ranks if ranks is not None else [f.rank for f in m.files]
+                shards = {f.rank: [s for s, _ in f.shards] for f in m.files if f.rank in want}
+                arrays = {r: [src[r][(s.key, s.offsets)] for s in shards[r]] for r in shards}
+            else:
+                spec = target
+                layout = rank_shards(target)
+                want = ranks if ranks is not None else list(range(target.ranks))
+                sources = {f.rank: [s for s, _ in f.shards] for f in m.files}
+                try:
+                    shards, arrays = {}, {}
+                    for r in want:
+                        p = plan(sources, layout[r])
+                        shards[r] = [t for t, _ in p]
+                        arrays[r] = assemble(p, src)
+                except IntegrityError as e:
+                    skipped.append(f"step {step} on {name}: cannot reshard ({e})")
+                    continue
+            return Restored(step=step, tier=name, url=backend.url, spec=spec, arrays=arrays, shards=shards,
+                            bytes_read=total, seconds=time.perf_counter() - t0, verified=verify, cold=cold,
+                            skipped=skipped)
+        if not found:
+            skipped.append(f"step {step}: no manifest on any tier (incomplete save)")
+    where = ", ".join(b.url for _, b in tiers)
+    detail = f"; skipped: {'; '.join(skipped)}" if skipped else ""
+    raise NoCheckpointError(f"no committed checkpoint at {where}{detail}")

@@ -1,0 +1,106 @@
+"""`parquet`: Apache Parquet via pyarrow, row groups of a few MiB so readers can stream.
+
+Tokens are one column ``tokens`` of list<uint16|uint32>; images are ``image`` (binary,
+JPEG bytes) and ``label`` (int64).  ``zstd:LEVEL`` is Parquet's own page compression.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .compression import parse_compression
+
+ROW_GROUP_BYTES = 4 * 2**20
+
+
+class ParquetWriter(Writer):
+    def __init__(self, f, **kw) -> None:
+        super().__init__(f, **kw)
+        comp = parse_compression(self.compression)
+        if self.modality == "tokens":
+            self._schema = pa.schema([("tokens", pa.list_(pa.from_numpy_dtype(np.dtype(self.token_dtype))))])
+        else:
+            self._schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
+        self._pw = pq.ParquetWriter(f, self._schema, compression=comp.kind if comp.enabled else "none",
+                                    compression_level=comp.level if comp.enabled else None,
+                                    use_dictionary=False)  # random ids and JPEGs gain nothing from dictionaries
+        self._rows: list = []
+        self._labels: list[int] = []
+        self._buffered = 0
+        self._count = 0
+
+    def write(self, sample: Sample) -> None:
+        if self.modality == "tokens":
+            arr = np.asarray(sample.data, dtype=self.token_dtype)
+            self._rows.append(arr)
+            self._buffered += arr.nbytes
+        else:
+            self._rows.append(bytes(sample.data))
+            self._labels.append(int(sample.label if sample.label is not None else -1))
+            self._buffered += len(sample.data)
+        self._count += 1
+        if self._buffered >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        if self.modality == "tokens":
+            lengths = np.fromiter((len(r) for r in self._rows), dtype=np.int64, count=len(self._rows))
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+            values = pa.array(np.concatenate(self._rows))
+            table = pa.table({"tokens": pa.ListArray.from_arrays(pa.array(offsets), values)}, schema=self._schema)
+        else:
+            table = pa.table({"image": pa.array(self._rows, pa.binary()), "label": pa.array(self._labels, pa.int64())},
+                             schema=self._schema)
+        self._pw.write_table(table, row_group_size=len(self._rows))
+        self._rows, self._labels, self._buffered = [], [], 0
+
+    def finish(self) -> ShardLayout:
+        self._flush()
+        self._pw.close()
+        return ShardLayout(samples=self._count)
+
+
+class ParquetReader(Reader):
+    def iter_samples(self, data, shard) -> Iterator[Sample]:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        index = shard.first_sample
+        tokens = self.manifest.modality == "tokens"
+        for rg in range(pf.num_row_groups):
+            table = pf.read_row_group(rg)
+            if tokens:
+                col = table.column(_pick(table, ("tokens", "input_ids", "ids"))).combine_chunks()
+                values = col.values.to_numpy(zero_copy_only=False)
+                offs = col.offsets.to_numpy()
+                for j in range(len(col)):
+                    yield Sample(index=index, data=values[offs[j]:offs[j + 1]])
+                    index += 1
+            else:
+                images = table.column(_pick(table, ("image", "jpg", "image/encoded"))).to_pylist()
+                lname = next((n for n in ("label", "cls", "image/class/label") if n in table.column_names), None)
+                labels = table.column(lname).to_pylist() if lname else [None] * len(images)
+                for img, lab in zip(images, labels):
+                    yield Sample(index=index, data=img, label=None if lab is None else int(lab))
+                    index += 1
+
+    def count_samples(self, data, shard) -> int:
+        return pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+
+
+def _pick(table, names) -> str:
+    from iobench.errors import IntegrityError
+
+    for n in names:
+        if n in table.column_names:
+            return n
+    raise IntegrityError(f"parquet shard has none of the columns {names} (has {table.column_names})")
+
+
+FORMAT = FormatSpec(name="parquet", extension=".parquet", writer=ParquetWriter, reader=ParquetReader,
+                    indexable=False, compression_scope=(("tokens", "page"), ("images", "page")))

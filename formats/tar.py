@@ -1,0 +1,203 @@
+"""`tar`: WebDataset shards (POSIX ustar), readable in one sequential pass.
+
+Members are grouped by ``__key__`` (the member name up to the first dot of its basename):
+images as ``KEY.jpg`` + ``KEY.cls`` (the label in ASCII), tokens as ``KEY.npy``.  Headers
+are fixed (mtime 0, uid/gid 0, mode 0644) so a seed gives byte-identical shards.  The
+manifest's per-sample offsets (start of each sample's first header) allow random access
+without a side index.  ``zstd`` compresses the whole shard as one stream.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from typing import Iterator
+
+import numpy as np
+
+from iobench.errors import IntegrityError
+
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .compression import decompress, is_zstd, parse_compression
+
+BLOCK = 512
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "bmp", "img")
+LABEL_EXTS = ("cls", "cls2", "label", "class", "target")
+TOKEN_EXTS = ("npy", "tokens.npy", "tokens", "input_ids.npy")
+
+
+def _header(name: str, size: int) -> bytes:
+    ti = tarfile.TarInfo(name)
+    ti.size = size
+    ti.mode = 0o644
+    ti.mtime = 0
+    ti.uname = ti.gname = ""
+    return ti.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def npy_array(data) -> np.ndarray:
+    """Parse .npy bytes without copying the payload."""
+    mv = memoryview(data)
+    major = mv[6]
+    hlen = int.from_bytes(mv[8:10], "little") + 10 if major == 1 else int.from_bytes(mv[8:12], "little") + 12
+    buf = io.BytesIO(bytes(mv[:hlen]))
+    version = np.lib.format.read_magic(buf)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(buf)
+    arr = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape)), offset=buf.tell())
+    return arr.reshape(shape, order="F" if fortran else "C")
+
+
+class TarWriter(Writer):
+    def __init__(self, f, **kw) -> None:
+        super().__init__(f, **kw)
+        self._comp = parse_compression(self.compression)
+        self._out = self._comp.stream_writer(f) if self._comp.enabled else f
+        self._pos = 0
+        self._offsets: list[int] = []
+        self._npy_header: tuple | None = None
+
+    def _member(self, name: str, payload) -> None:
+        n = len(payload)
+        pad = -n % BLOCK
+        self._out.write(_header(name, n))
+        self._out.write(payload)
+        if pad:
+            self._out.write(b"\0" * pad)
+        self._pos += BLOCK + n + pad
+
+    def _npy(self, arr: np.ndarray) -> bytes:
+        arr = np.ascontiguousarray(arr, dtype=np.dtype(self.token_dtype).newbyteorder("<"))
+        key = (arr.shape, arr.dtype.str)
+        if self._npy_header is None or self._npy_header[0] != key:
+            full = npy_bytes(arr)
+            self._npy_header = (key, full[: len(full) - arr.nbytes])
+        return self._npy_header[1] + arr.tobytes()
+
+    def write(self, sample: Sample) -> None:
+        key = f"{sample.index:09d}"
+        self._offsets.append(self._pos)
+        if self.modality == "tokens":
+            self._member(key + ".npy", self._npy(np.asarray(sample.data)))
+        else:
+            self._member(key + ".jpg", sample.data)
+            self._member(key + ".cls", str(int(sample.label if sample.label is not None else -1)).encode())
+
+    def finish(self) -> ShardLayout:
+        self._out.write(b"\0" * (2 * BLOCK))
+        end = self._pos
+        if self._comp.enabled:
+            self._out.close()
+            return ShardLayout(samples=len(self._offsets))
+        return ShardLayout(samples=len(self._offsets), offsets=tuple(self._offsets) + (end,))
+
+
+def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryview]]:
+    """(name, header offset, payload) of each regular file, handling GNU long names and pax headers."""
+    mv = memoryview(data)
+    pos, n = 0, len(mv)
+    long_name: str | None = None
+    pax_path: str | None = None
+    while pos + BLOCK <= n:
+        hdr = mv[pos:pos + BLOCK]
+        if not any(hdr):
+            return
+        try:
+            ti = tarfile.TarInfo.frombuf(bytes(hdr), "utf-8", "surrogateescape")
+        except tarfile.HeaderError as e:
+            raise IntegrityError(f"{where}: offset {pos}: bad tar header ({e})") from None
+        start = pos + BLOCK
+        end = start + ti.size
+        if end > n:
+            raise IntegrityError(f"{where}: offset {pos}: member {ti.name!r} runs past the end of the shard")
+        payload = mv[start:end]
+        header_at = pos
+        pos = end + (-ti.size % BLOCK)
+        if ti.type == tarfile.GNUTYPE_LONGNAME:
+            long_name = bytes(payload).rstrip(b"\0").decode("utf-8", "surrogateescape")
+            continue
+        if ti.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
+            pax_path = _pax_path(bytes(payload)) or pax_path
+            continue
+        if ti.type in (tarfile.XGLTYPE, tarfile.DIRTYPE):
+            continue
+        name = pax_path or long_name or ti.name
+        long_name = pax_path = None
+        if ti.type in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE):
+            yield name, header_at, payload
+
+
+def _pax_path(raw: bytes) -> str | None:
+    pos = 0
+    while pos < len(raw):
+        sp = raw.find(b" ", pos)
+        if sp < 0:
+            break
+        length = int(raw[pos:sp])
+        key, _, value = raw[sp + 1:pos + length - 1].partition(b"=")
+        if key == b"path":
+            return value.decode("utf-8", "surrogateescape")
+        pos += length
+    return None
+
+
+def split_key(name: str) -> tuple[str, str]:
+    """WebDataset's rule: key = path up to the first dot of the basename; the rest is the extension."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot < 0:
+        return name, ""
+    return name[:dot], name[dot + 1:].lower()
+
+
+class TarReader(Reader):
+    def iter_samples(self, data, shard) -> Iterator[Sample]:
+        if is_zstd(data):
+            data = decompress(data)
+        j = 0
+        for fields in self.iter_groups(data, shard.path):
+            yield self._sample(shard.first_sample + j, fields, shard.path)
+            j += 1
+
+    def iter_groups(self, data, where: str = "shard") -> Iterator[dict[str, memoryview]]:
+        key, fields = None, {}
+        for name, _off, payload in iter_members(data, where):
+            k, ext = split_key(name)
+            if key is not None and k != key:
+                yield fields
+                fields = {}
+            key = k
+            fields[ext] = payload
+        if fields:
+            yield fields
+
+    def _sample(self, index: int, fields: dict, where: str) -> Sample:
+        if self.manifest.modality == "tokens":
+            for ext in TOKEN_EXTS:
+                if ext in fields:
+                    raw = fields[ext]
+                    if ext.endswith("npy"):
+                        return Sample(index=index, data=npy_array(raw))
+                    return Sample(index=index, data=np.frombuffer(raw, dtype=self.manifest.spec.get("token_dtype",
+                                                                                                    "uint16")))
+            raise IntegrityError(f"{where}: sample {index}: no token member (have {sorted(fields)})")
+        image = next((fields[e] for e in IMAGE_EXTS if e in fields), None)
+        if image is None:
+            raise IntegrityError(f"{where}: sample {index}: no image member (have {sorted(fields)})")
+        label = next((fields[e] for e in LABEL_EXTS if e in fields), None)
+        return Sample(index=index, data=bytes(image), label=int(bytes(label).strip()) if label is not None else None)
+
+    def sample_from_range(self, shard, i, record) -> Sample:
+        groups = list(self.iter_groups(record, shard.path))
+        if len(groups) != 1:
+            raise IntegrityError(f"{shard.path}: sample {i}: range holds {len(groups)} samples, expected 1")
+        return self._sample(shard.first_sample + i, groups[0], shard.path)
+
+
+FORMAT = FormatSpec(name="tar", extension=".tar", writer=TarWriter, reader=TarReader, indexable=True)

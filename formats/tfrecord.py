@@ -1,0 +1,236 @@
+"""`tfrecord`: TensorFlow's record framing with ``tf.train.Example`` payloads, no TensorFlow needed.
+
+Record: u64 length | masked crc32c(length) | payload | masked crc32c(payload), all
+little-endian.  Payloads are Examples encoded here by hand (a few protobuf fields):
+images as ``image/encoded`` (bytes) + ``image/class/label`` (int64), tokens as ``tokens``
+(one bytes value: the little-endian token array of the manifest's dtype).  Uncompressed
+shards get a side index in the format of the PyPI ``tfrecord`` package ("offset length"
+per line); ``zstd`` compresses the whole shard as one stream.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator
+
+import crc32c as _crc32c
+import numpy as np
+
+from iobench.errors import IntegrityError
+
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .compression import decompress, is_zstd, parse_compression
+
+IMAGE_KEYS = ("image/encoded", "image", "jpg", "jpeg")
+LABEL_KEYS = ("image/class/label", "label", "cls")
+TOKEN_KEYS = ("tokens", "input_ids", "ids")
+
+
+def masked_crc(data) -> int:
+    crc = _crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(payload: bytes) -> bytes:
+    n = struct.pack("<Q", len(payload))
+    return n + struct.pack("<I", masked_crc(n)) + payload + struct.pack("<I", masked_crc(payload))
+
+
+# -- a minimal protobuf codec for tf.train.Example ------------------------------------------------
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    n &= 0xFFFFFFFFFFFFFFFF   # negative int64 values are ten-byte varints
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(num: int, payload: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def encode_example(features: dict[str, bytes | int | list]) -> bytes:
+    """Features as bytes (one value), int (one int64) or a list of either kind."""
+    entries = []
+    for key in sorted(features):
+        value = features[key]
+        values = value if isinstance(value, list) else [value]
+        if values and isinstance(values[0], (bytes, bytearray, memoryview)):
+            inner = b"".join(_len_field(1, bytes(v)) for v in values)
+            feature = _len_field(1, inner)                       # Feature.bytes_list
+        else:
+            packed = b"".join(_varint(int(v)) for v in values)
+            feature = _len_field(3, _len_field(1, packed))       # Feature.int64_list (packed)
+        entries.append(_len_field(1, _len_field(1, key.encode()) + _len_field(2, feature)))
+    return _len_field(1, b"".join(entries))                      # Example.features
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf) -> Iterator[tuple[int, int, object]]:
+    """(field number, wire type, value) of each field; LEN values are memoryviews."""
+    pos, n = 0, len(buf)
+    while pos < n:
+        tag, pos = _read_varint(buf, pos)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            v, pos = _read_varint(buf, pos)
+        elif wt == 2:
+            ln, pos = _read_varint(buf, pos)
+            v = buf[pos:pos + ln]
+            pos += ln
+        elif wt == 1:
+            v = bytes(buf[pos:pos + 8])
+            pos += 8
+        elif wt == 5:
+            v = bytes(buf[pos:pos + 4])
+            pos += 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wt}")
+        yield num, wt, v
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def decode_example(payload) -> dict[str, list]:
+    """An Example's features as {name: [bytes...] | [int...] | [float...]}."""
+    out: dict[str, list] = {}
+    for num, _, features in _fields(memoryview(payload)):
+        if num != 1:
+            continue
+        for fnum, _, entry in _fields(features):
+            if fnum != 1:
+                continue
+            key, feature = "", b""
+            for enum, _, v in _fields(entry):
+                if enum == 1:
+                    key = bytes(v).decode()
+                elif enum == 2:
+                    feature = v
+            values: list = []
+            for kind, _, lst in _fields(feature):
+                for vnum, wt, v in _fields(lst):
+                    if vnum != 1:
+                        continue
+                    if kind == 1:
+                        values.append(bytes(v))
+                    elif kind == 3:
+                        if wt == 2:
+                            p = 0
+                            while p < len(v):
+                                x, p = _read_varint(v, p)
+                                values.append(_signed(x))
+                        else:
+                            values.append(_signed(v))
+                    elif kind == 2:
+                        values.extend(np.frombuffer(bytes(v), "<f4").tolist() if wt == 2 else
+                                      [struct.unpack("<f", v)[0]])
+            out[key] = values
+    return out
+
+
+# -- format -------------------------------------------------------------------------------------
+
+class TFRecordWriter(Writer):
+    def __init__(self, f, **kw) -> None:
+        super().__init__(f, **kw)
+        self._comp = parse_compression(self.compression)
+        self._out = self._comp.stream_writer(f) if self._comp.enabled else f
+        self._offsets = [0]
+
+    def write(self, sample: Sample) -> None:
+        if self.modality == "tokens":
+            arr = np.ascontiguousarray(sample.data, dtype=np.dtype(self.token_dtype).newbyteorder("<"))
+            payload = encode_example({"tokens": arr.tobytes()})
+        else:
+            payload = encode_example({"image/encoded": bytes(sample.data),
+                                      "image/class/label": int(sample.label if sample.label is not None else -1)})
+        rec = frame(payload)
+        self._out.write(rec)
+        self._offsets.append(self._offsets[-1] + len(rec))
+
+    def finish(self) -> ShardLayout:
+        n = len(self._offsets) - 1
+        if self._comp.enabled:
+            self._out.close()
+            return ShardLayout(samples=n)
+        index = "".join(f"{a} {b - a}\n" for a, b in zip(self._offsets, self._offsets[1:])).encode()
+        return ShardLayout(samples=n, offsets=tuple(self._offsets), index_bytes=index)
+
+
+def iter_records(data, where: str = "shard") -> Iterator[tuple[int, memoryview]]:
+    """(record offset, payload) of each record, checking both CRCs."""
+    mv = memoryview(data)
+    pos, n = 0, len(mv)
+    while pos < n:
+        if pos + 12 > n:
+            raise IntegrityError(f"{where}: offset {pos}: truncated record header")
+        length = struct.unpack_from("<Q", mv, pos)[0]
+        if struct.unpack_from("<I", mv, pos + 8)[0] != masked_crc(mv[pos:pos + 8]):
+            raise IntegrityError(f"{where}: offset {pos}: bad length CRC")
+        end = pos + 12 + length
+        if end + 4 > n:
+            raise IntegrityError(f"{where}: offset {pos}: record runs past the end of the shard")
+        payload = mv[pos + 12:end]
+        if struct.unpack_from("<I", mv, end)[0] != masked_crc(payload):
+            raise IntegrityError(f"{where}: offset {pos}: bad payload CRC")
+        yield pos, payload
+        pos = end + 4
+
+
+class TFRecordReader(Reader):
+    def iter_samples(self, data, shard) -> Iterator[Sample]:
+        if is_zstd(data):
+            data = decompress(data)
+        for j, (_, payload) in enumerate(iter_records(data, shard.path)):
+            yield self._sample(shard.first_sample + j, payload, shard.path)
+
+    def count_samples(self, data, shard) -> int:
+        if is_zstd(data):
+            data = decompress(data)
+        return sum(1 for _ in iter_records(data, shard.path))
+
+    def _sample(self, index: int, payload, where: str) -> Sample:
+        feats = decode_example(payload)
+        if self.manifest.modality == "tokens":
+            key = next((k for k in TOKEN_KEYS if k in feats), None)
+            if key is None:
+                raise IntegrityError(f"{where}: sample {index}: no token feature (have {sorted(feats)})")
+            vals = feats[key]
+            dtype = np.dtype(self.manifest.spec.get("token_dtype", "uint16")).newbyteorder("<")
+            if vals and isinstance(vals[0], bytes):
+                return Sample(index=index, data=np.frombuffer(vals[0], dtype=dtype))
+            return Sample(index=index, data=np.asarray(vals, dtype=dtype))
+        key = next((k for k in IMAGE_KEYS if k in feats), None)
+        if key is None:
+            raise IntegrityError(f"{where}: sample {index}: no image feature (have {sorted(feats)})")
+        lkey = next((k for k in LABEL_KEYS if k in feats), None)
+        label = int(feats[lkey][0]) if lkey and feats[lkey] else None
+        return Sample(index=index, data=feats[key][0], label=label)
+
+    def sample_from_range(self, shard, i, record) -> Sample:
+        recs = list(iter_records(record, shard.path))
+        if len(recs) != 1:
+            raise IntegrityError(f"{shard.path}: sample {i}: range holds {len(recs)} records, expected 1")
+        return self._sample(shard.first_sample + i, recs[0][1], shard.path)
+
+
+FORMAT = FormatSpec(name="tfrecord", extension=".tfrecord", writer=TFRecordWriter, reader=TFRecordReader,
+                    indexable=True)

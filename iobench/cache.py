@@ -1,0 +1,116 @@
+"""Declared and measured page-cache state of a dataset's shards (measurement rule 3).
+
+``cold`` writes back and evicts each shard's pages (``posix_fadvise DONTNEED``), ``warm``
+reads each shard once, ``as-is`` leaves them; in every case the residency is then
+measured with ``mincore`` and reported, because a declaration alone proves nothing
+(another process, or a filesystem that ignores the advice, can keep pages resident).
+Object stores and memory have no client page cache: their residency is reported as None
+with the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from typing import Iterable
+
+from .config import check_choice
+from .storage import Backend
+
+STATES = ("cold", "warm", "as-is")
+_libc = None
+
+
+def _lib():
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_long]
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        _libc = lib
+    return _libc
+
+
+def drop_pages(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)  # dirty pages cannot be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident_pages(path: str) -> tuple[int, int] | None:
+    """(resident, total) pages of the file in the page cache; None where mincore is unavailable."""
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    if pages == 0:
+        return 0, 0
+    lib = _lib()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            return None
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            if lib.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+                return None
+            return sum(v & 1 for v in bytes(vec)), pages
+        finally:
+            lib.munmap(ctypes.c_void_p(addr), size)
+    finally:
+        os.close(fd)
+
+
+def warm_file(path: str, chunk: int = 8 << 20) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                return n
+            n += len(b)
+
+
+def residency(backend: Backend, rels: Iterable[str]) -> float | None:
+    """Fraction 0-1 of the files' pages in the page cache (local backends only)."""
+    base = getattr(backend, "base", backend)
+    if not base.is_local:
+        return None
+    res = tot = 0
+    for rel in rels:
+        r = resident_pages(base.local_path(rel))
+        if r is None:
+            return None
+        res, tot = res + r[0], tot + r[1]
+    return res / tot if tot else 1.0
+
+
+def set_cache_state(backend: Backend, rels: Iterable[str], state: str, field: str = "--cache") -> dict:
+    """Bring the files to ``state`` and report what was declared and what was measured."""
+    check_choice(field, state, STATES)
+    rels = list(rels)
+    base = getattr(backend, "base", backend)
+    out: dict = {"declared": state, "files": len(rels)}
+    if not base.is_local:
+        if state == "warm":
+            for rel in rels:  # warms server-side caches; there is no client page cache to fill
+                base.cat(rel)
+        out.update(measured_residency=None, method="none",
+                   note=f"{base.protocol}:// has no client page cache; residency not measurable")
+        return out
+    for rel in rels:
+        p = base.local_path(rel)
+        if state == "cold":
+            drop_pages(p)
+        elif state == "warm":
+            warm_file(p)
+    out.update(measured_residency=residency(base, rels),
+               method={"cold": "posix_fadvise(DONTNEED)", "warm": "pre-read", "as-is": "none"}[state])
+    return out

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+HELP = """checkpoint benchmark: snapshot, local write, async commit, restore
+
+  iobench ckpt --preset llama3-8b --scale 0.001 --local /nvme/ckpt --durable s3://b/ckpt --json r.json
+  iobench ckpt restore --durable s3://b/ckpt [--local DIR] [--ranks M] --verify --json r.json
+"""
+
+
+def register(sub) -> None:
+    import argparse
+
+    from ..cli import add_endpoint_flag, add_json_flag
+
+    p = sub.add_parser("ckpt", help="checkpoint save/restore benchmark (blocking pause, commit latency, exposure)",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("action", nargs="?", choices=["save", "restore"], default="save",
+                   help="save (default): run the save benchmark; restore: restore the newest committed checkpoint")
+    g = p.add_argument_group("state")
+    g.add_argument("--preset", metavar="NAME", help="llama3-8b, llama3-70b, llama3-405b, llama3-1t, qwen3-8b, gpt-175b")
+    g.add_argument("--params", type=float, metavar="N", help="parameter count instead of a preset (e.g. 8e9)")
+    g.add_argument("--recipe", metavar="NAME", help="precision recipe (default: the preset's; bf16-mixed-adam = 14 B/param)")
+    g.add_argument("--tp", type=int, metavar="N")
+    g.add_argument("--pp", type=int, metavar="N")
+    g.add_argument("--dp", type=int, metavar="N")
+    g.add_argument("--zero", type=int, dest="zero_stage", metavar="STAGE", help="ZeRO stage 0-3")
+    g.add_argument("--ranks", type=int, metavar="M",
+                   help="save: must equal TP×PP×DP; restore: reshard to M ranks")
+    g.add_argument("--scale", type=float, default=1.0, metavar="F", help="shrink every tensor by F, keeping the layout")
+    g = p.add_argument_group("saves")
+    g.add_argument("--count", type=int, default=3, metavar="N", help="number of saves")
+    g.add_argument("--interval-ms", type=float, default=0.0, metavar="T", help="emulated step time between saves")
+    g.add_argument("--mode", default="async", help="sync | async")
+    g.add_argument("--policy", default="block", help="when a save finds the commit queue full: block | skip | coalesce")
+    g.add_argument("--queue-depth", type=int, default=1, metavar="N")
+    g.add_argument("--keep-local", type=int, default=2, metavar="K")
+    g.add_argument("--keep-durable", type=int, default=3, metavar="K")
+    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier, e.g. 200MB (per second)")
+    g.add_argument("--local-bw", metavar="RATE", help="emulate a slower local tier")
+    g.add_argument("--no-fsync", action="store_true", help="skip fsync (results say so)")
+    g.add_argument("--fail-at", type=float, action="append", default=[], metavar="S",
+                   help="recovery exposure for a failure S seconds after the first save (repeatable)")
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("tiers")
+    g.add_argument("--local", metavar="DIR", help="local tier (NVMe) directory")
+    g.add_argument("--durable", metavar="URL", help="durable tier: a PFS path or s3://bucket/prefix")
+    add_endpoint_flag(p)
+    g.add_argument("--verify", action="store_true", default=True, help="restore: verify checksums (default)")
+    g.add_argument("--no-verify", dest="verify", action="store_false")
+    g.add_argument("--read-path", default="plain", metavar="PATH",
+                   help="restore: plain (default) or a host-memory iobench.gds reader: cpu")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def _rate(v, field):
+    if v is None:
+        return None
+    from ..units import parse_size
+
+    return float(parse_size(str(v).removesuffix("/s"), field))
+
+
+def run(args) -> int:
+    if args.action == "restore":
+        return run_restore(args)
+    from rich.console import Console
+
+    from ..checkpointing.runner import CkptConfig, open_tiers, run_saves
+    from ..config import to_dict
+    from ..results import Results
+    from ..units import format_bytes, format_rate, format_seconds
+    from ..world import detect_world
+
+    cfg = CkptConfig(preset=args.preset, params=args.params, recipe=args.recipe, tp=args.tp, pp=args.pp, dp=args.dp,
+                     zero_stage=args.zero_stage, ranks=args.ranks, scale=args.scale, count=args.count,
+                     interval_ms=args.interval_ms, mode=args.mode, policy=args.policy, queue_depth=args.queue_depth,
+                     local=args.local, durable=args.durable, endpoint_url=args.endpoint_url,
+                     keep_local=args.keep_local, keep_durable=args.keep_durable,
+                     durable_bw=_rate(args.durable_bw, "--durable-bw"), local_bw=_rate(args.local_bw, "--local-bw"),
+                     fsync=not args.no_fsync, seed=args.seed, fail_at=tuple(args.fail_at))
+    cfg.spec()   # validate the layout before touching storage
+    local, durable = open_tiers(cfg.local, cfg.durable, cfg.endpoint_url)
+    world = detect_world()
+    if world.size > 1:
+        from ..errors import ConfigError
+
+        raise ConfigError("ckpt", "multi-process (MPI) saves are not supported yet: one process emulates every rank",
+                          "run iobench ckpt without mpirun")
+    res = Results(command="ckpt", config=to_dict(cfg), world=world.describe())
+    m = run_saves(cfg, local, durable, world.rank, world.size)
+    res.metrics["checkpoint"] = m
+    res.environment["staging"] = m["staging_kind"]
+    res.environment["fsync"] = cfg.fsync
+    if cfg.durable_bw or cfg.local_bw:
+        res.environment["emulation"] = {"durable_bw_bytes_per_s": cfg.durable_bw, "local_bw_bytes_per_s": cfg.local_bw}
+    if not cfg.fsync:
+        res.warn("fsync disabled: local write times do not include making the data durable")
+    if m["staging_kind"] == "host":
+        res.warn("staging buffers are pageable host memory (pinned memory needs torch or cupy)")
+    failed = m["saves"]["failed"]
+    c = Console()
+    c.print(f"{m['state']['name']}: {format_bytes(m['state']['bytes_per_save'])} per save over "
+            f"{m['state']['local_ranks']} rank(s); saves {m['saves']}")
+    c.print(f"blocking p50 {format_seconds(m['blocking_s']['p50'] or 0)}, "
+            f"local write {format_rate(m['local_write_bytes_per_s'] or 0)}, "
+            f"commit latency p50 {format_seconds(m['commit_latency_s']['p50'] or 0)}, backlog max {m['backlog_max']}")
+    if args.json:
+        res.write(args.json)
+    return 1 if failed else 0
+
+
+def run_restore(args) -> int:
+    from rich.console import Console
+
+    from ..checkpointing.runner import open_tiers
+    from ..checkpointing.runner import run_restore as restore_run
+    from ..errors import ConfigError
+    from ..results import Results
+    from ..units import format_bytes, format_rate, format_seconds
+
+    if not args.durable and not args.local:
+        raise ConfigError("--durable", "restore needs a tier", "give --durable URL and/or --local DIR")
+    local, durable = open_tiers(args.local, args.durable, args.endpoint_url)
+    res = Results(command="ckpt restore", config={"local": args.local, "durable": args.durable, "ranks": args.ranks,
+                                                  "tp": args.tp, "pp": args.pp, "dp": args.dp, "verify": args.verify,
+                                                  "read_path": args.read_path,
+                                                  "endpoint_url": args.endpoint_url})
+    read_fn = None
+    if args.read_path != "plain":
+        from ..checkpointing.restore import reader_read_fn
+        from ..config import check_choice
+
+        check_choice("--read-path", args.read_path, ("plain", "cpu"))
+        from ..gds import make_reader
+
+        read_fn = reader_read_fn(lambda path: make_reader(args.read_path, path))
+        res.environment["read_path"] = args.read_path
+    got, m = restore_run(local, durable, args.ranks, args.tp, args.pp, args.dp, verify=args.verify, read_fn=read_fn)
+    res.metrics["checkpoint"] = m
+    res.environment["cache"] = {"declared": "cold", "method": "posix_fadvise DONTNEED (local files)"}
+    for s in got.skipped:
+        res.warn(f"skipped {s}")
+    Console().print(f"restored step {got.step} from {got.tier} ({got.url}): {format_bytes(got.bytes_read)} in "
+                    f"{format_seconds(got.seconds)} ({format_rate(got.bytes_per_s)}), "
+                    f"{'verified' if got.verified else 'NOT verified'}, {len(got.arrays)} rank(s)")
+    if args.json:
+        res.write(args.json)
+    return 0

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from ..cli import add_json_flag
+    from .report import add_threshold_flags
+
+    p = sub.add_parser("compare", help="put two results files side by side with the differences")
+    p.add_argument("a", metavar="A.json", help="baseline results")
+    p.add_argument("b", metavar="B.json", help="candidate results (thresholds are checked on it)")
+    p.add_argument("--all", action="store_true", help="show metrics that did not change too")
+    p.add_argument("--max-regression", type=float, metavar="R",
+                   help="fail if throughput/utilization drops (or stall rises) by more than R (e.g. 0.1)")
+    p.add_argument("--markdown", metavar="PATH", help="also write the comparison as Markdown")
+    add_threshold_flags(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..atomic import atomic_write_bytes
+    from ..errors import ConfigError
+    from ..report.build import check
+    from ..report.compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare, markdown, regressions
+    from ..report.html import fmt
+    from ..results import Results, read_results
+    from .report import threshold_limits
+
+    a, b = read_results(args.a), read_results(args.b)
+    if args.max_regression is not None and not 0 <= args.max_regression <= 1:
+        raise ConfigError("--max-regression", f"must be between 0 and 1, got {args.max_regression}", "give e.g. 0.1")
+    rows = compare(a, b)
+    checks = check([(Path(args.b).name, b)], threshold_limits(args))
+    if args.max_regression is not None:
+        checks += regressions(rows, args.max_regression)
+    shown = rows if args.all else [r for r in rows if r.a != r.b]
+    t = Table(title=f"{a.get('command')} {Path(args.a).name}  vs  {b.get('command')} {Path(args.b).name}")
+    for col in ("metric", "A", "B", "B − A", "B / A"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for r in shown:
+        ratio = r.ratio
+        better = 1 if r.path.endswith(HIGHER_IS_BETTER) else -1 if r.path.endswith(LOWER_IS_BETTER) else 0
+        style = "" if ratio is None or not better or abs(ratio - 1) < 0.05 else (
+            "green" if (ratio > 1) == (better > 0) else "red")
+        t.add_row(r.path, "-" if r.a is None else fmt(r.path, r.a), "-" if r.b is None else fmt(r.path, r.b),
+                  "-" if r.diff is None else f"{r.diff:+.4g}", "-" if ratio is None else f"[{style}]{ratio:.3f}×[/]"
+                  if style else f"{ratio:.3f}×")
+    con = Console()
+    con.print(t)
+    if len(shown) < len(rows):
+        con.print(f"({len(rows) - len(shown)} unchanged metrics hidden; --all shows them)")
+    for c in checks:
+        con.print(f"{'[green]pass' if c['ok'] else '[red]FAIL'}[/]: {c['check']} — {c['path']} = {c['value']}")
+    if args.markdown:
+        atomic_write_bytes(args.markdown, markdown(rows, Path(args.a).name, Path(args.b).name, checks).encode(),
+                           fsync=False)
+    if args.json:
+        Results(command="compare", config={"a": args.a, "b": args.b, "max_regression": args.max_regression},
+                metrics={"rows": [r.to_dict() for r in rows], "checks": checks,
+                         "passed": all(c["ok"] for c in checks)}).write(args.json)
+    return 0 if all(c["ok"] for c in checks) else 1

@@ -1,0 +1,180 @@
+"""`iobench load DATASET_URL`: read a dataset through the prefetching loader and measure data stall."""
+
+from __future__ import annotations
+
+# flag -> LoadConfig field, for flags that map one-to-one
+_FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_size", "epochs": "epochs",
+          "steps": "steps", "shuffle_buffer": "shuffle_buffer", "seed": "seed", "compute_mode": "compute_mode",
+          "compute_fn": "compute_fn", "cache": "cache", "emulate": "emulate", "device": "device",
+          "endpoint_url": "endpoint_url", "s3_block_size": "s3_block_size", "s3_concurrency": "s3_concurrency",
+          "retries": "retries", "retry_budget": "retry_budget_s", "error_rate": "error_rate",
+          "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method"}
+
+
+def register(sub) -> None:
+    from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
+
+    p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
+                       description="Read a dataset through its manifest with a prefetching multi-worker loader, "
+                                   "emulate the training step, and measure data stall, throughput and latency "
+                                   "percentiles.  See README: Loader.")
+    p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
+    p.add_argument("--workers", "-W", type=int, help="worker processes (default 2)")
+    p.add_argument("--prefetch", "-Q", type=int, help="prefetch slots: batches ready ahead of the consumer (default 2)")
+    p.add_argument("--batch-size", "-B", type=int, help="samples per batch (default 32)")
+    p.add_argument("--epochs", type=int, help="epochs to read (default 1)")
+    p.add_argument("--steps", type=int, help="stop after this many steps instead (epochs repeat as needed)")
+    p.add_argument("--shuffle-buffer", type=int, help="samples shuffled together (default 1000; 0: no sample shuffle)")
+    p.add_argument("--no-shuffle", action="store_true", help="read shards and samples in stored order")
+    p.add_argument("--drop-last", action="store_true", help="drop short batches at the end of each shuffle block")
+    p.add_argument("--seed", type=int, help="order seed (default 0)")
+    p.add_argument("--compute-ms", metavar="T", help="emulated compute per step in ms (default 0)")
+    p.add_argument("--compute", metavar="SPEC",
+                   help="compute time per step: 200ms | normal:mean=200ms,std=20ms | "
+                        "lognormal:p50=180ms,p99=400ms | file:PATH (overrides --compute-ms)")
+    p.add_argument("--compute-mode", choices=("sleep", "spin", "callback"),
+                   help="sleep (accelerator), spin (CPU contention) or callback (--compute-fn)")
+    p.add_argument("--compute-fn", metavar="MODULE:FUNCTION", help="a real step, called as fn(batch, step)")
+    p.add_argument("--cache", choices=("cold", "warm", "as-is"), help="page-cache state before reading (default as-is)")
+    p.add_argument("--emulate", metavar="SPEC", help="emulated storage: const:250ms, lognormal:p50=20ms,p99=500ms, "
+                                                      "spike:p=0.01,extra=2s, bw:1GB/s, nvme|pfs|object (join with +)")
+    p.add_argument("--decode", action="store_true", help="decode images (JPEG -> RGB arrays) in the workers")
+    p.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
+    add_endpoint_flag(p)
+    p.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
+    p.add_argument("--s3-concurrency", type=int, help="ranged GETs in flight per worker (default 4)")
+    p.add_argument("--retries", type=int, help="attempts per request (default 5)")
+    p.add_argument("--retry-budget", type=float, metavar="SECONDS", help="time one request may spend retrying (30)")
+    p.add_argument("--error-rate", type=float, help="inject read errors with this probability (seeded)")
+    p.add_argument("--timeout-rate", type=float, help="inject read timeouts with this probability (seeded)")
+    p.add_argument("--slot-bytes", type=int, help="bytes per prefetch slot (default: sized from the manifest)")
+    p.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
+    p.add_argument("--recommend", action="store_true", help="add a prefetch-depth recommendation from P99 batch I/O")
+    p.add_argument("--validate", action="store_true", help="with --recommend: run at that depth and at depth 1")
+    p.add_argument("--analyze", action="store_true", help="synthetic / warm / cold passes: prep vs fetch stall")
+    p.add_argument("--tiers", metavar="FILE", help="read through storage tiers (iobench.tiers) described in FILE")
+    p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default="ondemand",
+                   help="with --tiers: how shards reach the fast tier")
+    p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
+    add_set_flag(p)
+    add_json_flag(p)
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.set_defaults(func=run)
+
+
+def build_config(args):
+    from ..config import build, deep_merge, load_workload, parse_set
+    from ..errors import ConfigError
+    from ..loader.core import LoadConfig
+
+    section: dict = {}
+    if args.workload:
+        section = dict(load_workload(args.workload).get("load") or {})
+    section = deep_merge(section, parse_set(args.set).get("load", {}))
+    for flag, key in _FLAGS.items():
+        v = getattr(args, flag, None)
+        if v is not None:
+            section[key] = v
+    if args.no_shuffle:
+        section["shuffle"] = False
+    if args.drop_last:
+        section["drop_last"] = True
+    if args.decode:
+        section["decode"] = True
+    if args.compute is not None:
+        section["compute"] = args.compute
+    elif args.compute_ms is not None:
+        try:
+            ms = float(args.compute_ms)
+        except ValueError:
+            raise ConfigError("--compute-ms", f"{args.compute_ms!r} is not a number of milliseconds",
+                              "e.g. --compute-ms 200, or --compute 'normal:mean=200ms,std=20ms'") from None
+        if ms < 0:
+            raise ConfigError("--compute-ms", f"must be zero or more, got {args.compute_ms}", "give milliseconds >= 0")
+        section["compute"] = f"{ms}ms"
+    section["dataset"] = args.dataset
+    if args.validate and not args.recommend:
+        raise ConfigError("--validate", "needs --recommend", "add --recommend")
+    return build(LoadConfig, section, "load")
+
+
+def run(args) -> int:
+    from dataclasses import replace
+
+    from ..config import to_dict
+    from ..results import Results
+    from ..units import format_rate, format_seconds
+    from ..world import detect_world
+    from ..loader.analysis import analyze, recommend, validate
+    from ..loader.core import run_load
+
+    cfg = build_config(args)
+    world = detect_world()
+    source = _tiers_source(args, cfg) if args.tiers else None
+    kw = dict(rank=world.rank, world=world.size, progress=args.progress)
+    analysis = None
+    if args.analyze:
+        if source is not None:
+            from ..errors import ConfigError
+
+            raise ConfigError("--analyze", "cannot be combined with --tiers", "analyze the dataset URL directly")
+        analysis, run_ = analyze(cfg, **kw)
+    else:
+        run_ = run_load(cfg, source=source, **kw)
+    metrics = dict(run_.metrics)
+    if analysis is not None:
+        metrics["analysis"] = analysis
+    if args.recommend:
+        rec = recommend(metrics, cfg.compute_model().nominal_s, consumers=world.size)
+        if args.validate and rec.get("depth_recommended"):
+            rec["validation"] = validate(replace(cfg, cache=cfg.cache), rec["depth_recommended"], **kw)
+        metrics["prefetch_recommendation"] = rec
+    results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging}
+                                                             if args.tiers else {}),
+                      environment=run_.environment, world=world.describe(), metrics=metrics)
+    for w in run_.warnings:
+        results.warn(w)
+    gathered = world.gather({k: v for k, v in metrics.items() if k not in ("series", "system")})
+    if world.size > 1 and world.rank == 0:
+        results.per_rank = gathered
+    if args.json and world.rank == 0:
+        results.write(args.json)
+    if world.rank == 0:
+        m = metrics
+        line = (f"stall {m['stall_ratio']:.1%}  AU {m['accelerator_utilization']:.1%}  "
+                f"{m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
+                f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  "
+                f"wait p99 {format_seconds(m['batch_wait_s']['p99'] or 0)}  "
+                f"batch I/O p99 {format_seconds(m['batch_io_s']['p99'] or 0)}  ({m['steps']} steps, first excluded)")
+        print(line)
+        if analysis is not None:
+            print(f"prep stall {analysis['prep_stall_ratio']:.1%}  fetch stall {analysis['fetch_stall_ratio']:.1%}")
+        rec = metrics.get("prefetch_recommendation")
+        if rec:
+            if rec.get("depth_recommended"):
+                print(f"prefetch: depth >= {rec['depth_min']} (ceil P99 I/O / compute), recommended "
+                      f"{rec['depth_recommended']}, host memory {rec['host_bytes_total'] / 2**20:.1f} MiB")
+            else:
+                print(f"prefetch: {rec.get('note')}")
+            if rec.get("validation"):
+                v = rec["validation"]
+                print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
+                      f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
+        if args.json:
+            print(f"results: {args.json}")
+    return 0
+
+
+def _tiers_source(args, cfg):
+    from ..errors import ConfigError
+    from ..manifest import read_manifest
+    from ..storage import open_backend
+
+    try:
+        from ..tiers import loader_source
+    except ImportError as e:
+        raise ConfigError("--tiers", f"storage tiers are not available in this build ({e})",
+                          "drop --tiers, or install an iobench with iobench.tiers.loader_source") from None
+    backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
+    manifest = read_manifest(backend)
+    return loader_source(args.tiers, args.staging, manifest, backend)

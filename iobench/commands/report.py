@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+
+def add_threshold_flags(p) -> None:
+    p.add_argument("--min-au", type=float, metavar="R", help="fail (exit 1) if accelerator utilization < R "
+                                                             "(MLPerf Storage: 0.9)")
+    p.add_argument("--max-stall", type=float, metavar="R", help="fail if a data-stall ratio exceeds R")
+    p.add_argument("--min-throughput", metavar="RATE", help="fail if throughput is below RATE (e.g. 500MB/s)")
+    p.add_argument("--max-wait-p99", metavar="DURATION", help="fail if the P99 batch wait exceeds DURATION")
+
+
+def threshold_limits(args) -> dict:
+    from ..errors import ConfigError
+    from ..planner.models import parse_rate
+    from ..units import parse_duration
+
+    for flag in ("min_au", "max_stall"):
+        v = getattr(args, flag)
+        if v is not None and not 0 <= v <= 1:
+            raise ConfigError("--" + flag.replace("_", "-"), f"must be between 0 and 1, got {v}", "give e.g. 0.9")
+    return {"min_au": args.min_au, "max_stall": args.max_stall,
+            "min_throughput": parse_rate(args.min_throughput, "--min-throughput") if args.min_throughput else None,
+            "max_wait_p99": parse_duration(args.max_wait_p99, "--max-wait-p99") if args.max_wait_p99 else None}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="render results files as one self-contained HTML page and a Markdown summary")
+    p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files (any iobench command)")
+    p.add_argument("-o", "--out", default="reports/latest", metavar="DIR", help="output directory")
+    p.add_argument("--title", default="iobench report")
+    add_threshold_flags(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..report.build import build_report
+
+    rep = build_report(args.results, args.out, args.title, threshold_limits(args))
+    print(f"report: {rep.html}")
+    print(f"summary: {rep.markdown}")
+    for c in rep.checks:
+        print(f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {c['path']} = {c['value']}")
+    return 0 if rep.ok else 1

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from ..cli import add_endpoint_flag, add_json_flag
+
+
+def register(sub) -> None:
+    p = sub.add_parser("stage", help="stage a dataset into a tier (prestage, ondemand, stream) and measure it",
+                       description="Copy a dataset into a hotter tier the way a training job would, and report "
+                                   "staging time, bandwidth, bytes moved per tier pair, evictions and hit ratios. "
+                                   "With --epochs, read the dataset that many times (shard order shuffled per "
+                                   "epoch) and report per-epoch times.")
+    p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (holds manifest.json)")
+    p.add_argument("--tiers", required=True, metavar="FILE", help="tiers YAML (create one with `iobench tiers init`)")
+    p.add_argument("--to", metavar="TIER", help="the tier to stage into (default: the first, hottest)")
+    p.add_argument("--mode", default="prestage", choices=("prestage", "ondemand", "stream"))
+    p.add_argument("--epochs", type=int, default=None, metavar="N",
+                   help="read the dataset N times after staging (default: 0 for prestage, 1 otherwise)")
+    p.add_argument("--readers", type=int, default=4, metavar="N", help="parallel shard readers during epochs")
+    p.add_argument("--concurrency", type=int, metavar="N", help="parallel copies (default: the tiers file's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the per-epoch shard order")
+    p.add_argument("--trace", metavar="PATH", help="write the access trace here (JSON lines)")
+    p.add_argument("--evict-first", action="store_true", help="drop this dataset's copies from the tier first")
+    add_endpoint_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from ..errors import ConfigError
+    from ..results import Results
+    from ..tiers.config import load_tiers
+    from ..tiers.run import run_stage
+    from ..units import format_bytes, format_rate, format_seconds
+    from ..world import detect_world
+
+    cfg = load_tiers(args.tiers)
+    if args.concurrency is not None:
+        if args.concurrency < 1:
+            raise ConfigError("--concurrency", f"must be at least 1, got {args.concurrency}", "use e.g. 8")
+        cfg = replace(cfg, concurrency=args.concurrency)
+    epochs = args.epochs if args.epochs is not None else (0 if args.mode == "prestage" else 1)
+    if epochs < 0 or args.readers < 1:
+        raise ConfigError("--epochs" if epochs < 0 else "--readers", "must not be negative" if epochs < 0
+                          else "must be at least 1", "give a whole number")
+    world = detect_world()
+    res = Results(command="stage", world=world.describe(), config={"dataset": args.dataset, "tiers_file": args.tiers, "to": args.to,
+                                           "mode": args.mode, "epochs": epochs, "readers": args.readers,
+                                           "seed": args.seed, "tiers": cfg.describe()})
+    m = run_stage(cfg, args.dataset, mode=args.mode, to=args.to, epochs=epochs, readers=args.readers, seed=args.seed,
+                  endpoint_url=args.endpoint_url, trace_path=args.trace, evict_first=args.evict_first,
+                  tiers_file=args.tiers, progress=world.rank == 0, results=res, rank=world.rank, world=world.size)
+    if world.size > 1:
+        gathered = world.gather(m)
+        if world.rank == 0:
+            res.per_rank = gathered
+        if world.rank != 0:
+            return 0
+    con = Console()
+    st = m.get("staging")
+    if st:
+        con.print(f"staged {st['staged_shards']} shards ({format_bytes(st['bytes'])}) into {m['to']} in "
+                  f"{format_seconds(st['seconds'])}: {format_rate(st['bytes_per_s'])}; "
+                  f"{st['already_present_shards']} already there, {st['evictions']} evicted, "
+                  f"{st['refetches']} re-fetched")
+    for e in m.get("epochs", []):
+        con.print(f"epoch {e['epoch']}: {format_seconds(e['seconds'])}, {format_rate(e['bytes_per_s'])}, "
+                  f"hit ratio {e['hit_ratio']:.2f}")
+    if args.json:
+        res.write(args.json)
+    return 0

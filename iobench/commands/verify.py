@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from ..cli import add_endpoint_flag, add_json_flag
+
+    p = sub.add_parser("verify", help="check a dataset's shards against its manifest (exit 1 on corruption)")
+    p.add_argument("url", metavar="DATASET_URL", help="dataset root: local path, s3://bucket/prefix, memory://name")
+    p.add_argument("--no-samples", action="store_true", help="skip counting samples (size and checksum only)")
+    add_endpoint_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..results import Results
+    from ..units import format_bytes
+    from ..verify import verify_dataset
+
+    import sys
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn("[bold]verify"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  disable=not sys.stderr.isatty(), transient=True) as prog:
+        task = prog.add_task("verify", total=None)
+
+        def on_shard(shard, nbytes):
+            prog.update(task, advance=nbytes)
+
+        report = verify_dataset(args.url, endpoint_url=args.endpoint_url, count_samples=not args.no_samples,
+                                on_shard=on_shard)
+    if report.ok:
+        print(f"OK: {report.shards_checked} shards, {report.samples_checked} samples, "
+              f"{format_bytes(report.bytes_checked)} match the manifest ({report.seconds:.2f} s)")
+    else:
+        print(f"CORRUPT: first bad shard {report.first_bad}; {len(report.problems)} of {report.shards} shards bad")
+    if args.json:
+        res = Results(command="verify", config={"url": args.url},
+                      environment={"storage": {"url": args.url, "endpoint_url": args.endpoint_url}},
+                      metrics={"ok": report.ok, "shards": report.shards, "shards_bad": len(report.problems),
+                               "bytes": report.bytes_checked, "samples": report.samples_checked,
+                               "seconds": report.seconds,
+                               "throughput": {"bytes_per_s": report.bytes_checked / max(report.seconds, 1e-9)},
+                               "first_bad": report.to_dict()["first_bad"],
+                               "problems": [str(p) for p in report.problems]})
+        if not report.ok:
+            res.warn(f"dataset is corrupt: {report.first_bad}")
+        res.write(args.json)
+    return 0 if report.ok else 1

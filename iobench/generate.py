@@ -1,0 +1,587 @@
+"""Synthetic dataset generation: ``generate(spec, url)`` writes shards, then ``manifest.json``.
+
+Every sample is a pure function of (seed, global index) (``iobench.synth``), and the
+shard plan (which samples go in which shard) is fixed before anything is written, so the
+work splits into contiguous shard ranges, one per writer process, and ``--workers 1``
+and ``--workers 4`` give byte-identical datasets.  Size-based rotation is planned from the
+nominal sample size (exact for tokens, the mean of a few probe images for images).
+
+Each shard goes through ``Backend.open_output`` (temp name, fsync, rename; S3 objects
+appear when their upload completes) with its bytes counted and checksummed on the way
+out.  The manifest is published only after every shard is durable; on any failure the
+shards of this run are removed and no manifest is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import queue as queue_mod
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .config import build, check_choice, nearest, to_dict
+from .errors import ConfigError, IobenchError, StorageError
+from .manifest import MANIFEST_NAME, Manifest, ShardEntry, write_manifest
+from .results import now_iso
+from .storage import Backend, open_backend
+from .units import parse_size
+
+CHECKSUMS = ("xxh64", "crc32c")
+DISTRIBUTIONS = ("uniform", "zipf")
+TOKEN_DTYPES = ("auto", "uint16", "uint32")
+MODALITIES = ("tokens", "images")
+# Per-sample framing beyond the payload, to plan size-based shards (close enough for rotation).
+_OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900, ("tar", "images"): 1800,
+             ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
+             ("tfrecord", "images"): 80}
+
+
+@dataclass(frozen=True)
+class GenSpec:
+    """What to generate.  Built from a workload's ``gen`` section and flags via ``GenSpec.from_mapping``."""
+
+    format: str = "raw"
+    modality: str = "tokens"
+    num_samples: int = 1024
+    shard_size: str = "64MiB"          # bytes ("64MiB") or a sample count ("1000 samples")
+    compression: str = "none"          # none | zstd:LEVEL
+    checksum: str = "xxh64"            # xxh64 | crc32c
+    seed: int = 0
+    workers: int = 1
+    # tokens
+    seq_len: int = 2048
+    vocab_size: int = 50257
+    token_dtype: str = "auto"          # auto (uint16 if vocab <= 65536, else uint32) | uint16 | uint32
+    distribution: str = "uniform"      # uniform | zipf
+    zipf_a: float = 1.1
+    # images
+    image_width: int = 500
+    image_height: int = 375
+    image_size_jitter: float = 0.2
+    image_grain: int = 48
+    jpeg_quality: int = 90
+    num_classes: int = 1000
+    # durability
+    fsync: bool = True
+
+    def __post_init__(self) -> None:
+        from .formats import format_names, get_format
+
+        check_choice("gen.format", self.format, format_names())
+        check_choice("gen.modality", self.modality, MODALITIES)
+        check_choice("gen.checksum", self.checksum, CHECKSUMS)
+        check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
+        check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
+        for name in ("num_samples", "workers", "seq_len", "vocab_size", "image_width", "image_height",
+                     "num_classes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        if self.seed < 0:
+            raise ConfigError("gen.seed", f"must be zero or more, got {self.seed}", "give a non-negative seed")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ConfigError("gen.jpeg_quality", f"{self.jpeg_quality} is out of range", "use 1..100")
+        if self.image_size_jitter < 0 or self.image_grain < 0 or self.zipf_a <= 0:
+            raise ConfigError("gen.image_size_jitter/image_grain/zipf_a", "must not be negative",
+                              "use jitter >= 0, grain >= 0, zipf_a > 0")
+        if self.token_dtype == "uint16" and self.vocab_size > 2**16:
+            raise ConfigError("gen.token_dtype", f"uint16 cannot hold a vocabulary of {self.vocab_size}",
+                              "use uint32 or auto")
+        self.shard_limit()
+        from .formats.compression import parse_compression
+
+        comp = parse_compression(self.compression, "gen.compression")
+        try:
+            fmt = get_format(self.format)
+        except ImportError:
+            return  # reported with an install hint when generation starts
+        if comp.kind not in fmt.compressions:
+            raise ConfigError("gen.compression", f"format {self.format!r} does not support {comp.kind}",
+                              "use one of: " + ", ".join(fmt.compressions))
+
+    @classmethod
+    def from_mapping(cls, mapping: dict | None, section: str = "gen") -> "GenSpec":
+        return build(cls, mapping, section)
+
+    def shard_limit(self) -> tuple[str, int]:
+        """("samples", N) or ("bytes", N) from ``shard_size``."""
+        text = str(self.shard_size).strip()
+        m = re.fullmatch(r"(\d+)\s*samples?", text, flags=re.I)
+        if m:
+            n = int(m.group(1))
+            if n <= 0:
+                raise ConfigError("gen.shard_size", f"must be positive, got {text!r}", "give e.g. 1000 samples")
+            return "samples", n
+        return "bytes", parse_size(text, "gen.shard_size")
+
+    @property
+    def dtype(self) -> str:
+        from .synth import token_dtype_for
+
+        return token_dtype_for(self.vocab_size, self.token_dtype).name
+
+    def resolved(self) -> dict:
+        """The spec as recorded in the manifest (token dtype resolved)."""
+        d = to_dict(self)
+        d["token_dtype"] = self.dtype
+        from .synth import SYNTH_VERSION
+
+        d["synth_version"] = SYNTH_VERSION
+        return d
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    index: int
+    first: int
+    count: int
+    path: str
+
+
+def make_synth(spec: GenSpec):
+    from .synth import ImageParams, ImageSynth, TokenParams, TokenSynth
+
+    if spec.modality == "tokens":
+        return TokenSynth(spec.seed, TokenParams(spec.seq_len, spec.vocab_size, spec.dtype, spec.distribution,
+                                                 spec.zipf_a))
+    return ImageSynth(spec.seed, ImageParams(spec.image_width, spec.image_height, spec.image_size_jitter,
+                                             spec.image_grain, spec.jpeg_quality, spec.num_classes))
+
+
+def samples_per_shard(spec: GenSpec, nominal_sample_bytes: int | None = None) -> int:
+    kind, n = spec.shard_limit()
+    if kind == "samples":
+        return n
+    if nominal_sample_bytes is None:
+        nominal_sample_bytes = make_synth(spec).nominal_bytes()
+    per = nominal_sample_bytes + _OVERHEAD.get((spec.format, spec.modality), 0)
+    return max(1, n // max(1, per))
+
+
+def plan_shards(spec: GenSpec, nominal_sample_bytes: int | None = None) -> list[ShardPlan]:
+    from .formats import get_format
+
+    ext = get_format(spec.format).extension
+    per = samples_per_shard(spec, nominal_sample_bytes)
+    plans = []
+    for k, first in enumerate(range(0, spec.num_samples, per)):
+        plans.append(ShardPlan(k, first, min(per, spec.num_samples - first), f"shard-{k:06d}{ext}"))
+    return plans
+
+
+class _Tally:
+    """Wraps a shard's output file: counts and checksums every byte on its way to the backend."""
+
+    def __init__(self, f, algo: str) -> None:
+        self.f = f
+        self.algo = algo
+        self.count = 0
+        if algo == "xxh64":
+            import xxhash
+
+            self._h = xxhash.xxh64()
+            self._update = self._h.update
+        else:
+            import crc32c
+
+            self._crc = 0
+            self._fn = crc32c.crc32c
+            self._update = self._crc_update
+
+    def _crc_update(self, b) -> None:
+        self._crc = self._fn(b, self._crc)
+
+    def write(self, b) -> int:
+        self.f.write(b)
+        n = len(b) if not isinstance(b, memoryview) else b.nbytes
+        self._update(b)
+        self.count += n
+        return n
+
+    def tell(self) -> int:
+        return self.count
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def close(self) -> None:  # the generator publishes and closes the real file
+        pass
+
+    def digest(self) -> str:
+        if self.algo == "xxh64":
+            return f"xxh64:{self._h.hexdigest()}"
+        return f"crc32c:{self._crc:08x}"
+
+
+def new_hasher(algo: str) -> _Tally:
+    """A checksum accumulator for ``algo`` (the same one the generator uses), writing nowhere."""
+    class _Null:
+        def write(self, b):
+            return len(b)
+
+        def flush(self):
+            pass
+
+    return _Tally(_Null(), algo)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def write_shards(spec: GenSpec, backend: Backend, plans: list[ShardPlan], *,
+                 report: Callable[[int, int], None] = lambda s, b: None,
+                 should_stop: Callable[[], bool] = lambda: False) -> list[ShardEntry]:
+    """Write the planned shards in order; ``report(samples, bytes)`` receives increments."""
+    from .formats import get_format
+
+    fmt = get_format(spec.format)
+    synth = make_synth(spec)
+    entries = []
+    # Local shards are made durable together at the end, like fio's --end_fsync: a worker never
+    # idles on one shard's fsync, and no manifest can name a shard before its fsync returned.
+    defer_fsync = spec.fsync and backend.is_local
+    for plan in plans:
+        try:
+            entries.append(_write_one(spec, backend, fmt, synth, plan, defer_fsync, report, should_stop))
+        except OSError as e:
+            if e.filename is None:
+                e.filename = backend.path(plan.path)   # name the shard in the one-line error
+            raise
+    if defer_fsync and entries:
+        make_durable(backend, [e.path for e in entries] + [e.index_path for e in entries if e.index_path])
+    return entries
+
+
+def _write_one(spec, backend, fmt, synth, plan, defer_fsync, report, should_stop) -> ShardEntry:
+    with backend.open_output(plan.path, fsync=spec.fsync and not defer_fsync) as f:
+        tally = _Tally(f, spec.checksum)
+        writer = fmt.writer(tally, modality=spec.modality, compression=spec.compression,
+                            token_dtype=spec.dtype, vocab_size=spec.vocab_size, seq_len=spec.seq_len,
+                            num_samples=plan.count)
+        last_bytes, pending = 0, 0
+        if spec.modality == "tokens":
+            from .synth import TOKEN_BLOCK
+
+            i, end = plan.first, plan.first + plan.count
+            while i < end:
+                stop = min(end, (i // TOKEN_BLOCK + 1) * TOKEN_BLOCK)
+                writer.write_batch(i, synth.rows(i, stop))
+                pending += stop - i
+                i = stop
+                if should_stop():
+                    raise _Stopped()
+                report(pending, tally.count - last_bytes)
+                last_bytes, pending = tally.count, 0
+        else:
+            for i in range(plan.first, plan.first + plan.count):
+                writer.write(synth.sample(i))
+                if should_stop():
+                    raise _Stopped()
+                report(1, tally.count - last_bytes)
+                last_bytes = tally.count
+        layout = writer.finish()
+        report(pending, tally.count - last_bytes)
+    if layout.samples != plan.count:
+        raise IobenchError(f"{plan.path}: writer reported {layout.samples} samples, planned {plan.count}")
+    index_path = None
+    if layout.index_bytes is not None:
+        index_path = plan.path + ".index"
+        backend.write_bytes(index_path, layout.index_bytes, fsync=spec.fsync and not defer_fsync)
+    return ShardEntry(path=plan.path, bytes=tally.count, samples=plan.count, checksum=tally.digest(),
+                      offsets=layout.offsets, index_path=index_path, first_sample=plan.first)
+
+
+def make_durable(backend: Backend, paths: list[str]) -> None:
+    """fsync each file, then the directories that hold them."""
+    import os
+
+    from .atomic import fsync_dir
+
+    dirs = set()
+    for rel in paths:
+        full = backend.local_path(rel)
+        fd = os.open(full, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dirs.add(os.path.dirname(full))
+    for d in sorted(dirs):
+        fsync_dir(d)
+
+
+def _describe_error(e: BaseException, backend_url: str) -> tuple[str, str]:
+    import errno
+
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return "storage", f"no space left on the device while writing {backend_url}: {e.filename or ''}".rstrip(": ")
+    if isinstance(e, ConfigError):
+        return "config", str(e)
+    return "storage" if isinstance(e, OSError) else "error", f"{type(e).__name__}: {e}"
+
+
+def _worker(spec_dict: dict, url: str, endpoint_url, storage_options, plans, q, stop) -> None:
+    try:
+        spec = GenSpec.from_mapping(spec_dict)
+        backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options)
+        entries = write_shards(spec, backend, plans, report=lambda s, b: q.put(("p", s, b)),
+                               should_stop=stop.is_set)
+        q.put(("done", [e.to_dict() for e in entries]))
+    except _Stopped:
+        q.put(("stopped",))
+    except BaseException as e:  # sent to the parent, which re-raises it with the shard named
+        kind, msg = _describe_error(e, url)
+        q.put(("error", kind, msg))
+
+
+def _split(plans: list[ShardPlan], workers: int) -> list[list[ShardPlan]]:
+    """Contiguous shard ranges with about equal sample counts."""
+    workers = max(1, min(workers, len(plans)))
+    total = sum(p.count for p in plans)
+    out: list[list[ShardPlan]] = [[] for _ in range(workers)]
+    done = 0
+    for p in plans:
+        w = min(workers - 1, done * workers // max(1, total))
+        out[w].append(p)
+        done += p.count
+    return [r for r in out if r]
+
+
+def _progress(enabled: bool, total: int, label: str):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[bytes]}"), TimeRemainingColumn(), disable=not enabled,
+                    transient=False)
+
+
+def _remove_quietly(backend: Backend, paths: list[str]) -> None:
+    for p in paths:
+        try:
+            if backend.exists(p):
+                backend.rm(p)
+        except Exception:  # best effort: the missing manifest already marks the dataset incomplete
+            pass
+
+
+def prepare_target(backend: Backend, field: str = "--out") -> None:
+    """Check that the target is writable and withdraw any old manifest before new shards land."""
+    import errno
+
+    try:
+        backend.makedirs()
+        if backend.is_local:
+            import os
+
+            if not os.access(backend.root, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable", backend.root)
+        if backend.exists(MANIFEST_NAME):
+            backend.rm(MANIFEST_NAME)
+    except PermissionError as e:
+        raise ConfigError(field, f"cannot write to {backend.url} ({e.strerror or e})",
+                          "pick a directory you can write to") from None
+    except FileExistsError:
+        raise ConfigError(field, f"{backend.url} exists and is not a directory", "give a directory path") from None
+    except NotADirectoryError:
+        raise ConfigError(field, f"a parent of {backend.url} is not a directory", "give a directory path") from None
+    except OSError as e:
+        raise ConfigError(field, f"cannot create {backend.url} ({e.strerror or type(e).__name__})",
+                          "pick a directory you can write to") from None
+
+
+def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
+             progress: bool = True, stats: dict | None = None) -> Manifest:
+    """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
+
+    ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
+    """
+    from .formats import get_format
+
+    fmt = get_format(spec.format)   # missing optional package -> exit 2 with an install hint
+    backend = open_backend(out_url, endpoint_url=endpoint_url, storage_options=storage_options,
+                           field_name="--out", check=True)
+    prepare_target(backend)
+    t0 = time.perf_counter_ns()
+    plans = plan_shards(spec)
+    workers = min(spec.workers, len(plans))
+    if backend.protocol == "memory":
+        workers = 1   # a memory:// filesystem lives in this process only
+    total_bytes = [0]
+    with _progress(progress, spec.num_samples, "gen") as prog:
+        task = prog.add_task(f"gen {spec.format}/{spec.modality}", total=spec.num_samples, bytes="0 B")
+
+        def report(s: int, b: int) -> None:
+            from .units import format_bytes
+
+            total_bytes[0] += b
+            prog.update(task, advance=s, bytes=format_bytes(total_bytes[0]))
+
+        try:
+            if workers <= 1:
+                entries = write_shards(spec, backend, plans, report=report)
+                pids = []
+            else:
+                entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
+        except BaseException as e:
+            _remove_quietly(backend, [p.path for p in plans] + [p.path + ".index" for p in plans])
+            if isinstance(e, IobenchError):
+                raise
+            if isinstance(e, (OSError, _WorkerError)):
+                kind, msg = _describe_error(e, out_url) if isinstance(e, OSError) else (e.kind, e.message)
+                if kind == "config":
+                    raise ConfigError("--out", msg) from e
+                raise StorageError(f"generation failed, no manifest written: {msg}") from e
+            raise
+    entries = sorted(entries, key=lambda e: e.first_sample)
+    manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
+                        seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
+                        extra={"compression_scope": fmt.scope(spec.modality) if spec.compression != "none" else None,
+                               "checksum": spec.checksum, "generator": "iobench.generate",
+                               "offsets": "samples+1 record boundaries" if fmt.indexable else None})
+    write_manifest(backend, manifest)
+    if stats is not None:
+        stats.update(seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def _comp(spec: GenSpec):
+    from .formats.compression import parse_compression
+
+    return parse_compression(spec.compression)
+
+
+class _WorkerError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+def _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report):
+    # fork starts in milliseconds where spawn re-imports numpy/pyarrow/s3fs; fsspec resets its
+    # event loop and lock in a forked child, and each worker opens its own backend.
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    q = ctx.Queue()
+    stop = ctx.Event()
+    ranges = _split(plans, workers)
+    procs = [ctx.Process(target=_worker, args=(dataclasses.asdict(spec), backend.url, endpoint_url,
+                                               storage_options, r, q, stop), daemon=True)
+             for r in ranges]
+    for p in procs:
+        p.start()
+    entries: list[ShardEntry] = []
+    finished = 0
+    failure: _WorkerError | None = None
+    try:
+        while finished < len(procs):
+            try:
+                msg = q.get(timeout=0.5)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead and failure is None:
+                    failure = _WorkerError("error", f"a writer process died (exit code {dead[0].exitcode})")
+                    stop.set()
+                    break
+                continue
+            if msg[0] == "p":
+                report(msg[1], msg[2])
+            elif msg[0] == "done":
+                entries.extend(ShardEntry.from_dict(d) for d in msg[1])
+                finished += 1
+            elif msg[0] == "stopped":
+                finished += 1
+            elif msg[0] == "error":
+                finished += 1
+                if failure is None:
+                    failure = _WorkerError(msg[1], msg[2])
+                    stop.set()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+    if failure is not None:
+        raise failure
+    return entries, [p.pid for p in procs]
+
+
+# ---------------------------------------------------------------------------------------------
+# `iobench run` stage
+
+
+SUITE_FORMATS = ("raw", "parquet", "tfrecord", "tar")
+# Small enough for the embedded suite (< ~20 s for all 16 datasets on a laptop).
+SUITE_SPECS = {
+    "tokens": {"modality": "tokens", "num_samples": 512, "seq_len": 256, "vocab_size": 50257,
+               "shard_size": "128 samples", "distribution": "zipf"},
+    "images": {"modality": "images", "num_samples": 16, "shard_size": "4 samples"},
+}
+
+
+def suite_stage(ctx) -> dict:
+    """`iobench run` stage: tokens and images in every format, locally and on S3, each verified."""
+    from .results import Results
+    from .units import format_rate
+    from .verify import verify_dataset
+
+    locations = [("local", str(ctx.local_dir("datasets")), None, None)]
+    if ctx.s3_url:
+        locations.append(("s3", ctx.s3_url.rstrip("/") + "/datasets", ctx.endpoint_url, ctx.s3_storage_options))
+    datasets, per_dataset = [], {}
+    res = Results(command="gen", config={"suite_specs": SUITE_SPECS})
+    for fmt in SUITE_FORMATS:
+        ok_count, total, rates = 0, 0, []
+        for location, root, endpoint, opts in locations:
+            for modality, base in SUITE_SPECS.items():
+                name = f"{fmt}-{modality}"
+                url = f"{root.rstrip('/')}/{name}"
+                spec = GenSpec.from_mapping({**base, "format": fmt, "seed": 0})
+                stats: dict = {}
+                m = generate(spec, url, endpoint_url=endpoint, storage_options=opts, progress=False, stats=stats)
+                rep = verify_dataset(url, endpoint_url=endpoint, storage_options=opts)
+                total += 1
+                ok_count += rep.ok
+                rate = m.total_bytes / max(stats["seconds"], 1e-9)
+                rates.append(f"{location} {modality} {format_rate(rate)}")
+                per_dataset[f"{location}/{name}"] = {
+                    "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
+                    "seconds": stats["seconds"], "throughput": {"bytes_per_s": rate},
+                    "verify": {"ok": rep.ok, "seconds": rep.seconds,
+                               "first_bad": str(rep.first_bad) if rep.first_bad else None}}
+                if not rep.ok:
+                    ctx.warnings.append(f"generate: {location}/{name} failed verification: {rep.first_bad}")
+                datasets.append({"name": name, "format": fmt, "modality": modality, "url": url,
+                                 "location": location, "storage_options": opts if location == "s3" else None,
+                                 "endpoint_url": endpoint})
+        ctx.row("generate", f"{fmt}: tokens+images, {'/'.join(loc for loc, *_ in locations)}",
+                f"{ok_count}/{total} verified; " + ", ".join(rates[:2]))
+    ctx.state["datasets"] = datasets
+    res.metrics = {"datasets": per_dataset, "verified": sum(d["verify"]["ok"] for d in per_dataset.values()),
+                   "total": len(per_dataset)}
+    path = ctx.out_dir / "generate.json"
+    res.write(path)
+    ctx.results_files.append(path)
+    return {"datasets": len(per_dataset), "verified": res.metrics["verified"],
+            "bytes": sum(d["bytes"] for d in per_dataset.values())}

@@ -1,0 +1,155 @@
+"""Consumer emulation: how long each training step computes, and how.
+
+Durations come from a constant, a distribution (``normal``, ``lognormal``) or a file of
+measured step times (one number per line, seconds or with a unit, cycled).  Modes:
+``sleep`` (an accelerator: the host CPU is free while it computes), ``spin`` (busy CPU,
+to model contention with the loader's workers) or ``callback`` — a user function
+``module:function`` called as ``fn(batch, step)`` that does the real work (e.g. a PyTorch
+training step; see README "Loader").
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ConfigError
+from ..units import parse_duration
+
+MODES = ("sleep", "spin", "callback")
+_Z99 = 2.3263478740408408
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    kind: str = "const"          # const | normal | lognormal | file
+    mean_s: float = 0.0          # const value, normal mean, lognormal p50
+    spread_s: float = 0.0        # normal std, lognormal p99
+    times_s: tuple[float, ...] = ()
+    mode: str = "sleep"
+    callback: str | None = None  # "module:function"
+    seed: int = 0
+
+    @property
+    def nominal_s(self) -> float:
+        """The typical step compute time (used for prefetch sizing)."""
+        if self.kind == "file" and self.times_s:
+            return sum(self.times_s) / len(self.times_s)
+        return self.mean_s
+
+    def describe(self) -> dict:
+        d: dict[str, Any] = {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s}
+        if self.kind == "normal":
+            d["std_s"] = self.spread_s
+        if self.kind == "lognormal":
+            d["p50_s"], d["p99_s"] = self.mean_s, self.spread_s
+        if self.kind == "file":
+            d["steps_in_file"] = len(self.times_s)
+        if self.callback:
+            d["callback"] = self.callback
+        return d
+
+
+def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str | None = None,
+                  seed: int = 0, field: str = "--compute") -> ComputeModel:
+    """'200ms' | 'normal:mean=200ms,std=20ms' | 'lognormal:p50=180ms,p99=400ms' | 'file:PATH'."""
+    if mode not in MODES:
+        from ..config import nearest
+
+        raise ConfigError("--compute-mode", f"unknown mode {mode!r}", nearest(mode, MODES))
+    if mode == "callback" and not callback:
+        raise ConfigError("--compute-fn", "callback mode needs a function", "give --compute-fn module:function")
+    text = str(spec).strip()
+    kind, sep, body = text.partition(":")
+    if not sep or kind not in ("const", "normal", "lognormal", "file"):
+        return ComputeModel(kind="const", mean_s=parse_duration(text, field), mode=mode, callback=callback, seed=seed)
+    if kind == "const":
+        return ComputeModel(kind="const", mean_s=parse_duration(body, field), mode=mode, callback=callback, seed=seed)
+    if kind == "file":
+        p = Path(body)
+        try:
+            lines = [ln.strip() for ln in p.read_text().splitlines()]
+        except OSError as e:
+            raise ConfigError(field, f"cannot read step-time file {body!r} ({e.strerror})",
+                              "give a file with one step time per line") from None
+        times = tuple(parse_duration(ln, field) for ln in lines if ln and not ln.startswith("#"))
+        if not times:
+            raise ConfigError(field, f"{body!r} holds no step times", "one number (seconds) or duration per line")
+        return ComputeModel(kind="file", times_s=times, mode=mode, callback=callback, seed=seed)
+    params = {}
+    for part in body.split(","):
+        k, eq, v = part.partition("=")
+        if not eq:
+            raise ConfigError(field, f"{text!r}: expected key=value, got {part!r}",
+                              "e.g. normal:mean=200ms,std=20ms")
+        params[k.strip()] = parse_duration(v.strip(), field)
+    need = ("mean", "std") if kind == "normal" else ("p50", "p99")
+    if set(params) != set(need):
+        raise ConfigError(field, f"{text!r}: {kind} takes exactly {', '.join(need)}",
+                          "e.g. normal:mean=200ms,std=20ms or lognormal:p50=180ms,p99=400ms")
+    a, b = params[need[0]], params[need[1]]
+    if kind == "lognormal" and (a <= 0 or b < a):
+        raise ConfigError(field, f"{text!r}: need 0 < p50 <= p99", "e.g. lognormal:p50=180ms,p99=400ms")
+    return ComputeModel(kind=kind, mean_s=a, spread_s=b, mode=mode, callback=callback, seed=seed)
+
+
+def load_callback(target: str) -> Callable:
+    module, sep, name = target.partition(":")
+    if not sep or not module or not name:
+        raise ConfigError("--compute-fn", f"{target!r} is not module:function", "e.g. mypkg.train:step")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError("--compute-fn", f"cannot load {target!r} ({e})", "check the module path and name") from e
+    if not callable(fn):
+        raise ConfigError("--compute-fn", f"{target!r} is not callable", "name a function")
+    return fn
+
+
+class Compute:
+    """Runs one step's emulated compute; ``__call__`` returns its duration in seconds."""
+
+    def __init__(self, model: ComputeModel) -> None:
+        self.model = model
+        self._rng = random.Random(model.seed)
+        self._fn = load_callback(model.callback) if model.mode == "callback" else None
+
+    def duration(self, step: int) -> float:
+        m = self.model
+        if m.kind == "file":
+            return m.times_s[step % len(m.times_s)]
+        if m.kind == "normal":
+            return max(0.0, self._rng.gauss(m.mean_s, m.spread_s))
+        if m.kind == "lognormal":
+            import math
+
+            sigma = math.log(m.spread_s / m.mean_s) / _Z99 if m.spread_s > m.mean_s else 0.0
+            return self._rng.lognormvariate(math.log(m.mean_s), sigma)
+        return m.mean_s
+
+    def __call__(self, batch: Any, step: int) -> float:
+        t0 = time.perf_counter_ns()
+        if self._fn is not None:
+            self._fn(batch, step)
+        else:
+            d = self.duration(step)
+            if d > 0:
+                if self.model.mode == "spin":
+                    end = t0 + int(d * 1e9)
+                    while time.perf_counter_ns() < end:
+                        pass
+                else:
+                    _sleep_until(t0 + int(d * 1e9))
+        return (time.perf_counter_ns() - t0) / 1e9
+
+
+def _sleep_until(deadline_ns: int) -> None:
+    while True:  # a signal may wake sleep early
+        left = deadline_ns - time.perf_counter_ns()
+        if left <= 0:
+            return
+        time.sleep(left / 1e9)

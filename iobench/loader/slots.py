@@ -1,0 +1,105 @@
+"""Prefetch slots in shared memory, and the Batch the consumer receives (a view, not a copy).
+
+Batch ``k`` always goes to slot ``k % n``; a worker may fill it once the consumer has
+released batch ``k - n``.  Fixed assignment keeps batches in order without a free list
+and cannot deadlock: the batch a worker waits for is always older than its own.  Only
+small metadata (sample ids, offsets, labels) crosses the queue; payloads never do.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+
+class SlotPool:
+    def __init__(self, ctx, n_slots: int, slot_bytes: int) -> None:
+        self.n = n_slots
+        self.slot_bytes = max(int(slot_bytes), 1)
+        self.shms = [shared_memory.SharedMemory(create=True, size=self.slot_bytes) for _ in range(n_slots)]
+        # Batches of each slot released so far.  Written only by the consumer, read by workers:
+        # releasing is one store (no lock, no wake-up handshake on the consumer's critical path);
+        # a waiting worker polls with a short backoff instead.
+        self.released = ctx.Array("q", n_slots, lock=False)
+
+    def acquire(self, k: int, stop) -> int | None:
+        """Block until batch ``k`` may use its slot; None if the run is stopping."""
+        s = k % self.n
+        need = k // self.n
+        delay = 20e-6
+        while self.released[s] < need:
+            if stop.is_set():
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        return s
+
+    def release(self, k: int) -> None:
+        self.released[k % self.n] = k // self.n + 1
+
+    def buf(self, s: int) -> memoryview:
+        return self.shms[s].buf
+
+    def close(self) -> None:
+        for shm in self.shms:
+            try:
+                shm.close()
+            except BufferError:  # a view still exported; the unlink below frees it at exit
+                pass
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+        self.shms = []
+
+
+@dataclass
+class Batch:
+    """One batch as the consumer sees it.
+
+    ``data`` is a NumPy array over the slot (layout ``array``: shape ``(n, ...)``) or a
+    flat ``uint8`` array with ``offsets`` (layout ``ragged``: encoded images or arrays of
+    differing shapes, with ``shapes``/``dtype`` when they are arrays).  It is valid until
+    the consumer asks for the next batch; copy what must outlive the step.
+    """
+
+    index: int
+    epoch: int
+    indices: np.ndarray
+    labels: np.ndarray | None
+    data: np.ndarray
+    layout: str
+    nbytes: int
+    offsets: np.ndarray | None = None
+    shapes: list | None = None
+    dtype: str | None = None
+
+    def __len__(self) -> int:
+        return int(len(self.indices))
+
+    def sample(self, i: int) -> Any:
+        if self.layout == "array":
+            return self.data[i]
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        flat = self.data[a:b]
+        if self.shapes is not None:
+            return flat.view(self.dtype).reshape(self.shapes[i])
+        return flat
+
+
+def batch_from_meta(meta: dict, pool: SlotPool) -> Batch:
+    if meta.get("inline") is not None:
+        raw = np.frombuffer(meta["inline"], dtype=np.uint8)
+    else:
+        raw = np.frombuffer(pool.buf(meta["slot"]), dtype=np.uint8, count=meta["nbytes"])
+    if meta["layout"] == "array":
+        data = raw.view(meta["dtype"]).reshape(meta["shape"])
+    else:
+        data = raw
+    return Batch(index=meta["k"], epoch=meta["epoch"], indices=meta["indices"], labels=meta.get("labels"),
+                 data=data, layout=meta["layout"], nbytes=meta["nbytes"], offsets=meta.get("offsets"),
+                 shapes=meta.get("shapes"), dtype=meta.get("dtype"))

@@ -1,0 +1,65 @@
+"""`iobench run` stage "load": every generated dataset read cold and warm, with a prefetch recommendation."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+# Short loads: the suite checks the whole path end to end; `iobench load` measures for real.
+_TOKENS = dict(workers=2, prefetch=2, batch_size=32, steps=6, compute="5ms", shuffle_buffer=128)
+_IMAGES = dict(workers=2, prefetch=2, batch_size=4, steps=3, compute="5ms", shuffle_buffer=4, decode=True)
+_BUDGET_S = 30.0
+
+
+def suite_stage(ctx) -> dict:
+    from ..config import to_dict
+    from ..results import Results
+    from .analysis import recommend
+    from .core import LoadConfig, run_load
+
+    out_dir = ctx.out_dir / "load"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    datasets = ctx.state.get("datasets") or []
+    if not datasets:
+        ctx.warnings.append("load: no datasets from the generate stage; nothing loaded")
+        ctx.row("load", "datasets", "none (generate stage not run)")
+        return {"datasets": 0}
+    t_start = time.perf_counter()
+    summary: dict = {}
+    skipped = []
+    for d in datasets:
+        if time.perf_counter() - t_start > _BUDGET_S:
+            skipped.append(f"{d['location']}/{d['name']}")
+            continue
+        base = LoadConfig(dataset=d["url"], endpoint_url=d.get("endpoint_url"),
+                          **(_IMAGES if d["modality"] == "images" else _TOKENS), monitor_interval_s=2.0)
+        key = f"{d['location']}/{d['name']}"
+        entry: dict = {}
+        for cache in ("cold", "warm"):
+            cfg = replace(base, cache=cache)
+            run = run_load(cfg, storage_options=d.get("storage_options"))
+            m = run.metrics
+            if cache == "cold":
+                m["prefetch_recommendation"] = recommend(m, cfg.compute_model().nominal_s)
+            res = Results(command="load", config=to_dict(cfg), environment=run.environment, metrics=m)
+            for w in run.warnings:
+                res.warn(w)
+            path = out_dir / f"{d['location']}-{d['name']}-{cache}.json"
+            res.write(path)
+            ctx.results_files.append(path)
+            entry[cache] = {"stall_ratio": m["stall_ratio"],
+                            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"],
+                            "bytes_per_s": m["throughput"]["bytes_per_s"], "batch_io_p99_s": m["batch_io_s"]["p99"],
+                            "residency": run.environment["cache"].get("measured_residency")}
+            if cache == "cold":
+                rec = m["prefetch_recommendation"]
+                entry["prefetch"] = {"depth_min": rec["depth_min"], "depth_recommended": rec["depth_recommended"],
+                                     "host_bytes_total": rec.get("host_bytes_total")}
+        summary[key] = entry
+        c, w = entry["cold"], entry["warm"]
+        ctx.row("load", key, f"cold {c['steady_samples_per_s'] or 0:,.0f} samples/s stall {c['stall_ratio']:.0%} | "
+                             f"warm {w['steady_samples_per_s'] or 0:,.0f} samples/s stall {w['stall_ratio']:.0%} | "
+                             f"prefetch depth {entry['prefetch']['depth_recommended']}")
+    if skipped:
+        ctx.warnings.append(f"load: time budget ({_BUDGET_S:.0f} s) spent; skipped {', '.join(skipped)}")
+    return {"datasets": len(summary), "skipped": skipped, "per_dataset": summary}

@@ -1,0 +1,50 @@
+"""The `iobench run` stage: a few seconds of probing on each embedded tier."""
+
+from __future__ import annotations
+
+from ..units import format_rate, format_seconds
+
+
+def suite_stage(ctx) -> dict:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from ..results import Results
+    from .runner import Target, build_config, run_tier
+    from .summary import table
+
+    results = Results(command="probe", config={"probe": "suite", "quick": True})
+    size_cap = 256 * 2**20
+    local = ["file", "metadata", "smallfiles"]
+    plans = [(Target("nvme", str(ctx.local_dir("nvme") / "probe")), local,
+              {p: build_config(p, {}, quick=True) for p in local})]
+    if ctx.s3_url:
+        remote = ["s3", "metadata"]
+        plans.append((Target("object", ctx.s3_url.rstrip("/") + "/probe"), remote,
+                      {p: build_config(p, {}, quick=True, protocol="s3") for p in remote}))
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  console=Console(stderr=True), transient=True, disable=not Console(stderr=True).is_terminal) as progress:
+        for target, probes, configs in plans:
+            # force: the tier folder may hold other stages' data; the probe works in its own subfolder
+            run_tier(results, target, probes, configs, size_cap, force=True, endpoint_url=ctx.endpoint_url,
+                     storage_options=ctx.s3_storage_options if target.url.startswith("s3://") else None,
+                     progress=progress)
+    path = results.write(ctx.out_dir / "probe.json")
+    ctx.results_files.append(path)
+    for w in results.warnings:
+        ctx.warnings.append(f"probe: {w}")
+    summary = results.metrics["summary"]
+    for tier, row in summary.items():
+        if row.get("seq_read_bytes_per_s"):
+            ctx.row("probe", f"{tier} sequential read", format_rate(row["seq_read_bytes_per_s"]))
+        if row.get("rand_read_iops_qd32"):
+            ctx.row("probe", f"{tier} random read IOPS (qd {row.get('rand_read_iops_qd32_actual_qd')})",
+                    f"{row['rand_read_iops_qd32']:,.0f}")
+        if row.get("p99_read_latency_s"):
+            ctx.row("probe", f"{tier} p99 read latency (qd 1)", format_seconds(row["p99_read_latency_s"]))
+        if row.get("metadata_ops_per_s"):
+            ctx.row("probe", f"{tier} metadata ops/s", f"{row['metadata_ops_per_s']:,.0f}")
+        if row.get("smallfile_penalty"):
+            ctx.row("probe", f"{tier} small-file penalty", f"{row['smallfile_penalty']:.1f}×")
+    Console(stderr=True).print(table(summary))
+    return {"summary": summary, "results_file": str(path)}

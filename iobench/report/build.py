@@ -1,0 +1,78 @@
+"""Build a report directory (report.html + report.md) from results files, and check thresholds."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import data
+
+# Threshold flags: name -> (metric path suffix, comparison, label)
+THRESHOLDS = {
+    "min_au": ("accelerator_utilization", ">=", "accelerator utilization ≥"),
+    "max_stall": ("stall_ratio", "<=", "data stall ≤"),
+    "min_throughput": ("throughput.bytes_per_s", ">=", "throughput ≥"),
+    "max_wait_p99": ("batch_wait_s.p99", "<=", "batch wait P99 ≤"),
+}
+
+
+@dataclass
+class Report:
+    html: Path
+    markdown: Path
+    checks: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c["ok"] for c in self.checks)
+
+
+def load(paths) -> list[tuple[str, dict]]:
+    from ..results import read_results
+
+    docs = []
+    for p in paths:
+        if isinstance(p, tuple):
+            docs.append(p)
+            continue
+        docs.append((Path(p).name if Path(p).name != "run.json" else str(p), read_results(p)))
+    return docs
+
+
+def check(docs: list[tuple[str, dict]], limits: dict[str, float | None]) -> list[dict]:
+    """One row per (limit, matching metric); a limit that matches no metric at all fails."""
+    out = []
+    for name, limit in limits.items():
+        if limit is None:
+            continue
+        suffix, op, label = THRESHOLDS[name]
+        found = [(n, p, v) for n, d in docs for p, v in data.find(d.get("metrics", {}) or {}, suffix)]
+        if not found:
+            out.append({"check": f"{label} {limit:g}", "path": f"(no metric ending in {suffix})", "value": None,
+                        "ok": False, "results": ""})
+        for n, p, v in found:
+            ok = v >= limit if op == ">=" else v <= limit
+            out.append({"check": f"{label} {limit:g}", "path": p, "value": v, "ok": ok, "results": n})
+    return out
+
+
+def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
+                 limits: dict[str, float | None] | None = None) -> Report:
+    from ..atomic import atomic_write_bytes
+    from ..results import now_iso
+    from . import html, markdown
+
+    docs = load(inputs)
+    checks = check(docs, limits or {})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    when = now_iso()
+    page = html.render(docs, title, checks, when)
+    md = markdown.render(docs, title, checks, when)
+    hp, mp = out / "report.html", out / "report.md"
+    atomic_write_bytes(hp, page.encode("utf-8"), fsync=False)
+    atomic_write_bytes(mp, md.encode("utf-8"), fsync=False)
+    for f in (hp, mp):
+        f.chmod(0o644)   # temp files are created private; a report is meant to be shared
+    return Report(hp, mp, checks)

@@ -1,0 +1,152 @@
+"""Which plots a results file gets: generic ones for every shape, specific ones for known keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import data, plots
+
+_START_END = (("start_s", "end_s"), ("t_start", "t_end"), ("start", "end"), ("t0_s", "t1_s"), ("t0", "t1"),
+              ("begin_s", "end_s"))
+_LANE = ("checkpoint", "step", "name", "id", "rank", "phase")
+_KIND = ("phase", "kind", "event", "stage", "name")
+
+
+@dataclass(frozen=True)
+class Figure:
+    caption: str
+    png: bytes
+    kind: str          # latency-cdf | series | throughput | timeline | overhead
+
+
+def _label(path: str) -> str:
+    return path.replace("metrics.", "") or "value"
+
+
+def timeline_rows(table: list[dict]) -> list[tuple[str, float, float, str]] | None:
+    """Gantt rows from records that have a start and an end time."""
+    keys = next(((a, b) for a, b in _START_END if all(data.is_number(r.get(a)) and data.is_number(r.get(b))
+                                                      for r in table)), None)
+    if keys is None:
+        return None
+    a, b = keys
+    lane_k = next((k for k in _LANE if all(k in r for r in table)), None)
+    kind_k = next((k for k in _KIND if k != lane_k and all(k in r for r in table)), None)
+    return [(str(r[lane_k]) if lane_k else str(i), float(r[a]), float(r[b]), str(r[kind_k]) if kind_k else "busy")
+            for i, r in enumerate(table)]
+
+
+def checkpoint_rows(records: list[dict]) -> list[tuple[str, float, float, str]] | None:
+    """Gantt rows from `iobench ckpt` save records (t_call, t_snapshot_done, t_local_done, t_durable)."""
+    if not records or not all(isinstance(r, dict) and data.is_number(r.get("t_call")) for r in records):
+        return None
+    rows = []
+    for r in records:
+        lane = f"step {r.get('step', '?')} ({r.get('status', '')})"
+        t0, snap = r["t_call"], r.get("t_snapshot_done")
+        local, durable = r.get("t_local_done"), r.get("t_durable")
+        if data.is_number(snap):
+            rows.append((lane, t0, snap, "blocking (snapshot)"))
+        start = snap if data.is_number(snap) else t0
+        if data.is_number(local):
+            rows.append((lane, start, local, "local write"))
+            start = local
+        if data.is_number(durable):
+            rows.append((lane, start, durable, "commit to durable"))
+    return rows or None
+
+
+def gds_bars(cells: list[dict]) -> tuple[list[str], list[float]] | None:
+    """Throughput per GDS path cell (`iobench gds bench` metrics.cells)."""
+    labels, values = [], []
+    for c in cells:
+        if not isinstance(c, dict) or "path_effective" not in c:
+            return None
+        bps = (c.get("throughput") or {}).get("bytes_per_s")
+        if not data.is_number(bps):
+            continue
+        size = c.get("io_size_bytes")
+        cache = (c.get("cache") or {}).get("declared", "")
+        labels.append(f"{c['path_effective']} {size // 1024 if isinstance(size, int) else size} KiB ×{c.get('threads')}"
+                      f" {cache}")
+        values.append(bps)
+    return (labels, values) if labels else None
+
+
+def figures(doc: dict) -> list[Figure]:
+    metrics = doc.get("metrics", {}) or {}
+    out: list[Figure] = []
+    cmd = doc.get("command", "?")
+
+    curves = [(_label(p), plots.summary_cdf(v)) for p, v in data.hdrs(metrics) if v.get("count")]
+    # Group latency CDFs by their last name so that unlike things (bytes vs seconds) are not mixed.
+    groups: dict[str, list] = {}
+    for label, pts in curves:
+        groups.setdefault(label.rsplit(".", 1)[-1], []).append((label, pts))
+    for name, cs in groups.items():
+        png = plots.latency_cdf(f"{cmd}: {name} by percentile (HDR)", cs)
+        if png:
+            out.append(Figure(f"{name}: latency by percentile", png, "latency-cdf"))
+
+    for path, (x, ys, xlabel) in data.series(metrics)[:12]:
+        png = plots.time_series(f"{cmd}: {_label(path)} over time", x, ys, xlabel)
+        if png:
+            out.append(Figure(f"{_label(path)} over time", png, "series"))
+
+    rates = [(p, v) for p, v in data.flat_numbers(metrics).items()
+             if p.endswith("bytes_per_s") and v > 0 and ".cells[" not in p and "per_worker[" not in p]
+    if len(rates) >= 2:
+        png = plots.bars(f"{cmd}: throughput", [_label(p) for p, _ in rates[:24]], [v for _, v in rates[:24]],
+                         "MB/s", 1e6)
+        if png:
+            out.append(Figure("throughput by tier / path", png, "throughput"))
+
+    for path, v in data.walk(metrics):
+        if isinstance(v, list) and path.endswith("timeline"):
+            rows = checkpoint_rows(v)
+            if rows:
+                png = plots.timeline(f"{cmd}: checkpoint saves", rows[:90])
+                if png:
+                    out.append(Figure(f"{_label(path)}: checkpoint timeline", png, "timeline"))
+        if isinstance(v, list) and path.endswith("cells"):
+            bars = gds_bars(v)
+            if bars:
+                png = plots.bars(f"{cmd}: throughput by read path", bars[0][:32], bars[1][:32], "MB/s", 1e6)
+                if png:
+                    out.append(Figure("GDS read paths: throughput", png, "throughput"))
+
+    for path, table in data.tables(metrics):
+        rows = timeline_rows(table)
+        if rows:
+            png = plots.timeline(f"{cmd}: {_label(path)}", rows[:60])
+            if png:
+                out.append(Figure(f"{_label(path)}: timeline", png, "timeline"))
+
+    for p in data.plans(doc):
+        o = p.get("outputs", {})
+        if o.get("overhead_table"):
+            table = o["overhead_table"]
+            tau, lam, inp = o.get("optimal_interval_s"), o.get("failure_rate_per_s"), p.get("inputs", {})
+            if tau and lam and data.is_number(inp.get("cost")) and data.is_number(inp.get("recovery_time")):
+                from ..planner.checkpoint import checkpoint_overhead
+
+                grid = [tau / 8 * (64 ** (i / 60)) for i in range(61)]   # τ*/8 … 8τ*, log-spaced
+                table = [{"interval_s": t, "save_ratio": x.save, "redo_ratio": x.redo, "recover_ratio": x.recover,
+                          "total_ratio": x.total}
+                         for t, x in ((t, checkpoint_overhead(inp["cost"], lam, inp["recovery_time"], t)) for t in grid)]
+            png = plots.overhead_curve("checkpoint overhead L(τ)", table, tau)
+            if png:
+                out.append(Figure(f"plan {p['model']}: overhead by interval", png, "overhead"))
+        if o.get("snapshots_s") and o.get("commits_s"):
+            copy = p["inputs"].get("copy_time", 0.0) or 0.0
+            write = o.get("write_s", 0.0)
+            rows = []
+            for i, (s, c) in enumerate(zip(o["snapshots_s"], o["commits_s"])):
+                rows.append((f"checkpoint {i + 1}", s, s + copy, "snapshot (blocking)"))
+                rows.append((f"checkpoint {i + 1}", c - write, c, "commit"))
+            fail = p["inputs"].get("fail_at")
+            png = plots.timeline("async commit: snapshots, commits and a failure", rows,
+                                 {"failure": fail} if data.is_number(fail) else None)
+            if png:
+                out.append(Figure(f"plan {p['model']}: commit timeline", png, "timeline"))
+    return out

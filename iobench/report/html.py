@@ -1,0 +1,180 @@
+"""One self-contained HTML page: every plot embedded as a PNG data URI, no scripts, no links out."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+
+from . import data
+from .figures import figures
+from .headline import headline_rows
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222;
+line-height:1.4;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
+h3{margin-top:1.4em}table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
+th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#16794c;font-weight:600}.fail{color:#b3261e;font-weight:600}.warn{background:#fff6d6;padding:.5em;
+border-left:4px solid #e0b000}.rec{background:#eef6ff;padding:.5em .8em;border-left:4px solid #1f77b4}
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}img{max-width:100%;height:auto}
+details pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em}.muted{color:#777;font-size:.85em}
+"""
+
+
+def esc(v) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def fmt(path: str, v) -> str:
+    from ..commands.plan import format_value
+
+    parent, _, last = path.rpartition(".")
+    if last in data.HDR_KEYS and parent.endswith("_s") and isinstance(v, (int, float)):
+        from ..units import format_seconds
+
+        return f"{v:,}" if last == "count" else format_seconds(v)
+    if isinstance(v, float) and (last.endswith("utilization") or last.endswith("_ratio")):
+        return f"{v:.2%}"
+    if isinstance(v, float) and not last.endswith(("_s", "bytes_per_s")) and "bytes" not in last:
+        return f"{v:.4g}"
+    return format_value(last, v)
+
+
+def _table(headers: list[str], rows: list[list], num_cols: set[int] | None = None) -> str:
+    num_cols = num_cols or set()
+    out = ["<table><thead><tr>", *(f"<th>{esc(h)}</th>" for h in headers), "</tr></thead><tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td class=\"num\">{esc(c)}</td>" if i in num_cols else f"<td>{esc(c)}</td>"
+                                    for i, c in enumerate(r)) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _img(fig) -> str:
+    b64 = base64.b64encode(fig.png).decode("ascii")
+    return (f'<figure><img alt="{esc(fig.caption)}" src="data:image/png;base64,{b64}">'
+            f"<figcaption>{esc(fig.caption)}</figcaption></figure>")
+
+
+def _hdr_table(items: list[tuple[str, dict]]) -> str:
+    from ..units import format_seconds
+
+    rows = []
+    for p, s in items:
+        cells = []
+        for k in data.HDR_KEYS[1:]:
+            v = s.get(k)
+            cells.append("-" if v is None else (format_seconds(v) if p.endswith("_s") else f"{v:.4g}"))
+        rows.append([p.replace("metrics.", ""), f"{s.get('count', 0):,}", *cells])
+    return _table(["HDR summary", "count", *data.HDR_KEYS[1:]], rows, set(range(1, 9)))
+
+
+def _plan_html(p: dict) -> str:
+    from ..commands.plan import format_input, format_value
+    from ..planner.models import MODELS
+
+    model = MODELS.get(p.get("model", ""))
+    inputs = []
+    for k, v in (p.get("inputs") or {}).items():
+        kind = next((x.kind for x in model.params if x.name == k), "float") if model else "float"
+        inputs.append([k, format_input(kind, v), (p.get("inputs_from") or {}).get(k, "")])
+    outputs = [[k, format_value(k, v)] for k, v in (p.get("outputs") or {}).items() if k != "overhead_table"]
+    return (f"<h3>plan {esc(p.get('model'))}</h3><p class=\"muted\">{esc(p.get('summary', ''))}</p>"
+            + (f"<p class=\"rec\"><b>Recommendation:</b> {esc(p['recommendation'])}</p>" if p.get("recommendation")
+               else "")
+            + "<div style=\"display:flex;gap:2em;flex-wrap:wrap\"><div><b>inputs</b>"
+            + _table(["input", "value", "from"], inputs, {1}) + "</div><div><b>outputs</b>"
+            + _table(["output", "value"], outputs, {1}) + "</div></div>")
+
+
+def recommendations(docs: list[tuple[str, dict]]) -> list[tuple[str, str, str]]:
+    """(results name, what, recommendation) from planner results and any metric named *recommendation."""
+    out = [(n, f"plan {p.get('model')}", p["recommendation"]) for n, d in docs for p in data.plans(d)
+           if p.get("recommendation")]
+    for n, d in docs:
+        for path, v in data.walk_all(data.without_plans(d.get("metrics", {}) or {})):
+            if path.rsplit(".", 1)[-1].endswith("recommendation") and v:
+                out.append((n, path, describe_recommendation(v)))
+    return out
+
+
+def describe_recommendation(v) -> str:
+    """One line from a recommendation: a string, or a dict such as the loader's prefetch block."""
+    from ..units import format_bytes, format_seconds
+
+    if not isinstance(v, dict):
+        return str(v)
+    if "depth_recommended" in v:
+        if v.get("depth_recommended") is None:
+            return v.get("note") or "no prefetch depth (compute time is zero)"
+        line = f"prefetch depth {v['depth_recommended']} (minimum {v.get('depth_min')}"
+        if data.is_number(v.get("p99_batch_io_s")) and data.is_number(v.get("compute_s")):
+            line += (f" from P99 batch I/O {format_seconds(v['p99_batch_io_s'])} / compute "
+                     f"{format_seconds(v['compute_s'])}")
+        line += ")"
+        if data.is_number(v.get("host_bytes_total")) and v["host_bytes_total"]:
+            line += f", {format_bytes(v['host_bytes_total'])} of host memory"
+        return line
+    return ", ".join(f"{k}={x}" for k, x in v.items() if not isinstance(x, (dict, list)))
+
+
+def _doc_section(i: int, name: str, doc: dict) -> str:
+    metrics = data.without_plans(doc.get("metrics", {}) or {})
+    host = doc.get("host", {}) or {}
+    parts = [f'<h2 id="r{i}">{esc(doc.get("command", "?"))}: {esc(name)}</h2>',
+             f'<p class="muted">started {esc(doc.get("started_at", "?"))} · finished {esc(doc.get("finished_at", "?"))}'
+             f' · iobench {esc(doc.get("iobench_version", "?"))} · host {esc(host.get("hostname", "?"))} '
+             f'({esc(host.get("cpu_count", "?"))} CPUs, {esc(host.get("os", "?"))}) · world size '
+             f'{esc((doc.get("world") or {}).get("size", 1))}</p>']
+    for w in doc.get("warnings") or []:
+        parts.append(f'<p class="warn">⚠ {esc(w)}</p>')
+    for p in data.plans(doc):
+        parts.append(_plan_html(p))
+    for fig in figures(doc):
+        parts.append(_img(fig))
+    hdrs = data.hdrs(metrics)
+    if hdrs:
+        parts.append("<h3>Latency summaries (HDR)</h3>" + _hdr_table(hdrs))
+    for path, table in data.tables(metrics):
+        if not table:
+            continue
+        cols = list(dict.fromkeys(k for r in table for k in r))
+        parts.append(f"<h3>{esc(path.replace('metrics.', ''))}</h3>"
+                     + _table(cols, [[fmt(c, r.get(c, "")) if data.is_number(r.get(c)) else r.get(c, "")
+                                      for c in cols] for r in table[:200]]))
+    scal = [(p, v) for p, v in data.scalars(metrics) if "recommendation" not in p]
+    if scal:
+        parts.append("<h3>Metrics</h3>" + _table(["metric", "value"], [[p, fmt(p, v)] for p, v in scal], {1}))
+    env = doc.get("environment") or {}
+    parts.append("<details><summary>config and environment</summary><pre>"
+                 + esc(json.dumps({"config": doc.get("config", {}), "environment": env}, indent=1, default=str))
+                 + "</pre></details>")
+    return "\n".join(parts)
+
+
+def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
+           generated_at: str = "") -> str:
+    head = headline_rows(docs)
+    body = [f"<h1>{esc(title)}</h1>",
+            f'<p class="muted">generated {esc(generated_at)} from {len(docs)} results file(s)</p>']
+    if head:
+        body.append("<h2>Headline</h2>" + _table(["results", "metric", "value"], head, {2}))
+    if checks:
+        rows = [[c["check"], c["path"], fmt(c["path"], c["value"]), "pass" if c["ok"] else "FAIL"] for c in checks]
+        body.append("<h2>Checks</h2>" + _table(["check", "metric", "value", "result"], rows, {2}).replace(
+            "<td>FAIL</td>", '<td class="fail">FAIL</td>').replace("<td>pass</td>", '<td class="pass">pass</td>'))
+    recs = recommendations(docs)
+    if recs:
+        body.append("<h2>Recommendations</h2><ul>" + "".join(
+            f"<li><b>{esc(what)}</b> ({esc(n)}): {esc(r)}</li>" for n, what, r in recs) + "</ul>")
+    body.append("<h2>Contents</h2><ol>" + "".join(
+        f'<li><a href="#r{i}">{esc(d.get("command", "?"))}: {esc(n)}</a></li>' for i, (n, d) in enumerate(docs))
+        + "</ol>")
+    for i, (name, doc) in enumerate(docs):
+        body.append(_doc_section(i, name, doc))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -1,0 +1,155 @@
+"""Plots for reports, as PNG bytes (matplotlib's Agg backend: no display needed).
+
+Latencies are drawn in milliseconds on a log axis; a CDF built from an HDR summary uses its
+percentiles (min, p50, p90, p99, p99.9, max), so tails stay visible.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def to_png(fig) -> bytes:
+    plt = _plt()
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+_PCTS = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
+
+
+def summary_cdf(summary: dict) -> list[tuple[float, float]]:
+    """(seconds, fraction ≤) points from an HDR summary's percentiles."""
+    pts = [(float(summary[k]), q) for k, q in _PCTS if isinstance(summary.get(k), (int, float))]
+    return [(x, q) for x, q in pts if x > 0]
+
+
+def histogram_cdf(encoded: str, points: int = 60) -> list[tuple[float, float]]:
+    """(seconds, fraction ≤) from an encoded HDR histogram (``LatencyHistogram.encode``)."""
+    from ..metrics import LatencyHistogram
+
+    return [(x, q) for x, q in LatencyHistogram.decode(encoded).cdf(points) if x > 0]
+
+
+def latency_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]]) -> bytes | None:
+    """Latency by percentile, HDR style: the x axis counts "nines" so P99 and P99.9 get room."""
+    curves = [(label, pts) for label, pts in curves if len(pts) >= 2]
+    if not curves:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    top = 4.0   # where the max is drawn: beyond P99.9
+    for i, (label, pts) in enumerate(curves[:8]):
+        xs = [top if q >= 1.0 else -math.log10(1.0 - q) for _, q in pts]
+        ax.plot(xs, [x * 1e3 for x, _ in pts], marker="o", ms=3, color=_COLORS[i % len(_COLORS)], label=label)
+    ax.set_xticks([0, -math.log10(0.5), 1, 2, 3, top])
+    ax.set_xticklabels(["min", "p50", "p90", "p99", "p99.9", "max"])
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=6)
+    ax.set_ylabel("latency (ms)")
+    ax.set_xlabel("percentile")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return to_png(fig)
+
+
+def time_series(title: str, x: list[float], ys: dict[str, list[float]], xlabel: str = "t (s)") -> bytes | None:
+    names = [n for n, v in ys.items() if any(not math.isnan(y) for y in v)][:4]
+    if not names or len(x) < 2:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(len(names), 1, figsize=(7.5, 1.0 + 1.5 * len(names)), sharex=True, squeeze=False)
+    for i, n in enumerate(names):
+        ax = axes[i][0]
+        ax.plot(x, ys[n], color=_COLORS[i % len(_COLORS)], lw=1.2)
+        ax.set_ylabel(n, fontsize=8)
+        ax.grid(True, alpha=0.3)
+    axes[-1][0].set_xlabel(xlabel)
+    axes[0][0].set_title(title, fontsize=10)
+    return to_png(fig)
+
+
+def bars(title: str, labels: list[str], values: list[float], unit: str = "", scale: float = 1.0) -> bytes | None:
+    if not labels:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.35 * len(labels)))
+    vals = [v / scale for v in values]
+    ax.barh(range(len(labels)), vals, color=[_COLORS[i % len(_COLORS)] for i in range(len(labels))])
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    for i, v in enumerate(vals):
+        ax.text(v, i, f" {v:.3g}", va="center", fontsize=7)
+    return to_png(fig)
+
+
+def timeline(title: str, rows: list[tuple[str, float, float, str]], marks: dict[str, float] | None = None
+             ) -> bytes | None:
+    """A Gantt chart: (lane, start s, end s, kind) per bar; ``marks`` draws labelled vertical lines."""
+    rows = [r for r in rows if r[2] >= r[1]]
+    if not rows:
+        return None
+    plt = _plt()
+    lanes = list(dict.fromkeys(r[0] for r in rows))
+    kinds = list(dict.fromkeys(r[3] for r in rows))
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.4 * len(lanes)))
+    for lane, start, end, kind in rows:
+        c = _COLORS[kinds.index(kind) % len(_COLORS)]
+        ax.barh(lanes.index(lane), max(end - start, 1e-6), left=start, color=c, alpha=0.85,
+                label=kind if kind not in ax.get_legend_handles_labels()[1] else None)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels(lanes, fontsize=7)
+    ax.invert_yaxis()
+    for label, x in (marks or {}).items():
+        ax.axvline(x, color="black", ls="--", lw=1.2)
+        ax.text(x, -0.5, f" {label}", fontsize=7, va="top")
+    ax.set_xlabel("t (s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return to_png(fig)
+
+
+def overhead_curve(title: str, table: list[dict], optimum_s: float | None = None) -> bytes | None:
+    """Checkpoint overhead L(τ) = save + redo + recover against the interval."""
+    if len(table) < 2:
+        return None
+    plt = _plt()
+    t = [r["interval_s"] for r in table]
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for i, k in enumerate(("save_ratio", "redo_ratio", "recover_ratio", "total_ratio")):
+        ax.plot(t, [r[k] * 100 for r in table], color=_COLORS[i], label=k.replace("_ratio", ""))
+    ax.set_xscale("log")
+    if optimum_s:
+        ax.axvline(optimum_s, color="gray", ls="--", lw=1, label="τ*")
+    ax.set_xlabel("checkpoint interval (s)")
+    ax.set_ylabel("overhead (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return to_png(fig)

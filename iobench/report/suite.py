@@ -1,0 +1,69 @@
+"""`iobench run` stage "report": plans from the run's measurements, then the HTML page and Markdown summary.
+
+run.json is written after the stages, so the report is built from the stage results files
+(``ctx.results_files``) plus the summary rows gathered so far.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Planner inputs the suite cannot measure; a cluster config may override them under `planner:`.
+DEFAULT_ASSUMPTIONS = {
+    "job_mtbf": "7.9h",          # the seed's 1,024-accelerator job (per-accelerator MTBF ≈ 337 days)
+    "accelerators": 8,           # one node, for the bandwidth plan
+}
+
+
+def _plans(docs: list[tuple[str, dict]], assumptions: dict) -> list[tuple[str, dict]]:
+    """(file stem, plan) for each model the measured results can feed."""
+    from ..errors import ConfigError
+    from ..planner.models import lookup, plan
+
+    out = []
+    for name, doc in docs:
+        cmd, stem = doc.get("command"), Path(name).stem
+        try:
+            if cmd == "ckpt" and lookup(doc, "metrics.checkpoint.blocking_s.mean"):
+                out.append((f"interval-{stem}", plan("interval", {"job_mtbf": assumptions["job_mtbf"]}, doc)))
+            if cmd == "load" and lookup(doc, "metrics.batch_bytes") and lookup(doc, "metrics.compute_s.mean"):
+                out.append((f"bandwidth-{stem}", plan("bandwidth", {"accelerators": assumptions["accelerators"]},
+                                                      doc)))
+        except ConfigError:
+            continue   # a model whose inputs this run did not measure is simply not planned
+    return out
+
+
+def suite_stage(ctx) -> dict:
+    from ..results import Results
+    from .build import build_report, load
+
+    files = [Path(p) for p in ctx.results_files if Path(p).exists()]
+    docs = load(files)
+    assumptions = {**DEFAULT_ASSUMPTIONS, **((ctx.config or {}).get("planner") or {})}
+    plan_docs = []
+    plan_dir = ctx.out_dir / "plans"
+    plans = _plans(docs, assumptions)
+    for stem, p in plans:
+        res = Results(command="plan", config={"model": p["model"], "assumptions": assumptions},
+                      metrics={"plan": p})
+        path = res.write(plan_dir / f"{stem}.json")
+        ctx.results_files.append(path)
+        plan_docs.append((path.name, res.to_dict()))
+        ctx.row("plan", p["model"], p["recommendation"])
+    summary = {"command": "run (summary so far)", "metrics": {"summary": [
+        {"stage": s, "what": w, "value": v} for s, w, v in ctx.rows]}, "warnings": list(ctx.warnings)}
+    rep = build_report([("summary", summary), *plan_docs, *[(_short(ctx.out_dir, Path(n)), d) for n, d in
+                                                             zip(files, (d for _, d in docs))]],
+                       ctx.out_dir, title="iobench run")
+    ctx.row("report", "HTML", str(rep.html))
+    ctx.row("report", "Markdown", str(rep.markdown))
+    return {"html": str(rep.html), "markdown": str(rep.markdown), "results_files": len(files),
+            "plans": [p["model"] for _, p in plans]}
+
+
+def _short(root: Path, p: Path) -> str:
+    try:
+        return str(p.relative_to(root))
+    except ValueError:
+        return str(p)

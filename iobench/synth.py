@@ -1,0 +1,182 @@
+"""Synthetic samples, each a pure function of (seed, global sample index).
+
+Token ids are drawn a block of ``TOKEN_BLOCK`` samples at a time (one generator call per
+block is ~100x faster than one per sample); sample i is row ``i % TOKEN_BLOCK`` of block
+``i // TOKEN_BLOCK``, so any process can produce any sample without the others.  Images
+are real JPEGs (Pillow): a smooth colour field plus grain, with dimensions and grain
+chosen so that sizes spread like ImageNet's (mean ~110-130 KB at quality 90).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from iobench.formats.base import Sample
+
+TOKEN_BLOCK = 256
+SYNTH_VERSION = 1
+_TOKENS_STREAM = 0x746F6B   # separates the token and image random streams of one seed
+_IMAGES_STREAM = 0x696D67
+_ZIPF_TABLE_BITS = 22
+_LITTLE = sys.byteorder == "little"
+
+
+def token_dtype_for(vocab_size: int, requested: str = "auto") -> np.dtype:
+    if requested == "auto":
+        return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
+    return np.dtype(requested)
+
+
+@dataclass(frozen=True)
+class TokenParams:
+    seq_len: int
+    vocab_size: int
+    dtype: str            # uint16 | uint32
+    distribution: str     # uniform | zipf
+    zipf_a: float = 1.1
+
+
+class TokenSynth:
+    """Token samples; keeps one block cached, so sequential access costs one draw per block."""
+
+    def __init__(self, seed: int, p: TokenParams) -> None:
+        self.seed = seed
+        self.p = p
+        self.dtype = np.dtype(p.dtype)
+        self._block_id = -1
+        self._block: np.ndarray | None = None
+        self._table = _zipf_table(p.vocab_size, p.zipf_a, self.dtype) if p.distribution == "zipf" else None
+
+    def block(self, b: int) -> np.ndarray:
+        if b != self._block_id:
+            # SFC64 raw words with a multiply-shift map to [0, vocab): ~4x faster than Generator.integers,
+            # and the bias (at most 1 in 2**32 / vocab) is far below anything a benchmark can see.
+            bits = np.random.SFC64(np.random.SeedSequence([self.seed, _TOKENS_STREAM, b]))
+            n = TOKEN_BLOCK * self.p.seq_len
+            words = bits.random_raw((n + 1) // 2).view(np.uint32)[:n]
+            if self._table is None:
+                wide = np.multiply(words, self.p.vocab_size, dtype=np.uint64)
+                if _LITTLE:  # the high 32-bit word of each product is the id: read it in place, no shift pass
+                    high = wide.view(np.uint32)[1::2]
+                    self._block = np.ascontiguousarray(high, dtype=self.dtype).reshape(TOKEN_BLOCK, self.p.seq_len)
+                else:
+                    wide >>= 32
+                    self._block = wide.astype(self.dtype).reshape(TOKEN_BLOCK, self.p.seq_len)
+            else:
+                # Inverse-CDF lookup quantised to 2**-22: exact Zipf weights down to that resolution.
+                words >>= 32 - _ZIPF_TABLE_BITS
+                self._block = self._table[words].reshape(TOKEN_BLOCK, self.p.seq_len)
+            self._block_id = b
+        return self._block
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Samples start..stop-1 as a 2-D view; the range must lie within one block."""
+        b = start // TOKEN_BLOCK
+        assert (stop - 1) // TOKEN_BLOCK == b
+        return self.block(b)[start - b * TOKEN_BLOCK: stop - b * TOKEN_BLOCK]
+
+    def tokens(self, i: int) -> np.ndarray:
+        return self.block(i // TOKEN_BLOCK)[i % TOKEN_BLOCK]
+
+    def sample(self, i: int) -> Sample:
+        return Sample(index=i, data=self.tokens(i))
+
+    def nominal_bytes(self) -> int:
+        return self.p.seq_len * self.dtype.itemsize
+
+
+@functools.lru_cache(maxsize=4)
+def _zipf_table(vocab: int, a: float, dtype: np.dtype) -> np.ndarray:
+    """2**22 slots; token k fills a share of them equal to its Zipf probability (rounded)."""
+    slots = 1 << _ZIPF_TABLE_BITS
+    w = 1.0 / np.arange(1, vocab + 1, dtype=np.float64) ** a
+    edges = np.rint(np.cumsum(w) / w.sum() * slots).astype(np.int64)
+    edges[-1] = slots
+    counts = np.diff(edges, prepend=0)
+    table = np.repeat(np.arange(vocab, dtype=dtype), counts)
+    table.flags.writeable = False
+    return table
+
+
+@dataclass(frozen=True)
+class ImageParams:
+    width: int = 500
+    height: int = 375
+    size_jitter: float = 0.2      # log-normal spread of the scale (ImageNet's sizes vary widely)
+    grain: int = 48               # amplitude of per-pixel noise; drives the JPEG size
+    quality: int = 90
+    num_classes: int = 1000
+
+
+class ImageSynth:
+    """JPEG samples cut from one seeded texture per dataset (a smooth colour field plus grain):
+    each image is a crop of random size at a random, not 8-pixel aligned, offset, possibly
+    mirrored.  Rendering every image from scratch cost 2-3x the JPEG encoding itself; JPEG sizes
+    depend on the texture's detail, which the grain sets, not on the pixels being unique."""
+
+    def __init__(self, seed: int, p: ImageParams) -> None:
+        self.seed = seed
+        self.p = p
+        self._texture = None
+
+    def texture(self):
+        from PIL import Image, ImageChops
+
+        if self._texture is None:
+            p = self.p
+            rng = np.random.default_rng([self.seed, _IMAGES_STREAM, 2**62])
+            w, h = 2 * p.width + 97, 2 * p.height + 89
+            coarse = rng.integers(0, 256, size=(max(2, h // 24), max(2, w // 24), 3), dtype=np.uint8)
+            tex = Image.fromarray(coarse).resize((w, h), Image.BILINEAR)
+            if p.grain > 0:
+                noise = Image.fromarray(rng.integers(0, 2 * p.grain + 1, size=(h, w, 3), dtype=np.uint8))
+                tex = ImageChops.add(tex, noise, 1.0, -p.grain)
+            self._texture = tex
+        return self._texture
+
+    def render(self, i: int):
+        """(PIL RGB image, label) of sample ``i``."""
+        from PIL import Image
+
+        p = self.p
+        rng = np.random.default_rng([self.seed, _IMAGES_STREAM, i])
+        scale = float(np.exp(rng.normal(0.0, p.size_jitter))) if p.size_jitter > 0 else 1.0
+        aspect = float(np.exp(rng.normal(0.0, p.size_jitter / 2))) if p.size_jitter > 0 else 1.0
+        w = int(min(max(16, round(p.width * scale * aspect)), 2 * p.width))
+        h = int(min(max(16, round(p.height * scale)), 2 * p.height))
+        label = int(rng.integers(0, p.num_classes))
+        tex = self.texture()
+        ox = int(rng.integers(0, tex.width - w + 1))
+        oy = int(rng.integers(0, tex.height - h + 1))
+        img = tex.crop((ox, oy, ox + w, oy + h))
+        flip = int(rng.integers(0, 4))
+        if flip:
+            img = img.transpose((Image.FLIP_LEFT_RIGHT, Image.FLIP_TOP_BOTTOM, Image.ROTATE_180)[flip - 1])
+        return img, label
+
+    def pixels(self, i: int) -> tuple[np.ndarray, int]:
+        img, label = self.render(i)
+        return np.asarray(img), label
+
+    def encode(self, image) -> bytes:
+        from PIL import Image
+
+        if isinstance(image, np.ndarray):
+            image = Image.fromarray(image)
+        buf = io.BytesIO()
+        image.save(buf, "JPEG", quality=self.p.quality)
+        return buf.getvalue()
+
+    def sample(self, i: int) -> Sample:
+        img, label = self.render(i)
+        return Sample(index=i, data=self.encode(img), label=label)
+
+    def nominal_bytes(self, probes: int = 8) -> int:
+        """Mean JPEG size of a few probe images (deterministic for the seed), to plan shard sizes."""
+        sizes = [len(self.sample(i).data) for i in range(probes)]
+        return int(np.mean(sizes))

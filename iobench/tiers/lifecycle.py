@@ -1,0 +1,134 @@
+"""Lifecycle rules over tiers, e.g. for checkpoints: keep the last K on a hot tier (``pfs``),
+copy every N-th to an archive tier (``object``), expire the rest.
+
+``plan_lifecycle`` is pure (names in, plan out) so retention can be reasoned about and
+tested without storage; ``apply_lifecycle`` carries a plan out over a TierManager's
+backends.  An item (a file or a directory of files, e.g. one checkpoint) leaves the hot
+tier only after its archive copy is complete and verified, and a directory's manifest is
+copied last, so the archive never shows a checkpoint as committed before all its files are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import ConfigError, StorageError
+
+_MANIFEST_NAMES = ("manifest.json", "MANIFEST", "index.json", "COMMITTED")
+
+
+@dataclass(frozen=True)
+class LifecyclePlan:
+    keep: tuple[str, ...]        # stay on the hot tier (the newest K)
+    archive: tuple[str, ...]     # copied to the archive tier (every N-th)
+    drop: tuple[str, ...]        # removed from the hot tier (everything not kept)
+    expire: tuple[str, ...]      # dropped and not archived: gone from every tier
+
+    def to_dict(self) -> dict:
+        return {"keep": list(self.keep), "archive": list(self.archive), "drop": list(self.drop),
+                "expire": list(self.expire)}
+
+
+def plan_lifecycle(items: Sequence[str] | Sequence[tuple[str, int]], keep_last: int, every_nth: int = 0,
+                   already_archived: Sequence[str] = ()) -> LifecyclePlan:
+    """Items oldest first, as names (numbered 1, 2, ...) or (name, number) pairs.
+
+    Keeps the newest ``keep_last`` on the hot tier, archives those whose number is a multiple
+    of ``every_nth`` (0: archive none), expires the rest.
+    """
+    if keep_last < 1:
+        raise ConfigError("lifecycle.keep_last", f"must be at least 1, got {keep_last}",
+                          "keep at least the newest item")
+    if every_nth < 0:
+        raise ConfigError("lifecycle.every_nth", f"must be 0 (off) or positive, got {every_nth}", "use e.g. 100")
+    numbered = [(it, i) if isinstance(it, str) else (str(it[0]), int(it[1])) for i, it in enumerate(items, 1)]
+    names = [n for n, _ in numbered]
+    if len(set(names)) != len(names):
+        raise ConfigError("lifecycle.items", "an item is listed twice", "give each item once")
+    keep = tuple(names[-keep_last:])
+    done = set(already_archived)
+    archive = tuple(n for n, k in numbered if every_nth and k % every_nth == 0 and n not in done)
+    archived = set(archive) | done
+    drop = tuple(n for n in names if n not in keep)
+    expire = tuple(n for n in drop if n not in archived)
+    return LifecyclePlan(keep=keep, archive=archive, drop=drop, expire=expire)
+
+
+@dataclass
+class LifecycleReport:
+    archived: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    bytes_archived: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"archived": self.archived, "dropped": self.dropped, "expired": self.expired,
+                "bytes_archived": self.bytes_archived, "errors": self.errors}
+
+
+def _files_under(backend, rel: str) -> list[tuple[str, int]]:
+    """(relative path, size) of a file, or of every file below a directory/prefix; manifests last."""
+    fs, full = backend.fs, backend.path(rel)
+    if fs.isfile(full):
+        return [(rel, int(fs.size(full)))]
+    out = []
+    root = backend.path("").rstrip("/")
+    for path, info in fs.find(full, detail=True).items():
+        sub = path[len(root):].lstrip("/") if root else path
+        out.append((sub, int(info.get("size") or 0)))
+    out.sort(key=lambda x: (x[0].rsplit("/", 1)[-1] in _MANIFEST_NAMES, x[0]))
+    return out
+
+
+def _copy_item(src, dst, rel: str) -> int:
+    import xxhash
+
+    from .staging import iter_chunks
+
+    total = 0
+    for path, size in _files_under(src, rel):
+        h = xxhash.xxh64()
+        with dst.open_output(path) as f:
+            for data in iter_chunks(src, path, size):
+                f.write(data)
+                h.update(data)
+        got = dst.size(path)
+        if got != size:
+            raise StorageError(f"archive copy of {path} has {got} bytes, the source {size}")
+        back = xxhash.xxh64()
+        for data in iter_chunks(dst, path, size):
+            back.update(data)
+        if back.hexdigest() != h.hexdigest():
+            raise StorageError(f"archive copy of {path} does not match its source (xxh64)")
+        total += size
+    return total
+
+
+def apply_lifecycle(manager, plan: LifecyclePlan, hot: str = "pfs", archive: str = "object",
+                    prefix: str = "") -> LifecycleReport:
+    """Carry out ``plan`` on ``manager``'s tiers; item names are paths under ``prefix`` on each tier."""
+    src, dst = manager.backend(hot), manager.backend(archive)
+    rep = LifecycleReport()
+    failed = set()
+
+    def rel(name: str) -> str:
+        return f"{prefix.strip('/')}/{name}" if prefix else name
+
+    for name in plan.archive:
+        try:
+            rep.bytes_archived += _copy_item(src, dst, rel(name))
+            rep.archived.append(name)
+        except Exception as e:  # keep the hot copy; report and go on
+            rep.errors[name] = f"{type(e).__name__}: {e}"
+            failed.add(name)
+    for name in plan.drop:
+        if name in failed:
+            continue
+        try:
+            src.rm(rel(name), recursive=True)
+        except FileNotFoundError:
+            pass
+        (rep.expired if name in plan.expire else rep.dropped).append(name)
+    return rep

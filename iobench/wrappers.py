@@ -1,0 +1,532 @@
+"""Backends that wrap other backends: instrumented, emulated (slower storage) and faulty.
+
+They keep the ``iobench.storage.Backend`` interface (``cat``, ``open``, ``size``,
+``exists``, ``ls``, ``open_output``, ``write_bytes``, ``child``...) and compose in any
+order, e.g. ``InstrumentedBackend(EmulatedBackend(open_backend(url), PROFILES["pfs"]))``
+measures what a reader of an emulated parallel file system would see.
+
+Emulation adds time to real operations; it never makes them faster.  Each request (a
+``cat``, an ``open``, each ``read`` on an opened file, a metadata call) first waits a
+latency drawn from the spec, then moves its bytes no faster than the bandwidth cap.  The
+cap is per wrapper instance (one per worker process in the loader), like a per-stream
+limit.
+
+Spec strings (``parse_emulation``) are terms joined by ``+``::
+
+    const:250ms                      fixed latency
+    normal:mean=100ms,std=20ms       truncated at zero
+    lognormal:p50=20ms,p99=500ms     the usual shape of storage tails
+    spike:p=0.01,extra=2s            with probability p a request takes `extra` longer
+    bw:500MB                         bandwidth cap in bytes per second ("/s" optional)
+    nvme | pfs | object              named profiles from the seed's tier table (PROFILES)
+
+e.g. ``pfs+spike:p=0.02,extra=300ms`` or ``const:150ms+bw:1GiB/s``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import IO, Any, Iterator
+
+from .config import nearest
+from .errors import ConfigError
+from .metrics import LatencyHistogram, now_ns
+from .storage import Backend
+from .units import parse_duration, parse_size
+
+_Z99 = 2.3263478740408408  # standard normal quantile at 0.99
+
+
+@dataclass(frozen=True)
+class EmulationSpec:
+    """A per-request latency distribution, optional spikes and an optional bandwidth cap."""
+
+    kind: str = "none"                # none | const | normal | lognormal
+    latency_s: float = 0.0            # const: the latency; normal: the mean
+    std_s: float = 0.0                # normal
+    p50_s: float = 0.0                # lognormal
+    p99_s: float = 0.0                # lognormal
+    spike_p: float = 0.0
+    spike_s: float = 0.0
+    bandwidth_bytes_per_s: float | None = None
+    text: str = "none"                # the spec as the user gave it (or the profile name)
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none" or self.spike_p > 0 or self.bandwidth_bytes_per_s is not None
+
+    def sample_latency(self, rng: random.Random) -> float:
+        """One request's added latency in seconds."""
+        if self.kind == "const":
+            s = self.latency_s
+        elif self.kind == "normal":
+            s = max(0.0, rng.gauss(self.latency_s, self.std_s))
+        elif self.kind == "lognormal":
+            s = rng.lognormvariate(self.mu, self.sigma)
+        else:
+            s = 0.0
+        if self.spike_p > 0 and rng.random() < self.spike_p:
+            s += self.spike_s
+        return s
+
+    @property
+    def mu(self) -> float:
+        return math.log(self.p50_s) if self.p50_s > 0 else 0.0
+
+    @property
+    def sigma(self) -> float:
+        if self.p50_s <= 0 or self.p99_s <= self.p50_s:
+            return 0.0
+        return math.log(self.p99_s / self.p50_s) / _Z99
+
+    def transfer_s(self, nbytes: int) -> float:
+        """Least time ``nbytes`` may take under the bandwidth cap."""
+        if not self.bandwidth_bytes_per_s:
+            return 0.0
+        return nbytes / self.bandwidth_bytes_per_s
+
+    def describe(self) -> dict:
+        d: dict[str, Any] = {"spec": self.text, "kind": self.kind}
+        if self.kind == "const":
+            d["latency_s"] = self.latency_s
+        elif self.kind == "normal":
+            d["mean_s"], d["std_s"] = self.latency_s, self.std_s
+        elif self.kind == "lognormal":
+            d["p50_s"], d["p99_s"] = self.p50_s, self.p99_s
+        if self.spike_p:
+            d["spike_p"], d["spike_s"] = self.spike_p, self.spike_s
+        if self.bandwidth_bytes_per_s:
+            d["bandwidth_bytes_per_s"] = self.bandwidth_bytes_per_s
+        return d
+
+
+# Seed chapter 4, Table 4.2 (access latency per tier) and the per-node bandwidth shares of
+# §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
+# 10x below the PFS).  The P99s follow the prefetch-depth example (P99 of a 40 MB batch:
+# NVMe ~50 ms, PFS ~200 ms, object store ~500 ms): the per-request tails below give about
+# those batch P99s at those bandwidths.
+PROFILES: dict[str, EmulationSpec] = {
+    "nvme": EmulationSpec(kind="lognormal", p50_s=100e-6, p99_s=2e-3, bandwidth_bytes_per_s=7e9, text="nvme"),
+    "pfs": EmulationSpec(kind="lognormal", p50_s=1e-3, p99_s=150e-3, bandwidth_bytes_per_s=4e9, text="pfs"),
+    "object": EmulationSpec(kind="lognormal", p50_s=50e-3, p99_s=500e-3, bandwidth_bytes_per_s=400e6,
+                            text="object"),
+}
+
+_FIELD = "--emulate"
+_FIX = "use e.g. const:250ms, lognormal:p50=20ms,p99=500ms, spike:p=0.01,extra=2s, bw:1GB/s or " \
+       "a profile (nvme, pfs, object), joined with +"
+
+
+def _params(term: str, body: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for part in body.split(","):
+        if "=" not in part:
+            raise ConfigError(_FIELD, f"{term!r}: expected key=value, got {part!r}", _FIX)
+        k, v = (s.strip() for s in part.split("=", 1))
+        if k not in allowed:
+            raise ConfigError(_FIELD, f"{term!r}: unknown parameter {k!r}", nearest(k, allowed))
+        out[k] = v
+    missing = [k for k in allowed if k not in out]
+    if missing:
+        raise ConfigError(_FIELD, f"{term!r}: missing {', '.join(missing)}", _FIX)
+    return out
+
+
+def _duration(v: str) -> float:
+    return parse_duration(v, _FIELD)
+
+
+def parse_emulation(spec: str) -> EmulationSpec:
+    """Parse an emulation spec string (see the module docstring); bad specs raise ConfigError."""
+    text = (spec or "").strip()
+    if not text or text == "none":
+        return EmulationSpec()
+    out = EmulationSpec(text=text)
+    kinds = ("const", "normal", "lognormal", "spike", "bw")
+    for term in (t.strip() for t in text.split("+")):
+        if not term:
+            raise ConfigError(_FIELD, f"empty term in {text!r}", _FIX)
+        name, _, body = term.partition(":")
+        name = name.strip().lower()
+        if name in PROFILES and not body:
+            p = PROFILES[name]
+            out = replace(out, kind=p.kind, latency_s=p.latency_s, std_s=p.std_s, p50_s=p.p50_s, p99_s=p.p99_s,
+                          bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or p.bandwidth_bytes_per_s)
+            continue
+        if name not in kinds:
+            raise ConfigError(_FIELD, f"unknown emulation {name!r}", nearest(name, kinds + tuple(PROFILES)))
+        if not body:
+            raise ConfigError(_FIELD, f"{term!r} needs parameters", _FIX)
+        if name == "const":
+            out = replace(out, kind="const", latency_s=_duration(body))
+        elif name == "normal":
+            p = _params(term, body, ("mean", "std"))
+            out = replace(out, kind="normal", latency_s=_duration(p["mean"]), std_s=_duration(p["std"]))
+        elif name == "lognormal":
+            p = _params(term, body, ("p50", "p99"))
+            p50, p99 = _duration(p["p50"]), _duration(p["p99"])
+            if p50 <= 0 or p99 < p50:
+                raise ConfigError(_FIELD, f"{term!r}: need 0 < p50 <= p99", "e.g. lognormal:p50=20ms,p99=500ms")
+            out = replace(out, kind="lognormal", p50_s=p50, p99_s=p99)
+        elif name == "spike":
+            p = _params(term, body, ("p", "extra"))
+            try:
+                prob = float(p["p"])
+            except ValueError:
+                raise ConfigError(_FIELD, f"{term!r}: p={p['p']!r} is not a number", "give 0 <= p <= 1") from None
+            if not 0 <= prob <= 1:
+                raise ConfigError(_FIELD, f"{term!r}: p must be within 0..1", "give 0 <= p <= 1")
+            out = replace(out, spike_p=prob, spike_s=_duration(p["extra"]))
+        else:  # bw
+            body = body.strip()
+            if body.lower().endswith("/s"):
+                body = body[:-2]
+            out = replace(out, bandwidth_bytes_per_s=float(parse_size(body, _FIELD)))
+    return out
+
+
+def resolve_emulation(spec: "str | EmulationSpec | None") -> EmulationSpec:
+    if spec is None:
+        return EmulationSpec()
+    if isinstance(spec, EmulationSpec):
+        return spec
+    return parse_emulation(spec)
+
+
+# ---------------------------------------------------------------------------------------
+# Wrapper base: a Backend whose I/O goes through ``inner``.
+
+
+class BackendWrapper(Backend):
+    """Forwards every call to ``inner``; subclasses hook the requests they care about."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(url=inner.url, protocol=inner.protocol, root=inner.root, fs=inner.fs,
+                         endpoint_url=inner.endpoint_url)
+        self.inner = inner
+
+    def _wrap_child(self, inner_child: Backend) -> "BackendWrapper":
+        raise NotImplementedError
+
+    def child(self, rel: str) -> Backend:
+        return self._wrap_child(self.inner.child(rel))
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+    def exists(self, rel: str) -> bool:
+        return self.inner.exists(rel)
+
+    def size(self, rel: str) -> int:
+        return self.inner.size(rel)
+
+    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        return self.inner.cat(rel, start, end)
+
+    def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        return self.inner.open(rel, mode, **kw)
+
+    def ls(self, rel: str = "", detail: bool = False) -> list:
+        return self.inner.ls(rel, detail)
+
+    def rm(self, rel: str, recursive: bool = False) -> None:
+        self.inner.rm(rel, recursive)
+
+    def makedirs(self, rel: str = "") -> None:
+        self.inner.makedirs(rel)
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        with self.inner.open_output(rel, fsync=fsync) as f:
+            yield f
+
+    def write_bytes(self, rel: str, data: bytes, fsync: bool = True) -> None:
+        with self.open_output(rel, fsync=fsync) as f:
+            f.write(data)
+
+    @property
+    def base(self) -> Backend:
+        """The innermost real backend."""
+        b = self.inner
+        while isinstance(b, BackendWrapper):
+            b = b.inner
+        return b
+
+
+class _FileProxy:
+    """A file object whose reads and writes go through hooks; everything else is forwarded."""
+
+    def __init__(self, f: IO, on_read, on_write=None) -> None:
+        self._f = f
+        self._on_read = on_read
+        self._on_write = on_write
+
+    def read(self, n: int = -1) -> bytes:
+        return self._on_read(self._f.read, n)
+
+    def readinto(self, buf) -> int:
+        return self._on_read(self._f.readinto, buf, counts_result=True)
+
+    def write(self, data) -> int:
+        if self._on_write is None:
+            return self._f.write(data)
+        return self._on_write(self._f.write, data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def __iter__(self):
+        return iter(self._f)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _nbytes(result: Any, counts_result: bool) -> int:
+    if counts_result:
+        return int(result or 0)
+    return len(result) if result is not None else 0
+
+
+# ---------------------------------------------------------------------------------------
+# Emulated: slower storage.
+
+
+class EmulatedBackend(BackendWrapper):
+    """Adds a latency per request and caps bandwidth; results should say "emulated"."""
+
+    def __init__(self, inner: Backend, spec: "EmulationSpec | str", seed: int = 0) -> None:
+        super().__init__(inner)
+        self.spec = resolve_emulation(spec)
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def _wrap_child(self, inner_child: Backend) -> "EmulatedBackend":
+        return EmulatedBackend(inner_child, self.spec, self.seed)
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "emulated": self.spec.describe()}
+
+    def _latency(self) -> None:
+        with self._lock:
+            s = self.spec.sample_latency(self._rng)
+        if s > 0:
+            time.sleep(s)
+
+    def _request(self, fn, *args, counts_result: bool = False, nbytes_in: int | None = None):
+        self._latency()
+        t0 = now_ns()
+        result = fn(*args)
+        n = nbytes_in if nbytes_in is not None else _nbytes(result, counts_result)
+        rest = self.spec.transfer_s(n) - (now_ns() - t0) / 1e9
+        if rest > 0:
+            time.sleep(rest)
+        return result
+
+    def exists(self, rel: str) -> bool:
+        return self._request(self.inner.exists, rel, nbytes_in=0)
+
+    def size(self, rel: str) -> int:
+        return self._request(self.inner.size, rel, nbytes_in=0)
+
+    def ls(self, rel: str = "", detail: bool = False) -> list:
+        return self._request(self.inner.ls, rel, detail, nbytes_in=0)
+
+    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        return self._request(self.inner.cat, rel, start, end)
+
+    def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
+        return _FileProxy(f, self._on_read)
+
+    def _on_read(self, fn, arg, counts_result: bool = False):
+        return self._request(fn, arg, counts_result=counts_result)
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        t0 = now_ns()
+        written = [0]
+
+        def on_write(fn, data):
+            written[0] += len(data)
+            return fn(data)
+
+        with self.inner.open_output(rel, fsync=fsync) as f:
+            yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        self._latency()
+        rest = self.spec.transfer_s(written[0]) - (now_ns() - t0) / 1e9
+        if rest > 0:
+            time.sleep(rest)
+
+
+# ---------------------------------------------------------------------------------------
+# Instrumented: counts real bytes and times every operation.
+
+
+class InstrumentedBackend(BackendWrapper):
+    """Counts calls and bytes actually moved, and times each operation into HDR histograms.
+
+    Operations: ``open``, ``read`` (a ``cat`` — one GET — or one ``read`` on an opened file),
+    ``ttfb`` (first read after an open), ``metadata`` (size/exists/ls), ``write``
+    (a whole ``open_output`` block, from open to publish).
+    """
+
+    OPS = ("open", "read", "ttfb", "metadata", "write")
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()
+        self.reset()
+
+    def _wrap_child(self, inner_child: Backend) -> "InstrumentedBackend":
+        return InstrumentedBackend(inner_child)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.hist = {op: LatencyHistogram() for op in self.OPS}
+            self.calls = {op: 0 for op in self.OPS}
+            self.bytes_read = 0
+            self.bytes_written = 0
+
+    def _record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
+        with self._lock:
+            self.hist[op].record_ns(ns)
+            self.calls[op] += 1
+            self.bytes_read += nread
+            self.bytes_written += nwritten
+
+    def _timed(self, op: str, fn, *args, counts_result: bool = False, reads: bool = False):
+        t0 = now_ns()
+        result = fn(*args)
+        self._record(op, now_ns() - t0, nread=_nbytes(result, counts_result) if reads else 0)
+        return result
+
+    def exists(self, rel: str) -> bool:
+        return self._timed("metadata", self.inner.exists, rel)
+
+    def size(self, rel: str) -> int:
+        return self._timed("metadata", self.inner.size, rel)
+
+    def ls(self, rel: str = "", detail: bool = False) -> list:
+        return self._timed("metadata", self.inner.ls, rel, detail)
+
+    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        return self._timed("read", self.inner.cat, rel, start, end, reads=True)
+
+    def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        f = self._timed("open", lambda: self.inner.open(rel, mode, **kw))
+        first = [True]
+
+        def on_read(fn, arg, counts_result=False):
+            t0 = now_ns()
+            result = fn(arg)
+            ns = now_ns() - t0
+            n = _nbytes(result, counts_result)
+            self._record("read", ns, nread=n)
+            if first[0]:
+                first[0] = False
+                self._record("ttfb", ns)
+            return result
+
+        def on_write(fn, data):
+            n = fn(data)
+            with self._lock:
+                self.bytes_written += len(data)
+            return n
+
+        return _FileProxy(f, on_read, on_write)
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        t0 = now_ns()
+        written = [0]
+
+        def on_write(fn, data):
+            written[0] += len(data)
+            return fn(data)
+
+        with self.inner.open_output(rel, fsync=fsync) as f:
+            yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        self._record("write", now_ns() - t0, nwritten=written[0])
+
+    def stats(self, encode: bool = False) -> dict:
+        """Counters and per-op latency; ``encode=True`` keeps histograms mergeable across processes."""
+        with self._lock:
+            out = {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "calls": dict(self.calls)}
+            if encode:
+                out["hist"] = {op: h.encode() for op, h in self.hist.items() if h.count}
+            else:
+                out["latency_s"] = {op: h.summary() for op, h in self.hist.items() if h.count}
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# Faulty: injected errors and timeouts, reproducible with a seed.
+
+
+class InjectedFault(OSError):
+    """An I/O error injected by FaultyBackend."""
+
+
+class InjectedTimeout(TimeoutError):
+    """A timeout injected by FaultyBackend (after waiting ``timeout_s``)."""
+
+
+class FaultyBackend(BackendWrapper):
+    """Fails read requests with probability ``error_rate`` and times them out with ``timeout_rate``."""
+
+    def __init__(self, inner: Backend, error_rate: float = 0.0, timeout_rate: float = 0.0, seed: int = 0,
+                 timeout_s: float = 0.05) -> None:
+        for name, v in (("error_rate", error_rate), ("timeout_rate", timeout_rate)):
+            if not 0 <= v <= 1:
+                raise ConfigError(name, f"must be within 0..1, got {v!r}", "give a probability")
+        if error_rate + timeout_rate > 1:
+            raise ConfigError("error_rate", "error_rate + timeout_rate exceeds 1", "lower one of them")
+        super().__init__(inner)
+        self.error_rate, self.timeout_rate, self.seed, self.timeout_s = error_rate, timeout_rate, seed, timeout_s
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.injected = {"errors": 0, "timeouts": 0}
+
+    def _wrap_child(self, inner_child: Backend) -> "FaultyBackend":
+        return FaultyBackend(inner_child, self.error_rate, self.timeout_rate, self.seed, self.timeout_s)
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "faults": {"error_rate": self.error_rate,
+                                                     "timeout_rate": self.timeout_rate, "seed": self.seed}}
+
+    def _maybe_fail(self, what: str) -> None:
+        with self._lock:
+            u = self._rng.random()
+        if u < self.error_rate:
+            self.injected["errors"] += 1
+            raise InjectedFault(f"injected I/O error reading {self.path(what)}")
+        if u < self.error_rate + self.timeout_rate:
+            self.injected["timeouts"] += 1
+            time.sleep(self.timeout_s)
+            raise InjectedTimeout(f"injected timeout reading {self.path(what)}")
+
+    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        self._maybe_fail(rel)
+        return self.inner.cat(rel, start, end)
+
+    def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        self._maybe_fail(rel)
+        f = self.inner.open(rel, mode, **kw)
+        if "r" not in mode:
+            return f
+
+        def on_read(fn, arg, counts_result=False):
+            self._maybe_fail(rel)
+            return fn(arg)
+
+        return _FileProxy(f, on_read)

@@ -1,0 +1,45 @@
+"""`iobench compare`: two runs side by side; thresholds and regressions set the exit code."""
+
+from __future__ import annotations
+
+import json
+
+from iobench.cli import main
+from iobench.report.compare import compare
+from iobench.results import Results
+
+
+def _write(path, au, stall, bps, p99):
+    return Results(command="load", metrics={
+        "accelerator_utilization": au, "stall_ratio": stall, "throughput": {"bytes_per_s": bps},
+        "batch_wait_s": {"count": 10, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": p99,
+                         "p999": p99, "max": p99}}).write(path)
+
+
+def test_rows_pair_metrics_by_path():
+    a = {"metrics": {"x": 1.0, "h": {"count": 2, "p50": 1.0, "p99": 2.0}, "only_a": 3}}
+    b = {"metrics": {"x": 2.0, "h": {"count": 2, "p50": 1.0, "p99": 4.0}, "only_b": 5}}
+    rows = {r.path: r for r in compare(a, b)}
+    assert rows["x"].diff == 1.0 and rows["x"].ratio == 2.0
+    assert rows["h.p99"].ratio == 2.0 and rows["h.p50"].diff == 0
+    assert rows["only_a"].b is None and rows["only_b"].a is None and rows["only_b"].ratio is None
+
+
+def test_cli_compare_exit_codes(tmp_path, capsys):
+    a = _write(tmp_path / "a.json", 0.95, 0.05, 5e8, 0.05)
+    b = _write(tmp_path / "b.json", 0.85, 0.15, 3e8, 0.09)
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(a), str(b), "--json", str(out), "--markdown", str(tmp_path / "cmp.md")]) == 0
+    text = capsys.readouterr().out
+    assert "accelerator_utilization" in text and "0.600×" in text
+    data = json.loads(out.read_text())
+    assert data["command"] == "compare" and data["metrics"]["passed"] is True
+    assert "| throughput.bytes_per_s |" in (tmp_path / "cmp.md").read_text()
+    assert main(["compare", str(a), str(b), "--min-au", "0.9"]) == 1          # B below MLPerf's 90 %
+    assert main(["compare", str(b), str(a), "--min-au", "0.9"]) == 0          # thresholds check B
+    assert main(["compare", str(a), str(b), "--max-regression", "0.1"]) == 1
+    assert main(["compare", str(a), str(a), "--max-regression", "0.1"]) == 0
+    assert main(["compare", str(a), str(b), "--max-wait-p99", "100ms"]) == 0
+    assert main(["compare", str(a), str(b), "--max-wait-p99", "50ms"]) == 1
+    assert main(["compare", str(a), str(b), "--min-au", "1.5"]) == 2
+    assert main(["compare", str(a), str(tmp_path / "nope.json")]) == 2

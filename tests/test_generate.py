@@ -1,0 +1,205 @@
+"""Generator: determinism across worker counts, shard rotation, manifest last, failures leave nothing whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from iobench.errors import ConfigError, StorageError
+from iobench.generate import GenSpec, generate, plan_shards
+from iobench.manifest import MANIFEST_NAME
+from iobench.verify import verify_dataset
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.iterdir())
+            if p.name != MANIFEST_NAME}
+
+
+@pytest.mark.parametrize("fmt,modality", [("raw", "tokens"), ("tar", "images"), ("tfrecord", "tokens"),
+                                          ("parquet", "images")])
+def test_workers_1_and_4_give_byte_identical_datasets(tmp_path, fmt, modality):
+    base = {"format": fmt, "modality": modality, "seed": 11, "image_width": 48, "image_height": 32,
+            "seq_len": 128, "num_samples": 600 if modality == "tokens" else 24,
+            "shard_size": "64 samples" if modality == "tokens" else "5 samples"}
+    m1 = generate(GenSpec.from_mapping({**base, "workers": 1}), str(tmp_path / "w1"), progress=False)
+    m4 = generate(GenSpec.from_mapping({**base, "workers": 4}), str(tmp_path / "w4"), progress=False)
+    assert _tree(tmp_path / "w1") == _tree(tmp_path / "w4")
+    d1, d4 = m1.to_dict(), m4.to_dict()
+    for d in (d1, d4):
+        d.pop("created_at")
+        d["spec"].pop("workers")
+    assert d1 == d4
+    m5 = generate(GenSpec.from_mapping({**base, "seed": 12}), str(tmp_path / "s12"), progress=False)
+    assert [s.checksum for s in m5.shards] != [s.checksum for s in m1.shards]
+
+
+def test_shard_rotation_by_bytes_and_by_samples():
+    spec = GenSpec.from_mapping({"seq_len": 1024, "num_samples": 1000, "shard_size": "256KiB"})
+    plans = plan_shards(spec)
+    assert [p.count for p in plans] == [128] * 7 + [104]          # 2 KiB per sample
+    m = generate(spec, f"memory://rot-{uuid.uuid4().hex}", progress=False)
+    assert all(s.bytes == 64 + 128 * 2048 for s in m.shards[:-1])
+    spec = GenSpec.from_mapping({"num_samples": 10, "shard_size": "4 samples"})
+    assert [p.count for p in plan_shards(spec)] == [4, 4, 2]
+    assert [p.first for p in plan_shards(spec)] == [0, 4, 8]
+
+
+def test_image_shards_land_near_the_byte_target(tmp_path):
+    spec = GenSpec.from_mapping({"format": "tar", "modality": "images", "num_samples": 30, "shard_size": "1MiB"})
+    m = generate(spec, str(tmp_path), progress=False)
+    for s in m.shards[:-1]:
+        assert 0.6 * 2**20 < s.bytes < 1.5 * 2**20
+
+
+def test_checksum_algorithms(tmp_path):
+    import crc32c
+
+    m = generate(GenSpec.from_mapping({"num_samples": 8, "seq_len": 16, "checksum": "crc32c"}), str(tmp_path),
+                 progress=False)
+    data = (tmp_path / m.shards[0].path).read_bytes()
+    assert m.shards[0].checksum == f"crc32c:{crc32c.crc32c(data):08x}"
+
+
+@pytest.mark.parametrize("mapping,field", [
+    ({"num_samples": 0}, "gen.num_samples"),
+    ({"num_samples": -5}, "gen.num_samples"),
+    ({"shard_size": "0"}, "gen.shard_size"),
+    ({"shard_size": "-1MiB"}, "gen.shard_size"),
+    ({"shard_size": "0 samples"}, "gen.shard_size"),
+    ({"format": "hdf5"}, "gen.format"),
+    ({"modality": "audio"}, "gen.modality"),
+    ({"token_dtype": "uint16", "vocab_size": 100000}, "gen.token_dtype"),
+    ({"num_sampels": 3}, "gen.num_sampels"),
+    ({"compression": "lz4"}, "gen.compression"),
+    ({"workers": 0}, "gen.workers"),
+])
+def test_bad_spec_names_the_field(mapping, field):
+    with pytest.raises(ConfigError) as e:
+        GenSpec.from_mapping(mapping)
+    assert e.value.field == field
+    if field == "gen.num_sampels":
+        assert "num_samples" in str(e.value)
+
+
+def test_failure_mid_generation_leaves_no_manifest_and_no_shards(tmp_path, monkeypatch):
+    import iobench.synth as synth
+
+    real = synth.TokenSynth.rows
+
+    def failing(self, start, stop):
+        if start >= 150:
+            raise OSError(errno.EIO, "injected I/O error")
+        return real(self, start, stop)
+
+    monkeypatch.setattr(synth.TokenSynth, "rows", failing)
+    with pytest.raises(StorageError, match="no manifest written"):
+        generate(GenSpec.from_mapping({"num_samples": 200, "seq_len": 8, "shard_size": "50 samples"}),
+                 str(tmp_path), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_regenerating_withdraws_the_old_manifest_first(tmp_path, monkeypatch):
+    spec = GenSpec.from_mapping({"num_samples": 20, "seq_len": 8, "shard_size": "5 samples"})
+    generate(spec, str(tmp_path), progress=False)
+    import iobench.synth as synth
+
+    def failing(self, start, stop):
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(synth.TokenSynth, "rows", failing)
+    with pytest.raises(StorageError):
+        generate(spec, str(tmp_path), progress=False)
+    assert not (tmp_path / MANIFEST_NAME).exists()
+    assert not verify_dataset(str(tmp_path)).ok
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_disk_full_fails_clearly_and_leaves_nothing_verify_accepts(tiny_tmpfs, workers):
+    out = tiny_tmpfs / "ds"
+    spec = GenSpec.from_mapping({"num_samples": 2000, "seq_len": 1024, "shard_size": "256KiB", "workers": workers})
+    with pytest.raises(StorageError, match="no space left"):
+        generate(spec, str(out), progress=False)
+    assert not (out / MANIFEST_NAME).exists()
+    assert [p.name for p in out.iterdir() if p.name.startswith("shard-")] == []   # no final-named partial shard
+    assert not verify_dataset(str(out)).ok
+
+
+def test_generate_to_s3_with_parallel_writers(s3_server, s3_prefix):
+    spec = GenSpec.from_mapping({"format": "tar", "modality": "tokens", "num_samples": 300, "seq_len": 64,
+                                 "shard_size": "100 samples", "workers": 2})
+    opts = {"key": s3_server.access_key, "secret": s3_server.secret_key}
+    m = generate(spec, s3_prefix + "/ds", endpoint_url=s3_server.endpoint_url, storage_options=opts, progress=False)
+    assert len(m.shards) == 3
+    rep = verify_dataset(s3_prefix + "/ds", endpoint_url=s3_server.endpoint_url, storage_options=opts)
+    assert rep.ok and rep.samples_checked == 300
+    local = generate(dataclasses.replace(spec, workers=1), f"memory://s3cmp-{uuid.uuid4().hex}", progress=False)
+    assert [s.checksum for s in local.shards] == [s.checksum for s in m.shards]
+
+
+def test_suite_stage_generates_and_verifies_every_format(tmp_path, s3_server, s3_prefix):
+    import json
+
+    from iobench.generate import SUITE_FORMATS, suite_stage
+    from iobench.suite import SuiteContext
+
+    ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work", s3_url=s3_prefix,
+                       s3_storage_options={"key": s3_server.access_key, "secret": s3_server.secret_key},
+                       endpoint_url=s3_server.endpoint_url)
+    (tmp_path / "out").mkdir()
+    metrics = suite_stage(ctx)
+    assert metrics["datasets"] == metrics["verified"] == 4 * 2 * 2
+    ds = ctx.state["datasets"]
+    assert {(d["format"], d["modality"], d["location"]) for d in ds} == {
+        (f, m, loc) for f in SUITE_FORMATS for m in ("tokens", "images") for loc in ("local", "s3")}
+    assert all(d["url"].startswith("s3://") == (d["location"] == "s3") for d in ds)
+    assert len(ctx.rows) == 4 and not ctx.warnings
+    res = json.loads((tmp_path / "out" / "generate.json").read_text())
+    assert res["command"] == "gen" and res["metrics"]["verified"] == 16
+    assert ctx.results_files == [tmp_path / "out" / "generate.json"]
+
+
+def test_fsync_calls_happen_shards_before_manifest(tmp_path, monkeypatch):
+    real = os.fsync
+    synced: list[str] = []
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    spec = GenSpec.from_mapping({"num_samples": 30, "seq_len": 16, "shard_size": "10 samples", "format": "tfrecord"})
+    m = generate(spec, str(tmp_path), progress=False)
+    names = [os.path.basename(p) for p in synced]
+    for s in m.shards:
+        assert s.path in names and s.index_path in names
+    manifest_at = max(i for i, n in enumerate(names) if n.startswith(f".{MANIFEST_NAME}."))
+    assert all(names.index(s.path) < manifest_at for s in m.shards)
+    assert names[manifest_at + 1:] == [tmp_path.name]            # then the directory
+    no = GenSpec.from_mapping({"num_samples": 30, "seq_len": 16, "shard_size": "10 samples", "fsync": False})
+    synced.clear()
+    generate(no, str(tmp_path / "nofsync"), progress=False)
+    assert all(MANIFEST_NAME in n or n == "nofsync" for n in map(os.path.basename, synced))

@@ -1,0 +1,135 @@
+"""Loader building blocks: HDR summaries, compute emulation, retries, slots, delivery, suite stage."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from iobench.errors import ConfigError, StorageError
+from iobench.loader.compute import Compute, parse_compute
+from iobench.loader.hdr import fast_summary
+from iobench.loader.source import RetryPolicy
+from iobench.metrics import LatencyHistogram
+
+
+def test_fast_summary_equals_hdr_summary():
+    for seed in range(4):
+        rng = random.Random(seed)
+        h = LatencyHistogram()
+        for _ in range(rng.randint(1, 2000)):
+            h.record_s(rng.lognormvariate(-5, 2))
+        assert fast_summary(h) == h.summary()
+        assert fast_summary(LatencyHistogram.decode(h.encode())) == h.summary()
+    assert fast_summary(LatencyHistogram()) == LatencyHistogram().summary()
+
+
+def test_compute_models():
+    assert parse_compute("200ms").nominal_s == pytest.approx(0.2)
+    n = Compute(parse_compute("normal:mean=20ms,std=5ms", seed=1))
+    draws = [n.duration(i) for i in range(2000)]
+    assert sum(draws) / len(draws) == pytest.approx(0.02, rel=0.05)
+    ln = parse_compute("lognormal:p50=10ms,p99=40ms")
+    assert ln.kind == "lognormal" and ln.nominal_s == pytest.approx(0.01)
+    t0 = time.perf_counter()
+    assert Compute(parse_compute("30ms", mode="spin"))(None, 0) >= 0.03
+    assert time.perf_counter() - t0 >= 0.03
+    for bad in ("-1ms", "normal:mean=1ms", "lognormal:p50=2s,p99=1s", "file:/nonexistent/steps.txt", "soon"):
+        with pytest.raises(ConfigError):
+            parse_compute(bad)
+    with pytest.raises(ConfigError):
+        parse_compute("1ms", mode="callback")
+
+
+def test_compute_from_file_and_callback(tmp_path):
+    f = tmp_path / "steps.txt"
+    f.write_text("# measured\n0.01\n20ms\n")
+    c = Compute(parse_compute(f"file:{f}"))
+    assert [c.duration(i) for i in range(3)] == pytest.approx([0.01, 0.02, 0.01])
+    import sys
+    import types
+
+    seen = []
+    mod = types.ModuleType("iobench_test_step")
+    mod.step = lambda batch, step: seen.append((batch, step))
+    sys.modules["iobench_test_step"] = mod
+    try:
+        cb = Compute(parse_compute("0ms", mode="callback", callback="iobench_test_step:step"))
+        cb("batch", 7)
+    finally:
+        del sys.modules["iobench_test_step"]
+    assert seen == [("batch", 7)]
+    with pytest.raises(ConfigError):
+        Compute(parse_compute("0ms", mode="callback", callback="no_such_module_xyz:step"))
+
+
+def test_retry_policy_backs_off_then_names_the_request():
+    calls = []
+
+    def flaky():
+        calls.append(time.perf_counter())
+        if len(calls) < 3:
+            raise ConnectionError("reset")
+        return b"ok"
+
+    assert RetryPolicy(attempts=5, base_delay_s=0.01).call(flaky, lambda: "GET x", random.Random(0)) == b"ok"
+    assert len(calls) == 3
+    t0 = time.perf_counter()
+    with pytest.raises(StorageError) as e:
+        RetryPolicy(attempts=50, base_delay_s=0.05, budget_s=0.5).call(
+            lambda: (_ for _ in ()).throw(TimeoutError("slow")), lambda: "GET s3://b/k bytes 0-10", random.Random(0))
+    assert "GET s3://b/k" in str(e.value) and "TimeoutError" in str(e.value)
+    assert time.perf_counter() - t0 < 2
+    with pytest.raises(FileNotFoundError):  # not retried
+        RetryPolicy().call(lambda: (_ for _ in ()).throw(FileNotFoundError("x")), lambda: "GET", random.Random(0))
+
+
+def test_slot_pool_orders_batches():
+    import multiprocessing as mp
+
+    from iobench.loader.slots import SlotPool
+
+    ctx = mp.get_context("fork")
+    pool = SlotPool(ctx, 2, 16)
+    stop = ctx.Event()
+    try:
+        assert pool.acquire(0, stop) == 0 and pool.acquire(1, stop) == 1
+        stop.set()
+        assert pool.acquire(2, stop) is None        # slot 0 still holds batch 0
+        stop.clear()
+        pool.release(0)
+        assert pool.acquire(2, stop) == 0
+    finally:
+        pool.close()
+
+
+def test_delivery_registry():
+    from iobench.loader.delivery import get_delivery, register_delivery
+
+    assert get_delivery("cpu")("b") == "b"
+    register_delivery("test-dev", lambda b: ("moved", b))
+    assert get_delivery("test-dev")("b") == ("moved", "b")
+    with pytest.raises(ConfigError):
+        get_delivery("tpu")
+
+
+def test_suite_stage_loads_each_dataset(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.loader.suite import suite_stage
+    from iobench.suite import SuiteContext
+
+    ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
+    ds = []
+    for fmt in ("raw", "tar"):
+        url = str(tmp_path / fmt)
+        generate(GenSpec(format=fmt, modality="tokens", num_samples=128, shard_size="64 samples", seq_len=32,
+                         vocab_size=1000, fsync=False), url, progress=False)
+        ds.append({"name": f"{fmt}-tokens", "format": fmt, "modality": "tokens", "url": url, "location": "local",
+                   "storage_options": None, "endpoint_url": None})
+    ctx.state["datasets"] = ds
+    out = suite_stage(ctx)
+    assert out["datasets"] == 2
+    assert len(ctx.results_files) == 4 and all(p.exists() for p in ctx.results_files)
+    assert [r[0] for r in ctx.rows] == ["load", "load"]
+    assert out["per_dataset"]["local/raw-tokens"]["prefetch"]["depth_recommended"] >= 3

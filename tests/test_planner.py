@@ -1,0 +1,109 @@
+"""The planner's models: properties of the formulas, and `iobench plan` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from iobench.cli import main
+from iobench.errors import ConfigError
+from iobench.planner import checkpoint as ck
+from iobench.planner import pipeline as pl
+from iobench.planner.models import MODELS, plan
+from iobench.results import Results
+
+
+def test_optimal_interval_minimises_the_overhead():
+    c, lam, r = 16.4, 1 / 28440, 120.0
+    tau = ck.optimal_interval(c, lam)
+    best = ck.checkpoint_overhead(c, lam, r, tau).total
+    for t in (tau * 0.8, tau * 0.95, tau * 1.05, tau * 1.25):
+        assert ck.checkpoint_overhead(c, lam, r, t).total > best
+    # The Poisson model also charges failures during the save, so it checkpoints a little more often.
+    assert 0.95 * tau < ck.poisson_optimal_interval(c, lam) < tau
+
+
+def test_commit_timeline_queues_commits_behind_a_slow_store():
+    t = ck.commit_timeline(100.0, 10.0, [10, 12, 14], copy_s=0.0, fail_s=35)
+    assert t.commits_s == (20.0, 30.0, 40.0)      # serial commits: each waits for the previous one
+    assert t.recoverable_snapshot_s == 12 and t.redo_s == 23
+    none = ck.commit_timeline(100.0, 10.0, [10], copy_s=1.0, fail_s=15)
+    assert none.recoverable_snapshot_s is None and none.redo_s == 15
+
+
+def test_prefetch_depth_and_stall():
+    assert pl.prefetch_depth(0.4, 0.2).depth_min == 2
+    assert pl.prefetch_depth(0.05, 0.2).depth_min == 1
+    s = pl.data_stall(0.2, 0.1, pipelined=True)
+    assert s.stall_ratio == 0 and s.step_s == 0.2
+
+
+def test_zero_stages_shrink_the_rank_state():
+    n, d = 8e9, 8
+    sizes = [ck.zero_rank_bytes(n, d, s) for s in range(4)]
+    assert sizes == sorted(sizes, reverse=True) and sizes[3] == pytest.approx(16 * n / d)
+
+
+def test_every_model_runs_with_its_defaults_and_required_inputs():
+    required = {"size": "1GB", "rate": "1GB/s", "duration": "10s", "int": 4, "float": 2.0, "ratio": 0.5}
+    for m in MODELS.values():
+        sets = {p.name: required[p.kind] for p in m.params if p.default is not None and p.default.__class__ is object}
+        if m.name == "interval":
+            sets["job_mtbf"] = "8h"
+        if m.name == "checkpoint-size":
+            sets["params"] = 1e9
+        if m.name == "async-commit":
+            sets["fail_at"] = "35s"
+        out = plan(m.name, sets)
+        assert out["recommendation"], m.name
+        json.dumps(out, allow_nan=False)
+
+
+def test_checkpoint_size_uses_the_checkpoint_presets():
+    out = plan("checkpoint-size", {"preset": "qwen3-8b"})["outputs"]
+    assert out["checkpoint_bytes"] == 114_670_295_040
+
+
+def test_unknown_input_names_the_nearest():
+    with pytest.raises(ConfigError, match="did you mean 'cost'"):
+        plan("interval", {"cots": 1})
+
+
+def test_cli_plan_list_and_bad_input(capsys):
+    assert main(["plan", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in MODELS)
+    assert main(["plan", "interval", "--set", "cots=1"]) == 2
+    assert "did you mean 'cost'" in capsys.readouterr().err
+    assert main(["plan", "intreval"]) == 2
+    assert "did you mean 'interval'" in capsys.readouterr().err
+    assert main(["plan", "interval", "--set", "cost=fast"]) == 2
+
+
+def test_cli_plan_prefetch_from_load_results(tmp_path, capsys):
+    load = Results(command="load", metrics={"batch_io_s": {"count": 10, "min": 0.1, "mean": 0.2, "p50": 0.2,
+                                                           "p90": 0.3, "p99": 0.45, "p999": 0.5, "max": 0.5},
+                                            "batch_bytes": 4_000_000})
+    src = load.write(tmp_path / "load.json")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "prefetch", "--from", str(src), "--compute-ms", "200", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    p = data["metrics"]["plan"]
+    assert data["command"] == "plan" and p["model"] == "prefetch"
+    assert p["inputs"]["p99_io_time"] == 0.45 and p["inputs_from"]["p99_io_time"] == "results:metrics.batch_io_s.p99"
+    assert p["outputs"]["depth_min"] == 3 and p["outputs"]["host_bytes_per_consumer"] == 5 * 4_000_000
+    assert "prefetch depth 5" in capsys.readouterr().out
+
+
+def test_cli_interval_from_checkpoint_results(tmp_path):
+    ckpt = Results(command="ckpt", metrics={"checkpoint": {"blocking_s": {"count": 3, "mean": 16.38, "min": 16,
+                                                                          "p50": 16.4, "p90": 16.5, "p99": 16.6,
+                                                                          "p999": 16.6, "max": 16.6}}})
+    src = ckpt.write(tmp_path / "ckpt.json")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "interval", "--from", str(src), "--set", "job_mtbf=7.9h", "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["metrics"]["plan"]
+    assert p["inputs"]["cost"] == 16.38
+    assert p["outputs"]["optimal_interval_s"] == pytest.approx(math.sqrt(2 * 16.38 * 7.9 * 3600))

@@ -1,0 +1,137 @@
+"""Reports: one self-contained HTML page (plots as PNG data URIs) and a Markdown summary."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from iobench.cli import main
+from iobench.metrics import LatencyHistogram
+from iobench.planner.models import plan
+from iobench.report.build import build_report
+from iobench.results import Results
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _hdr(values):
+    h = LatencyHistogram()
+    for v in values:
+        h.record_s(v)
+    return h.summary()
+
+
+def load_results(path, stall=0.05, au=0.95):
+    steps = 40
+    return Results(command="load", config={"storage_options": {"secret": "hunter2"}}, metrics={
+        "batch_wait_s": _hdr([0.001 * (1 + i % 7) for i in range(200)]),
+        "batch_io_s": _hdr([0.01 * (1 + i % 5) for i in range(200)]),
+        "stall_ratio": stall, "accelerator_utilization": au,
+        "throughput": {"bytes_per_s": 4.2e8, "samples_per_s": 1800.0},
+        "timeseries": {"t": [0.1 * i for i in range(steps)], "wait_s": [0.001 * (i % 5) for i in range(steps)],
+                       "queue_depth": [i % 4 for i in range(steps)]},
+    }).write(path)
+
+
+def other_results(tmp_path):
+    ckpt = Results(command="ckpt", metrics={"checkpoint": {
+        "blocking_s": _hdr([0.2, 0.25, 0.22]), "commit_latency_s": _hdr([1.1, 1.3, 1.2]),
+        "timeline": [{"checkpoint": f"step {s}", "phase": ph, "start_s": s + a, "end_s": s + b}
+                     for s in (0, 10, 20) for ph, a, b in (("snapshot", 0, 0.2), ("commit", 0.2, 1.4))]}})
+    gds = Results(command="gds", metrics={"paths": [
+        {"path": "cpu", "requested": "cpu", "effective": "cpu", "bytes_per_s": 2.1e9, "evidence": "pread"},
+        {"path": "cufile", "requested": "cufile", "effective": "unavailable", "bytes_per_s": None,
+         "evidence": "no NVIDIA GPU"}]})
+    probe = Results(command="probe", metrics={"tiers": {"nvme": {"read_bytes_per_s": 1.9e9, "read_latency_s":
+                                                                _hdr([1e-4, 2e-4, 3e-4])},
+                                                       "object": {"read_bytes_per_s": 2.2e8, "read_latency_s":
+                                                                  _hdr([5e-3, 8e-3, 2e-2])}}})
+    pl = Results(command="plan", metrics={"plan": plan("interval", {"cost": "16s", "job_mtbf": "8h"})})
+    return [ckpt.write(tmp_path / "ckpt.json"), gds.write(tmp_path / "gds.json"),
+            probe.write(tmp_path / "probe.json"), pl.write(tmp_path / "plan.json")]
+
+
+def images(page: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+def test_report_is_self_contained_with_plots_for_every_shape(tmp_path):
+    files = [load_results(tmp_path / "load.json"), *other_results(tmp_path)]
+    rep = build_report(files, tmp_path / "out", limits={"min_au": 0.9})
+    page = rep.html.read_text()
+    assert rep.ok and rep.html.stat().st_mode & 0o044
+    pngs = images(page)
+    assert len(pngs) >= 7 and all(p.startswith(PNG_MAGIC) for p in pngs)
+    # Nothing is fetched from elsewhere: every src is a data URI, no scripts, no stylesheets by link.
+    assert not re.search(r'(src|href)="(?!data:|#)', page) and "<script" not in page
+    for caption in ("batch_wait_s: latency by percentile", "timeseries over time", "throughput by tier / path",
+                    "checkpoint.timeline: timeline", "plan interval: overhead by interval"):
+        assert caption in page, caption
+    assert "cufile" in page and "no NVIDIA GPU" in page                  # the GDS path table
+    assert "hunter2" not in page                                         # secrets stay redacted
+    md = rep.markdown.read_text()
+    assert "accelerator utilization" in md and "plan interval" in md and "| batch_wait_s |" in md
+
+
+def test_report_cli_thresholds_set_the_exit_code(tmp_path, capsys):
+    good, bad = load_results(tmp_path / "good.json"), load_results(tmp_path / "bad.json", stall=0.3, au=0.7)
+    assert main(["report", str(good), "-o", str(tmp_path / "r1"), "--min-au", "0.9"]) == 0
+    assert main(["report", str(bad), "-o", str(tmp_path / "r2"), "--min-au", "0.9"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert main(["report", str(good), "-o", str(tmp_path / "r3"), "--max-stall", "0.01"]) == 1
+    assert main(["report", str(good), "-o", str(tmp_path / "r4"), "--min-au", "90"]) == 2
+    assert main(["report", str(tmp_path / "missing.json"), "-o", str(tmp_path / "r5")]) == 2
+    (tmp_path / "junk.json").write_text("{not json")
+    assert main(["report", str(tmp_path / "junk.json"), "-o", str(tmp_path / "r6")]) == 2
+
+
+def test_report_of_a_run_json_renders_its_stage_metrics(tmp_path):
+    run = Results(command="run", metrics={"load": {"cold": {"stall_ratio": 0.2, "batch_wait_s": _hdr([0.01, 0.02])},
+                                                   "warm": {"stall_ratio": 0.01, "batch_wait_s": _hdr([0.001])},
+                                                   "prefetch_recommendation": "prefetch depth 3"}})
+    rep = build_report([run.write(tmp_path / "run.json")], tmp_path / "out")
+    page = rep.html.read_text()
+    assert "load.cold.stall_ratio" in page and "prefetch depth 3" in page
+
+
+CHECK_JS = """<script>
+var loadErrors = 0;
+window.addEventListener("error", function () { loadErrors++; }, true);
+window.addEventListener("load", function () {
+  var imgs = Array.from(document.images);
+  var broken = imgs.filter(function (i) { return !i.complete || i.naturalWidth === 0; }).length;
+  var pre = document.createElement("pre"); pre.id = "iobench-check";
+  pre.textContent = JSON.stringify({images: imgs.length, broken: broken, errors: loadErrors});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium is not installed (scripts/install-system-deps.sh)")
+def test_report_renders_in_headless_chromium(tmp_path):
+    files = [load_results(tmp_path / "load.json"), *other_results(tmp_path)]
+    rep = build_report(files, tmp_path / "out")
+    page = rep.html.read_text()
+    # The checker is injected into a copy: the report itself carries no scripts.
+    probe = tmp_path / "out" / "check.html"
+    probe.write_text(page.replace("</body>", CHECK_JS + "</body>"))
+    proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           "--disable-component-update", "--no-first-run", "--enable-logging=stderr", "--v=0",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+                           probe.as_uri()], capture_output=True, text=True, timeout=120)
+    m = re.search(r'id="iobench-check">([^<]*)<', proc.stdout)
+    assert m, proc.stderr[-2000:]
+    result = json.loads(m.group(1))
+    assert result["images"] == len(images(page)) >= 7
+    assert result["broken"] == 0 and result["errors"] == 0
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console

@@ -1,0 +1,36 @@
+"""The `report` stage of `iobench run`: plans from the stage results, then the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from iobench.report.suite import suite_stage
+from iobench.results import Results
+from iobench.suite import SuiteContext
+
+
+def test_suite_stage_renders_stage_results_and_plans(tmp_path):
+    ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
+    ctx.out_dir.mkdir()
+    load = Results(command="load", metrics={
+        "stall_ratio": 0.1, "accelerator_utilization": 0.9, "batch_bytes": 1e6,
+        "compute_s": {"count": 5, "min": 0.005, "mean": 0.005, "p50": 0.005, "p90": 0.005, "p99": 0.005,
+                      "p999": 0.005, "max": 0.005},
+        "batch_io_s": {"count": 5, "min": 0.001, "mean": 0.002, "p50": 0.002, "p90": 0.003, "p99": 0.004,
+                       "p999": 0.004, "max": 0.004},
+        "prefetch_recommendation": {"depth_min": 1, "depth_recommended": 3, "p99_batch_io_s": 0.004,
+                                    "compute_s": 0.005}}).write(ctx.out_dir / "load.json")
+    ckpt = Results(command="ckpt", metrics={"checkpoint": {
+        "blocking_s": {"count": 2, "min": 0.1, "mean": 0.2, "p50": 0.2, "p90": 0.3, "p99": 0.3, "p999": 0.3,
+                       "max": 0.3},
+        "timeline": [{"step": 1, "status": "committed", "t_call": 0.0, "t_snapshot_done": 0.1, "t_local_done": 0.3,
+                      "t_durable": 0.9}]}}).write(ctx.out_dir / "ckpt.json")
+    ctx.results_files += [load, ckpt, ctx.out_dir / "missing.json"]
+    ctx.row("load", "x", "cold 1 MB/s")
+    m = suite_stage(ctx)
+    page = Path(m["html"]).read_text()
+    assert sorted(m["plans"]) == ["bandwidth", "interval"]
+    assert "checkpoint every" in page and "prefetch depth 3" in page and "cold 1 MB/s" in page
+    assert "checkpoint.timeline: checkpoint timeline" in page
+    assert any(r[0] == "report" and r[2].endswith("report.html") for r in ctx.rows)
+    assert any(str(p).endswith("interval-ckpt.json") for p in ctx.results_files)

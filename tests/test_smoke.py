@@ -1,0 +1,136 @@
+"""`iobench smoke` against the embedded SeaweedFS server, including the failures CI must see."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from iobench.cli import main
+from iobench.smoke import CHECKS, run_smoke
+
+pytestmark = pytest.mark.s3
+
+
+def _junit(path):
+    root = ET.parse(path).getroot()
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    return root, cases
+
+
+def _objects(server, prefix):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**server.storage_options())
+    # Only keys below the prefix: SeaweedFS reports an emptied prefix itself as a directory.
+    return [k for k in fs.find("iobench/") if k.startswith(f"iobench/{prefix}/")]
+
+
+def test_smoke_passes_and_cleans_up(s3_env, tmp_path, capsys):
+    junit, out = tmp_path / "smoke.xml", tmp_path / "smoke.json"
+    rc = main(["smoke", "--endpoint-url", s3_env.endpoint_url, "--bucket", "iobench", "--prefix", "ci/smoke-ok",
+               "--junit", str(junit), "--json", str(out)])
+    assert rc == 0, capsys.readouterr()
+    root, cases = _junit(junit)
+    assert list(cases) == list(CHECKS)
+    assert root.get("failures") == "0" and root.get("skipped") == "0"
+    assert all(len(c) == 0 for c in cases.values())      # no <failure> or <skipped> children
+    m = json.loads(out.read_text())["metrics"]
+    assert m["passed"] and 0 <= m["stall_ratio"] <= 1 and m["batch_wait_s"]["count"] > 0
+    assert _objects(s3_env, "ci/smoke-ok") == []
+    text = json.dumps(json.loads(out.read_text()))
+    assert s3_env.secret_key not in text and s3_env.secret_key not in junit.read_text()
+
+
+def test_wrong_credentials_fail_the_connect_check(s3_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    junit = tmp_path / "smoke.xml"
+    assert main(["smoke", "--endpoint-url", s3_env.endpoint_url, "--bucket", "iobench", "--junit", str(junit),
+                 "--timeout", "30"]) == 1
+    root, cases = _junit(junit)
+    failure = cases["connect"].find("failure")
+    assert failure is not None and "denied" in failure.get("message")
+    assert cases["write dataset"].find("skipped") is not None
+
+
+def test_missing_bucket_fails_clearly(s3_env, tmp_path):
+    report = run_smoke(s3_env.endpoint_url, "no-such-bucket-here", timeout_s=30)
+    assert not report.passed
+    connect = report.checks[0]
+    assert connect.status == "failed" and "does not exist" in connect.message
+
+
+def test_unreachable_endpoint_is_a_failed_check_not_bad_input(s3_env, tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    t0 = time.perf_counter()
+    assert main(["smoke", "--endpoint-url", f"http://127.0.0.1:{port}", "--bucket", "iobench", "--timeout", "30"]) == 1
+    assert time.perf_counter() - t0 < 60
+
+
+@pytest.mark.parametrize("argv", [
+    ["--bucket", "Bad_Bucket"],
+    ["--bucket", "iobench", "--endpoint-url", "ftp://127.0.0.1:1"],
+    ["--bucket", "iobench", "--timeout", "0"],
+    ["--bucket", "iobench", "--max-stall", "2"],
+    [],
+])
+def test_malformed_flags_are_bad_input(argv):
+    with pytest.raises(SystemExit) if not argv else _nothing():
+        rc = main(["smoke", *argv])
+        assert rc == 2
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_server_stopped_mid_run_fails_without_hanging(monkeypatch, tmp_path):
+    from iobench.s3server import S3Server
+
+    server = S3Server(bucket="iobench").start()
+    try:
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+
+        def stop_after_write(check):
+            if check.name == "write dataset" and check.status == "passed":
+                server.stop(timeout_s=1)     # SIGTERM, then SIGKILL: the store dies mid-run
+
+        t0 = time.perf_counter()
+        report = run_smoke(server.endpoint_url, "iobench", timeout_s=20, on_check=stop_after_write)
+        elapsed = time.perf_counter() - t0
+    finally:
+        server.stop()
+    status = {c.name: c.status for c in report.checks}
+    assert status["connect"] == status["write dataset"] == "passed"
+    assert status["verify dataset"] == "failed" and status["cleanup"] == "failed"
+    assert status["read with stall measurement"] == "skipped"     # the store is gone: no waiting out retries
+    assert not report.passed and elapsed < 60
+    assert all(c.message for c in report.checks if c.status == "failed")
+
+
+def test_ci_examples_run_the_smoke_command():
+    from pathlib import Path
+
+    import yaml
+
+    ex = Path(__file__).resolve().parent.parent / "examples"
+    wf = yaml.safe_load((ex / "github-actions-smoke.yml").read_text())
+    steps = [s.get("run", "") for s in wf["jobs"]["smoke"]["steps"]]
+    assert any("iobench smoke" in s and "--junit" in s and "--bucket" in s for s in steps)
+    assert any("minio/minio" in s for s in steps)
+    compose = yaml.safe_load((ex / "docker-compose.smoke.yml").read_text())
+    assert {"minio", "create-bucket", "smoke"} <= set(compose["services"])
+    assert "iobench smoke" in compose["services"]["smoke"]["command"]
+    cluster = yaml.safe_load((ex / "cluster.yaml").read_text())
+    assert cluster["object"]["url"].startswith("s3://") and "planner" in cluster

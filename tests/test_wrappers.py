@@ -1,0 +1,110 @@
+"""Instrumented / emulated / faulty backend wrappers and the emulation-spec parser."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from iobench.errors import ConfigError
+from iobench.storage import Backend, open_backend
+from iobench.wrappers import (PROFILES, EmulatedBackend, FaultyBackend, InjectedFault, InjectedTimeout,
+                              InstrumentedBackend, parse_emulation)
+
+
+@pytest.fixture
+def mem():
+    b = open_backend(f"memory://wrappers-{time.perf_counter_ns()}")
+    b.write_bytes("a.bin", b"x" * 100_000)
+    yield b
+    b.rm("", recursive=True)
+
+
+def test_parse_specs():
+    assert parse_emulation("const:250ms").latency_s == pytest.approx(0.25)
+    ln = parse_emulation("lognormal:p50=20ms,p99=500ms")
+    assert (ln.p50_s, ln.p99_s) == pytest.approx((0.02, 0.5))
+    s = parse_emulation("pfs+spike:p=0.02,extra=300ms+bw:1GiB/s")
+    assert s.kind == "lognormal" and s.spike_p == 0.02 and s.spike_s == pytest.approx(0.3)
+    assert s.bandwidth_bytes_per_s == 1024**3
+    assert not parse_emulation("none").active
+    assert set(PROFILES) == {"nvme", "pfs", "object"}
+    # the tier table's ordering: nvme faster than pfs faster than object store
+    assert PROFILES["nvme"].p50_s < PROFILES["pfs"].p50_s < PROFILES["object"].p50_s
+
+
+@pytest.mark.parametrize("bad", ["foo", "const:", "const:-1s", "lognormal:p50=1s", "lognormal:p50=2s,p99=1s",
+                                 "spike:p=2,extra=1s", "bw:abc", "normal:mean=1s", "const:1s+"])
+def test_bad_specs_are_config_errors(bad):
+    with pytest.raises(ConfigError) as e:
+        parse_emulation(bad)
+    assert "--emulate" in str(e.value)
+
+
+def test_lognormal_quantiles_match_spec():
+    spec = parse_emulation("lognormal:p50=20ms,p99=500ms")
+    rng = random.Random(1)
+    draws = sorted(spec.sample_latency(rng) for _ in range(20000))
+    assert draws[10000] == pytest.approx(0.02, rel=0.1)
+    assert draws[19800] == pytest.approx(0.5, rel=0.2)
+
+
+def test_spikes_add_extra_latency():
+    spec = parse_emulation("const:1ms+spike:p=0.25,extra=1s")
+    rng = random.Random(0)
+    draws = [spec.sample_latency(rng) for _ in range(4000)]
+    frac = sum(d > 0.5 for d in draws) / len(draws)
+    assert 0.2 < frac < 0.3
+
+
+def test_instrumented_counts_real_bytes_and_ops(mem):
+    inst = InstrumentedBackend(mem)
+    assert isinstance(inst, Backend)
+    assert len(inst.cat("a.bin")) == 100_000
+    assert len(inst.cat("a.bin", 10, 110)) == 100
+    with inst.open("a.bin") as f:
+        f.read(1000)
+        f.read(50)
+    assert inst.size("a.bin") == 100_000
+    inst.write_bytes("b.bin", b"y" * 123)
+    st = inst.stats()
+    assert st["bytes_read"] == 100_000 + 100 + 1000 + 50
+    assert st["bytes_written"] == 123
+    assert st["calls"] == {"open": 1, "read": 4, "ttfb": 1, "metadata": 1, "write": 1}
+    assert st["latency_s"]["read"]["count"] == 4
+    enc = inst.stats(encode=True)["hist"]["read"]
+    from iobench.metrics import LatencyHistogram
+    assert LatencyHistogram.decode(enc).count == 4
+
+
+def test_emulated_adds_latency_and_caps_bandwidth(mem):
+    emu = InstrumentedBackend(EmulatedBackend(mem, "const:30ms+bw:2MB", seed=1))
+    t0 = time.perf_counter()
+    emu.cat("a.bin")  # 30 ms + 100 kB at 2 MB/s = 80 ms
+    dt = time.perf_counter() - t0
+    assert dt >= 0.078
+    assert "emulated" in emu.describe()
+    child = emu.child("sub")
+    assert isinstance(child, InstrumentedBackend) and isinstance(child.inner, EmulatedBackend)
+
+
+def test_faulty_injects_seeded_errors(mem):
+    def run(seed):
+        f = FaultyBackend(mem, error_rate=0.3, timeout_rate=0.1, seed=seed, timeout_s=0.001)
+        out = []
+        for _ in range(200):
+            try:
+                f.cat("a.bin")
+                out.append("ok")
+            except InjectedFault:
+                out.append("err")
+            except InjectedTimeout:
+                out.append("timeout")
+        return out
+
+    a, b = run(7), run(7)
+    assert a == b
+    assert 30 < a.count("err") < 90 and 5 < a.count("timeout") < 40
+    with pytest.raises(ConfigError):
+        FaultyBackend(mem, error_rate=1.5)
