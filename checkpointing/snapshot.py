@@ -42,6 +42,8 @@ class LiveState:
         self.arrays: dict[int, list[np.ndarray]] = {}
         for r in self.ranks:
             self.arrays[r] = [np.zeros(s.shape, dtype=DTYPES[s.dtype][0]) for s in self.shards[r]]
+        # flat byte views of the same memory, made once: the snapshot copies through them
+        self.flat = {r: [a.reshape(-1).view(np.uint8) for a in self.arrays[r]] for r in self.ranks}
 
     @property
     def nbytes(self) -> int:
@@ -83,6 +85,8 @@ class Staging:
                 offs.append(o)
                 o += s.nbytes
             self.offsets[r] = offs
+        self._dst = {r: [self.buffers[r][o:o + s.nbytes] for o, s in zip(self.offsets[r], self.shards[r])]
+                     for r in self.ranks}
         self.kind = "host"  # pinned memory would need torch or cupy
 
     @property
@@ -92,9 +96,8 @@ class Staging:
     def snapshot(self, live: LiveState) -> int:
         """Copy the live state into the staging buffers; returns the pause in nanoseconds."""
         t0 = now_ns()
+        copy = np.copyto
         for r in self.ranks:
-            buf = self.buffers[r]
-            for o, a in zip(self.offsets[r], live.arrays[r]):
-                n = a.nbytes
-                buf[o:o + n] = a.view(np.uint8).reshape(-1)
+            for dst, src in zip(self._dst[r], live.flat[r]):
+                copy(dst, src)
         return now_ns() - t0

@@ -144,7 +144,9 @@ class RawReader(Reader):
             if self.manifest.compression != "none":
                 return None
             spec = self.manifest.spec
-            itemsize = np.dtype(spec.get("resolved_token_dtype", spec.get("token_dtype", "uint16"))).itemsize
+            if not spec.get("seq_len"):
+                return None
+            itemsize = np.dtype(spec.get("token_dtype", "uint16")).itemsize
             n = int(spec["seq_len"]) * itemsize
             if not 0 <= i < shard.samples:
                 return None
@@ -154,7 +156,7 @@ class RawReader(Reader):
     def sample_from_range(self, shard, i, record) -> Sample:
         if self.manifest.modality == "tokens":
             spec = self.manifest.spec
-            dtype = np.dtype(spec.get("resolved_token_dtype", spec.get("token_dtype", "uint16"))).newbyteorder("<")
+            dtype = np.dtype(spec.get("token_dtype", "uint16")).newbyteorder("<")
             return Sample(index=shard.first_sample + i, data=np.frombuffer(record, dtype=dtype))
         return self._record(shard.first_sample + i, memoryview(record), self.manifest.compression != "none", shard)
 

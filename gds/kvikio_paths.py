@@ -68,12 +68,22 @@ class KvikioReader(GdsReader):
         _set_defaults(kvikio, compat, threads, task_size)
         monitor_cls = getattr(kvikio, "SummaryMonitor", None)
         self._monitor = monitor_cls() if monitor_cls is not None else None
-        self._baseline = self._monitor.get() if self._monitor is not None else None
+        # With compat mode OFF, KvikIO raises here when cuFile cannot serve the file.
+        self._file = kvikio.CuFile(self.path, "r")
+        # KvikIO opens files without touching CUDA; a missing libcuda only shows on the first read.
+        # Fail here, where open_reader can still fall back, rather than in the caller's hot loop.
+        if os.path.getsize(self.path) > 0:
+            import numpy as np
+
+            try:
+                self._file.pread(np.empty(1, dtype=np.uint8), 1, 0).get()
+            except BaseException:
+                self._file.close()
+                raise
+        self._baseline = self._monitor.get() if self._monitor is not None else None  # after the check read
         from .detect import nvfs_read_mib
 
         self._nvfs_before = None if compat else nvfs_read_mib()
-        # With compat mode OFF, KvikIO raises here when cuFile cannot serve the file.
-        self._file = kvikio.CuFile(self.path, "r")
 
     def read_into(self, dst: Any, offset: int, nbytes: int) -> int:
         got = int(self._file.pread(dst, nbytes, offset).get())

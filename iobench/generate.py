@@ -228,6 +228,9 @@ class _Tally:
         return f"crc32c:{self._crc:08x}"
 
 
+ChecksumWriter = _Tally   # public name, for tools that write shards themselves (benchmarks)
+
+
 def new_hasher(algo: str) -> _Tally:
     """A checksum accumulator for ``algo`` (the same one the generator uses), writing nowhere."""
     class _Null:
@@ -437,6 +440,8 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
             if workers <= 1:
                 entries = write_shards(spec, backend, plans, report=report)
                 pids = []
+            elif backend.protocol == "s3":
+                entries, pids = _run_threads(spec, backend, plans, workers, report), []
             else:
                 entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
         except BaseException as e:
@@ -475,9 +480,37 @@ class _WorkerError(Exception):
         self.message = message
 
 
+def _run_threads(spec, backend, plans, workers, report) -> list[ShardEntry]:
+    """Object stores: writer threads sharing one client and connection pool.  Uploads wait on the
+    network with the GIL released, as do numpy's bulk ops and Pillow's encoder; a process per writer
+    would add a client start-up each and could not share the connection pool."""
+    import threading
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def locked_report(s: int, b: int) -> None:
+        with lock:
+            report(s, b)
+
+    ranges = _split(plans, workers)
+    with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="iobench-gen") as pool:
+        futures = [pool.submit(write_shards, spec, backend, r, report=locked_report, should_stop=stop.is_set)
+                   for r in ranges]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in done if f.exception() is not None and not isinstance(f.exception(), _Stopped)),
+                      None)
+        if failed is not None:
+            stop.set()
+            wait(futures)
+            raise failed.exception()
+    return [e for f in futures for e in f.result()]
+
+
 def _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report):
-    # fork starts in milliseconds where spawn re-imports numpy/pyarrow/s3fs; fsspec resets its
-    # event loop and lock in a forked child, and each worker opens its own backend.
+    # fork starts in milliseconds where spawn re-imports numpy/pyarrow; local files only, so no
+    # async client state is inherited (object stores use _run_threads).
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     stop = ctx.Event()

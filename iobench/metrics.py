@@ -8,10 +8,12 @@ averaged.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 _LOWEST_NS = 1
@@ -64,33 +66,54 @@ class LatencyHistogram:
     def percentile_s(self, p: float) -> float:
         return self._h.get_value_at_percentile(p) / 1e9
 
+    # The pure-Python hdrh package scans its whole counts array (tens of thousands of
+    # buckets) for every percentile and for the mean: about a second per summary on a busy
+    # machine.  One cumulative sum over the same counts gives exactly hdrh's values.
+    def _cumulative(self) -> np.ndarray:
+        raw = self._h
+        if ctypes.sizeof(raw.counts._type_) == 8:
+            counts = np.ctypeslib.as_array((ctypes.c_uint64 * raw.counts_len).from_buffer(raw.counts))
+        else:
+            counts = np.array(raw.counts[:], dtype=np.int64)
+        return counts
+
+    def _value_at(self, cum: np.ndarray, percentile: float) -> int:
+        raw = self._h
+        index = int(np.searchsorted(cum, raw.get_target_count_at_percentile(percentile), side="left"))
+        if index >= len(cum):
+            return 0
+        value = raw.get_value_from_index(index)
+        return raw.get_highest_equivalent_value(value) if percentile else raw.get_lowest_equivalent_value(value)
+
     def summary(self) -> dict:
         """The results schema's HDR summary, in seconds."""
         n = self.count
         if n == 0:
             return {"count": 0, "min": None, "mean": None, "p50": None, "p90": None, "p99": None,
                     "p999": None, "max": None}
-        h = self._h
+        raw = self._h
+        counts = self._cumulative()
+        cum = np.cumsum(counts)
+        total = 0
+        for i in np.nonzero(counts)[0].tolist():
+            total += int(counts[i]) * raw._hdr_median_equiv_value(raw.get_value_from_index(i))
         return {
             "count": n,
-            "min": h.get_min_value() / 1e9,
-            "mean": h.get_mean_value() / 1e9,
-            "p50": h.get_value_at_percentile(50) / 1e9,
-            "p90": h.get_value_at_percentile(90) / 1e9,
-            "p99": h.get_value_at_percentile(99) / 1e9,
-            "p999": h.get_value_at_percentile(99.9) / 1e9,
-            "max": h.get_max_value() / 1e9,
+            "min": raw.get_min_value() / 1e9,
+            "mean": float(total) / raw.total_count / 1e9,
+            "p50": self._value_at(cum, 50) / 1e9,
+            "p90": self._value_at(cum, 90) / 1e9,
+            "p99": self._value_at(cum, 99) / 1e9,
+            "p999": self._value_at(cum, 99.9) / 1e9,
+            "max": raw.get_max_value() / 1e9,
         }
 
     def cdf(self, points: int = 200) -> list[tuple[float, float]]:
         """(seconds, fraction ≤) pairs for plotting a latency CDF."""
-        if self.count == 0:
+        if self.count == 0 or points <= 0:
             return []
-        out = []
-        for i in range(points + 1):
-            p = 100.0 * i / points
-            out.append((self._h.get_value_at_percentile(p) / 1e9, p / 100.0))
-        return out
+        cum = np.cumsum(self._cumulative())
+        return [(self._value_at(cum, 100.0 * i / points) / 1e9, i / points) for i in range(points + 1)]
 
 
 def merged(hists: Iterable[LatencyHistogram]) -> LatencyHistogram:

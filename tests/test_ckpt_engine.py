@@ -157,7 +157,7 @@ def test_fsyncs_are_issued_in_order(tmp_path, monkeypatch):
         run_saves(ck, live, [5])
     for tier in (local, durable):
         d = tier.local_path(cp.step_dir(5))
-        files = [i for i, p in enumerate(synced) if os.path.dirname(p) == d and ".rank-" in p]
+        files = [i for i, p in enumerate(synced) if os.path.dirname(p) == d and "rank-" in os.path.basename(p)]
         manifest = [i for i, p in enumerate(synced) if os.path.dirname(p) == d and f".{cp.MANIFEST}." in p]
         dirs = [i for i, p in enumerate(synced) if p == d]
         root = [i for i, p in enumerate(synced) if p == tier.local_path("")]

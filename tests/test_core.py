@@ -106,6 +106,20 @@ def test_histogram_summary_and_merge():
     assert LatencyHistogram().summary()["p99"] is None
 
 
+def test_fast_summary_equals_hdrh_own_scan():
+    import numpy as np
+
+    h = LatencyHistogram()
+    for v in np.random.default_rng(3).lognormal(11, 1.5, 3000).astype(int):
+        h.record_ns(int(v))
+    raw = h._h
+    s = h.summary()
+    assert s["mean"] == raw.get_mean_value() / 1e9
+    for key, p in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
+        assert s[key] == raw.get_value_at_percentile(p) / 1e9
+    assert h.cdf(10) == [(raw.get_value_at_percentile(10.0 * i) / 1e9, i / 10) for i in range(11)]
+
+
 def test_results_schema_and_redaction(tmp_path):
     r = Results(command="demo", config={"s3": {"secret": "hunter2", "key": "AKIA", "endpoint_url": "http://x"}})
     r.metrics["stall_ratio"] = 0.1

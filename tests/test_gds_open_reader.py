@@ -135,3 +135,56 @@ def test_load_file_whole(small_file):
     with pytest.warns(GdsFallbackWarning):
         buf, n, eff, why = load_file("bounce", small_file, probe=probe_with({"cpu"}))
     assert eff == "cpu" and "bounce missing here" in why and n == 64 * 256
+
+
+def _shim(tmp_path) -> str:
+    """iobench importable from this tree without installing it (the layout maps gds/ to iobench.gds)."""
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    site = tmp_path / "site"
+    (site / "iobench").mkdir(parents=True)
+    for p in (root / "iobench").iterdir():
+        os.symlink(p, site / "iobench" / p.name)
+    for name in ("gds", "formats", "checkpointing"):
+        os.symlink(root / name, site / "iobench" / name)
+    return str(site)
+
+
+REAL_KVIKIO = """
+import sys, warnings, json
+from iobench.gds import detect, open_reader, make_reader
+caps = {n: detect.Capability(n, n in ("cufile", "kvikio-compat", "cpu")) for n in detect.PATH_NAMES}
+pr = detect.Probe({}, caps)
+out = {}
+for name in ("cufile", "kvikio-compat"):
+    try:
+        make_reader(name, sys.argv[1])
+        out[name] = "opened"
+    except Exception as e:
+        out[name] = f"{type(e).__name__}: {e}"
+with warnings.catch_warnings(record=True):
+    warnings.simplefilter("always")
+    r, eff, why = open_reader("cufile", sys.argv[1], probe=pr)
+buf = bytearray(4)
+out["fallback"] = [eff, why, r.read_into(buf, 0, 4)]
+print(json.dumps(out))
+"""
+
+
+def test_real_kvikio_wheel_in_process_without_libcuda(small_file, tmp_path):
+    """The real KvikIO, forced past the probe: opening fails with libcuda's error, and we fall back."""
+    exe = _kvikio_python()
+    if exe is None:
+        pytest.skip("set IOBENCH_KVIKIO_PYTHON to a python with kvikio-cu12 installed")
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has an NVIDIA driver")
+    env = {**os.environ, "PYTHONPATH": _shim(tmp_path)}
+    res = subprocess.run([exe, "-c", REAL_KVIKIO, small_file], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=tmp_path)  # not the repo root, whose iobench/ (without gds) would shadow the shim
+    if res.returncode != 0 and "ModuleNotFoundError" in res.stderr:
+        pytest.skip(f"that python lacks iobench's dependencies: {res.stderr.strip().splitlines()[-1]}")
+    assert res.returncode == 0, res.stderr
+    out = __import__("json").loads(res.stdout.strip().splitlines()[-1])
+    assert out["cufile"].startswith("RuntimeError") and out["kvikio-compat"].startswith("RuntimeError")
+    assert "libcuda" in out["kvikio-compat"]
+    eff, why, n = out["fallback"]
+    assert eff == "cpu" and n == 4 and "failed to open" in why

@@ -244,3 +244,29 @@ def test_corrupt_shard_fails_with_the_shard_named(tmp_path):
     with pytest.raises(IntegrityError) as e:
         run_load(LoadConfig(dataset=url, workers=2, batch_size=8, shuffle=False))
     assert m.shards[1].path in str(e.value)
+
+
+def test_odirect_reads_the_same_bytes(tokens_ds):
+    url, manifest = tokens_ds
+    seen_a, deliver_a = _recorder()
+    seen_b, deliver_b = _recorder()
+    cfg = LoadConfig(dataset=url, workers=2, batch_size=16, shuffle_buffer=120, seed=1)
+    try:
+        a = run_load(replace(cfg, odirect=True), deliver=deliver_a)
+    except ConfigError as e:  # tmpfs and some FUSE filesystems refuse O_DIRECT
+        pytest.skip(str(e))
+    run_load(cfg, deliver=deliver_b)
+    assert a.metrics["bytes_read"] == manifest.total_bytes
+    assert all(np.array_equal(x[2], y[2]) for x, y in zip(seen_a, seen_b)) and len(seen_a) == len(seen_b)
+
+
+def test_read_ahead_keeps_order_and_counts(tokens_ds):
+    url, manifest = tokens_ds
+    seen, deliver = _recorder()
+    r = run_load(LoadConfig(dataset=url, workers=2, batch_size=16, shuffle_buffer=60, seed=2, read_ahead=2),
+                 deliver=deliver)
+    ids = np.concatenate([i for _, i, _ in seen])
+    expect = sample_order([s.samples for s in manifest.shards], [s.first_sample for s in manifest.shards], 16,
+                          seed=2, epoch=0, shuffle_buffer=60)
+    assert np.array_equal(ids, expect)
+    assert r.metrics["bytes_read"] == manifest.total_bytes

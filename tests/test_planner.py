@@ -107,3 +107,15 @@ def test_cli_interval_from_checkpoint_results(tmp_path):
     p = json.loads(out.read_text())["metrics"]["plan"]
     assert p["inputs"]["cost"] == 16.38
     assert p["outputs"]["optimal_interval_s"] == pytest.approx(math.sqrt(2 * 16.38 * 7.9 * 3600))
+
+
+def test_cli_plan_from_a_run_json_searches_its_stage_files(tmp_path):
+    load = Results(command="load", metrics={"batch_io_s": {"count": 3, "min": 0.1, "mean": 0.2, "p50": 0.2,
+                                                           "p90": 0.3, "p99": 0.61, "p999": 0.7, "max": 0.7}})
+    stage = load.write(tmp_path / "load" / "cold.json")
+    run = Results(command="run", environment={"results_files": [str(stage)]}, metrics={"load": {"stage_s": 1.0}})
+    out = tmp_path / "plan.json"
+    assert main(["plan", "prefetch", "--from", str(run.write(tmp_path / "run.json")), "--compute-ms", "200",
+                 "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["metrics"]["plan"]
+    assert p["inputs"]["p99_io_time"] == 0.61 and p["outputs"]["depth_min"] == 4

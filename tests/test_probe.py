@@ -233,6 +233,20 @@ def test_smallfiles_probe_local(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_smallfiles_threads_reader(tmp_path):
+    from iobench.probe.smallfiles import SmallFilesConfig, run_smallfiles_probe
+
+    cfg = build(SmallFilesConfig, {"samples": 40, "modality": "tokens", "seq_len": 128, "shard_size": "10 samples",
+                                   "shard_formats": ["raw"], "workers": 2, "reader": "threads"})
+    with ProbeArea.open(str(tmp_path / "s"), 16 << 20) as area:
+        out = run_smallfiles_probe(area, cfg)
+    m = out["metrics"]
+    assert m["formats"]["files"]["opens"] == 40 and m["formats"]["raw"]["opens"] == 4
+    assert all(f["samples"] == 40 and f["open_read_latency_s"]["count"] == f["opens"] for f in m["formats"].values())
+    assert "thread" in out["environment"]["reader"]
+    assert not (tmp_path / "s").exists()
+
+
 # -- the CLI ---------------------------------------------------------------------------------
 
 def test_cli_probe_file_writes_results(tmp_path, capsys):
@@ -247,6 +261,7 @@ def test_cli_probe_file_writes_results(tmp_path, capsys):
     assert data["command"] == "probe" and data["schema_version"] == 1
     assert set(data["metrics"]["tiers"]["scratch"]) == {"file"}
     assert data["metrics"]["summary"]["scratch"]["rand_read_iops_qd1"] > 0
+    assert data["metrics"]["headline"]["tier"] == "scratch"
     assert data["environment"]["tiers"]["scratch"]["file"]["engine"] == "python"
     assert data["config"]["tiers"]["scratch"]["probes"]["file"]["engine"] == "python"
     assert not (tmp_path / "t").exists()
@@ -279,16 +294,3 @@ def test_suite_stage_local(tmp_path):
     assert (tmp_path / "out" / "probe.json") in ctx.results_files
     assert any(r[0] == "probe" and "nvme" in r[1] for r in ctx.rows)
     assert _all_files(tmp_path / "work") == ["nvme/other-stage-data.bin"]
-
-
-def test_fast_hdr_stats_equal_the_histogram_own():
-    from iobench.metrics import LatencyHistogram
-    from iobench.probe.hdrstats import summary_and_cdf
-
-    h = LatencyHistogram()
-    for v in np.random.default_rng(3).lognormal(11, 1.5, 3000).astype(int):
-        h.record_ns(int(v))
-    s, cdf = summary_and_cdf(h, 20)
-    assert s == h.summary()
-    assert cdf == [list(x) for x in h.cdf(20)]
-    assert summary_and_cdf(LatencyHistogram(), 20) == (LatencyHistogram().summary(), [])

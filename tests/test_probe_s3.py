@@ -45,7 +45,7 @@ def test_s3_probe_cli_curves(s3_env, s3_prefix, tmp_path):
             assert 0 < p["ttfb_s"]["p50"] <= p["latency_s"]["max"]
     mp = s3["multipart"]
     assert mp[0]["parts"] == 2 and mp[0]["bytes_per_s"] > 0
-    assert s3["retries"] >= 0 and s3["throttled"] == 0
+    assert s3["retries"] >= 0 and s3["throttled"] == 0 and s3["throttle_answers"] == 0
     assert {"throughput_vs_concurrency", "throughput_vs_object_size", "ttfb_vs_object_size",
             "latency_cdf"} <= set(s3["plots"])
     row = data["metrics"]["summary"]["object"]

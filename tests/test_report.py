@@ -43,7 +43,10 @@ def other_results(tmp_path):
         "blocking_s": _hdr([0.2, 0.25, 0.22]), "commit_latency_s": _hdr([1.1, 1.3, 1.2]),
         "timeline": [{"checkpoint": f"step {s}", "phase": ph, "start_s": s + a, "end_s": s + b}
                      for s in (0, 10, 20) for ph, a, b in (("snapshot", 0, 0.2), ("commit", 0.2, 1.4))]}})
-    gds = Results(command="gds", metrics={"paths": [
+    gds = Results(command="gds", environment={"gds": {"paths": {
+        "cufile": {"available": False, "reason": "no NVIDIA driver"}, "cpu": {"available": True, "reason": None}},
+        "best_path": "cpu"}, "effective_gds_path": {"cufile": {"effective": "cpu", "fallback_reason": "no GPU"}}},
+        metrics={"paths": [
         {"path": "cpu", "requested": "cpu", "effective": "cpu", "bytes_per_s": 2.1e9, "evidence": "pread"},
         {"path": "cufile", "requested": "cufile", "effective": "unavailable", "bytes_per_s": None,
          "evidence": "no NVIDIA GPU"}]})
@@ -69,10 +72,11 @@ def test_report_is_self_contained_with_plots_for_every_shape(tmp_path):
     assert len(pngs) >= 7 and all(p.startswith(PNG_MAGIC) for p in pngs)
     # Nothing is fetched from elsewhere: every src is a data URI, no scripts, no stylesheets by link.
     assert not re.search(r'(src|href)="(?!data:|#)', page) and "<script" not in page
-    for caption in ("batch_wait_s: latency by percentile", "timeseries over time", "throughput by tier / path",
+    for caption in ("latency by percentile: batch_wait_s, batch_io_s", "timeseries over time", "throughput by tier / path",
                     "checkpoint.timeline: timeline", "plan interval: overhead by interval"):
         assert caption in page, caption
     assert "cufile" in page and "no NVIDIA GPU" in page                  # the GDS path table
+    assert "GPU read paths on this node" in page and "Requested vs effective read path" in page
     assert "hunter2" not in page                                         # secrets stay redacted
     md = rep.markdown.read_text()
     assert "accelerator utilization" in md and "plan interval" in md and "| batch_wait_s |" in md
@@ -135,3 +139,12 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert result["broken"] == 0 and result["errors"] == 0
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, console
+
+
+def test_report_of_run_json_includes_the_stage_files_it_lists(tmp_path):
+    stage = load_results(tmp_path / "load" / "local-raw-tokens-cold.json")
+    run = Results(command="run", environment={"results_files": [str(stage), str(tmp_path / "gone.json")]},
+                  metrics={"load": {"datasets": 1, "stage_s": 3.0}})
+    rep = build_report([run.write(tmp_path / "run.json")], tmp_path / "out")
+    page = rep.html.read_text()
+    assert "load/local-raw-tokens-cold.json" in page and "latency by percentile: batch_wait_s" in page

@@ -54,8 +54,6 @@ def spec_from_args(args):
 def run(args) -> int:
     import sys
 
-    import psutil
-
     from ..generate import generate
     from ..results import Results
     from ..units import format_bytes, format_rate
@@ -65,13 +63,17 @@ def run(args) -> int:
     manifest = generate(spec, args.out, endpoint_url=args.endpoint_url,
                         progress=not args.no_progress and sys.stderr.isatty(), stats=stats)
     secs = max(stats["seconds"], 1e-9)
-    me = psutil.Process()
-    rss = me.memory_info().rss
+    import resource
+
+    # ru_maxrss is in KiB on Linux; RUSAGE_CHILDREN reports the largest finished writer process.
+    peak_parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak_child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     metrics = {
         "seconds": stats["seconds"], "bytes": manifest.total_bytes, "samples": manifest.total_samples,
         "shards": len(manifest.shards),
         "throughput": {"bytes_per_s": manifest.total_bytes / secs, "samples_per_s": manifest.total_samples / secs},
-        "workers": stats["workers"], "parent_rss_bytes": rss,
+        "workers": stats["workers"],
+        "peak_rss_bytes": {"parent": peak_parent, "largest_writer": peak_child or None},
     }
     print(f"wrote {manifest.total_samples} {spec.modality} samples in {len(manifest.shards)} {spec.format} shards "
           f"({format_bytes(manifest.total_bytes)}) to {args.out} in {secs:.2f} s "

@@ -8,7 +8,8 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
           "compute_fn": "compute_fn", "cache": "cache", "emulate": "emulate", "device": "device",
           "endpoint_url": "endpoint_url", "s3_block_size": "s3_block_size", "s3_concurrency": "s3_concurrency",
           "retries": "retries", "retry_budget": "retry_budget_s", "error_rate": "error_rate",
-          "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method"}
+          "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method",
+          "read_ahead": "read_ahead"}
 
 
 def register(sub) -> None:
@@ -39,6 +40,7 @@ def register(sub) -> None:
     p.add_argument("--emulate", metavar="SPEC", help="emulated storage: const:250ms, lognormal:p50=20ms,p99=500ms, "
                                                       "spike:p=0.01,extra=2s, bw:1GB/s, nvme|pfs|object (join with +)")
     p.add_argument("--decode", action="store_true", help="decode images (JPEG -> RGB arrays) in the workers")
+    p.add_argument("--odirect", action="store_true", help="local shards: O_DIRECT reads into aligned buffers")
     p.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
     add_endpoint_flag(p)
     p.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
@@ -47,6 +49,8 @@ def register(sub) -> None:
     p.add_argument("--retry-budget", type=float, metavar="SECONDS", help="time one request may spend retrying (30)")
     p.add_argument("--error-rate", type=float, help="inject read errors with this probability (seeded)")
     p.add_argument("--timeout-rate", type=float, help="inject read timeouts with this probability (seeded)")
+    p.add_argument("--read-ahead", type=int, metavar="N",
+                   help="blocks each worker reads ahead while collating (default 0: prefetch is exactly Q)")
     p.add_argument("--slot-bytes", type=int, help="bytes per prefetch slot (default: sized from the manifest)")
     p.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
     p.add_argument("--recommend", action="store_true", help="add a prefetch-depth recommendation from P99 batch I/O")
@@ -81,6 +85,8 @@ def build_config(args):
         section["drop_last"] = True
     if args.decode:
         section["decode"] = True
+    if args.odirect:
+        section["odirect"] = True
     if args.compute is not None:
         section["compute"] = args.compute
     elif args.compute_ms is not None:

@@ -107,7 +107,7 @@ def run(args) -> int:
     from ..config import parse_set
     from ..errors import ConfigError
     from ..planner.models import plan
-    from ..results import Results, read_results
+    from ..results import Results
 
     if args.list:
         return _list()
@@ -121,7 +121,12 @@ def run(args) -> int:
         if args.compute_ms <= 0:
             raise ConfigError("--compute-ms", f"must be positive, got {args.compute_ms}", "give e.g. 200")
         overrides.setdefault("compute_time", args.compute_ms / 1000)
-    results = read_results(args.from_results) if args.from_results else None
+    results = None
+    if args.from_results:
+        from ..report.build import load
+
+        # A run.json brings its stage results files; each is searched for the measured inputs.
+        results = [d for _, d in load([args.from_results])]
     result = plan(args.model, overrides, results)
     print_plan(result)
     if args.json:

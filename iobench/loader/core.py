@@ -54,6 +54,8 @@ class LoadConfig:
     error_rate: float = 0.0
     timeout_rate: float = 0.0
     slot_bytes: int = 0               # 0: sized from the manifest
+    odirect: bool = False             # local files: O_DIRECT reads (bypass the page cache)
+    read_ahead: int = 0               # blocks each worker reads ahead of the one it is collating
     monitor_interval_s: float = 0.5
     start_method: str = "fork"
 
@@ -63,7 +65,7 @@ class LoadConfig:
             v = getattr(self, name)
             if v < low:
                 raise ConfigError(f"load.{name}", f"must be at least {low}, got {v}", f"give {name} >= {low}")
-        for name in ("steps", "shuffle_buffer", "seed", "slot_bytes"):
+        for name in ("steps", "shuffle_buffer", "seed", "slot_bytes", "read_ahead"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"load.{name}", f"must be zero or more, got {getattr(self, name)}",
                                   "give a non-negative number")
@@ -177,11 +179,14 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
                                block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
                                concurrency=cfg.s3_concurrency,
                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
-                               error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate)
+                               error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+    if cfg.odirect and not synthetic:
+        _check_odirect(backend, manifest, warnings)
     slot_bytes = cfg.slot_bytes or estimate_slot_bytes(cfg, manifest)
     ctx = mp.get_context(cfg.start_method)
-    pool = SlotPool(ctx, cfg.prefetch + 1, slot_bytes)  # +1: the batch the consumer is computing on
-    results_q = ctx.SimpleQueue()
+    pool = SlotPool(ctx, cfg.prefetch + 1, slot_bytes, cfg.workers)  # +1: the batch the step computes on
+    owner = _batch_owners(plans, cfg.workers, total)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(cfg.workers)]
     stop = ctx.Event()
     procs = []
     monitor = SystemMonitor(cfg.monitor_interval_s)
@@ -199,12 +204,12 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=manifest, plans=plans, total_batches=total,
-                            decode=cfg.decode, synthetic=synthetic)
-            p = ctx.Process(target=run_worker, args=(job, source, pool, results_q, stop), daemon=True,
+                            decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead)
+            p = ctx.Process(target=run_worker, args=(job, source, pool, pipes[wid][1], stop), daemon=True,
                             name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)
-        rx = Receiver(results_q, procs).start()
+        rx = Receiver([r for r, _ in pipes], procs)
         import os
 
         monitor.start([os.getpid()] + [p.pid for p in procs])
@@ -224,7 +229,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             t1 = now_ns()
             c = compute(batch, k)
             del batch
-            pool.release(k)
+            pool.release(k, int(owner[k + pool.n]) if k + pool.n < total else None)
             t2 = now_ns()
             waits.append((t1 - t0) / 1e9)
             computes.append(c)
@@ -250,9 +255,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-        if rx is not None:
-            rx.stop()
-        results_q.close()
+        for r, w in pipes:
+            r.close()
+            w.close()
         pool.close()
 
     wall_s = (t_end - t_start) / 1e9
@@ -338,3 +343,30 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     }
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
 
+
+def _batch_owners(plans: list[EpochPlan], workers: int, total: int) -> np.ndarray:
+    """Which worker produces each batch (block b belongs to worker b % W)."""
+    out = np.empty(total, dtype=np.int32)
+    k = 0
+    for p in plans:
+        for b in p.blocks:
+            n = min(len(b.batch_sizes), total - k)
+            if n <= 0:
+                return out
+            out[k:k + n] = b.index % workers
+            k += n
+    return out
+
+
+def _check_odirect(backend, manifest, warnings: list[str]) -> None:
+    import os
+
+    if not backend.supports_odirect:
+        warnings.append(f"--odirect ignored: {backend.protocol}:// has no O_DIRECT; reads are buffered")
+        return
+    path = backend.local_path(manifest.shards[0].path)
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+    except OSError as e:
+        raise ConfigError("--odirect", f"the filesystem under {backend.root} refuses O_DIRECT ({e.strerror})",
+                          "drop --odirect (tmpfs and some FUSE filesystems do not support it)") from None

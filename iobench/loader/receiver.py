@@ -1,50 +1,29 @@
-"""Takes worker messages off the queue in a thread of the consumer's process.
+"""The consumer's end of the worker → consumer metadata channel.
 
-Workers send on a ``SimpleQueue`` (a pipe written synchronously by the worker's own
-thread): an ``mp.Queue`` hands messages to a feeder thread that can wait a whole GIL
-switch interval (5 ms) behind the worker's busy main thread.
-
-A batch that is already there then costs the consumer a dict lookup, not a pipe read
-and an unpickle on its critical path (the thread runs while the step computes, as
-PyTorch's pin-memory thread does).  Worker errors are re-raised in the consumer.
+Each worker has its own pipe and sends small messages (batch metadata, counters, errors)
+synchronously from its own thread: an ``mp.Queue`` would hand them to a feeder thread
+that can wait a whole GIL switch interval (5 ms) behind the worker's busy main thread.
+The consumer reads them itself, only when it needs the next batch; a batch already sent
+costs one pipe read and a small unpickle.  Worker errors are re-raised in the consumer.
 """
 
 from __future__ import annotations
 
-import threading
+from multiprocessing.connection import wait
 
 from ..errors import IobenchError, StorageError
 from ..metrics import LatencyHistogram
 
 
 class Receiver:
-    def __init__(self, results_q, procs: list) -> None:
-        self.q = results_q
+    def __init__(self, readers: list, procs: list) -> None:
+        self.readers = list(readers)
         self.procs = procs
-        self.cond = threading.Condition()
         self.batches: dict[int, dict] = {}
         self.done: dict[int, dict] = {}
-        self.error: BaseException | None = None
         self.io_hist = LatencyHistogram()   # per-batch I/O time, each worker's first batch excluded
         self.first_io: list[float] = []
         self.overflow = 0
-        self._thread = threading.Thread(target=self._run, name="iobench-receiver", daemon=True)
-
-    def start(self) -> "Receiver":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while True:
-            try:
-                msg = self.q.get()
-            except (EOFError, OSError, ValueError):  # queue closed under us at shutdown
-                return
-            if msg[0] == "stop":
-                return
-            with self.cond:
-                self._handle(msg)
-                self.cond.notify_all()
 
     def _handle(self, msg) -> None:
         kind = msg[0]
@@ -58,40 +37,50 @@ class Receiver:
             self.overflow += meta.get("inline") is not None
         elif kind == "done":
             self.done[msg[1]] = msg[2]
-        elif self.error is None:
+        else:
             _, wid, exc, _tb = msg
             if isinstance(exc, IobenchError):
-                self.error = exc
-            else:
-                err = StorageError(f"loader worker {wid} failed: {type(exc).__name__}: {exc}")
-                err.__cause__ = exc
-                self.error = err
+                raise exc
+            raise StorageError(f"loader worker {wid} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _pump(self, timeout_s: float) -> bool:
+        """Read whatever is ready (waiting up to ``timeout_s``); False if nothing came."""
+        if not self.readers:
+            return False
+        got = False
+        for r in wait(self.readers, timeout_s):
+            try:
+                msg = r.recv()
+            except (EOFError, OSError):
+                self.readers.remove(r)
+                continue
+            got = True
+            self._handle(msg)
+        return got
 
     def _check_workers(self, k: int) -> None:
         dead = [p for p in self.procs if not p.is_alive() and p.exitcode not in (0, None)]
         if dead:
             raise StorageError(f"loader worker {dead[0].name} died (exit code {dead[0].exitcode})")
-        if all(not p.is_alive() for p in self.procs) and self.q.empty():
+        if all(not p.is_alive() for p in self.procs) and not self._pump(0.1):
             raise StorageError(f"loader workers exited before batch {k} arrived")
 
     def wait_batch(self, k: int) -> dict:
-        with self.cond:
-            while k not in self.batches:
-                if self.error is not None:
-                    raise self.error
-                if not self.cond.wait(0.5):
-                    self._check_workers(k)
-            return self.batches.pop(k)
+        while k not in self.batches:
+            if not self._pump(0.5) and k not in self.batches:
+                self._check_workers(k)
+        return self.batches.pop(k)
 
     def ready(self) -> int:
+        """Batches sent and not yet consumed (reads what is already in the pipes)."""
+        self._pump(0)
         return len(self.batches)
 
     def wait_done(self, n: int, timeout_s: float) -> None:
-        with self.cond:
-            self.cond.wait_for(lambda: len(self.done) >= n or self.error is not None
-                               or all(not p.is_alive() for p in self.procs) and self.q.empty(), timeout_s)
+        from time import perf_counter
 
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self.q.put(("stop",))
-            self._thread.join(timeout=5)
+        end = perf_counter() + timeout_s
+        while len(self.done) < n and self.readers and perf_counter() < end:
+            if not self._pump(0.2) and all(not p.is_alive() for p in self.procs):
+                self._pump(0)
+                return

@@ -8,6 +8,8 @@ small metadata (sample ids, offsets, labels) crosses the queue; payloads never d
 
 from __future__ import annotations
 
+import os
+import select
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -17,34 +19,56 @@ import numpy as np
 
 
 class SlotPool:
-    def __init__(self, ctx, n_slots: int, slot_bytes: int) -> None:
+    def __init__(self, ctx, n_slots: int, slot_bytes: int, workers: int = 1) -> None:
         self.n = n_slots
         self.slot_bytes = max(int(slot_bytes), 1)
         self.shms = [shared_memory.SharedMemory(create=True, size=self.slot_bytes) for _ in range(n_slots)]
-        # Batches of each slot released so far.  Written only by the consumer, read by workers:
-        # releasing is one store (no lock, no wake-up handshake on the consumer's critical path);
-        # a waiting worker polls with a short backoff instead.
+        # Batches of each slot released so far: written only by the consumer, read by workers.
+        # A release is one store plus a byte down the wake pipe of the worker that fills the
+        # slot next — no lock and no wake-up handshake on the consumer's critical path.
         self.released = ctx.Array("q", n_slots, lock=False)
+        self.wake = []
+        for _ in range(workers):
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self.wake.append((r, w))
 
-    def acquire(self, k: int, stop) -> int | None:
+    def acquire(self, k: int, stop, wid: int = 0) -> int | None:
         """Block until batch ``k`` may use its slot; None if the run is stopping."""
         s = k % self.n
         need = k // self.n
-        delay = 20e-6
+        r = self.wake[wid][0] if self.wake else None
         while self.released[s] < need:
             if stop.is_set():
                 return None
-            time.sleep(delay)
-            delay = min(delay * 2, 1e-3)
+            if r is None:
+                time.sleep(0.001)
+                continue
+            if select.select([r], [], [], 0.05)[0]:
+                try:
+                    os.read(r, 4096)
+                except BlockingIOError:
+                    pass
         return s
 
-    def release(self, k: int) -> None:
+    def release(self, k: int, next_worker: int | None = None) -> None:
+        """Batch ``k`` is done with its slot; wake the worker that fills it next."""
         self.released[k % self.n] = k // self.n + 1
+        if next_worker is not None and self.wake:
+            try:
+                os.write(self.wake[next_worker][1], b"x")
+            except BlockingIOError:  # its pipe is full of wake-ups already
+                pass
 
     def buf(self, s: int) -> memoryview:
         return self.shms[s].buf
 
     def close(self) -> None:
+        for r, w in self.wake:
+            os.close(r)
+            os.close(w)
+        self.wake = []
         for shm in self.shms:
             try:
                 shm.close()

@@ -12,6 +12,7 @@ import inspect
 import io
 import os
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,7 @@ class WorkerJob:
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
+    read_ahead: int = 0           # blocks a worker reads ahead of the one it is collating
 
 
 def open_source(source, wid: int) -> None:
@@ -119,8 +121,9 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
     return meta, write
 
 
-def run_worker(job: WorkerJob, source, pool, results_q, stop) -> None:
+def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
     """Process entry point; always ends with a 'done' or an 'error' message."""
+    ahead = None
     stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
                    "slot_wait_s": 0.0, "payload_bytes": 0}
     import gc
@@ -135,65 +138,78 @@ def run_worker(job: WorkerJob, source, pool, results_q, stop) -> None:
             open_source(source, job.wid)
         reader = get_format(job.manifest.format).reader(job.manifest)
         per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
+        mine = []
         k_base = 0
         for plan in job.plans:
             for block in plan.blocks:
-                nb = len(block.batch_sizes)
-                mine = block.index % job.workers == job.wid
-                if not mine or k_base >= job.total_batches:
-                    k_base += nb
-                    continue
-                if stop.is_set():
+                if block.index % job.workers == job.wid and k_base < job.total_batches:
+                    mine.append((plan.epoch, block, k_base))
+                k_base += len(block.batch_sizes)
+
+        def read(item):
+            t0 = now_ns()
+            bd = _read_block(job, source, reader, item[1])
+            return bd, (now_ns() - t0) / 1e9
+
+        # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="iobench-readahead") if job.read_ahead else None
+        pending = []
+        for idx, (epoch, block, k_base) in enumerate(mine):
+            if stop.is_set():
+                raise _Stopped
+            if ahead is None:
+                bd, block_s = read(mine[idx])
+            else:
+                while len(pending) <= job.read_ahead and idx + len(pending) < len(mine):
+                    pending.append(ahead.submit(read, mine[idx + len(pending)]))
+                bd, block_s = pending.pop(0).result()
+            stats["busy_s"] += block_s
+            pos = 0
+            for j, bs in enumerate(block.batch_sizes):
+                k = k_base + j
+                if k >= job.total_batches:
+                    break
+                sel = block.order[pos:pos + bs]
+                pos += bs
+                tp = now_ns()
+                meta, write = _collate(job, bd, sel, per_sample * bs)
+                tw = now_ns()
+                slot = pool.acquire(k, stop, job.wid)
+                if slot is None:
                     raise _Stopped
-                t0 = now_ns()
-                bd = _read_block(job, source, reader, block)
-                block_s = (now_ns() - t0) / 1e9
-                stats["busy_s"] += block_s
-                pos = 0
-                for j, bs in enumerate(block.batch_sizes):
-                    k = k_base + j
-                    if k >= job.total_batches:
-                        break
-                    sel = block.order[pos:pos + bs]
-                    pos += bs
-                    tp = now_ns()
-                    meta, write = _collate(job, bd, sel, per_sample * bs)
-                    tw = now_ns()
-                    slot = pool.acquire(k, stop)
-                    if slot is None:
-                        raise _Stopped
-                    tw2 = now_ns()
-                    if meta["nbytes"] <= pool.slot_bytes:
-                        write(pool.buf(slot))
-                        meta["inline"] = None
-                    else:  # larger than a slot: falls back to pickling, and the results say so
-                        tmp = bytearray(meta["nbytes"])
-                        write(memoryview(tmp))
-                        meta["inline"] = bytes(tmp)
-                    te = now_ns()
-                    prep_s = ((tw - tp) + (te - tw2)) / 1e9
-                    stats["busy_s"] += prep_s
-                    stats["slot_wait_s"] += (tw2 - tw) / 1e9
-                    stats["batches"] += 1
-                    stats["samples"] += bs
-                    stats["payload_bytes"] += meta["nbytes"]
-                    meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=plan.epoch, indices=bd.ids[sel], worker=job.wid,
-                                io_s=block_s * bs / max(1, block.samples) + prep_s, ready_ns=te)
-                    results_q.put(("batch", meta))
-                k_base += nb
+                tw2 = now_ns()
+                if meta["nbytes"] <= pool.slot_bytes:
+                    write(pool.buf(slot))
+                    meta["inline"] = None
+                else:  # larger than a slot: falls back to pickling, and the results say so
+                    tmp = bytearray(meta["nbytes"])
+                    write(memoryview(tmp))
+                    meta["inline"] = bytes(tmp)
+                te = now_ns()
+                prep_s = ((tw - tp) + (te - tw2)) / 1e9
+                stats["busy_s"] += prep_s
+                stats["slot_wait_s"] += (tw2 - tw) / 1e9
+                stats["batches"] += 1
+                stats["samples"] += bs
+                stats["payload_bytes"] += meta["nbytes"]
+                meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, indices=bd.ids[sel],
+                            worker=job.wid, io_s=block_s * bs / max(1, block.samples) + prep_s, ready_ns=te)
+                conn.send(("batch", meta))
     except _Stopped:
         pass
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         stats["source"] = _source_stats(source)
-        results_q.put(("error", job.wid, _picklable(e), traceback.format_exc()))
+        conn.send(("error", job.wid, _picklable(e), traceback.format_exc()))
         return
     finally:
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
         try:
             source.close()
         except Exception:  # noqa: BLE001
             pass
     stats["source"] = _source_stats(source)
-    results_q.put(("done", job.wid, stats))
+    conn.send(("done", job.wid, stats))
 
 
 class _Stopped(Exception):

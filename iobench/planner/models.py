@@ -478,8 +478,13 @@ def _measured(p: Param, results: dict):
     return None, None
 
 
-def resolve(model: Model, overrides: dict | None = None, results: dict | None = None) -> tuple[dict, dict]:
-    """(inputs in SI, where each came from: 'default' | 'results:<path>' | 'set')."""
+def resolve(model: Model, overrides: dict | None = None, results: dict | list[dict] | None = None
+            ) -> tuple[dict, dict]:
+    """(inputs in SI, where each came from: 'default' | 'results:<path>' | 'set').
+
+    ``results`` may be several results files (e.g. a run's stage files): the first that holds
+    a value supplies it."""
+    docs = results if isinstance(results, list) else ([results] if results else [])
     overrides = dict(overrides or {})
     known = {p.name for p in model.params}
     for k in overrides:
@@ -490,11 +495,11 @@ def resolve(model: Model, overrides: dict | None = None, results: dict | None = 
         if p.name in overrides:
             inputs[p.name], origin[p.name] = convert(p, overrides[p.name]), "set"
             continue
-        if results:
-            v, path = _measured(p, results)
-            if v is not None:
-                inputs[p.name], origin[p.name] = convert(p, v, f"--from {path}"), f"results:{path}"
-                continue
+        found = next(((v, path) for v, path in (_measured(p, d) for d in docs) if v is not None), None)
+        if found:
+            v, path = found
+            inputs[p.name], origin[p.name] = convert(p, v, f"--from {path}"), f"results:{path}"
+            continue
         if p.default is REQUIRED:
             raise ConfigError(f"--set {p.name}", f"model {model.name!r} needs {p.name} ({p.help})",
                               f"give --set {p.name}=VALUE" + (" or --from a results file that has it" if p.sources else ""))
@@ -502,7 +507,7 @@ def resolve(model: Model, overrides: dict | None = None, results: dict | None = 
     return inputs, origin
 
 
-def plan(name: str, overrides: dict | None = None, results: dict | None = None) -> dict:
+def plan(name: str, overrides: dict | None = None, results: dict | list[dict] | None = None) -> dict:
     """Run one model: {model, summary, inputs, inputs_from, outputs, recommendation}."""
     model = get_model(name)
     inputs, origin = resolve(model, overrides, results)

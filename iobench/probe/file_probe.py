@@ -82,7 +82,7 @@ def _layout(path: str, size: int, seed: int) -> None:
     """Write the test file in full (not sparse) with incompressible bytes, then fsync."""
     rng = np.random.default_rng(seed)
     chunk = rng.bytes(min(size, 4 << 20))
-    with open(path, "wb", buffering=0) as f:
+    with open(path, "xb", buffering=0) as f:  # x: never overwrite a file the probe did not create
         done = 0
         while done < size:
             n = min(len(chunk), size - done)
@@ -164,10 +164,14 @@ def run_file_probe(area: ProbeArea, cfg: FileProbeConfig, progress=None) -> dict
     area.forget(TEST_FILE)
     os.unlink(path)
     area.release(file_size)
-    environment = {"engine": engine.ENGINE, "engine_detail": points[0]["engine_detail"] if points else None,
+    environment = {
+        "engine": engine.ENGINE,
+        "engine_detail": points[0]["engine_detail"] if points else None,
         "fio": fio_engine.find()[1] if fio_engine.available() else None,
-        "odirect": {"supported": odirect, "reason": reason or None}, "test_file_bytes": file_size,
-        "cache": {"declared": list(cfg.cache), "measured": "residency_before per point (mincore)"}}
+        "odirect": {"supported": odirect, "reason": reason or None},
+        "test_file_bytes": file_size,
+        "cache": {"declared": list(cfg.cache), "measured": "residency_before per point (mincore)"},
+    }
     if engine is py_engine:
         warnings.append("fio not used: numbers come from the built-in Python engine "
                         "(see benchmarks/bench_probe_engines.py for how close it comes)")
@@ -177,7 +181,8 @@ def run_file_probe(area: ProbeArea, cfg: FileProbeConfig, progress=None) -> dict
 
 def point_dict(job: Job, res: JobResult, mode: str, cache: str, residency: float | None) -> dict:
     d = {"rw": job.rw, "bs": job.bs, "qd": job.qd, "io": mode, "cache": cache, "residency_before": residency,
-         "engine": res.engine, "engine_detail": res.engine_detail, "qd_model": job.qd_model,
+         "engine": res.engine, "engine_detail": res.engine_detail,
+         "qd_model": "threads" if res.engine == py_engine.ENGINE else job.qd_model,
          "bytes": res.bytes, "seconds": res.seconds, "bytes_per_s": res.bytes_per_s, "iops": res.iops,
          "latency_s": res.latency_summary, "latency_cdf": res.latency_cdf}
     if res.job_file:

@@ -19,7 +19,6 @@ import numpy as np
 from ..errors import ConfigError
 from ..metrics import LatencyHistogram
 from ..units import parse_size
-from .hdrstats import summary
 from .safety import ProbeArea
 
 LOCAL_PHASES = ("create", "stat", "open_read", "unlink")
@@ -63,7 +62,7 @@ def _phase_result(hists: list[LatencyHistogram], starts: list[int], ends: list[i
         h.merge(x)
     seconds = (max(ends) - min(starts)) / 1e9 if starts else 0.0
     return {"ops": h.count, "seconds": seconds, "ops_per_s": h.count / seconds if seconds > 0 else None,
-            "latency_s": summary(h)}
+            "latency_s": h.summary()}
 
 
 def _footprint(cfg: MetadataConfig) -> int:
@@ -171,6 +170,7 @@ def run_s3(area: ProbeArea, cfg: MetadataConfig) -> dict:
     return {"phases": phases, "ops_per_s": _headline(phases, ("put", "head", "get", "delete")),
             "retries": sum(s.retries for s in stats.values()),
             "throttled": sum(s.throttled for s in stats.values()),
+            "throttle_answers": ops.throttle_answers,
             "engine": "aiobotocore (one request per operation)"}
 
 

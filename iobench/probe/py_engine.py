@@ -18,7 +18,6 @@ import time
 import numpy as np
 
 from ..metrics import LatencyHistogram
-from .hdrstats import summary_and_cdf
 from .jobs import Job, JobResult
 
 ENGINE = "python"
@@ -129,6 +128,6 @@ def _run(job: Job, fd: int) -> JobResult:
         t_last = now_ns()
     seconds = (t_last - min(starts)) / 1e9
     h = _histogram(lat)
-    summary, cdf = summary_and_cdf(h, 50)
+    summary, cdf = h.summary(), [list(p) for p in h.cdf(50)]
     return JobResult(engine=ENGINE, engine_detail=describe(job), bytes=sum(moved), seconds=seconds,
                      ios=h.count, latency=h, latency_summary=summary, latency_cdf=cdf)

@@ -47,7 +47,7 @@ QUICK = {
     "s3": {"sizes": ["4KiB", "1MiB", "4MiB"], "concurrency": [1, 4], "runtime": "0.2s",
            "ops": ["put", "get", "range"], "range_size": "64KiB"},
 }
-QUICK_S3_METADATA = {"files": 100, "workers": 4, "dirs": 2}
+QUICK_S3_METADATA = {"files": 60, "workers": 4, "dirs": 2}
 
 
 def build_config(probe: str, mapping: dict | None, quick: bool = False, protocol: str = "file"):
@@ -127,6 +127,8 @@ def run_tier(results: Results, target: Target, probes: list[str], configs: dict,
                 results.warn(f"{target.tier}: {w}")
     results.metrics.setdefault("tiers", {})[target.tier] = tier_metrics
     results.metrics.setdefault("summary", {})[target.tier] = tier_row(tier_metrics)
+    # A tier-independent path for the planner (`iobench plan --from probe.json`): the first tier probed.
+    results.metrics.setdefault("headline", {"tier": target.tier, **tier_row(tier_metrics)})
     results.environment.setdefault("tiers", {})[target.tier] = tier_env
     results.config.setdefault("tiers", {})[target.tier] = {
         "url": target.url, "probes": {p: to_dict(configs[p]) for p in probes}}

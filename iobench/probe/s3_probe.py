@@ -18,7 +18,6 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..units import format_bytes, parse_duration, parse_size
-from .hdrstats import summary, summary_and_cdf
 from .plots import plot
 from .s3ops import OpStats, S3Ops, pool
 from .safety import ProbeArea
@@ -82,7 +81,7 @@ def _point(op: str, size: int, conc: int, stats: OpStats) -> dict:
             "seconds": s, "bytes_per_s": d["bytes_per_s"], "objects_per_s": d["ops_per_s"],
             "latency_s": d["latency_s"], "ttfb_s": d.get("ttfb_s"), "retries": d["retries"],
             "throttled": d["throttled"], "errors": d["errors"],
-            "latency_cdf": summary_and_cdf(stats.latency, 50)[1] if op != "put" else []}
+            "latency_cdf": [list(p) for p in stats.latency.cdf(50)] if op != "put" else []}
 
 
 def run_s3_probe(area: ProbeArea, cfg: S3ProbeConfig, progress=None) -> dict:
@@ -161,6 +160,7 @@ def run_s3_probe(area: ProbeArea, cfg: S3ProbeConfig, progress=None) -> dict:
     metrics = {"points": points, "multipart": multipart,
                "retries": sum(p["retries"] for p in points) + sum(m["retries"] for m in multipart),
                "throttled": sum(p["throttled"] for p in points) + sum(m["throttled"] for m in multipart),
+               "throttle_answers": ops.throttle_answers,
                "summary": summarize(points), "plots": plots(points, multipart)}
     return {"metrics": metrics, "environment": {"engine": "aiobotocore (one request per operation)",
                                                 "endpoint_url": area.backend.endpoint_url},
@@ -221,7 +221,7 @@ def _multipart(area: ProbeArea, ops: S3Ops, s3, cfg: S3ProbeConfig, rng, advance
         out.append({"part_size": part, "parts": len(parts), "object_size": total,
                     "concurrency": cfg.multipart_concurrency, "seconds": seconds,
                     "bytes_per_s": total / seconds if seconds > 0 else None,
-                    "part_latency_s": summary(stats.latency), "retries": stats.retries,
+                    "part_latency_s": stats.latency.summary(), "retries": stats.retries,
                     "throttled": stats.throttled})
         advance()
     return out, warnings

@@ -16,7 +16,6 @@ from typing import Any, Awaitable, Callable, Iterable
 from ..errors import StorageError
 from ..metrics import LatencyHistogram
 from ..storage import Backend
-from .hdrstats import summary
 
 THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
                   "ServiceUnavailable", "503", "429"}
@@ -58,10 +57,10 @@ class OpStats:
         s = self.seconds
         d = {"ops": self.ops, "seconds": s, "ops_per_s": self.ops / s if s > 0 else None,
              "bytes": self.bytes, "bytes_per_s": self.bytes / s if s > 0 else None,
-             "latency_s": summary(self.latency), "retries": self.retries, "throttled": self.throttled,
+             "latency_s": self.latency.summary(), "retries": self.retries, "throttled": self.throttled,
              "errors": self.errors}
         if self.ttfb.count:
-            d["ttfb_s"] = summary(self.ttfb)
+            d["ttfb_s"] = self.ttfb.summary()
         return d
 
 
@@ -87,7 +86,23 @@ class S3Ops:
         return sync(self.fs.loop, coro_fn, *args, **kwargs)
 
     async def client(self):
-        return await self.fs.set_session()
+        s3 = await self.fs.set_session()
+        if not getattr(self, "_watching", False):
+            # Counts every throttling answer, including those botocore then retried successfully.
+            s3.meta.events.register("needs-retry.s3", self._on_attempt)
+            self._watching = True
+        return s3
+
+    throttle_answers = 0
+
+    def _on_attempt(self, response=None, **_kw) -> None:
+        if not response:
+            return None
+        http, parsed = response
+        code = str(((parsed or {}).get("Error") or {}).get("Code", ""))
+        if getattr(http, "status_code", 0) in (429, 503) or code in THROTTLE_CODES:
+            self.throttle_answers += 1
+        return None  # never changes botocore's retry decision
 
     # -- one request each --------------------------------------------------------------------
     async def _guard(self, stats: OpStats, call: Callable[[], Awaitable]) -> Any:

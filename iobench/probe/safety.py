@@ -82,11 +82,19 @@ class ProbeArea:
             raise ConfigError(field_name, f"{b.url} is not empty ({len(entries)} entries)",
                               "give an empty directory or prefix, or pass --force "
                               "(the probe then works in its own subfolder and removes only its own files)")
-        token = secrets.token_hex(4)
-        self.work = b.child(WORK_PREFIX + token)
-        if b.is_local:
-            os.mkdir(self.work.root)
-            self._dirs.append(self.work.root)
+        for _ in range(8):
+            work = b.child(WORK_PREFIX + secrets.token_hex(4))
+            if b.is_local:
+                try:
+                    os.mkdir(work.root)  # fails if it exists: never adopt someone else's folder
+                except FileExistsError:
+                    continue
+                self._dirs.append(work.root)
+            elif _s3_objects(work, limit=1):
+                continue
+            self.work = work
+            return
+        raise ConfigError(field_name, f"cannot find a free {WORK_PREFIX}* name under {b.url}", "clean up old probe folders")
 
     # -- ledger ------------------------------------------------------------------------------
     def reserve(self, nbytes: int, what: str = "probe data") -> None:

@@ -25,7 +25,6 @@ from ..manifest import MANIFEST_NAME, Manifest
 from ..metrics import LatencyHistogram
 from ..units import format_bytes, parse_size
 from . import pagecache
-from .hdrstats import summary
 from .safety import ProbeArea
 
 SHARD_FORMATS = ("tar", "raw", "tfrecord", "parquet")
@@ -168,7 +167,7 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
             "samples_per_s": samples / seconds if seconds > 0 else None,
             "bytes_per_s": nbytes / seconds if seconds > 0 else None,
             "per_sample_s": seconds * workers / samples if samples else None,
-            "open_read_latency_s": summary(h)}
+            "open_read_latency_s": h.summary()}
 
 
 def read_with_loader(url: str, manifest: Manifest, cfg: SmallFilesConfig, storage_options=None,

@@ -28,16 +28,38 @@ class Report:
         return all(c["ok"] for c in self.checks)
 
 
-def load(paths) -> list[tuple[str, dict]]:
+def load(paths, expand_runs: bool = True) -> list[tuple[str, dict]]:
+    """(name, results) per file; a run.json brings the stage results files it lists."""
     from ..results import read_results
 
-    docs = []
+    docs, seen = [], set()
     for p in paths:
         if isinstance(p, tuple):
             docs.append(p)
             continue
-        docs.append((Path(p).name if Path(p).name != "run.json" else str(p), read_results(p)))
+        path = Path(p)
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        doc = read_results(path)
+        docs.append((path.name if path.name != "run.json" else str(path), doc))
+        if expand_runs and doc.get("command") == "run":
+            for f in (doc.get("environment") or {}).get("results_files") or []:
+                fp = Path(f)
+                # Paths were recorded as the run saw them; also try them relative to the run's folder.
+                for cand in (fp, path.parent / fp.name, path.parent / fp):
+                    if cand.exists() and cand.resolve() not in seen:
+                        seen.add(cand.resolve())
+                        docs.append((_rel(path.parent, cand), read_results(cand)))
+                        break
     return docs
+
+
+def _rel(root: Path, p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return p.name
 
 
 def check(docs: list[tuple[str, dict]], limits: dict[str, float | None]) -> list[dict]:

@@ -72,10 +72,18 @@ def is_table(v: Any) -> bool:
     if isinstance(v, list):
         return (len(v) >= 1 and all(isinstance(r, dict) and r for r in v) and as_series(v) is None
                 and all(not is_hdr(r) for r in v) and len(flatten_record(v[0])) <= 40)
-    if isinstance(v, dict) and v and not is_hdr(v):
+    if isinstance(v, dict) and v and not is_hdr(v) and len(v) <= 200:
         rows = list(v.values())
-        return (all(isinstance(r, dict) and r and not is_hdr(r) for r in rows)
-                and all(not isinstance(x, (dict, list)) for r in rows for x in r.values()) and len(rows) <= 200)
+        if not all(isinstance(r, dict) and r and not is_hdr(r) for r in rows):
+            return False
+        if all(not isinstance(x, (dict, list)) for r in rows for x in r.values()):
+            return True
+        # Records with nested parts (e.g. gen's per-dataset throughput and verify): a table when
+        # the rows look alike, so a dict of unrelated sections stays a tree.
+        flat = [flatten_record(r) for r in rows]
+        cols = set().union(*flat)
+        return len(rows) >= 2 and len(cols) <= 40 and all(len(f) >= len(cols) / 2 for f in flat) \
+            and not any(is_hdr(x) for r in rows for x in r.values())
     return False
 
 

@@ -78,17 +78,17 @@ def figures(doc: dict) -> list[Figure]:
     out: list[Figure] = []
     cmd = doc.get("command", "?")
 
+    # HDR summaries are in seconds (results schema), so one plot holds them all, eight per plot.
     curves = [(_label(p), plots.summary_cdf(v)) for p, v in data.hdrs(metrics) if v.get("count")]
-    # Group latency CDFs by their last name so that unlike things (bytes vs seconds) are not mixed.
-    groups: dict[str, list] = {}
-    for label, pts in curves:
-        groups.setdefault(label.rsplit(".", 1)[-1], []).append((label, pts))
-    for name, cs in groups.items():
-        png = plots.latency_cdf(f"{cmd}: {name} by percentile (HDR)", cs)
+    curves = [c for c in curves if len(c[1]) >= 2]
+    for i in range(0, len(curves), 8):
+        part = curves[i:i + 8]
+        png = plots.latency_cdf(f"{cmd}: latency by percentile (HDR)", part)
         if png:
-            out.append(Figure(f"{name}: latency by percentile", png, "latency-cdf"))
+            names = ", ".join(label for label, _ in part)
+            out.append(Figure(f"latency by percentile: {names}", png, "latency-cdf"))
 
-    for path, (x, ys, xlabel) in data.series(metrics)[:12]:
+    for path, (x, ys, xlabel) in data.series(metrics)[:6]:
         png = plots.time_series(f"{cmd}: {_label(path)} over time", x, ys, xlabel)
         if png:
             out.append(Figure(f"{_label(path)} over time", png, "series"))
@@ -100,6 +100,13 @@ def figures(doc: dict) -> list[Figure]:
                          "MB/s", 1e6)
         if png:
             out.append(Figure("throughput by tier / path", png, "throughput"))
+
+    stage_times = [(p, v) for p, v in data.flat_numbers(metrics).items() if p.endswith(".stage_s")]
+    if len(stage_times) >= 2:
+        png = plots.bars(f"{cmd}: time per suite stage", [p[: -len(".stage_s")].rsplit(".", 1)[-1]
+                                                          for p, _ in stage_times], [v for _, v in stage_times], "s")
+        if png:
+            out.append(Figure("time per suite stage", png, "throughput"))
 
     for path, v in data.walk(metrics):
         if isinstance(v, list) and path.endswith("timeline"):
@@ -149,4 +156,22 @@ def figures(doc: dict) -> list[Figure]:
                                  {"failure": fail} if data.is_number(fail) else None)
             if png:
                 out.append(Figure(f"plan {p['model']}: commit timeline", png, "timeline"))
+    return out
+
+
+def group_figures(command: str, docs: list[tuple[str, dict]]) -> list[Figure]:
+    """Overview plots for many results of one command: one bar per file, one overlaid latency plot."""
+    out: list[Figure] = []
+    for suffix, unit, scale in (("throughput.bytes_per_s", "MB/s", 1e6), ("stall_ratio", "%", 0.01),
+                                ("batch_wait_s.p99", "ms", 1e-3)):
+        labels, values = [], []
+        for name, d in docs:
+            found = data.find(d.get("metrics", {}) or {}, suffix)
+            if found and found[0][1] is not None:
+                labels.append(name)
+                values.append(found[0][1])
+        if len(labels) >= 2:
+            png = plots.bars(f"{command}: {suffix} by results file", labels[:40], values[:40], unit, scale)
+            if png:
+                out.append(Figure(f"{command}: {suffix} per results file", png, "throughput"))
     return out

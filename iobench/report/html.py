@@ -90,11 +90,17 @@ def _plan_html(p: dict) -> str:
             + _table(["output", "value"], outputs, {1}) + "</div></div>")
 
 
-def recommendations(docs: list[tuple[str, dict]]) -> list[tuple[str, str, str]]:
-    """(results name, what, recommendation) from planner results and any metric named *recommendation."""
+def recommendations(docs: list[tuple[str, dict]], group_size: int = 3) -> list[tuple[str, str, str]]:
+    """(results name, what, recommendation) from planner results and any metric named *recommendation;
+    commands with many files list theirs in their overview table instead."""
+    counts: dict[str, int] = {}
+    for _, d in docs:
+        counts[str(d.get("command"))] = counts.get(str(d.get("command")), 0) + 1
     out = [(n, f"plan {p.get('model')}", p["recommendation"]) for n, d in docs for p in data.plans(d)
            if p.get("recommendation")]
     for n, d in docs:
+        if counts[str(d.get("command"))] > group_size:
+            continue
         for path, v in data.walk_all(data.without_plans(d.get("metrics", {}) or {})):
             if path.rsplit(".", 1)[-1].endswith("recommendation") and v:
                 out.append((n, path, describe_recommendation(v)))
@@ -121,7 +127,46 @@ def describe_recommendation(v) -> str:
     return ", ".join(f"{k}={x}" for k, x in v.items() if not isinstance(x, (dict, list)))
 
 
-def _doc_section(i: int, name: str, doc: dict) -> str:
+def _environment_line(env: dict) -> str:
+    """Storage kind, emulation and cache state, declared and measured: what the numbers mean."""
+    bits = []
+    if isinstance(env.get("storage"), str):
+        bits.append(f"storage: {env['storage']}")
+    emu = env.get("emulation")
+    if isinstance(emu, dict) and emu.get("text"):
+        bits.append(f"emulation: {emu['text']}")
+    elif isinstance(emu, str) and emu not in ("", "none"):
+        bits.append(f"emulation: {emu}")
+    cache = env.get("cache")
+    if isinstance(cache, dict) and "declared" in cache:
+        declared = cache["declared"] if not isinstance(cache["declared"], list) else "/".join(map(str, cache["declared"]))
+        line = f"cache declared {declared}"
+        if data.is_number(cache.get("measured_residency")):
+            line += f", measured residency {cache['measured_residency']:.0%}"
+        if "verified" in cache:
+            line += f", verified {cache['verified']}"
+        bits.append(line)
+    return " · ".join(bits)
+
+
+def _gds_tables(env: dict) -> str:
+    """The GPU read-path table: which paths this node has, why not, and what actually ran."""
+    out = []
+    paths = (env.get("gds") or {}).get("paths")
+    if isinstance(paths, dict) and paths:
+        rows = [[name, "yes" if (c or {}).get("available") else "no", (c or {}).get("reason") or ""]
+                for name, c in paths.items()]
+        best = (env.get("gds") or {}).get("best_path")
+        out.append("<h3>GPU read paths on this node</h3>" + _table(["path", "available", "reason"], rows)
+                   + (f"<p>best available path: <b>{esc(best)}</b></p>" if best else ""))
+    eff = env.get("effective_gds_path")
+    if isinstance(eff, dict) and eff and all(isinstance(v, dict) for v in eff.values()):
+        rows = [[req, v.get("effective", ""), v.get("fallback_reason") or ""] for req, v in eff.items()]
+        out.append("<h3>Requested vs effective read path</h3>" + _table(["requested", "effective", "fallback"], rows))
+    return "".join(out)
+
+
+def _doc_section(i: int, name: str, doc: dict, plots: bool = True) -> str:
     metrics = data.without_plans(doc.get("metrics", {}) or {})
     host = doc.get("host", {}) or {}
     parts = [f'<h2 id="r{i}">{esc(doc.get("command", "?"))}: {esc(name)}</h2>',
@@ -129,12 +174,20 @@ def _doc_section(i: int, name: str, doc: dict) -> str:
              f' · iobench {esc(doc.get("iobench_version", "?"))} · host {esc(host.get("hostname", "?"))} '
              f'({esc(host.get("cpu_count", "?"))} CPUs, {esc(host.get("os", "?"))}) · world size '
              f'{esc((doc.get("world") or {}).get("size", 1))}</p>']
+    env_line = _environment_line(doc.get("environment") or {})
+    if env_line:
+        parts.append(f'<p class="muted">{esc(env_line)}</p>')
     for w in doc.get("warnings") or []:
         parts.append(f'<p class="warn">⚠ {esc(w)}</p>')
     for p in data.plans(doc):
         parts.append(_plan_html(p))
-    for fig in figures(doc):
-        parts.append(_img(fig))
+    parts.append(_gds_tables(doc.get("environment") or {}))
+    if plots:
+        for fig in figures(doc):
+            parts.append(_img(fig))
+    else:
+        parts.append('<p class="muted">Plots for this file are in the overview of its command above; '
+                     "`iobench report` on this file alone draws them all.</p>")
     hdrs = data.hdrs(metrics)
     if hdrs:
         parts.append("<h3>Latency summaries (HDR)</h3>" + _hdr_table(hdrs))
@@ -152,6 +205,69 @@ def _doc_section(i: int, name: str, doc: dict) -> str:
     parts.append("<details><summary>config and environment</summary><pre>"
                  + esc(json.dumps({"config": doc.get("config", {}), "environment": env}, indent=1, default=str))
                  + "</pre></details>")
+    return "\n".join(parts)
+
+
+def plotted(docs: list[tuple[str, dict]], per_group: int = 3) -> set[int]:
+    """Which files get their own plots when many share a command: the first, the worst stall, the slowest."""
+    groups: dict[str, list[int]] = {}
+    for i, (_, d) in enumerate(docs):
+        groups.setdefault(str(d.get("command")), []).append(i)
+    keep: set[int] = set()
+    for idx in groups.values():
+        if len(idx) <= per_group:
+            keep.update(idx)
+            continue
+        keep.add(idx[0])
+
+        def metric(i, suffix):
+            found = data.find(docs[i][1].get("metrics", {}) or {}, suffix)
+            return found[0][1] if found else None
+
+        stalls = [(metric(i, "stall_ratio"), i) for i in idx if metric(i, "stall_ratio") is not None]
+        rates = [(metric(i, "throughput.bytes_per_s"), i) for i in idx if metric(i, "throughput.bytes_per_s")]
+        if stalls:
+            keep.add(max(stalls)[1])
+        if rates:
+            keep.add(min(rates)[1])
+    return keep
+
+
+def group_tables(docs: list[tuple[str, dict]], per_group: int = 3) -> list[tuple[str, list, list[str], list[list]]]:
+    """(command, members, headers, rows) for each command with more than ``per_group`` results files."""
+    from .headline import HEADLINE
+
+    groups: dict[str, list[tuple[str, dict]]] = {}
+    for name, d in docs:
+        groups.setdefault(str(d.get("command")), []).append((name, d))
+    out = []
+    for cmd, members in groups.items():
+        if len(members) <= per_group:
+            continue
+        cols = [(suffix, label) for suffix, label in HEADLINE
+                if any(data.find(d.get("metrics", {}) or {}, suffix) for _, d in members)]
+        rows = []
+        for name, d in members:
+            m = d.get("metrics", {}) or {}
+            row = [name]
+            for suffix, _ in cols:
+                found = data.find(m, suffix)
+                row.append(fmt(found[0][0], found[0][1]) if found else "-")
+            recs = [describe_recommendation(v) for p, v in data.walk_all(m) if p.endswith("recommendation") and v]
+            row.append(recs[0] if recs else "")
+            rows.append(row)
+        out.append((cmd, members, ["results", *[label for _, label in cols], "recommendation"], rows))
+    return out
+
+
+def _group_overview(docs: list[tuple[str, dict]]) -> str:
+    from .figures import group_figures
+
+    parts = []
+    for cmd, members, headers, rows in group_tables(docs):
+        parts.append(f"<h2>{esc(cmd)}: {len(members)} results files</h2>"
+                     + _table(headers, rows, set(range(1, len(headers) - 1))))
+        parts.extend(_img(f) for f in group_figures(cmd, members))
     return "\n".join(parts)
 
 
@@ -173,8 +289,12 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
     body.append("<h2>Contents</h2><ol>" + "".join(
         f'<li><a href="#r{i}">{esc(d.get("command", "?"))}: {esc(n)}</a></li>' for i, (n, d) in enumerate(docs))
         + "</ol>")
+    overview = _group_overview(docs)
+    if overview:
+        body.append(overview)
+    keep = plotted(docs)
     for i, (name, doc) in enumerate(docs):
-        body.append(_doc_section(i, name, doc))
+        body.append(_doc_section(i, name, doc, plots=i in keep))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

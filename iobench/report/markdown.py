@@ -18,7 +18,7 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
 def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
            generated_at: str = "", html_name: str = "report.html") -> str:
     from ..units import format_seconds
-    from .html import fmt, recommendations
+    from .html import fmt, group_tables, plotted, recommendations
 
     out = [f"# {title}", "", f"Generated {generated_at} from {len(docs)} results file(s); plots are in "
                               f"[{html_name}]({html_name}).", ""]
@@ -32,7 +32,15 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
     recs = recommendations(docs)
     if recs:
         out += ["## Recommendations", ""] + [f"- **{what}** ({n}): {r}" for n, what, r in recs] + [""]
-    for name, doc in docs:
+    for cmd, members, headers, rows in group_tables(docs):
+        out += [f"## {cmd}: {len(members)} results files", "", _md_table(headers, rows), "",
+                "Details below only for the first, the most stalled and the slowest of these; "
+                "`iobench report FILE` renders any one in full.", ""]
+    keep = plotted(docs)
+    grouped = {id(d) for _, members, _, _ in group_tables(docs) for _, d in members}
+    for i, (name, doc) in enumerate(docs):
+        if id(doc) in grouped and i not in keep:
+            continue
         metrics = data.without_plans(doc.get("metrics", {}) or {})
         out += [f"## {doc.get('command', '?')}: {name}", ""]
         for w in doc.get("warnings") or []:

@@ -62,9 +62,13 @@ def latency_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]])
     ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
+    from matplotlib.ticker import NullFormatter
+
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
+    lo, hi = ax.get_ylim()
+    # Label minor ticks only when the plot spans less than a decade (otherwise they crowd).
+    ax.yaxis.set_minor_formatter(plain if hi / max(lo, 1e-12) < 10 else NullFormatter())
     ax.tick_params(axis="y", which="minor", labelsize=6)
     ax.set_ylabel("latency (ms)")
     ax.set_xlabel("percentile")

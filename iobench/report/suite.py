@@ -21,16 +21,20 @@ def _plans(docs: list[tuple[str, dict]], assumptions: dict) -> list[tuple[str, d
     from ..planner.models import lookup, plan
 
     out = []
-    for name, doc in docs:
-        cmd, stem = doc.get("command"), Path(name).stem
-        try:
-            if cmd == "ckpt" and lookup(doc, "metrics.checkpoint.blocking_s.mean"):
-                out.append((f"interval-{stem}", plan("interval", {"job_mtbf": assumptions["job_mtbf"]}, doc)))
-            if cmd == "load" and lookup(doc, "metrics.batch_bytes") and lookup(doc, "metrics.compute_s.mean"):
-                out.append((f"bandwidth-{stem}", plan("bandwidth", {"accelerators": assumptions["accelerators"]},
-                                                      doc)))
-        except ConfigError:
-            continue   # a model whose inputs this run did not measure is simply not planned
+    loads = [(lookup(d, "metrics.stall_ratio") or 0.0, n, d) for n, d in docs
+             if d.get("command") == "load" and lookup(d, "metrics.batch_bytes") and lookup(d, "metrics.compute_s.mean")]
+    try:
+        for name, doc in docs:
+            if doc.get("command") == "ckpt" and lookup(doc, "metrics.checkpoint.blocking_s.mean"):
+                out.append((f"interval-{Path(name).stem}", plan("interval", {"job_mtbf": assumptions["job_mtbf"]},
+                                                                doc)))
+        if loads:
+            # The load that stalled most is the one whose bandwidth need matters.
+            _, name, doc = max(loads, key=lambda x: x[0])
+            out.append((f"bandwidth-{Path(name).stem}", plan("bandwidth", {"accelerators": assumptions["accelerators"]},
+                                                             doc)))
+    except ConfigError:
+        pass   # a model whose inputs this run did not measure is simply not planned
     return out
 
 
@@ -51,8 +55,11 @@ def suite_stage(ctx) -> dict:
         ctx.results_files.append(path)
         plan_docs.append((path.name, res.to_dict()))
         ctx.row("plan", p["model"], p["recommendation"])
-    summary = {"command": "run (summary so far)", "metrics": {"summary": [
-        {"stage": s, "what": w, "value": v} for s, w, v in ctx.rows]}, "warnings": list(ctx.warnings)}
+    stage_metrics = dict(ctx.state.get("stage_metrics") or {})
+    summary = {"command": "run (so far)", "metrics": {"summary": [
+        {"stage": s, "what": w, "value": v} for s, w, v in ctx.rows], "stages": stage_metrics},
+        "warnings": list(ctx.warnings), "environment": {"object_tier": ctx.s3_url, "endpoint_url": ctx.endpoint_url,
+                                                        "quick": ctx.quick}}
     rep = build_report([("summary", summary), *plan_docs, *[(_short(ctx.out_dir, Path(n)), d) for n, d in
                                                              zip(files, (d for _, d in docs))]],
                        ctx.out_dir, title="iobench run")
