@@ -99,14 +99,22 @@ def run_fio(path: Path, size: int) -> dict:
             "fio_reported_bytes_per_s": job["bw_bytes"], "cpu_s": cpu_seconds() - c0}
 
 
-def run_gen(spec: GenSpec, url: str, exclude=frozenset(), **kw) -> dict:
+def run_gen(spec: GenSpec, url: str, exclude=frozenset(), sample_rss: bool = False, **kw) -> dict:
+    """One timed generation.  RSS sampling polls every process, so timed runs leave it off."""
     stats: dict = {}
     c0 = cpu_seconds()
-    with PeakRSS(exclude) as rss:
+    rss = PeakRSS(exclude)
+    if sample_rss:
+        rss.__enter__()
+    try:
         m = generate(spec, url, progress=False, stats=stats, **kw)
+    finally:
+        if sample_rss:
+            rss.__exit__(None, None, None)
     return {"cpu_s": cpu_seconds() - c0,"bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards), "seconds": stats["seconds"],
             "bytes_per_s": m.total_bytes / stats["seconds"], "samples_per_s": m.total_samples / stats["seconds"],
-            "peak_rss_bytes": rss.peak, "processes": rss.peak_procs, "workers": stats["workers"]}
+            "peak_rss_bytes": rss.peak if sample_rss else None, "processes": rss.peak_procs if sample_rss else None,
+            "workers": stats["workers"]}
 
 
 def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
@@ -124,15 +132,16 @@ def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
                 shutil.rmtree(work / "tokens")
     ratios = [g["bytes_per_s"] / f["bytes_per_s"] for g, f in zip(gen_runs, fio_runs)]
     best = max(g["bytes_per_s"] for g in gen_runs) / max(f["bytes_per_s"] for f in fio_runs)
+    full = run_gen(spec, str(work / "tokens-rss"), sample_rss=True)
+    shutil.rmtree(work / "tokens-rss")
     small = replace(spec, num_samples=max(1, spec.num_samples // 4))
-    quarter = run_gen(small, str(work / "tokens-quarter"))
+    quarter = run_gen(small, str(work / "tokens-quarter"), sample_rss=True)
     shutil.rmtree(work / "tokens-quarter")
     return {"size_bytes": size, "workers": workers, "fio": fio_runs, "iobench": gen_runs,
             "cpu_s_per_gib": {"fio": statistics.median(f["cpu_s"] for f in fio_runs) * 2**30 / size,
                               "iobench": statistics.median(g["cpu_s"] for g in gen_runs) * 2**30 / size},
             "ratio_median": statistics.median(ratios), "ratios": ratios, "ratio_best": best,
-            "peak_rss_bytes": max(g["peak_rss_bytes"] for g in gen_runs),
-            "peak_rss_processes": max(g["processes"] for g in gen_runs),
+            "peak_rss_bytes": full["peak_rss_bytes"], "peak_rss_processes": full["processes"],
             "peak_rss_quarter_size_bytes": quarter["peak_rss_bytes"], "peak_rss_quarter_processes": quarter["processes"]}
 
 
@@ -276,7 +285,8 @@ def render(res: dict) -> str:
                   "| round | s3fs put (files on disk) | iobench gen to s3:// | ratio |", "|---|---|---|---|"]
         for i, (p, g, r) in enumerate(zip(s3["s3fs_put"], s3["iobench"], s3["ratios"])):
             lines.append(f"| {i} | {format_bytes(p['bytes_per_s'])}/s | {format_bytes(g['bytes_per_s'])}/s | {r:.2f} |")
-        lines += ["", f"{format_bytes(s3['size_bytes'])}, {s3['workers']} writer processes; iobench also "
+        lines += ["", f"{format_bytes(s3['size_bytes'])}, {s3['workers']} writer threads sharing one s3fs client "
+                  "(s3fs put: its default concurrency); iobench also "
                   f"generates the tokens while uploading. **Median of per-round ratios = {s3['ratio_median']:.2f}** "
                   f"(best vs best {s3['ratio_best']:.2f}).", ""]
     return "\n".join(lines)
@@ -291,12 +301,17 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", default=None, help="scratch directory on the file system to measure")
     ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
+    ap.add_argument("--render", metavar="JSON", help="only re-render the Markdown from a results JSON")
     args = ap.parse_args(argv)
+    if args.render:
+        res = json.loads(Path(args.render).read_text())
+        (Path(args.out) / "generate.md").write_text(render(res) + "\n")
+        return 0
     if not shutil.which("fio"):
         print("fio is not installed (apt-get install fio)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="iobench-bench-gen-", dir=args.dir))
-    res = {"started_at": now_iso(), "command": "python benchmarks/bench_generate.py " + " ".join(argv or sys.argv[1:]),
+    res = {"started_at": now_iso(), "command": " ".join(["python benchmarks/bench_generate.py", *(argv or sys.argv[1:])]),
            "machine": machine(work), "platform": platform.platform(), "loadavg_start": os.getloadavg()}
     try:
         print("raw tokens vs fio ...", file=sys.stderr)

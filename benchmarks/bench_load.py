@@ -147,12 +147,11 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                              vocab_size=32000, shard_size="8MiB", fsync=False), url, endpoint_url=srv.endpoint_url,
                      storage_options=opts, progress=False)
         cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, workers=2, prefetch=4, batch_size=256,
-                         shuffle_buffer=8192, s3_block_size="2MiB", s3_concurrency=4, monitor_interval_s=1.0,
+                         shuffle_buffer=8192, s3_block_size="8MiB", s3_concurrency=4, monitor_interval_s=1.0,
                          read_ahead=1)
         paths = [f"iobench/bench/raw-tokens/{s.path}" for s in m.shards]
 
-        def loop():  # a fresh client, as each iobench run opens its own in each worker
-            fs = s3fs.S3FileSystem(**srv.storage_options())
+        def loop(fs):
             n = 0
             for p in paths:
                 n += len(fs.cat_file(p))
@@ -161,11 +160,13 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
         iob, peer = [], []
         for _ in range(REPEATS):
             iob.append(load_rate(cfg, storage_options=opts))
-            t, n = timed(loop)
+            fs = s3fs.S3FileSystem(**srv.storage_options())
+            fs.info(paths[0])  # client set up outside the timing, as iobench's workers do before its clock starts
+            t, n = timed(lambda: loop(fs))
             peer.append({"bytes_per_s": n / t, "bytes_read": n, "wall_s": t})
-        out.append(section_result("S3 (embedded SeaweedFS): iobench W=2, 2 MiB ranged GETs x4 vs s3fs cat_file loop",
+        out.append(section_result("S3 (embedded SeaweedFS): iobench W=2, read-ahead 1, one GET per 8 MiB shard vs s3fs cat_file loop",
                                   max(iob, key=lambda r: r["bytes_per_s"]), max(peer, key=lambda r: r["bytes_per_s"]),
-                                  "bytes_per_s", 1.5, f"{len(paths)} shards of 8 MiB; both sides include creating their S3 clients; "
+                                  "bytes_per_s", 1.5, f"{len(paths)} shards of 8 MiB; both sides create their S3 clients before timing starts; "
                                   "the server shares the machine's 2 cores with client and loader"))
     return out
 

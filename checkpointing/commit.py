@@ -28,7 +28,7 @@ from iobench.storage import Backend
 
 from . import commit_point as cp
 from .hooks import crashpoint
-from .local_writer import copy_file, write_buffer, write_buffers_local
+from .local_writer import copy_file, copy_files_local, write_buffer, write_buffers_local
 from .retention import RetentionPolicy, apply_retention
 from .snapshot import LiveState, Staging
 from .state import StateSpec
@@ -238,6 +238,7 @@ class Checkpointer:
         """Staging → rank files on the first tier, then that tier's manifest."""
         tier = self.first
         d = cp.step_dir(rec.step)
+        _refuse_committed(tier, rec.step)
         tier.makedirs(d)
         throttle = self._local_throttle if tier is self.local else self._durable_throttle
         if throttle is not None:
@@ -284,11 +285,17 @@ class Checkpointer:
             protect = set(self._inflight)
             self._cv.notify_all()
         # Retention runs only now that this step is durable; in-flight steps are protected.
-        if self.durable is not None:
-            rec.deleted += apply_retention(self.durable, RetentionPolicy(self.config.keep_durable,
-                                                                         self.config.keep_every), protect)
-        if self.local is not None:
-            rec.deleted += apply_retention(self.local, RetentionPolicy(self.config.keep_local), protect)
+        try:
+            if self.durable is not None:
+                rec.deleted += apply_retention(self.durable, RetentionPolicy(self.config.keep_durable,
+                                                                             self.config.keep_every), protect)
+            if self.local is not None:
+                rec.deleted += apply_retention(self.local, RetentionPolicy(self.config.keep_local), protect)
+        except Exception as e:  # the step stays committed; the error still reaches the caller
+            rec.error = f"retention: {type(e).__name__}: {e}"
+            with self._cv:
+                if self._error is None:
+                    self._error, self._error_step = e, rec.step
         if self.on_commit is not None:
             self.on_commit(rec)
 
@@ -361,10 +368,18 @@ class Checkpointer:
                     self._discard(self.durable, rec.step)
 
 
+def _refuse_committed(tier: Backend, step: int) -> None:
+    # Writing rank files of a committed step would corrupt a good checkpoint before the manifest
+    # publish could refuse it; check first.
+    if cp.is_committed(tier, step):
+        raise StorageError(f"{tier.url.rstrip('/')}/{cp.step_dir(step)}: step already committed")
+
+
 def upload_step(local: Backend, durable: Backend, manifest: cp.CheckpointManifest, fsync: bool = True,
                 throttle: Throttle | None = None) -> dict:
     """Copy a locally committed step's rank files to ``durable``, then publish its manifest there."""
     d = cp.step_dir(manifest.step)
+    _refuse_committed(durable, manifest.step)
     durable.makedirs(d)
     if durable.protocol == "s3" and throttle is None and len(manifest.files) > 1:
         # One bulk put: s3fs uploads the files concurrently (multipart where large), like a plain put.
@@ -374,6 +389,8 @@ def upload_step(local: Backend, durable: Backend, manifest: cp.CheckpointManifes
         except OSError as e:
             raise StorageError(f"{durable.url.rstrip('/')}/{d}: upload failed ({e})") from e
         crashpoint("mid_upload")
+    elif durable.is_local:
+        copy_files_local(local, durable, [f"{d}/{f.path}" for f in manifest.files], fsync=fsync, throttle=throttle)
     else:
         for f in manifest.files:
             copy_file(local, f"{d}/{f.path}", durable, f"{d}/{f.path}", fsync=fsync, throttle=throttle)

@@ -133,3 +133,47 @@ def write_buffers_local(backend: Backend, items: list[tuple[str, np.ndarray]], f
         where = written[-1] if written else backend.local_path(items[0][0])
         raise StorageError(f"{where}: write failed ({what}: {e})") from e
     return digests
+
+
+def copy_files_local(src: Backend, dst: Backend, rels: list[str], fsync: bool = True,
+                     throttle: Throttle | None = None) -> None:
+    """Copy files of an uncommitted step to a local/PFS tier: each fsynced, then one directory fsync
+    (the same reasoning as ``write_buffers_local``: the manifest, published after, is the commit)."""
+    import os
+
+    from iobench.atomic import fsync_dir
+
+    written: list[str] = []
+    first = True
+    try:
+        for rel in rels:
+            final = dst.local_path(rel)
+            fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            written.append(final)
+            with src.open(rel, "rb") as fin, os.fdopen(fd, "wb", buffering=0) as fout:
+                while True:
+                    chunk = fin.read(CHUNK)
+                    if not chunk:
+                        break
+                    mv = memoryview(chunk)
+                    while mv:
+                        mv = mv[fout.write(mv):]
+                    if throttle is not None:
+                        throttle.consume(len(chunk))
+                    if first:
+                        crashpoint("mid_upload")
+                        first = False
+                if fsync:
+                    os.fsync(fout.fileno())
+        if fsync and written:
+            fsync_dir(os.path.dirname(written[0]))
+    except OSError as e:
+        for p in written:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        if isinstance(e, StorageError):
+            raise
+        what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
+        raise StorageError(f"{written[-1] if written else dst.url}: upload failed ({what}: {e})") from e

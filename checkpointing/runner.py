@@ -14,6 +14,7 @@ from iobench.errors import ConfigError
 from iobench.metrics import summarize_seconds
 from iobench.storage import Backend, open_backend
 
+from . import commit_point as cp
 from .commit import MODES, POLICIES, Checkpointer, EngineConfig, check_durable
 from .exposure import has_backlog, recovery_at
 from .restore import Restored, restore
@@ -66,9 +67,8 @@ class CkptConfig:
             raise ConfigError("--durable", "no tier to save to", "give --local DIR and/or --durable URL")
         if not (0 < self.scale <= 1):
             raise ConfigError("--scale", f"must be in (0, 1], got {self.scale:g}", "give e.g. 0.001")
-        for f in ("fail_at",):
-            if any(t < 0 for t in getattr(self, f)):
-                raise ConfigError("--fail-at", "failure times must be zero or more", "give seconds since the first save")
+        if any(t < 0 for t in self.fail_at):
+            raise ConfigError("--fail-at", "failure times must be zero or more", "give seconds since the first save")
 
     def spec(self) -> StateSpec:
         kw = {k: getattr(self, k) for k in ("tp", "pp", "dp", "zero_stage") if getattr(self, k) is not None}
@@ -139,10 +139,12 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
         bar = Progress(transient=True)
         bar.start()
         task = bar.add_task("checkpoint saves", total=cfg.count)
+    # a rerun into the same tiers continues after their newest step instead of clashing with it
+    first = 1 + max([0] + [s for t in (local, durable) if t is not None for s in cp.list_steps(t)])
     try:
         t_next = time.perf_counter()
         for i in range(cfg.count):
-            step = i + 1
+            step = first + i
             # emulated compute between saves; the state changes every step
             delay = t_next - time.perf_counter()
             if delay > 0:
@@ -205,8 +207,6 @@ def run_restore(local: Backend | None, durable: Backend | None, target_ranks: in
     tiers = [("local", local), ("durable", durable)]
     target = None
     if target_ranks is not None or tp or pp or dp:
-        from . import commit_point as cp
-
         # reshard target: the newest manifest's layout with the parallelism asked for
         probe = None
         for _, b in tiers:

@@ -20,9 +20,9 @@ import queue as queue_mod
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
-from .config import build, check_choice, nearest, to_dict
+from .config import build, check_choice, to_dict
 from .errors import ConfigError, IobenchError, StorageError
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, write_manifest
 from .results import now_iso
@@ -366,13 +366,13 @@ def _split(plans: list[ShardPlan], workers: int) -> list[list[ShardPlan]]:
     return [r for r in out if r]
 
 
-def _progress(enabled: bool, total: int, label: str):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
+def _progress(enabled: bool):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[bytes]}"), TimeRemainingColumn(), disable=not enabled,
-                    transient=False)
+                    console=Console(stderr=True))
 
 
 def _remove_quietly(backend: Backend, paths: list[str]) -> None:
@@ -427,7 +427,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     if backend.protocol == "memory":
         workers = 1   # a memory:// filesystem lives in this process only
     total_bytes = [0]
-    with _progress(progress, spec.num_samples, "gen") as prog:
+    with _progress(progress) as prog:
         task = prog.add_task(f"gen {spec.format}/{spec.modality}", total=spec.num_samples, bytes="0 B")
 
         def report(s: int, b: int) -> None:

@@ -1,8 +1,8 @@
 """Synthetic samples, each a pure function of (seed, global sample index).
 
-Token ids are drawn a block of ``TOKEN_BLOCK`` samples at a time (one generator call per
-block is ~100x faster than one per sample); sample i is row ``i % TOKEN_BLOCK`` of block
-``i // TOKEN_BLOCK``, so any process can produce any sample without the others.  Images
+Token samples come a block of ``TOKEN_BLOCK`` at a time (one call per block instead of one
+per sample); sample i is row ``i % TOKEN_BLOCK`` of block ``i // TOKEN_BLOCK``, so any
+process can produce any sample without the others.  Images
 are real JPEGs (Pillow): a smooth colour field plus grain, with dimensions and grain
 chosen so that sizes spread like ImageNet's (mean ~110-130 KB at quality 90).
 """
@@ -18,7 +18,8 @@ import numpy as np
 from iobench.formats.base import Sample
 
 TOKEN_BLOCK = 256
-SYNTH_VERSION = 1
+POOL_TOKENS = 1 << 23
+SYNTH_VERSION = 2
 _TOKENS_STREAM = 0x746F6B   # separates the token and image random streams of one seed
 _IMAGES_STREAM = 0x696D67
 _ZIPF_TABLE_BITS = 22
@@ -40,7 +41,15 @@ class TokenParams:
 
 
 class TokenSynth:
-    """Token samples; keeps one block cached, so sequential access costs one draw per block."""
+    """Token samples cut from one seeded pool of ``POOL_TOKENS`` ids per dataset.
+
+    Drawing every id from the RNG cost ~2 CPU-s per GiB, which on a busy machine made token
+    synthesis, not the storage, the bottleneck.  Each sample is instead a window of the pool
+    at an offset drawn from (seed, block): a copy per sample, no per-id arithmetic.  Ids keep the
+    requested distribution; windows repeat only at pool distance (16-32 MB apart), beyond the
+    match window of zstd below its ultra levels.  (fio, by default, writes one buffer over and
+    over.)  One block of ``TOKEN_BLOCK`` samples stays cached, so sequential access is cheap.
+    """
 
     def __init__(self, seed: int, p: TokenParams) -> None:
         self.seed = seed
@@ -48,27 +57,22 @@ class TokenSynth:
         self.dtype = np.dtype(p.dtype)
         self._block_id = -1
         self._block: np.ndarray | None = None
-        self._table = _zipf_table(p.vocab_size, p.zipf_a, self.dtype) if p.distribution == "zipf" else None
+        self._windows: np.ndarray | None = None
+
+    def windows(self) -> np.ndarray:
+        """(pool length - seq_len + 1, seq_len) read-only view: row k is the window at offset k."""
+        if self._windows is None:
+            pool = _token_pool(self.seed, self.p.vocab_size, self.p.distribution, self.p.zipf_a, self.dtype.str,
+                               max(POOL_TOKENS, 8 * self.p.seq_len))
+            self._windows = np.lib.stride_tricks.sliding_window_view(pool, self.p.seq_len)
+        return self._windows
 
     def block(self, b: int) -> np.ndarray:
         if b != self._block_id:
-            # SFC64 raw words with a multiply-shift map to [0, vocab): ~4x faster than Generator.integers,
-            # and the bias (at most 1 in 2**32 / vocab) is far below anything a benchmark can see.
+            win = self.windows()
             bits = np.random.SFC64(np.random.SeedSequence([self.seed, _TOKENS_STREAM, b]))
-            n = TOKEN_BLOCK * self.p.seq_len
-            words = bits.random_raw((n + 1) // 2).view(np.uint32)[:n]
-            if self._table is None and self.p.vocab_size <= 2**21:
-                # floor(word * vocab / 2**32), exact in float64 (the product has < 53 bits), one pass fewer.
-                scaled = np.multiply(words, self.p.vocab_size / 2**32, dtype=np.float64)
-                self._block = scaled.astype(self.dtype).reshape(TOKEN_BLOCK, self.p.seq_len)
-            elif self._table is None:
-                wide = np.multiply(words, self.p.vocab_size, dtype=np.uint64)
-                wide >>= 32
-                self._block = wide.astype(self.dtype).reshape(TOKEN_BLOCK, self.p.seq_len)
-            else:
-                # Inverse-CDF lookup quantised to 2**-22: exact Zipf weights down to that resolution.
-                words >>= 32 - _ZIPF_TABLE_BITS
-                self._block = self._table[words].reshape(TOKEN_BLOCK, self.p.seq_len)
+            offsets = bits.random_raw(TOKEN_BLOCK) % np.uint64(win.shape[0])
+            self._block = win[offsets]     # fancy indexing copies: the block owns its memory
             self._block_id = b
         return self._block
 
@@ -86,6 +90,27 @@ class TokenSynth:
 
     def nominal_bytes(self) -> int:
         return self.p.seq_len * self.dtype.itemsize
+
+
+@functools.lru_cache(maxsize=2)
+def _token_pool(seed: int, vocab: int, distribution: str, a: float, dtype: str, n: int) -> np.ndarray:
+    """n ids drawn from the distribution, a pure function of the arguments."""
+    dt = np.dtype(dtype)
+    bits = np.random.SFC64(np.random.SeedSequence([seed, _TOKENS_STREAM, 2**62]))
+    pool = np.empty(n, dtype=dt)
+    table = _zipf_table(vocab, a, dt) if distribution == "zipf" else None
+    chunk = 1 << 20
+    for i in range(0, n, chunk):
+        m = min(chunk, n - i)
+        words = bits.random_raw((m + 1) // 2).view(np.uint32)[:m]
+        if table is not None:
+            # Inverse-CDF lookup quantised to 2**-22: exact Zipf weights down to that resolution.
+            pool[i:i + m] = table[words >> np.uint32(32 - _ZIPF_TABLE_BITS)]
+        else:
+            # floor(word * vocab / 2**32): bias at most 1 in 2**32 / vocab.
+            pool[i:i + m] = (words.astype(np.uint64) * np.uint64(vocab)) >> np.uint64(32)
+    pool.flags.writeable = False
+    return pool
 
 
 @functools.lru_cache(maxsize=4)

@@ -27,6 +27,10 @@ def test_save_then_restore_with_reshard(tmp_path, capsys):
     r = json.loads(rout.read_text())["metrics"]["checkpoint"]
     assert (r["step"], r["tier"], r["ranks"], r["resharded"], r["verified"]) == (3, "durable", 4, True, True)
     assert r["restore_bytes"] == m["state"]["bytes_per_save"]
+    # a rerun into the same tiers continues after the newest step
+    assert main(["ckpt", "--preset", "llama3-8b", "--scale", "1e-5", "--count", "1", "--mode", "sync",
+                 "--local", str(tmp_path / "l"), "--durable", str(tmp_path / "d"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["metrics"]["checkpoint"]["timeline"][0]["step"] == 4
 
 
 def test_restore_without_checkpoint_exits_1(tmp_path, capsys):

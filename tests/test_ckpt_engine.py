@@ -352,3 +352,21 @@ def test_manifest_missing_a_rank_is_not_a_checkpoint(tmp_path):
     open(p, "w").write(_json.dumps(d))
     got = restore([("durable", durable)])
     assert got.step == 1 and any("lacks ranks" in s for s in got.skipped)
+
+
+def test_a_committed_step_is_never_overwritten(tmp_path):
+    spec = small_spec()
+    live = LiveState(spec, local_ranks(spec))
+    local, durable = tiers(tmp_path)
+    with Checkpointer(spec, live.ranks, local, durable, EngineConfig(mode="sync")) as ck:
+        run_saves(ck, live, [1])
+    before = open(local.local_path(f"{cp.step_dir(1)}/{cp.rank_file(0)}"), "rb").read()
+    ck2 = Checkpointer(spec, live.ranks, local, durable, EngineConfig(mode="sync"))
+    live.fill(SEED, 99)
+    with pytest.raises(StorageError, match="already committed"):
+        ck2.save(1, live)
+    ck2.close()
+    assert open(local.local_path(f"{cp.step_dir(1)}/{cp.rank_file(0)}"), "rb").read() == before
+    got = restore([("durable", durable)])
+    live.fill(SEED, 1)
+    assert got.step == 1 and same(live, got)

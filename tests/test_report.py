@@ -26,6 +26,13 @@ def _hdr(values):
     return h.summary()
 
 
+def _hist(values):
+    h = LatencyHistogram()
+    for v in values:
+        h.record_s(v)
+    return h.encode()
+
+
 def load_results(path, stall=0.05, au=0.95):
     steps = 40
     return Results(command="load", config={"storage_options": {"secret": "hunter2"}}, metrics={
@@ -33,6 +40,7 @@ def load_results(path, stall=0.05, au=0.95):
         "batch_io_s": _hdr([0.01 * (1 + i % 5) for i in range(200)]),
         "stall_ratio": stall, "accelerator_utilization": au,
         "throughput": {"bytes_per_s": 4.2e8, "samples_per_s": 1800.0},
+        "batch_io_hist": _hist([0.01 * (1 + i % 5) for i in range(200)]),
         "timeseries": {"t": [0.1 * i for i in range(steps)], "wait_s": [0.001 * (i % 5) for i in range(steps)],
                        "queue_depth": [i % 4 for i in range(steps)]},
     }).write(path)
@@ -72,7 +80,8 @@ def test_report_is_self_contained_with_plots_for_every_shape(tmp_path):
     assert len(pngs) >= 7 and all(p.startswith(PNG_MAGIC) for p in pngs)
     # Nothing is fetched from elsewhere: every src is a data URI, no scripts, no stylesheets by link.
     assert not re.search(r'(src|href)="(?!data:|#)', page) and "<script" not in page
-    for caption in ("latency by percentile: batch_wait_s, batch_io_s", "timeseries over time", "throughput by tier / path",
+    for caption in ("latency by percentile: batch_wait_s, batch_io_s", "timeseries over time",
+                    "latency CDF: batch_io_hist", "throughput by tier / path",
                     "checkpoint.timeline: timeline", "plan interval: overhead by interval"):
         assert caption in page, caption
     assert "cufile" in page and "no NVIDIA GPU" in page                  # the GDS path table
@@ -129,9 +138,10 @@ def test_report_renders_in_headless_chromium(tmp_path):
     probe = tmp_path / "out" / "check.html"
     probe.write_text(page.replace("</body>", CHECK_JS + "</body>"))
     proc = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                           "--disable-component-update", "--no-first-run", "--enable-logging=stderr", "--v=0",
-                           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
-                           probe.as_uri()], capture_output=True, text=True, timeout=120)
+                           "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
+                           "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}",
+                           "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                          capture_output=True, text=True, timeout=120)
     m = re.search(r'id="iobench-check">([^<]*)<', proc.stdout)
     assert m, proc.stderr[-2000:]
     result = json.loads(m.group(1))

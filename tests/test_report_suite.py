@@ -25,7 +25,8 @@ def test_suite_stage_renders_stage_results_and_plans(tmp_path):
                        "max": 0.3},
         "timeline": [{"step": 1, "status": "committed", "t_call": 0.0, "t_snapshot_done": 0.1, "t_local_done": 0.3,
                       "t_durable": 0.9}]}}).write(ctx.out_dir / "ckpt.json")
-    ctx.results_files += [load, ckpt, ctx.out_dir / "missing.json"]
+    (ctx.out_dir / "junk.json").write_text("{}")
+    ctx.results_files += [load, ckpt, load, ctx.out_dir / "missing.json", ctx.out_dir / "junk.json"]
     ctx.row("load", "x", "cold 1 MB/s")
     m = suite_stage(ctx)
     page = Path(m["html"]).read_text()
@@ -34,3 +35,11 @@ def test_suite_stage_renders_stage_results_and_plans(tmp_path):
     assert "checkpoint.timeline: checkpoint timeline" in page
     assert any(r[0] == "report" and r[2].endswith("report.html") for r in ctx.rows)
     assert any(str(p).endswith("interval-ckpt.json") for p in ctx.results_files)
+    assert m["results_files"] == 2 and any("junk.json" in w for w in ctx.warnings)
+
+
+def test_suite_stage_with_nothing_measured_still_writes_a_report(tmp_path):
+    ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
+    ctx.out_dir.mkdir()
+    m = suite_stage(ctx)
+    assert Path(m["html"]).exists() and Path(m["markdown"]).exists() and m["plans"] == []

@@ -19,10 +19,11 @@ def run(args) -> int:
 
     import sys
 
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     with Progress(TextColumn("[bold]verify"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  disable=not sys.stderr.isatty(), transient=True) as prog:
+                  disable=not sys.stderr.isatty(), transient=True, console=Console(stderr=True)) as prog:
         task = prog.add_task("verify", total=None)
 
         def on_shard(shard, nbytes):

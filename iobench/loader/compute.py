@@ -131,7 +131,8 @@ class Compute:
             return self._rng.lognormvariate(math.log(m.mean_s), sigma)
         return m.mean_s
 
-    def __call__(self, batch: Any, step: int) -> float:
+    def __call__(self, batch: Any, step: int, idle: Callable[[float], Any] | None = None) -> float:
+        """Run the step; in sleep mode ``idle(seconds)`` may use the host thread while the device computes."""
         t0 = time.perf_counter_ns()
         if self._fn is not None:
             self._fn(batch, step)
@@ -143,13 +144,16 @@ class Compute:
                     while time.perf_counter_ns() < end:
                         pass
                 else:
-                    _sleep_until(t0 + int(d * 1e9))
+                    _sleep_until(t0 + int(d * 1e9), idle)
         return (time.perf_counter_ns() - t0) / 1e9
 
 
-def _sleep_until(deadline_ns: int) -> None:
-    while True:  # a signal may wake sleep early
+def _sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:
+    while True:  # a signal, or idle work, may return early
         left = deadline_ns - time.perf_counter_ns()
         if left <= 0:
             return
-        time.sleep(left / 1e9)
+        if idle is not None:
+            idle(left / 1e9)
+        else:
+            time.sleep(left / 1e9)

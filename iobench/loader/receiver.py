@@ -21,6 +21,7 @@ class Receiver:
         self.procs = procs
         self.batches: dict[int, dict] = {}
         self.done: dict[int, dict] = {}
+        self.started: set[int] = set()
         self.io_hist = LatencyHistogram()   # per-batch I/O time, each worker's first batch excluded
         self.first_io: list[float] = []
         self.overflow = 0
@@ -35,6 +36,8 @@ class Receiver:
             else:
                 self.io_hist.record_s(meta["io_s"])
             self.overflow += meta.get("inline") is not None
+        elif kind == "ready":
+            self.started.add(msg[1])
         elif kind == "done":
             self.done[msg[1]] = msg[2]
         else:
@@ -70,6 +73,21 @@ class Receiver:
             if not self._pump(0.5) and k not in self.batches:
                 self._check_workers(k)
         return self.batches.pop(k)
+
+    def wait_started(self, n: int) -> None:
+        """Until every worker has opened its storage connection and format reader."""
+        while len(self.started) < n:
+            if not self._pump(0.5) and len(self.started) < n:
+                self._check_workers(0)
+
+    def idle(self, timeout_s: float) -> None:
+        """Take messages for up to ``timeout_s`` (returns early once something arrived)."""
+        if not self.readers:
+            from time import sleep
+
+            sleep(timeout_s)
+            return
+        self._pump(timeout_s)
 
     def ready(self) -> int:
         """Batches sent and not yet consumed (reads what is already in the pipes)."""

@@ -102,6 +102,8 @@ class BackendSource:
         from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
         b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None)
+        if b.protocol == "s3":
+            b.fs.connect()  # the client and its session: start-up, before the loader's clock starts
         seed = self.seed * 1_000_003 + worker_id
         if self.error_rate or self.timeout_rate:
             b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)

@@ -137,6 +137,7 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
         if not job.synthetic:
             open_source(source, job.wid)
         reader = get_format(job.manifest.format).reader(job.manifest)
+        conn.send(("ready", job.wid))
         per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
         mine = []
         k_base = 0

@@ -19,6 +19,11 @@ def is_hdr(v: Any) -> bool:
     return isinstance(v, dict) and "count" in v and ("p50" in v or "p99" in v)
 
 
+def hdr_in_seconds(path: str) -> bool:
+    """HDR summaries are latencies in seconds (results schema) unless their name says bytes."""
+    return "bytes" not in path.rsplit(".", 1)[-1]
+
+
 def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

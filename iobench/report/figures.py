@@ -88,6 +88,19 @@ def figures(doc: dict) -> list[Figure]:
             names = ", ".join(label for label, _ in part)
             out.append(Figure(f"latency by percentile: {names}", png, "latency-cdf"))
 
+    # Encoded HDR histograms (e.g. the loader's batch_io_hist) give a full-resolution CDF.
+    hists = []
+    for path, v in data.walk(metrics):
+        if isinstance(v, str) and path.rsplit(".", 1)[-1].endswith(("_hist", "_hdr")) and len(v) > 16:
+            try:
+                hists.append((_label(path), plots.histogram_cdf(v)))
+            except Exception:  # noqa: BLE001 - not an HDR encoding after all: no plot
+                continue
+    if hists:
+        png = plots.cdf(f"{cmd}: latency CDF (full HDR histogram)", hists)
+        if png:
+            out.append(Figure("latency CDF: " + ", ".join(label for label, _ in hists[:8]), png, "latency-cdf"))
+
     for path, (x, ys, xlabel) in data.series(metrics)[:6]:
         png = plots.time_series(f"{cmd}: {_label(path)} over time", x, ys, xlabel)
         if png:

@@ -32,10 +32,14 @@ def fmt(path: str, v) -> str:
     from ..commands.plan import format_value
 
     parent, _, last = path.rpartition(".")
-    if last in data.HDR_KEYS and parent.endswith("_s") and isinstance(v, (int, float)):
+    if last in data.HDR_KEYS and isinstance(v, (int, float)) and (parent.endswith("_s") or data.hdr_in_seconds(parent)):
         from ..units import format_seconds
 
         return f"{v:,}" if last == "count" else format_seconds(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and (last == "seconds" or last.endswith("_seconds")):
+        from ..units import format_seconds
+
+        return format_seconds(v)
     if isinstance(v, float) and (last.endswith("utilization") or last.endswith("_ratio")):
         return f"{v:.2%}"
     if isinstance(v, float) and not last.endswith(("_s", "bytes_per_s")) and "bytes" not in last:
@@ -67,7 +71,7 @@ def _hdr_table(items: list[tuple[str, dict]]) -> str:
         cells = []
         for k in data.HDR_KEYS[1:]:
             v = s.get(k)
-            cells.append("-" if v is None else (format_seconds(v) if p.endswith("_s") else f"{v:.4g}"))
+            cells.append("-" if v is None else (format_seconds(v) if data.hdr_in_seconds(p) else f"{v:.4g}"))
         rows.append([p.replace("metrics.", ""), f"{s.get('count', 0):,}", *cells])
     return _table(["HDR summary", "count", *data.HDR_KEYS[1:]], rows, set(range(1, 9)))
 
@@ -183,7 +187,12 @@ def _doc_section(i: int, name: str, doc: dict, plots: bool = True) -> str:
         parts.append(_plan_html(p))
     parts.append(_gds_tables(doc.get("environment") or {}))
     if plots:
-        for fig in figures(doc):
+        try:
+            figs = figures(doc)
+        except Exception as e:  # noqa: BLE001 - one odd results file must not cost the whole report
+            figs = []
+            parts.append(f'<p class="warn">⚠ plots for this file failed: {esc(type(e).__name__)}: {esc(e)}</p>')
+        for fig in figs:
             parts.append(_img(fig))
     else:
         parts.append('<p class="muted">Plots for this file are in the overview of its command above; '

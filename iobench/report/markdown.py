@@ -54,9 +54,15 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
         hdrs = data.hdrs(metrics)
         if hdrs:
             rows = [[p, s.get("count", 0)] + ["-" if s.get(k) is None else
-                                              (format_seconds(s[k]) if p.endswith("_s") else f"{s[k]:.4g}")
+                                              (format_seconds(s[k]) if data.hdr_in_seconds(p) else f"{s[k]:.4g}")
                                               for k in ("mean", "p50", "p99", "max")] for p, s in hdrs]
             out += ["", _md_table(["HDR summary", "count", "mean", "p50", "p99", "max"], rows), ""]
+        for path, table in data.tables(metrics):
+            if table:
+                cols = list(dict.fromkeys(k for r in table for k in r))[:12]
+                out += ["", f"**{path or 'table'}**", "",
+                        _md_table(cols, [[fmt(c, r[c]) if data.is_number(r.get(c)) else r.get(c, "") for c in cols]
+                                         for r in table[:30]]), ""]
         scal = [(p, v) for p, v in data.scalars(metrics)
                 if data.is_number(v) and "recommendation" not in p]
         if scal:

@@ -78,6 +78,33 @@ def latency_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]])
     return to_png(fig)
 
 
+def cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]]) -> bytes | None:
+    """A true CDF (fraction of requests ≤ latency) from full histograms."""
+    # A histogram with a single distinct value has no shape to show.
+    curves = [(label, pts) for label, pts in curves if len({x for x, _ in pts}) >= 2]
+    if not curves:
+        return None
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    for i, (label, pts) in enumerate(curves[:8]):
+        ax.plot([x * 1e3 for x, _ in pts], [q for _, q in pts], drawstyle="steps-post",
+                color=_COLORS[i % len(_COLORS)], label=label)
+    xs = [x for _, pts in curves for x, _ in pts]
+    if max(xs) / max(min(xs), 1e-12) > 3:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("fraction ≤")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return to_png(fig)
+
+
 def time_series(title: str, x: list[float], ys: dict[str, list[float]], xlabel: str = "t (s)") -> bytes | None:
     names = [n for n, v in ys.items() if any(not math.isnan(y) for y in v)][:4]
     if not names or len(x) < 2:

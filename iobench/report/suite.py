@@ -39,11 +39,19 @@ def _plans(docs: list[tuple[str, dict]], assumptions: dict) -> list[tuple[str, d
 
 
 def suite_stage(ctx) -> dict:
-    from ..results import Results
-    from .build import build_report, load
+    from ..errors import ConfigError
+    from ..results import Results, read_results
+    from .build import build_report
 
-    files = [Path(p) for p in ctx.results_files if Path(p).exists()]
-    docs = load(files)
+    docs, seen = [], set()
+    for f in map(Path, ctx.results_files):
+        if not f.exists() or f.resolve() in seen:
+            continue
+        seen.add(f.resolve())
+        try:
+            docs.append((_short(ctx.out_dir, f), read_results(f)))
+        except ConfigError as e:
+            ctx.warnings.append(f"report: skipped {f}: {e}")
     assumptions = {**DEFAULT_ASSUMPTIONS, **((ctx.config or {}).get("planner") or {})}
     plan_docs = []
     plan_dir = ctx.out_dir / "plans"
@@ -60,12 +68,10 @@ def suite_stage(ctx) -> dict:
         {"stage": s, "what": w, "value": v} for s, w, v in ctx.rows], "stages": stage_metrics},
         "warnings": list(ctx.warnings), "environment": {"object_tier": ctx.s3_url, "endpoint_url": ctx.endpoint_url,
                                                         "quick": ctx.quick}}
-    rep = build_report([("summary", summary), *plan_docs, *[(_short(ctx.out_dir, Path(n)), d) for n, d in
-                                                             zip(files, (d for _, d in docs))]],
-                       ctx.out_dir, title="iobench run")
+    rep = build_report([("summary", summary), *plan_docs, *docs], ctx.out_dir, title="iobench run")
     ctx.row("report", "HTML", str(rep.html))
     ctx.row("report", "Markdown", str(rep.markdown))
-    return {"html": str(rep.html), "markdown": str(rep.markdown), "results_files": len(files),
+    return {"html": str(rep.html), "markdown": str(rep.markdown), "results_files": len(docs),
             "plans": [p["model"] for _, p in plans]}
 
 
