@@ -145,6 +145,15 @@ def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
             "peak_rss_quarter_size_bytes": quarter["peak_rss_bytes"], "peak_rss_quarter_processes": quarter["processes"]}
 
 
+def rss_check(work: Path, size: int, workers: int) -> dict:
+    spec = GenSpec.from_mapping({"format": "raw", "modality": "tokens", "seq_len": 2048,
+                                 "num_samples": size // 4096, "shard_size": "64MiB", "workers": workers})
+    try:
+        return run_gen(spec, str(work / "rss"), sample_rss=True)
+    finally:
+        shutil.rmtree(work / "rss", ignore_errors=True)
+
+
 def images_breakdown(work: Path, n: int, workers: int) -> dict:
     from iobench.formats import get_format
     from iobench.generate import ChecksumWriter
@@ -264,8 +273,13 @@ def render(res: dict) -> str:
               f"Peak RSS summed over all generator processes ({t['peak_rss_processes']} processes): "
               f"{format_bytes(t['peak_rss_bytes'])} for {format_bytes(t['size_bytes'])}; "
               f"{format_bytes(t['peak_rss_quarter_size_bytes'])} ({t['peak_rss_quarter_processes']} processes) for a "
-              "quarter of that size. Memory does not grow with the dataset (streaming writes); "
-              "target <= 512 MiB at 10 GiB — run with `--size 10GiB` to check directly.", "",
+              "quarter of that size. Memory does not grow with the dataset (streaming writes).", ""]
+    if res.get("rss_check"):
+        rc = res["rss_check"]
+        lines += [f"**Peak RSS at {format_bytes(rc['bytes'])}: {format_bytes(rc['peak_rss_bytes'])}** summed over "
+                  f"{rc['processes']} generator processes (target <= 512 MiB at 10 GiB); that run wrote "
+                  f"{format_bytes(rc['bytes_per_s'])}/s.", ""]
+    lines += [
               "## Tar images (ImageNet-like JPEGs)", "",
               f"{im['samples']} samples, mean {format_bytes(im['mean_sample_bytes'])} per sample.", "",
               "| writers | samples/s | bytes/s |", "|---|---|---|"]
@@ -297,6 +311,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="512MiB", help="raw token dataset size (and fio size)")
     ap.add_argument("--images", type=int, default=400, help="images for the tar run")
     ap.add_argument("--s3-size", default="128MiB", help="bytes uploaded to S3 (0 to skip)")
+    ap.add_argument("--rss-size", default="0", help="also generate this much (untimed) to check peak RSS, e.g. 10GiB")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--dir", default=None, help="scratch directory on the file system to measure")
@@ -316,6 +331,9 @@ def main(argv=None) -> int:
     try:
         print("raw tokens vs fio ...", file=sys.stderr)
         res["tokens"] = tokens_vs_fio(work, parse_size(args.size, "--size"), args.workers, args.rounds)
+        if args.rss_size not in ("0", ""):
+            print("peak RSS check ...", file=sys.stderr)
+            res["rss_check"] = rss_check(work, parse_size(args.rss_size, "--rss-size"), args.workers)
         print("tar images ...", file=sys.stderr)
         res["images"] = images_breakdown(work, args.images, args.workers)
         if parse_size(args.s3_size, "--s3-size") if args.s3_size not in ("0", "") else 0:

@@ -576,7 +576,7 @@ SUITE_SPECS = {
 def suite_stage(ctx) -> dict:
     """`iobench run` stage: tokens and images in every format, locally and on S3, each verified."""
     from .results import Results
-    from .units import format_rate
+    from .units import format_bytes
     from .verify import verify_dataset
 
     locations = [("local", str(ctx.local_dir("datasets")), None, None)]
@@ -585,7 +585,7 @@ def suite_stage(ctx) -> dict:
     datasets, per_dataset = [], {}
     res = Results(command="gen", config={"suite_specs": SUITE_SPECS})
     for fmt in SUITE_FORMATS:
-        ok_count, total, rates = 0, 0, []
+        ok_count, total, nbytes, secs = 0, 0, 0, 0.0
         for location, root, endpoint, opts in locations:
             for modality, base in SUITE_SPECS.items():
                 name = f"{fmt}-{modality}"
@@ -597,7 +597,8 @@ def suite_stage(ctx) -> dict:
                 total += 1
                 ok_count += rep.ok
                 rate = m.total_bytes / max(stats["seconds"], 1e-9)
-                rates.append(f"{location} {modality} {format_rate(rate)}")
+                nbytes += m.total_bytes
+                secs += stats["seconds"] + rep.seconds
                 per_dataset[f"{location}/{name}"] = {
                     "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
                     "seconds": stats["seconds"], "throughput": {"bytes_per_s": rate},
@@ -609,7 +610,7 @@ def suite_stage(ctx) -> dict:
                                  "location": location, "storage_options": opts if location == "s3" else None,
                                  "endpoint_url": endpoint})
         ctx.row("generate", f"{fmt}: tokens+images, {'/'.join(loc for loc, *_ in locations)}",
-                f"{ok_count}/{total} verified; " + ", ".join(rates[:2]))
+                f"{ok_count}/{total} verified; {format_bytes(nbytes)} written and checked in {secs:.1f} s")
     ctx.state["datasets"] = datasets
     res.metrics = {"datasets": per_dataset, "verified": sum(d["verify"]["ok"] for d in per_dataset.values()),
                    "total": len(per_dataset)}

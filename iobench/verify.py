@@ -94,6 +94,8 @@ def check_shard(backend: Backend, manifest: Manifest, shard: ShardEntry, count_s
     if size != shard.bytes:
         return ShardProblem(shard.path, "size", offset=min(size, shard.bytes),
                             detail=f"{size} bytes, manifest says {shard.bytes}")
+    if shard.index_path and not backend.exists(shard.index_path):
+        return ShardProblem(shard.path, "missing", detail=f"its index {shard.index_path} is missing")
     algo = shard.checksum.split(":", 1)[0]
     if algo not in ("xxh64", "crc32c"):
         return ShardProblem(shard.path, "checksum", detail=f"unknown checksum algorithm {algo!r}")

@@ -58,7 +58,10 @@ def other_results(tmp_path):
         {"path": "cpu", "requested": "cpu", "effective": "cpu", "bytes_per_s": 2.1e9, "evidence": "pread"},
         {"path": "cufile", "requested": "cufile", "effective": "unavailable", "bytes_per_s": None,
          "evidence": "no NVIDIA GPU"}]})
-    probe = Results(command="probe", metrics={"tiers": {"nvme": {"read_bytes_per_s": 1.9e9, "read_latency_s":
+    spec = {"title": "Bandwidth vs request size", "x_label": "request size (bytes)", "y_label": "bytes_per_s",
+            "x_log": True, "y_log": False, "series": [{"label": "read seq", "points": [[4096, 1e8], [1048576, 1.5e9]]}]}
+    probe = Results(command="probe", metrics={"plots": {"bw": spec},
+                                              "tiers": {"nvme": {"read_bytes_per_s": 1.9e9, "read_latency_s":
                                                                 _hdr([1e-4, 2e-4, 3e-4])},
                                                        "object": {"read_bytes_per_s": 2.2e8, "read_latency_s":
                                                                   _hdr([5e-3, 8e-3, 2e-2])}}})
@@ -82,7 +85,8 @@ def test_report_is_self_contained_with_plots_for_every_shape(tmp_path):
     assert not re.search(r'(src|href)="(?!data:|#)', page) and "<script" not in page
     for caption in ("latency by percentile: batch_wait_s, batch_io_s", "timeseries over time",
                     "latency CDF: batch_io_hist", "throughput by tier / path",
-                    "checkpoint.timeline: timeline", "plan interval: overhead by interval"):
+                    "checkpoint.timeline: timeline", "plan interval: overhead by interval",
+                    "plots.bw: Bandwidth vs request size"):
         assert caption in page, caption
     assert "cufile" in page and "no NVIDIA GPU" in page                  # the GDS path table
     assert "GPU read paths on this node" in page and "Requested vs effective read path" in page

@@ -97,3 +97,12 @@ def test_verify_on_s3(s3_server, s3_prefix):
     fs.pipe_file(key, bytes(data))
     rep = verify_dataset(s3_prefix, endpoint_url=s3_server.endpoint_url, storage_options=opts)
     assert rep.first_bad.shard == m.shards[1].path and rep.first_bad.offset == 40
+
+
+def test_missing_side_index_is_reported(tmp_path):
+    spec = GenSpec.from_mapping({"format": "tfrecord", "modality": "tokens", "num_samples": 10, "seq_len": 8,
+                                 "shard_size": "5 samples"})
+    m = generate(spec, str(tmp_path), progress=False)
+    (tmp_path / m.shards[1].index_path).unlink()
+    rep = verify_dataset(str(tmp_path))
+    assert rep.first_bad.shard == m.shards[1].path and "index" in rep.first_bad.detail

@@ -2,8 +2,9 @@
 
 Prefetch (seed Eq. 4.3): depth = ceil(P99 batch I/O time / compute time), plus a safety
 margin; host memory = depth × batch bytes × consumers.  The batch I/O time is what a
-worker spends producing one batch (its share of the shard reads, parse, collate), so the
-rule is conservative when several workers read in parallel.
+worker spends making a batch ready (a block's read and parse count on its first batch,
+which every later batch of the block waits behind), so the rule is conservative when
+several workers read in parallel.
 
 Stall analysis (Mohan et al., "Analyzing and Mitigating Data Stalls in DNN Training"):
 a synthetic pass (no I/O: batches from memory) measures the harness alone; a warm pass

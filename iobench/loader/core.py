@@ -226,9 +226,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         for k in range(total):
             t0 = now_ns()
             meta = rx.wait_batch(k)
-            depths.append(rx.ready())
             batch = deliver(batch_from_meta(meta, pool))
             t1 = now_ns()
+            depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
             # Like a host thread while the accelerator computes: take worker messages meanwhile.
             c = compute(batch, k, idle=rx.idle)
             del batch

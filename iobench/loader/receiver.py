@@ -90,8 +90,7 @@ class Receiver:
         self._pump(timeout_s)
 
     def ready(self) -> int:
-        """Batches sent and not yet consumed (reads what is already in the pipes)."""
-        self._pump(0)
+        """Batches received and not yet consumed."""
         return len(self.batches)
 
     def wait_done(self, n: int, timeout_s: float) -> None:

@@ -64,7 +64,16 @@ class SlotPool:
     def buf(self, s: int) -> memoryview:
         return self.shms[s].buf
 
+    def u8(self, s: int) -> np.ndarray:
+        """The slot as a uint8 array (made once per slot and process)."""
+        cache = self.__dict__.setdefault("_u8", {})
+        a = cache.get(s)
+        if a is None:
+            a = cache[s] = np.frombuffer(self.shms[s].buf, dtype=np.uint8)
+        return a
+
     def close(self) -> None:
+        self.__dict__.pop("_u8", None)
         for r, w in self.wake:
             os.close(r)
             os.close(w)
@@ -115,13 +124,20 @@ class Batch:
         return flat
 
 
+_DTYPES: dict[str, np.dtype] = {}
+
+
 def batch_from_meta(meta: dict, pool: SlotPool) -> Batch:
+    """The consumer's view of a batch; on the critical path of every step, so views are cached."""
     if meta.get("inline") is not None:
         raw = np.frombuffer(meta["inline"], dtype=np.uint8)
     else:
-        raw = np.frombuffer(pool.buf(meta["slot"]), dtype=np.uint8, count=meta["nbytes"])
+        raw = pool.u8(meta["slot"])[: meta["nbytes"]]
     if meta["layout"] == "array":
-        data = raw.view(meta["dtype"]).reshape(meta["shape"])
+        dt = _DTYPES.get(meta["dtype"])
+        if dt is None:
+            dt = _DTYPES[meta["dtype"]] = np.dtype(meta["dtype"])
+        data = raw.view(dt).reshape(meta["shape"])
     else:
         data = raw
     return Batch(index=meta["k"], epoch=meta["epoch"], indices=meta["indices"], labels=meta.get("labels"),

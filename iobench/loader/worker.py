@@ -1,9 +1,11 @@
 """A loader worker process: read its blocks' shards, parse, shuffle, collate into slots.
 
 Worker ``w`` of ``W`` takes blocks ``b`` with ``b % W == w``.  Per batch it reports
-``io_s``: its share of the block's read + parse time (by sample count) plus the batch's
-own prep (gather, decode, copy into the slot) — the "batch I/O time" of the prefetch
-model.  Waiting for a free slot is back-pressure, not I/O, and is reported apart.
+``io_s``, the time it spent making that batch ready — the "batch I/O time" of the
+prefetch model: the block's read + parse for the block's first batch (the others were
+read with it), plus the batch's own prep (gather, decode, copy into the slot).  A block's
+read is latency every batch behind it waits for, so it is not spread over them.  Waiting
+for a free slot is back-pressure, not I/O, and is reported apart.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
                 stats["samples"] += bs
                 stats["payload_bytes"] += meta["nbytes"]
                 meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, indices=bd.ids[sel],
-                            worker=job.wid, io_s=block_s * bs / max(1, block.samples) + prep_s, ready_ns=te)
+                            worker=job.wid, io_s=(block_s if j == 0 else 0.0) + prep_s, ready_ns=te)
                 conn.send(("batch", meta))
     except _Stopped:
         pass

@@ -15,6 +15,12 @@ HDR_KEYS = ("count", "min", "mean", "p50", "p90", "p99", "p999", "max")
 TIME_KEYS = ("t", "t_s", "time_s", "elapsed_s", "ts", "time")
 
 
+def is_plot_spec(v: Any) -> bool:
+    """A plot described in a results file: {title, x_label, y_label, x_log, y_log, series: [{label, points}]}."""
+    return (isinstance(v, dict) and "title" in v and isinstance(v.get("series"), list)
+            and all(isinstance(s, dict) and "points" in s for s in v["series"]))
+
+
 def is_hdr(v: Any) -> bool:
     return isinstance(v, dict) and "count" in v and ("p50" in v or "p99" in v)
 
@@ -74,6 +80,8 @@ def flatten_record(r: dict, prefix: str = "") -> dict:
 
 def is_table(v: Any) -> bool:
     """A list of records, or a dict of records keyed by name (e.g. one row per tier)."""
+    if is_plot_spec(v) or (isinstance(v, dict) and v and all(is_plot_spec(x) for x in v.values())):
+        return False
     if isinstance(v, list):
         return (len(v) >= 1 and all(isinstance(r, dict) and r for r in v) and as_series(v) is None
                 and all(not is_hdr(r) for r in v) and len(flatten_record(v[0])) <= 40)
@@ -100,7 +108,7 @@ def table_rows(v: Any) -> list[dict]:
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted path, value) for every HDR summary, series, table and scalar below ``node``."""
-    if is_hdr(node) or as_series(node) is not None or is_table(node):
+    if is_hdr(node) or is_plot_spec(node) or as_series(node) is not None or is_table(node):
         yield path, node
         return
     if isinstance(node, dict):
@@ -136,6 +144,10 @@ def walk_all(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(node, dict):
         for k, v in node.items():
             yield from walk_all(v, f"{path}.{k}" if path else str(k))
+
+
+def plot_specs(metrics: dict) -> list[tuple[str, dict]]:
+    return [(p, v) for p, v in walk(metrics) if is_plot_spec(v)]
 
 
 def hdrs(metrics: dict) -> list[tuple[str, dict]]:

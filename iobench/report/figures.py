@@ -101,6 +101,11 @@ def figures(doc: dict) -> list[Figure]:
         if png:
             out.append(Figure("latency CDF: " + ", ".join(label for label, _ in hists[:8]), png, "latency-cdf"))
 
+    for path, spec in data.plot_specs(metrics)[:12]:
+        png = plots.spec_plot(spec, f"{cmd}: ")
+        if png:
+            out.append(Figure(f"{_label(path)}: {spec.get('title', '')}", png, "spec"))
+
     for path, (x, ys, xlabel) in data.series(metrics)[:6]:
         png = plots.time_series(f"{cmd}: {_label(path)} over time", x, ys, xlabel)
         if png:

@@ -184,3 +184,57 @@ def overhead_curve(title: str, table: list[dict], optimum_s: float | None = None
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     return to_png(fig)
+
+
+def _axis(label: str) -> tuple[float, str, bool]:
+    """(divide by, shown label, human bytes ticks) for an SI axis label."""
+    lab = label or ""
+    if "bytes_per_s" in lab:
+        return 1e6, lab.replace("bytes_per_s", "MB/s"), False
+    if lab == "seconds" or lab.endswith("(s)"):
+        return 1e-3, lab.replace("(s)", "(ms)") if lab.endswith("(s)") else "ms", False
+    return 1.0, lab, "bytes" in lab
+
+
+def _human_bytes(v: float, _=None) -> str:
+    # Decimal units: log axes put their ticks at powers of ten.
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= f:
+            return f"{v / f:g} {unit}"
+    return f"{v:g} B"
+
+
+def spec_plot(spec: dict, title_prefix: str = "") -> bytes | None:
+    """Draw a plot described in a results file (x/y in SI units, optional log axes)."""
+    series = [s for s in spec.get("series", []) if len(s.get("points") or []) >= 1]
+    if not series:
+        return None
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    xs, xl, xbytes = _axis(spec.get("x_label", ""))
+    ys, yl, ybytes = _axis(spec.get("y_label", ""))
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    cdf = "fraction" in (spec.get("y_label") or "")
+    for i, s in enumerate(series[:10]):
+        pts = [(p[0], p[1]) for p in s["points"] if isinstance(p, (list, tuple)) and len(p) == 2
+               and all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in p)]
+        if not pts:
+            continue
+        ax.plot([x / xs for x, _ in pts], [y / ys for _, y in pts], marker=None if cdf else "o", ms=3,
+                drawstyle="steps-post" if cdf else "default", color=_COLORS[i % len(_COLORS)], lw=1.2,
+                label=str(s.get("label", ""))[:40])
+    if spec.get("x_log"):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    if spec.get("y_log"):
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if xbytes else (lambda v, _: f"{v:g}")))
+    ax.yaxis.set_major_formatter(FuncFormatter(_human_bytes if ybytes else (lambda v, _: f"{v:g}")))
+    ax.set_xlabel(xl)
+    ax.set_ylabel(yl)
+    ax.set_title(f"{title_prefix}{spec.get('title', '')}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+    return to_png(fig)
