@@ -43,3 +43,14 @@ def test_cli_compare_exit_codes(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--max-wait-p99", "50ms"]) == 1
     assert main(["compare", str(a), str(b), "--min-au", "1.5"]) == 2
     assert main(["compare", str(a), str(tmp_path / "nope.json")]) == 2
+
+
+def test_compare_two_runs_pairs_their_stage_files(tmp_path, capsys):
+    runs = []
+    for name, bps in (("r1", 5e8), ("r2", 2e8)):
+        stage = _write(tmp_path / name / "load" / "cold.json", 0.95, 0.05, bps, 0.05)
+        runs.append(Results(command="run", environment={"results_files": [str(stage)]},
+                            metrics={"load": {"stage_s": 1.0}}).write(tmp_path / name / "run.json"))
+    assert main(["compare", str(runs[0]), str(runs[1]), "--max-regression", "0.2"]) == 1
+    out = capsys.readouterr().out
+    assert "load/cold.json.throughput.bytes_per_s" in out and "FAIL" in out

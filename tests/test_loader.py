@@ -278,13 +278,14 @@ def test_analyze_separates_prep_and_fetch_stall(tokens_ds, tmp_path):
 
     url, _ = tokens_ds
     out = tmp_path / "a.json"
-    assert main(["load", url, "-W", "1", "-B", "50", "--compute-ms", "2", "--emulate", "const:5ms", "--analyze",
-                 "--json", str(out)]) == 0
+    assert main(["load", url, "-W", "1", "-B", "50", "--shuffle-buffer", "0", "--compute-ms", "2",
+                 "--emulate", "const:5ms", "--analyze", "--json", str(out)]) == 0
     a = read_results(out)["metrics"]["analysis"]
     assert set(a["stall_ratio"]) == {"synthetic", "warm", "cold"}
     assert a["prep_stall_ratio"] >= 0 and a["fetch_stall_ratio"] >= 0
     # emulated 5 ms per shard read against 2 ms compute: fetching is what stalls
     assert a["stall_ratio"]["cold"] > a["stall_ratio"]["synthetic"]
+    assert a["fetch_stall_ratio"] > a["prep_stall_ratio"]
 
 
 def test_load_through_tiers(tokens_ds, tmp_path):
@@ -308,3 +309,31 @@ def test_load_through_tiers(tokens_ds, tmp_path):
     assert res["metrics"]["samples"] == manifest.total_samples
     assert res["environment"]["source"]["kind"] == "tiers"
     assert res["metrics"]["bytes_read"] == manifest.total_bytes
+
+
+def test_endpoint_stopping_mid_run_fails_within_the_retry_budget(tmp_path):
+    """Workers retry GETs with backoff, then fail with the URL, in bounded time."""
+    import threading
+
+    from iobench.s3server import S3Server
+
+    server = S3Server(bucket="iobench", data_dir=str(tmp_path / "s3")).start()
+    stopped = False
+    try:
+        opts = {"key": server.access_key, "secret": server.secret_key}
+        url = "s3://iobench/stop/tok"
+        generate(GenSpec(format="raw", modality="tokens", num_samples=400, shard_size="10 samples", seq_len=16,
+                         vocab_size=1000, fsync=False), url, endpoint_url=server.endpoint_url,
+                 storage_options=opts, progress=False)
+        cfg = LoadConfig(dataset=url, endpoint_url=server.endpoint_url, workers=1, prefetch=1, batch_size=10,
+                         shuffle_buffer=0, compute="50ms", retries=4, retry_budget_s=3)
+        threading.Timer(1.0, server.stop).start()
+        t0 = time.perf_counter()
+        with pytest.raises(StorageError) as e:
+            run_load(cfg, storage_options=opts)
+        stopped = True
+        assert "s3" in str(e.value).lower() or "iobench/stop" in str(e.value)
+        assert time.perf_counter() - t0 < 40
+    finally:
+        if not stopped:
+            server.stop()

@@ -133,3 +133,20 @@ def test_suite_stage_loads_each_dataset(tmp_path):
     assert len(ctx.results_files) == 4 and all(p.exists() for p in ctx.results_files)
     assert [r[0] for r in ctx.rows] == ["load", "load"]
     assert out["per_dataset"]["local/raw-tokens"]["prefetch"]["depth_recommended"] >= 3
+
+
+def test_merge_ranks_takes_max_durations_sums_bytes_merges_histograms():
+    from iobench.loader.ranks import merge_ranks
+
+    def rank(stall, wall, n, waits):
+        h = LatencyHistogram()
+        for w in waits:
+            h.record_s(w)
+        return {"stall_ratio": stall, "wall_s": wall, "samples": n, "bytes_read": n * 10, "steps": 5,
+                "batch_bytes": 100.0, "batch_wait_hist": h.encode()}
+
+    m = merge_ranks([rank(0.1, 2.0, 100, [0.01] * 10), rank(0.3, 4.0, 100, [0.5] * 10)])
+    assert m["stall_ratio"] == 0.3 and m["wall_s"] == 4.0 and m["samples"] == 200
+    assert m["throughput"]["bytes_per_s"] == pytest.approx(2000 / 4.0)
+    assert m["batch_wait_s"]["count"] == 20
+    assert m["batch_wait_s"]["p50"] == pytest.approx(0.01, rel=0.01) and m["batch_wait_s"]["max"] == pytest.approx(0.5, rel=0.01)

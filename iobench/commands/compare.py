@@ -26,16 +26,20 @@ def run(args) -> int:
     from ..atomic import atomic_write_bytes
     from ..errors import ConfigError
     from ..report.build import check
-    from ..report.compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare, markdown, regressions
+    from ..report.compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare_runs, markdown, regressions
     from ..report.html import fmt
-    from ..results import Results, read_results
+    from ..results import Results
     from .report import threshold_limits
 
-    a, b = read_results(args.a), read_results(args.b)
+    from ..report.build import load
+
+    # A run.json brings its stage files: two runs are compared file by file.
+    docs_a, docs_b = load([args.a]), load([args.b])
+    a, b = docs_a[0][1], docs_b[0][1]
     if args.max_regression is not None and not 0 <= args.max_regression <= 1:
         raise ConfigError("--max-regression", f"must be between 0 and 1, got {args.max_regression}", "give e.g. 0.1")
-    rows = compare(a, b)
-    checks = check([(Path(args.b).name, b)], threshold_limits(args))
+    rows = compare_runs(docs_a, docs_b)
+    checks = check(docs_b, threshold_limits(args))
     if args.max_regression is not None:
         checks += regressions(rows, args.max_regression)
     shown = rows if args.all else [r for r in rows if r.a != r.b]
@@ -54,8 +58,11 @@ def run(args) -> int:
     con.print(t)
     if len(shown) < len(rows):
         con.print(f"({len(rows) - len(shown)} unchanged metrics hidden; --all shows them)")
-    for c in checks:
-        con.print(f"{'[green]pass' if c['ok'] else '[red]FAIL'}[/]: {c['check']} — {c['path']} = {c['value']}")
+    failed = [c for c in checks if not c["ok"]]
+    for c in failed:
+        con.print(f"[red]FAIL[/]: {c['check']} — {c['path']} = {fmt(c['path'], c['value']) if c['value'] is not None else '-'}")
+    if checks:
+        con.print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
     if args.markdown:
         atomic_write_bytes(args.markdown, markdown(rows, Path(args.a).name, Path(args.b).name, checks).encode(),
                            fsync=False)

@@ -118,6 +118,7 @@ def run(args) -> int:
     world = detect_world()
     source = _tiers_source(args, cfg) if args.tiers else None
     kw = dict(rank=world.rank, world=world.size, progress=args.progress)
+    world.barrier()  # ranks start together: world throughput is total bytes / the longest wall time
     analysis = None
     if args.analyze:
         if source is not None:
@@ -142,7 +143,14 @@ def run(args) -> int:
         results.warn(w)
     gathered = world.gather({k: v for k, v in metrics.items() if k not in ("series", "system")})
     if world.size > 1 and world.rank == 0:
+        from ..loader.ranks import merge_ranks
+
         results.per_rank = gathered
+        merged = merge_ranks(gathered)
+        if "prefetch_recommendation" in metrics:
+            merged["prefetch_recommendation"] = recommend(merged, cfg.compute_model().nominal_s, consumers=world.size)
+        results.metrics = {**metrics, **merged, "rank0": {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}}
+        metrics = results.metrics
     if args.json and world.rank == 0:
         results.write(args.json)
     if world.rank == 0:

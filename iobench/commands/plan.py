@@ -29,14 +29,8 @@ def _list() -> int:
 
 
 def format_duration(s: float) -> str:
-    from ..units import format_seconds
+    from ..planner.models import format_seconds
 
-    if s >= 86400 * 2:
-        return f"{format_seconds(s)} ({s / 86400:.1f} days)"
-    if s >= 7200:
-        return f"{format_seconds(s)} ({s / 3600:.1f} h)"
-    if s >= 120:
-        return f"{format_seconds(s)} ({s / 60:.1f} min)"
     return format_seconds(s)
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ..cache import STATES as CACHE_STATES
 from ..config import check_choice
-from ..errors import ConfigError, IobenchError, StorageError
+from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
@@ -230,7 +229,13 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             t1 = now_ns()
             depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
             # Like a host thread while the accelerator computes: take worker messages meanwhile.
-            c = compute(batch, k, idle=rx.idle)
+            try:
+                c = compute(batch, k, idle=rx.idle)
+            except Exception as e:
+                if cfg.compute_mode != "callback":
+                    raise
+                raise IobenchError(f"--compute-fn {cfg.compute_fn} failed at step {k}: "
+                                   f"{type(e).__name__}: {e}") from e
             del batch
             pool.release(k, int(owner[k + pool.n]) if k + pool.n < total else None)
             t2 = now_ns()
@@ -239,8 +244,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             steps_s.append((t2 - t0) / 1e9)
             t_step.append((t0 - t_start) / 1e9)
             batch_bytes.append(meta["nbytes"])
-            samples += len(meta["indices"])
-            lens.append(len(meta["indices"]))
+            samples += meta["n"]
+            lens.append(meta["n"])
             if bar is not None:
                 bar.update(task, advance=1)
         t_end = now_ns()
@@ -264,10 +269,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         pool.close()
 
     wall_s = (t_end - t_start) / 1e9
-    done, io_hist, first_io, overflow = rx.done, rx.io_hist, rx.first_io, rx.overflow
-    if io_hist.count == 0 and first_io:  # every worker made one batch: nothing else to go by
-        for v in first_io:
-            io_hist.record_s(v)
+    done, io_hist, overflow = rx.done, rx.io_hist, rx.overflow
     if len(done) < cfg.workers:
         warnings.append(f"{cfg.workers - len(done)} worker(s) did not report their counters; bytes may be undercounted")
     if overflow:
@@ -308,8 +310,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         "startup_s": (t_start - t_spawn) / 1e9,
         "batch_wait_s": _hist_summary(w),
         "batch_io_s": fast_summary(io_hist),
-        "batch_io_first_s": first_io,
         "batch_io_hist": io_hist.encode() if io_hist.count else None,
+        "batch_wait_hist": _encode(w),
+        "compute_hist": _encode(computes[1:]),
         "compute_s": _hist_summary(computes[1:] or computes),
         "step_s": _hist_summary(s),
         "batch_bytes": float(np.mean(batch_bytes)) if batch_bytes else 0.0,
@@ -342,8 +345,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         "loader": {"workers": cfg.workers, "prefetch": cfg.prefetch, "start_method": cfg.start_method,
                    "delivery": cfg.device, "compute": cfg.compute_model().describe()},
         "world": {"rank": rank, "size": world},
-        "first_step_excluded": "stall and utilization exclude step 0 (worker start-up), as MLPerf Storage does; "
-                               "batch_io_s excludes each worker's first batch (listed in batch_io_first_s)",
+        "delivery": _describe_delivery(deliver, cfg.device),
+        "first_step_excluded": "stall and utilization exclude step 0, as MLPerf Storage does; worker start-up "
+                               "(processes, storage connections) happens before the clock starts (startup_s)",
     }
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
 
@@ -374,3 +378,24 @@ def _check_odirect(backend, manifest, warnings: list[str]) -> None:
     except OSError as e:
         raise ConfigError("--odirect", f"the filesystem under {backend.root} refuses O_DIRECT ({e.strerror})",
                           "drop --odirect (tmpfs and some FUSE filesystems do not support it)") from None
+
+
+def _encode(values_s: list[float]) -> str | None:
+    """An encoded HDR histogram (mergeable across ranks; the report plots its full CDF)."""
+    if not values_s:
+        return None
+    h = LatencyHistogram()
+    for v in values_s:
+        h.record_s(v)
+    return h.encode()
+
+
+def _describe_delivery(deliver, device: str) -> dict:
+    """The effective delivery path (a GPU delivery records its fallbacks), not just the requested one."""
+    fn = getattr(deliver, "describe", None)
+    if fn is None:
+        return {"device": device, "path": "host (zero-copy view of the slot)" if device == "cpu" else "custom"}
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 — a description must not fail the run
+        return {"device": device, "error": f"{type(e).__name__}: {e}"}

@@ -22,8 +22,7 @@ class Receiver:
         self.batches: dict[int, dict] = {}
         self.done: dict[int, dict] = {}
         self.started: set[int] = set()
-        self.io_hist = LatencyHistogram()   # per-batch I/O time, each worker's first batch excluded
-        self.first_io: list[float] = []
+        self.io_hist = LatencyHistogram()   # per-batch I/O time (start-up is over before "ready")
         self.overflow = 0
 
     def _handle(self, msg) -> None:
@@ -31,10 +30,7 @@ class Receiver:
         if kind == "batch":
             meta = msg[1]
             self.batches[meta["k"]] = meta
-            if meta["worker_batch"] == 0:  # includes the worker's start-up (connections, imports)
-                self.first_io.append(meta["io_s"])
-            else:
-                self.io_hist.record_s(meta["io_s"])
+            self.io_hist.record_s(meta["io_s"])
             self.overflow += meta.get("inline") is not None
         elif kind == "ready":
             self.started.add(msg[1])

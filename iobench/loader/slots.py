@@ -81,8 +81,10 @@ class SlotPool:
         for shm in self.shms:
             try:
                 shm.close()
-            except BufferError:  # a view still exported; the unlink below frees it at exit
-                pass
+            except BufferError:
+                # A batch view is still alive (e.g. held by a traceback). The mapping goes away
+                # with the last view; detach it so SharedMemory.__del__ does not retry and warn.
+                shm._buf, shm._mmap = None, None
             try:
                 shm.unlink()
             except FileNotFoundError:
@@ -140,6 +142,10 @@ def batch_from_meta(meta: dict, pool: SlotPool) -> Batch:
         data = raw.view(dt).reshape(meta["shape"])
     else:
         data = raw
-    return Batch(index=meta["k"], epoch=meta["epoch"], indices=meta["indices"], labels=meta.get("labels"),
-                 data=data, layout=meta["layout"], nbytes=meta["nbytes"], offsets=meta.get("offsets"),
+    return Batch(index=meta["k"], epoch=meta["epoch"], indices=_i8(meta["indices"]), labels=_i8(meta.get("labels")),
+                 data=data, layout=meta["layout"], nbytes=meta["nbytes"], offsets=_i8(meta.get("offsets")),
                  shapes=meta.get("shapes"), dtype=meta.get("dtype"))
+
+
+def _i8(raw: bytes | None) -> np.ndarray | None:
+    return None if raw is None else np.frombuffer(raw, dtype="<i8")

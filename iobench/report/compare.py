@@ -36,18 +36,17 @@ def compare(a: dict, b: dict) -> list[Row]:
 
 
 def compare_runs(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, dict]]) -> list[Row]:
-    """Like ``compare`` for runs that bring several results files (a run.json and its stages):
-    files are paired by name and each metric path is prefixed with the file's name."""
+    """``compare`` for inputs that bring several results files (a run.json and its stage files):
+    files are paired by name, and each metric path starts with the file's name."""
     if len(docs_a) == 1 and len(docs_b) == 1:
         return compare(docs_a[0][1], docs_b[0][1])
 
     def merged(docs):
-        return {"metrics": {name: d.get("metrics", {}) or {} for name, d in docs[1:]}
-                | {"run": docs[0][1].get("metrics", {}) or {}}}
+        # The run.json itself is named by its own path, which differs between runs: call it "run".
+        return {"metrics": {("run" if i == 0 else name): d.get("metrics", {}) or {}
+                            for i, (name, d) in enumerate(docs)}}
 
-    # The run.json itself is named by its path; give both the same name so they pair.
-    return [Row(r.path.replace(".", ": ", 1) if False else r.path, r.a, r.b) for r in compare(merged(docs_a),
-                                                                                              merged(docs_b))]
+    return compare(merged(docs_a), merged(docs_b))
 
 
 def regressions(rows: list[Row], max_regression: float) -> list[dict]:

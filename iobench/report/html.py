@@ -32,7 +32,8 @@ def fmt(path: str, v) -> str:
     from ..commands.plan import format_value
 
     parent, _, last = path.rpartition(".")
-    if last in data.HDR_KEYS and isinstance(v, (int, float)) and (parent.endswith("_s") or data.hdr_in_seconds(parent)):
+    # An HDR field (p99, mean, ...) of a latency: some part of its path names seconds (read_latency_s.get.p99).
+    if last in data.HDR_KEYS and isinstance(v, (int, float)) and any(x.endswith("_s") for x in parent.split(".")):
         from ..units import format_seconds
 
         return f"{v:,}" if last == "count" else format_seconds(v)
