@@ -129,6 +129,8 @@ def run(args) -> int:
     else:
         run_ = run_load(cfg, source=source, **kw)
     metrics = dict(run_.metrics)
+    if source is not None and hasattr(source, "metrics"):
+        metrics["tiers"] = source.metrics()  # hit ratios, bytes per tier pair, evictions, time to first batch
     if analysis is not None:
         metrics["analysis"] = analysis
     if args.recommend:

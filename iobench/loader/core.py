@@ -138,9 +138,9 @@ def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
 
 
 def _hist_summary(values_s: list[float]) -> dict:
-    from .hdr import summarize
+    from ..metrics import summarize_seconds
 
-    return summarize(values_s)
+    return summarize_seconds(values_s)
 
 
 def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
@@ -151,7 +151,6 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
-    from .hdr import fast_summary
     from .receiver import Receiver
     from .slots import SlotPool, batch_from_meta
     from .source import BackendSource, RetryPolicy
@@ -309,7 +308,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         "first_step_s": steps_s[0] if steps_s else None,
         "startup_s": (t_start - t_spawn) / 1e9,
         "batch_wait_s": _hist_summary(w),
-        "batch_io_s": fast_summary(io_hist),
+        "batch_io_s": io_hist.summary(),
         "batch_io_hist": io_hist.encode() if io_hist.count else None,
         "batch_wait_hist": _encode(w),
         "compute_hist": _encode(computes[1:]),
@@ -324,7 +323,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             "batches_per_s": total / wall_s if wall_s > 0 else None,
             "steady_samples_per_s": sum(lens[1:]) / measured_s if measured_s > 0 else None,
         },
-        "read_latency_s": {op: fast_summary(h) for op, h in read_hists.items()},
+        "read_latency_s": {op: h.summary() for op, h in read_hists.items()},
         "read_calls": calls,
         "queue_depth": {"mean": float(np.mean(depths)) if depths else 0.0, "max": max(depths, default=0),
                         "slots": cfg.prefetch + 1, "slot_bytes": slot_bytes},

@@ -9,7 +9,6 @@ merged from their encodings — never averaged.
 from __future__ import annotations
 
 from ..metrics import LatencyHistogram
-from .hdr import fast_summary
 
 _HISTS = {"batch_wait_s": "batch_wait_hist", "batch_io_s": "batch_io_hist", "compute_s": "compute_hist"}
 
@@ -40,6 +39,6 @@ def merge_ranks(per_rank: list[dict]) -> dict:
             h = LatencyHistogram()
             for e in encs:
                 h.merge(LatencyHistogram.decode(e))
-            out[name] = fast_summary(h)
+            out[name] = h.summary()
             out[key] = h.encode()
     return out
