@@ -17,7 +17,9 @@ from typing import Any
 from .base import GdsReader
 
 DEFAULT_TASK_SIZE = 4 << 20
-_STRICT_CONFIG = {"properties": {"allow_compat_mode": False}, "logging": {"level": "ERROR"}}
+# cuFile logs to ./cufile.log unless told otherwise; keep it out of the user's working directory.
+_STRICT_CONFIG = {"properties": {"allow_compat_mode": False},
+                  "logging": {"level": "ERROR", "dir": tempfile.gettempdir()}}
 _strict_config_path: str | None = None
 
 

@@ -95,3 +95,31 @@ def test_registered_with_the_loader():
         warnings.simplefilter("ignore", GdsFallbackWarning)
         fn = get_delivery("cuda")
     assert isinstance(fn, CudaDelivery)
+
+
+def test_loader_runs_batches_through_the_direct_route(dataset):
+    """A real load (worker processes, shared-memory slots) whose delivery re-reads each batch directly."""
+    from iobench.config import build
+    from iobench.loader.core import LoadConfig, run_load
+
+    manifest, root = dataset
+
+    class Checking(CudaDelivery):
+        checked = 0
+
+        def __call__(self, batch):
+            out = super().__call__(batch)
+            got = np.asarray(out.data[:batch.nbytes]).view(batch.data.dtype).reshape(batch.data.shape)
+            assert np.array_equal(got, batch.data)
+            Checking.checked += 1
+            return out
+
+    deliver = Checking("cuda", path="cpu", lib=_HostLib(), probe=probe_with({"cpu"}))
+    cfg = build(LoadConfig, {"dataset": str(root), "workers": 1, "batch_size": 8, "device": "cuda",
+                             "shuffle_buffer": 16}, "load")
+    run = run_load(cfg, deliver=deliver)
+    assert Checking.checked == 96 // 8
+    d = run.environment["delivery"]
+    assert d["route"] == "direct" and d["effective_path"] == "cpu" and d["batches"] == 12
+    assert not [w for w in run.warnings if w.startswith("--device")]
+    deliver.close()

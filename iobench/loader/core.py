@@ -166,6 +166,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
     compute = Compute(cfg.compute_model())
     deliver = deliver or get_delivery(cfg.device)
+    if getattr(deliver, "bind", None) is not None:  # a GPU delivery picks its route for this dataset (iobench.gds)
+        deliver.bind(manifest, cfg.dataset)
     plans, total = plan_epochs(cfg, [s.samples for s in manifest.shards], rank, world)
     my_shards = sorted({s for p in plans for b in p.blocks for s in b.shards})
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
@@ -348,6 +350,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         "first_step_excluded": "stall and utilization exclude step 0, as MLPerf Storage does; worker start-up "
                                "(processes, storage connections) happens before the clock starts (startup_s)",
     }
+    for reason in getattr(deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
+        warnings.append(f"--device {cfg.device}: {reason}")
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
 
 
