@@ -23,7 +23,8 @@ import sys
 import tempfile
 import time
 
-from iobench.probe import fio_engine, pagecache, py_engine
+from iobench import cache as pagecache
+from iobench.probe import fio_engine, py_engine
 from iobench.probe.file_probe import _layout
 from iobench.probe.jobs import Job
 
@@ -55,7 +56,7 @@ def machine(where: str = ".") -> str:
 
 def one(engine, job: Job, cache: str) -> dict:
     if cache == "warm":
-        pagecache.set_state(job.path, "warm")
+        pagecache.set_file_state(job.path, "warm")
     r = engine.run(job)
     return {"iops": r.iops, "bytes_per_s": r.bytes_per_s, "p50": r.latency_summary["p50"],
             "p99": r.latency_summary["p99"]}

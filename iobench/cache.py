@@ -78,6 +78,46 @@ def warm_file(path: str, chunk: int = 8 << 20) -> int:
             n += len(b)
 
 
+def file_residency(path: str) -> float | None:
+    """Fraction 0-1 of one local file's pages in the page cache; None where mincore fails."""
+    r = resident_pages(path)
+    if r is None:
+        return None
+    return r[0] / r[1] if r[1] else 1.0
+
+
+def set_file_state(path: str, state: str) -> float | None:
+    """Bring one local file to ``state`` ('cold', 'warm' or 'as-is'); returns the measured residency."""
+    if state == "cold":
+        drop_pages(path)
+    elif state == "warm":
+        warm_file(path)
+    return file_residency(path)
+
+
+def odirect_supported(directory: str) -> tuple[bool, str]:
+    """Whether the filesystem under ``directory`` accepts O_DIRECT, with the reason when not."""
+    if not hasattr(os, "O_DIRECT"):
+        return False, "this OS has no O_DIRECT"
+    probe = os.path.join(directory, f".odirect-check-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+    except OSError as e:
+        return False, f"open(O_DIRECT) failed: {os.strerror(e.errno)} (tmpfs and some FUSE filesystems reject it)"
+    try:
+        buf = mmap.mmap(-1, mmap.PAGESIZE)
+        try:
+            os.pwritev(fd, [buf], 0)
+        except OSError as e:
+            return False, f"O_DIRECT write failed: {os.strerror(e.errno)}"
+        finally:
+            buf.close()
+        return True, ""
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
 def residency(backend: Backend, rels: Iterable[str]) -> float | None:
     """Fraction 0-1 of the files' pages in the page cache (local backends only)."""
     base = getattr(backend, "base", backend)

@@ -10,7 +10,8 @@ import pytest
 
 from iobench.config import build
 from iobench.errors import ConfigError
-from iobench.probe import fio_engine, pagecache, py_engine
+from iobench import cache as pagecache
+from iobench.probe import fio_engine, py_engine
 from iobench.probe.file_probe import FileProbeConfig, run_file_probe
 from iobench.probe.jobs import Job
 from iobench.probe.metadata import MetadataConfig, run_metadata_probe
@@ -120,8 +121,8 @@ def test_fio_batch_matches_jobs(data_file):
 
 
 def test_page_cache_state_is_verified(data_file):
-    assert pagecache.set_state(data_file, "warm") > 0.95
-    assert pagecache.set_state(data_file, "cold") < 0.05
+    assert pagecache.set_file_state(data_file, "warm") > 0.95
+    assert pagecache.set_file_state(data_file, "cold") < 0.05
 
 
 # -- the file sweep --------------------------------------------------------------------------

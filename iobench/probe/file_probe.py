@@ -16,7 +16,8 @@ import numpy as np
 from ..config import check_choice
 from ..errors import ConfigError
 from ..units import format_bytes, parse_duration, parse_size
-from . import fio_engine, pagecache, py_engine
+from . import fio_engine, py_engine
+from .. import cache as pagecache
 from .jobs import PATTERNS, Job, JobResult
 from .plots import group, plot
 from .safety import ProbeArea
@@ -139,7 +140,7 @@ def run_file_probe(area: ProbeArea, cfg: FileProbeConfig, progress=None) -> dict
         mode, rw, cache, bs, qd = plan[i]
         if cache in CACHE_STATES or engine is not fio_engine:
             batch = [plan[i]]
-            residency = pagecache.set_state(path, cache) if cache in CACHE_STATES else None
+            residency = pagecache.set_file_state(path, cache) if cache in CACHE_STATES else None
             results = [engine.run(job_of(mode, rw, bs, qd))]
         else:
             # points that need no cache preparation share one fio process

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..manifest import MANIFEST_NAME, Manifest
 from ..metrics import LatencyHistogram
 from ..units import format_bytes, parse_size
-from . import pagecache
+from .. import cache as pagecache
 from .safety import ProbeArea
 
 SHARD_FORMATS = ("tar", "raw", "tfrecord", "parquet")
@@ -99,7 +99,7 @@ def _set_cache(area: ProbeArea, rel: str, manifest: Manifest, state: str) -> flo
     paths = [area.work.path(f"{rel}/{s.path}") for s in manifest.shards]
     res = []
     for p in paths:
-        r = pagecache.set_state(p, state)
+        r = pagecache.set_file_state(p, state)
         res.append((r or 0.0) * os.path.getsize(p))
     total = sum(os.path.getsize(p) for p in paths)
     return sum(res) / total if total else None
