@@ -42,6 +42,9 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
     if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
         if value is None and type(None) in args:
             return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # Optional[X]: X's own error names the field and the fix
+            return _convert(field, value, options[0])
         for a in args:
             if a is type(None):
                 continue

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config import build, load_yaml_file, to_dict
+from .errors import ConfigError
 from .results import Results
 
 # Order matters: later stages read what earlier ones put in ctx.state.
@@ -28,6 +30,49 @@ STAGES: list[tuple[str, str]] = [
     ("gds", "iobench.gds.suite:suite_stage"),            # probe + CPU path numbers
     ("report", "iobench.report.suite:suite_stage"),      # HTML + Markdown from the run's results
 ]
+
+
+@dataclass(frozen=True)
+class ObjectTierConfig:
+    url: str
+    endpoint_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith("s3://"):
+            raise ConfigError("object.url", f"{self.url!r} is not an s3:// URL", "use s3://bucket/prefix")
+
+
+@dataclass(frozen=True)
+class CheckpointStageConfig:
+    scale: float = 1e-3                 # fraction of the preset's state to save and restore
+
+    def __post_init__(self) -> None:
+        if not 0 < self.scale <= 1:
+            raise ConfigError("checkpoint.scale", f"must be in (0, 1], got {self.scale}", "use e.g. 0.001")
+
+
+@dataclass(frozen=True)
+class PlannerAssumptions:
+    job_mtbf: str = "7.9h"              # mean time between job failures, for the checkpoint interval
+    accelerators: int = 8               # accelerators per node, for the bandwidth plan
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """`iobench run --config FILE`: real tiers instead of the embedded default."""
+
+    work_dir: str | None = None
+    object: ObjectTierConfig | None = None
+    checkpoint: CheckpointStageConfig | None = None
+    planner: PlannerAssumptions | None = None
+
+    def as_dict(self) -> dict:
+        """The sections that were given, as the plain mapping stages read."""
+        return {k: v for k, v in to_dict(self).items() if v is not None}
+
+
+def load_suite_config(path: str) -> SuiteConfig:
+    return build(SuiteConfig, load_yaml_file(path, "--config"), "")
 
 
 @dataclass

@@ -242,3 +242,22 @@ def test_usage_error_is_one_line():
 def test_results_json_is_valid(tmp_path):
     p = Results(command="x").write(tmp_path / "r.json")
     json.loads(p.read_text())
+
+
+def test_suite_config_validates_cluster_files(tmp_path):
+    from pathlib import Path
+
+    from iobench.suite import load_suite_config
+
+    example = load_suite_config(str(Path(__file__).parents[1] / "examples" / "cluster.yaml"))
+    assert example.object.url.startswith("s3://") and example.checkpoint.scale == 0.001
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("objct:\n  url: s3://b/p\n")
+    with pytest.raises(ConfigError, match="did you mean 'object'"):
+        load_suite_config(str(bad))
+    bad.write_text("object:\n  url: /local/path\n")
+    with pytest.raises(ConfigError, match="object.url"):
+        load_suite_config(str(bad))
+    bad.write_text("checkpoint:\n  scale: 2\n")
+    with pytest.raises(ConfigError, match="checkpoint.scale"):
+        load_suite_config(str(bad))

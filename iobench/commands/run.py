@@ -13,11 +13,10 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..config import load_yaml_file
     from ..errors import ConfigError
-    from ..suite import STAGES, run_suite
+    from ..suite import STAGES, load_suite_config, run_suite
 
-    config = load_yaml_file(args.config, "--config") if args.config else {}
+    config = load_suite_config(args.config).as_dict() if args.config else {}
     stages = None
     if args.stages:
         stages = [s.strip() for s in args.stages.split(",") if s.strip()]
