@@ -1,13 +1,15 @@
 """iobench's loader against peers, side by side on the same bytes, in one run.
 
     .venv/bin/python benchmarks/bench_load.py [--sections overhead,fio,s3,tar,parquet,tfrecord,memory]
-                                              [--out reports/reference/load] [--scale 1.0]
+                                              [--out reports/reference/load] [--scale 1.0] [--merge]
 
 Each section generates one dataset with `iobench gen`, reads it with `iobench load`
 (the library call behind it) and with the peer, alternating, and records the ratio
 iobench / peer of bytes (or samples) per second.  Absolute numbers on a shared machine
 are noise; ratios from the same run are what to compare (DESIGN.md, rule 8).
-Writes OUT.json (everything) and OUT.md (a table), and prints the table.
+Writes OUT.json (everything) and OUT.md (a table), and prints the table.  ``--merge``
+reruns only the chosen sections: their rows replace the same rows of an existing OUT.json,
+the other rows stay, and the rerun's command and machine are recorded under meta.updates.
 """
 
 from __future__ import annotations
@@ -227,8 +229,8 @@ def bench_parquet(work: Path, scale: float) -> list[dict]:
         out.append(section_result(
             f"parquet tokens: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
             max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
-            "samples_per_s", 1.0, "page cache warm; the peer only decodes Arrow batches, iobench also builds "
-            "per-sample arrays (formats/parquet.py), shuffles, collates and hands batches over"))
+            "samples_per_s", 1.0, "page cache warm; the peer only decodes Arrow batches, iobench also reads "
+            "the token column as one 2-D array (ParquetReader.tokens), shuffles, collates and hands batches over"))
     return out
 
 
@@ -259,7 +261,8 @@ def bench_tfrecord(work: Path, scale: float) -> list[dict]:
         out.append(section_result(
             f"tfrecord tokens: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
             max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
-            "samples_per_s", 1.0, "page cache warm, same shards"))
+            "samples_per_s", 1.0, "page cache warm, same shards; iobench checks both CRCs of every record "
+            "(TFRecordReader.tokens: fixed-size records as one array), the peer checks none"))
     return out
 
 
@@ -316,7 +319,12 @@ def to_markdown(results: list[dict], meta: dict) -> str:
              f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']['cpu_count']} cores, "
              f"{meta['machine']['memory_bytes'] / 2**30:.0f} GiB, {meta['machine']['os']}, Python "
              f"{meta['machine']['python']}; {meta['machine']['note']} (load average at start "
-             f"{meta['machine']['load_avg_at_start'][0]:.1f}).  ", f"Run took {meta['seconds']:.0f} s.", "",
+             f"{meta['machine']['load_avg_at_start'][0]:.1f}).  ", f"Run took {meta['seconds']:.0f} s.", ""]
+    for u in meta.get("updates", []):
+        lines += [f"Rerun with `{u['command']}` ({u['machine']['cpu_count']} cores, {u['machine']['note']}; "
+                  f"load average at start {u['machine']['load_avg_at_start'][0]:.1f}, {u['seconds']:.0f} s): " +
+                  "; ".join(u["sections"]) + ". Those rows come from the rerun; the rest from the run above.", ""]
+    lines += [
              "Ratios are iobench / peer, measured in the same run on the same bytes (best of "
              f"{REPEATS} alternating runs each).", "",
              "| comparison | metric | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
@@ -348,12 +356,27 @@ def to_markdown(results: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(old: dict, meta: dict, results: list[dict]) -> tuple[dict, list[dict]]:
+    """Old results with this run's rows in place of the rows it reran (matched by section name)."""
+    new = {r["section"]: r for r in results}
+    merged = [new.pop(r["section"], r) for r in old["results"]]
+    merged += list(new.values())
+    for r in results:
+        r["rerun"] = meta["command"]
+    old_meta = dict(old["meta"])
+    old_meta["updates"] = old_meta.get("updates", []) + [
+        {**meta, "sections": [r["section"] for r in results]}]
+    return old_meta, merged
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--out", default="reports/reference/load")
     ap.add_argument("--scale", type=float, default=1.0, help="dataset size multiplier")
     ap.add_argument("--work", help="scratch directory (default: a temp dir on the same disk as /tmp)")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     work = Path(tempfile.mkdtemp(prefix="iobench-bench-load-", dir=args.work))
@@ -374,6 +397,8 @@ def main(argv=None) -> int:
             "machine": machine(), "seconds": time.perf_counter() - t0}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.merge and out.with_suffix(".json").exists():
+        meta, results = merge(json.loads(out.with_suffix(".json").read_text()), meta, results)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
     md = to_markdown(results, meta)
     out.with_suffix(".md").write_text(md)

@@ -92,6 +92,46 @@ class ParquetReader(Reader):
     def count_samples(self, data, shard) -> int:
         return pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
 
+    def tokens(self, data, shard) -> np.ndarray | None:
+        """The shard's token column as one (samples, seq_len) array, or None to use ``iter_samples``.
+
+        Reads the whole column (pyarrow decompresses Parquet's pages, whatever codec they use)
+        and reshapes the list column's flat values buffer: a zero-copy view when the shard has
+        one row group, one concatenation otherwise.  Rows equal ``iter_samples``' arrays.
+        None when that does not apply: image shards, nulls, rows of different lengths, no rows.
+        """
+        if self.manifest.modality != "tokens":
+            return None
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        if pf.metadata.num_rows == 0:
+            return None
+        names = pf.schema_arrow.names
+        name = next((n for n in ("tokens", "input_ids", "ids") if n in names), None)
+        if name is None:
+            return None   # iter_samples raises the error that names the columns
+        if not (pa.types.is_list(pf.schema_arrow.field(name).type)
+                or pa.types.is_large_list(pf.schema_arrow.field(name).type)):
+            return None
+        col = pf.read(columns=[name], use_threads=False).column(name)
+        seq_len = None
+        parts = []
+        for chunk in col.chunks:
+            if len(chunk) == 0:
+                continue
+            if chunk.null_count or chunk.values.null_count:
+                return None
+            offs = chunk.offsets.to_numpy()
+            lengths = np.diff(offs)
+            if seq_len is None:
+                seq_len = int(lengths[0])
+            if seq_len == 0 or (lengths != seq_len).any():
+                return None
+            values = chunk.values.to_numpy(zero_copy_only=False)
+            parts.append(values[int(offs[0]):int(offs[-1])].reshape(-1, seq_len))
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
 
 def _pick(table, names) -> str:
     from iobench.errors import IntegrityError

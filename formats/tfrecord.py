@@ -146,6 +146,73 @@ def decode_example(payload) -> dict[str, list]:
     return out
 
 
+def _fields_at(buf, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, wire type, value start, value end) of each field in buf[start:end], as _fields walks them."""
+    pos = start
+    while pos < end:
+        tag, pos = _read_varint(buf, pos)
+        num, wt = tag >> 3, tag & 7
+        if wt == 0:
+            _, p = _read_varint(buf, pos)
+        elif wt == 2:
+            ln, pos = _read_varint(buf, pos)
+            p = pos + ln
+        elif wt == 1:
+            p = pos + 8
+        elif wt == 5:
+            p = pos + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wt}")
+        yield num, wt, pos, min(p, end)
+        pos = p
+
+
+def _token_span(payload) -> tuple[int, int] | None:
+    """(start, end) in ``payload`` of the bytes value TFRecordReader._sample takes as the tokens.
+
+    Follows decode_example's choices: per key the last entry wins, the first of TOKEN_KEYS
+    present is used, and its first bytes value.  None where that value is not a bytes value.
+    """
+    buf = memoryview(payload).cast("B")
+    feats: dict[str, list | None] = {}
+    for num, wt, s0, e0 in _fields_at(buf, 0, len(buf)):
+        if num != 1 or wt != 2:
+            if num == 1:
+                return None
+            continue
+        for fnum, fwt, s1, e1 in _fields_at(buf, s0, e0):
+            if fnum != 1:
+                continue
+            if fwt != 2:
+                return None
+            key, feature = "", None
+            for enum, ewt, s2, e2 in _fields_at(buf, s1, e1):
+                if enum == 1:
+                    key = bytes(buf[s2:e2]).decode()
+                elif enum == 2:
+                    feature = (s2, e2) if ewt == 2 else None
+            spans: list | None = []
+            if feature is not None:
+                for kind, kwt, s3, e3 in _fields_at(buf, *feature):
+                    if kwt != 2:
+                        spans = None
+                        break
+                    for vnum, vwt, s4, e4 in _fields_at(buf, s3, e3):
+                        if vnum != 1:
+                            continue
+                        if kind != 1 or vwt != 2:
+                            spans = None
+                            break
+                        spans.append((s4, e4))
+                    if spans is None:
+                        break
+            feats[key] = spans
+    key = next((k for k in TOKEN_KEYS if k in feats), None)
+    if key is None or not feats[key]:
+        return None
+    return feats[key][0]
+
+
 # -- format -------------------------------------------------------------------------------------
 
 class TFRecordWriter(Writer):
@@ -206,6 +273,62 @@ class TFRecordReader(Reader):
         if is_zstd(data):
             data = decompress(data)
         return sum(1 for _ in iter_records(data, shard.path))
+
+    def tokens(self, data, shard) -> np.ndarray | None:
+        """The shard's tokens as one (samples, seq_len) array, or None to use ``iter_samples``.
+
+        Applies when every record has the same length and the same bytes outside the token
+        value (what the generator writes for fixed-length samples): the records are then
+        rows of one uint8 matrix.  Checks what ``iter_records`` checks, every record: the
+        length and its CRC (vectorised; equal lengths have equal CRCs) and the payload CRC
+        (crc32c per record), and that all payloads match the first one's Example structure,
+        which is decoded as ``iter_samples`` decodes it.  A bad CRC raises the same
+        IntegrityError as ``iter_samples``.  None when the shape does not fit: images,
+        variable lengths, int64 token lists, an empty shard.  Rows equal ``iter_samples``' arrays.
+        """
+        if self.manifest.modality != "tokens":
+            return None
+        if is_zstd(data):
+            data = decompress(data)
+        mv = memoryview(data).cast("B")
+        total = len(mv)
+        if total < 16:
+            return None
+        length = struct.unpack_from("<Q", mv, 0)[0]
+        rec = 16 + length
+        if length == 0 or total % rec:
+            return None
+        n = total // rec
+        arr = np.frombuffer(mv, dtype=np.uint8).reshape(n, rec)
+        if not (arr[:, :8] == arr[0, :8]).all():
+            return None                                  # lengths differ: not fixed-size records
+        if not (np.ascontiguousarray(arr[:, 8:12]).view("<u4")[:, 0] == masked_crc(mv[0:8])).all():
+            return self._integrity_error(mv, shard)
+        crc = np.fromiter((_crc32c.crc32c(mv[o:o + length]) for o in range(12, total, rec)),
+                          dtype=np.uint64, count=n)
+        masked = (((crc >> np.uint64(15)) | (crc << np.uint64(17))) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
+        if not (np.ascontiguousarray(arr[:, 12 + length:]).view("<u4")[:, 0] == masked).all():
+            return self._integrity_error(mv, shard)
+        first = mv[12:12 + length]
+        try:
+            self._sample(shard.first_sample, first, shard.path)   # the per-sample decode of record 0
+            span = _token_span(first)
+        except Exception:  # noqa: BLE001 — malformed: iter_samples reports it the usual way
+            return None
+        dtype = np.dtype(self.manifest.spec.get("token_dtype", "uint16")).newbyteorder("<")
+        if span is None or span[1] == span[0] or (span[1] - span[0]) % dtype.itemsize:
+            return None
+        a, b = 12 + span[0], 12 + span[1]
+        # Every payload must be record 0's bytes outside the token value, so it decodes the same way.
+        if not ((arr[:, 12:a] == arr[0, 12:a]).all() and (arr[:, b:12 + length] == arr[0, b:12 + length]).all()):
+            return None
+        return np.ascontiguousarray(arr[:, a:b]).view(dtype)
+
+    @staticmethod
+    def _integrity_error(mv, shard) -> None:
+        for _ in iter_records(mv, shard.path):   # raises the error iter_samples would, at its offset
+            pass
+        return None
 
     def _sample(self, index: int, payload, where: str) -> Sample:
         feats = decode_example(payload)

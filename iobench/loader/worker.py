@@ -65,10 +65,13 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
         return _BlockData(None, None, ids)
     datas = [(m.shards[s], source.read_shard(m.shards[s])) for s in block.shards]
     if m.modality == "tokens" and hasattr(reader, "tokens"):
+        # A reader's tokens() may return None for a shard it cannot vectorise: per-sample path then.
         arrays = [reader.tokens(d, sh) for sh, d in datas]
-        arr = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-        if len(arr) == len(ids):
-            return _BlockData(arr, None, ids)
+        if all(a is not None and a.ndim == 2 and a.shape[1:] == arrays[0].shape[1:] and a.dtype == arrays[0].dtype
+               for a in arrays):
+            arr = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+            if len(arr) == len(ids):
+                return _BlockData(arr, None, ids)
     samples = [smp for sh, d in datas for smp in reader.iter_samples(d, sh)]
     if len(samples) != len(ids):
         from ..errors import IntegrityError
