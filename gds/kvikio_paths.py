@@ -9,6 +9,7 @@ the path is available: cuFile's driver open can hang on machines without a GPU.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import tempfile
@@ -23,6 +24,13 @@ _STRICT_CONFIG = {"properties": {"allow_compat_mode": False},
 _strict_config_path: str | None = None
 
 
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def strict_cufile_config() -> str:
     """Point cuFile at a config that forbids compat mode (unless the user set their own)."""
     global _strict_config_path
@@ -33,6 +41,7 @@ def strict_cufile_config() -> str:
         with os.fdopen(fd, "w") as f:
             json.dump(_STRICT_CONFIG, f)
         _strict_config_path = path
+        atexit.register(_remove_quietly, path)
     os.environ["CUFILE_ENV_PATH_JSON"] = _strict_config_path
     return _strict_config_path
 
