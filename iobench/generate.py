@@ -10,6 +10,11 @@ Each shard goes through ``Backend.open_output`` (temp name, fsync, rename; S3 ob
 appear when their upload completes) with its bytes counted and checksummed on the way
 out.  The manifest is published only after every shard is durable; on any failure the
 shards of this run are removed and no manifest is written.
+
+Regenerating into a directory that holds a dataset replaces it: its manifest is withdrawn
+(deleted, the directory fsynced) before the first shard is written, with the files it listed
+recorded in ``SUPERSEDED_NAME``; once the new manifest is published, the files that only the
+old manifest listed are deleted.  Nothing that no iobench manifest listed is ever deleted.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Callable
 
 from .config import build, check_choice, to_dict
 from .errors import ConfigError, IobenchError, StorageError
-from .manifest import MANIFEST_NAME, Manifest, ShardEntry, write_manifest
+from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
 from .units import parse_size
@@ -375,7 +380,7 @@ def _progress(enabled: bool):
                     console=Console(stderr=True))
 
 
-def _remove_quietly(backend: Backend, paths: list[str]) -> None:
+def _remove_quietly(backend: Backend, paths) -> None:
     for p in paths:
         try:
             if backend.exists(p):
@@ -384,8 +389,164 @@ def _remove_quietly(backend: Backend, paths: list[str]) -> None:
             pass
 
 
-def prepare_target(backend: Backend, field: str = "--out") -> None:
-    """Check that the target is writable and withdraw any old manifest before new shards land."""
+# Written beside the manifest while a dataset is being replaced: the files the withdrawn manifest
+# listed, so that a regeneration that dies midway still lets the next one clean them up.
+SUPERSEDED_NAME = ".iobench-superseded.json"
+
+
+def _safe_rel(p: str) -> bool:
+    """A path a manifest may name for deletion: relative, inside the root, not our own metadata."""
+    if not isinstance(p, str) or not p or p.startswith("/") or "\\" in p or ":" in p.split("/", 1)[0]:
+        return False
+    return all(part not in ("", ".", "..") for part in p.split("/")) and p not in (MANIFEST_NAME, SUPERSEDED_NAME)
+
+
+def manifest_files(manifest: Manifest) -> set[str]:
+    """Every file ``manifest`` lists: its shards and their side index files."""
+    files = {s.path for s in manifest.shards} | {s.index_path for s in manifest.shards if s.index_path}
+    return {p for p in files if _safe_rel(p)}
+
+
+def _read_superseded(backend: Backend) -> set[str]:
+    import json
+
+    try:
+        files = json.loads(backend.cat(SUPERSEDED_NAME)).get("files", [])
+    except FileNotFoundError:
+        return set()
+    except (ValueError, AttributeError, TypeError):
+        return set()   # unreadable: delete nothing it might name
+    return {p for p in files if _safe_rel(p)}
+
+
+def unpublish(backend: Backend, pending=()) -> set[str]:
+    """Withdraw the dataset at ``backend`` before anything in it is overwritten.
+
+    Deletes its manifest and, locally, fsyncs the directory, so that from here on no reader can
+    take the directory for a whole dataset.  Before that, when there is a dataset to replace, it
+    records (in ``SUPERSEDED_NAME``) the files the manifest lists plus ``pending`` (what this run
+    is about to write), so that a run killed midway still lets the next one clean up.  Returns
+    that set (empty when nothing is being replaced): only these may be removed later as stale.
+    """
+    import json
+
+    previous = _read_superseded(backend)   # an earlier regeneration that never finished
+    if backend.exists(MANIFEST_NAME):
+        try:
+            previous |= manifest_files(read_manifest(backend))
+        except ConfigError:
+            pass   # malformed or from a newer iobench: withdraw it, but delete nothing it may name
+    if previous:
+        previous |= {p for p in pending if _safe_rel(p)}
+        backend.write_bytes(SUPERSEDED_NAME, json.dumps({"files": sorted(previous)}).encode(), fsync=True)
+    if backend.exists(MANIFEST_NAME):
+        backend.rm(MANIFEST_NAME)
+        if backend.is_local:
+            from .atomic import fsync_dir
+
+            fsync_dir(backend.root)
+    return previous
+
+
+def _remove_temp_files(backend: Backend, rels) -> None:
+    """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
+    beside ``rels``."""
+    import os
+
+    if not backend.is_local:
+        return
+    by_dir: dict[str, set[str]] = {}
+    for rel in rels:
+        d, name = os.path.split(backend.path(rel))
+        by_dir.setdefault(d, set()).add(name)
+    pattern = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp")
+    for d, names in by_dir.items():
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for e in entries:
+            m = pattern.fullmatch(e)
+            if m and m.group(1) in names:
+                try:
+                    os.unlink(os.path.join(d, e))
+                except OSError:
+                    pass
+
+
+def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
+    """Delete ``rels`` (missing ones are fine); returns (how many were deleted, those that could not be).
+
+    On S3 every key sent in a bulk delete counts as deleted (S3 does not say which existed)."""
+    import os
+
+    rels = sorted(set(rels))
+    removed, failed = 0, []
+    if backend.protocol == "s3":
+        for i in range(0, len(rels), 1000):   # one DeleteObjects request per 1000 keys
+            chunk = rels[i:i + 1000]
+            try:
+                backend.fs.rm([backend.path(r) for r in chunk])
+                removed += len(chunk)
+            except FileNotFoundError:
+                pass
+            except Exception:
+                failed.extend(chunk)
+        return removed, failed
+    dirs = set()
+    for rel in rels:
+        try:
+            backend.rm(rel)
+        except FileNotFoundError:
+            continue
+        except Exception:
+            failed.append(rel)
+            continue
+        removed += 1
+        if backend.is_local:
+            dirs.add(os.path.dirname(backend.path(rel)))
+    if backend.is_local and dirs:
+        from .atomic import fsync_dir
+
+        root = os.path.normpath(backend.root)
+        synced = set()
+        for d in sorted(dirs, key=len, reverse=True):
+            d = os.path.normpath(d)
+            while d != root and d.startswith(root + os.sep):   # drop directories the removal emptied
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+                d = os.path.dirname(d)
+            synced.add(d)
+        for d in sorted(synced):
+            try:
+                fsync_dir(d)   # the removals are durable before the record of them goes
+            except OSError:
+                pass
+    return removed, failed
+
+
+def _finish_replacement(backend: Backend, previous: set[str], keep: set[str]) -> int:
+    """After the new manifest is published: delete what only the withdrawn manifest listed."""
+    import logging
+
+    stale = previous - keep
+    _remove_temp_files(backend, previous | keep)
+    removed, failed = _remove_files(backend, stale)
+    if failed:
+        logging.getLogger("iobench.generate").warning(
+            "could not remove %d stale file(s) of the previous dataset at %s (e.g. %s); "
+            "`iobench verify` will point them out", len(failed), backend.url, failed[0])
+    else:
+        _remove_files(backend, [SUPERSEDED_NAME])
+    return removed
+
+
+def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[str]:
+    """Check that the target is writable and withdraw any old manifest before new shards land.
+
+    Returns the files of the dataset being replaced, with ``pending`` (see ``unpublish``)."""
     import errno
 
     try:
@@ -395,8 +556,7 @@ def prepare_target(backend: Backend, field: str = "--out") -> None:
 
             if not os.access(backend.root, os.W_OK):
                 raise PermissionError(errno.EACCES, "not writable", backend.root)
-        if backend.exists(MANIFEST_NAME):
-            backend.rm(MANIFEST_NAME)
+        return unpublish(backend, pending)
     except PermissionError as e:
         raise ConfigError(field, f"cannot write to {backend.url} ({e.strerror or e})",
                           "pick a directory you can write to") from None
@@ -420,9 +580,9 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     fmt = get_format(spec.format)   # missing optional package -> exit 2 with an install hint
     backend = open_backend(out_url, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="--out", check=True)
-    prepare_target(backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
     workers = min(spec.workers, len(plans))
     if backend.protocol == "memory":
         workers = 1   # a memory:// filesystem lives in this process only
@@ -445,7 +605,12 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
             else:
                 entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
         except BaseException as e:
+            # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
             _remove_quietly(backend, [p.path for p in plans] + [p.path + ".index" for p in plans])
+            if previous:
+                _remove_temp_files(backend, previous)
+                if not _remove_files(backend, previous)[1]:
+                    _remove_files(backend, [SUPERSEDED_NAME])
             if isinstance(e, IobenchError):
                 raise
             if isinstance(e, (OSError, _WorkerError)):
@@ -461,8 +626,9 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                                "checksum": spec.checksum, "generator": "iobench.generate",
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     write_manifest(backend, manifest)
+    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
     if stats is not None:
-        stats.update(seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
                      samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
     return manifest
 

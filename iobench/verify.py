@@ -4,10 +4,16 @@ Shards are streamed in chunks (bounded memory).  When a checksum does not match,
 first bad byte is located by regenerating the shard from the manifest's spec (samples
 are a pure function of the seed) and comparing; for datasets not made by iobench the
 report names the shard only.
+
+Files in the dataset directory that look like shards (a listed shard's extension) but that the
+manifest does not list are reported as warnings, not failures: typically left over from an
+older dataset, or a foreign file; readers never see them.
 """
 
 from __future__ import annotations
 
+import logging
+import posixpath
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -42,6 +48,8 @@ class VerifyReport:
     samples_checked: int = 0
     seconds: float = 0.0
     problems: list[ShardProblem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    stray_files: list[str] = field(default_factory=list)   # look like shards, not in the manifest
 
     @property
     def first_bad(self) -> ShardProblem | None:
@@ -80,8 +88,58 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
             on_shard(shard, shard.bytes)
         if problem is not None and stop_at_first:
             break
+    try:
+        report.stray_files = stray_files(backend, manifest)
+    except Exception as e:  # listing is a courtesy; the shard checks stand on their own
+        report.warnings.append(f"could not list {url} to look for stray shards ({type(e).__name__}: {e})")
+    if report.stray_files:
+        n = len(report.stray_files)
+        shown = ", ".join(report.stray_files[:5]) + (f" and {n - 5} more" if n > 5 else "")
+        report.warnings.append(f"{n} file(s) look like shards but are not in the manifest (ignored by "
+                               f"readers; left from an older dataset?): {shown}")
+    for w in report.warnings:
+        _log.warning("warning: %s", w)
     report.seconds = (time.perf_counter_ns() - t0) / 1e9
     return report
+
+
+_log = logging.getLogger("iobench.verify")
+
+
+def _shard_suffix(path: str) -> str:
+    name = posixpath.basename(path)
+    dot = name.find(".", 1)
+    return name[dot:] if dot > 0 else ""
+
+
+def stray_files(backend: Backend, manifest: Manifest) -> list[str]:
+    """Files under the dataset root that end like a listed shard or index file but are not listed.
+
+    Hidden files (temp names of unfinished writes) and anything below a nested dataset (a
+    subdirectory with its own manifest) are left out."""
+    listed = {s.path for s in manifest.shards} | {s.index_path for s in manifest.shards if s.index_path}
+    suffixes = {_shard_suffix(p) for p in listed} - {""}
+    if not suffixes:
+        return []
+    root = backend.path("").rstrip("/")
+    rels = []
+    for full in backend.fs.find(root):
+        full = str(full)
+        if backend.protocol == "memory" and not full.startswith("/"):
+            full = "/" + full
+        if not full.startswith(root + "/"):
+            continue
+        rels.append(full[len(root) + 1:])
+    nested = {posixpath.dirname(r) for r in rels if posixpath.basename(r) == MANIFEST_NAME} - {""}
+    out = []
+    for rel in rels:
+        if rel in listed or posixpath.basename(rel).startswith("."):
+            continue
+        if any(rel.startswith(d + "/") for d in nested):
+            continue
+        if any(rel.endswith(sfx) for sfx in suffixes):
+            out.append(rel)
+    return sorted(out)
 
 
 def check_shard(backend: Backend, manifest: Manifest, shard: ShardEntry, count_samples: bool = True) -> ShardProblem | None:

@@ -203,3 +203,117 @@ def test_fsync_calls_happen_shards_before_manifest(tmp_path, monkeypatch):
     synced.clear()
     generate(no, str(tmp_path / "nofsync"), progress=False)
     assert all(MANIFEST_NAME in n or n == "nofsync" for n in map(os.path.basename, synced))
+
+
+def _regen_spec(n: int, **kw) -> GenSpec:
+    return GenSpec.from_mapping({"format": "tfrecord", "num_samples": n, "seq_len": 8, "shard_size": "10 samples",
+                                 **kw})
+
+
+def _names(root: Path) -> set[str]:
+    return {p.name for p in root.iterdir()}
+
+
+def test_regenerating_smaller_removes_only_what_the_old_manifest_listed(tmp_path):
+    from iobench.generate import SUPERSEDED_NAME
+
+    old = generate(_regen_spec(40), str(tmp_path), progress=False)
+    assert len(old.shards) == 4
+    (tmp_path / "mine.tfrecord").write_bytes(b"a user's file that looks like a shard")
+    (tmp_path / "notes.txt").write_text("keep me")
+    stats: dict = {}
+    new = generate(_regen_spec(20), str(tmp_path), progress=False, stats=stats)
+    assert len(new.shards) == 2 and stats["stale_removed"] == 4          # 2 shards + their 2 index files
+    listed = {s.path for s in new.shards} | {s.index_path for s in new.shards}
+    assert _names(tmp_path) == listed | {MANIFEST_NAME, "mine.tfrecord", "notes.txt"}
+    assert SUPERSEDED_NAME not in _names(tmp_path)
+    rep = verify_dataset(str(tmp_path))
+    assert rep.ok and rep.stray_files == ["mine.tfrecord"]
+
+
+def test_failure_after_the_first_shard_of_a_regeneration_leaves_no_manifest(tmp_path, monkeypatch):
+    import iobench.synth as synth
+
+    generate(_regen_spec(40), str(tmp_path), progress=False)
+    (tmp_path / "notes.txt").write_text("keep me")
+    real = synth.TokenSynth.rows
+    seen: list[bool] = []
+
+    def failing(self, start, stop):
+        seen.append((tmp_path / MANIFEST_NAME).exists())   # the old manifest is gone before any shard is written
+        if start >= 10:                                      # the first shard was rewritten already
+            raise OSError(errno.EIO, "injected")
+        return real(self, start, stop)
+
+    monkeypatch.setattr(synth.TokenSynth, "rows", failing)
+    with pytest.raises(StorageError, match="no manifest written"):
+        generate(_regen_spec(40, seed=1), str(tmp_path), progress=False)
+    assert seen and not any(seen)
+    assert _names(tmp_path) == {"notes.txt"}            # neither the new shard nor the withdrawn ones remain
+    assert not verify_dataset(str(tmp_path)).ok
+
+
+def test_a_killed_regeneration_is_cleaned_up_by_the_next_one(tmp_path):
+    """SIGKILL-like death mid-regeneration: no manifest; the next run still removes the old shards."""
+    import multiprocessing as mp
+
+    from iobench.generate import SUPERSEDED_NAME
+
+    generate(_regen_spec(40), str(tmp_path), progress=False)
+    (tmp_path / "notes.txt").write_text("keep me")
+
+    def child():
+        import iobench.synth as synth
+
+        real = synth.TokenSynth.rows
+
+        def dying(self, start, stop):
+            if start >= 10:
+                os._exit(9)                                  # no cleanup of any kind runs
+            return real(self, start, stop)
+
+        synth.TokenSynth.rows = dying
+        generate(_regen_spec(40, seed=1), str(tmp_path), progress=False)
+
+    p = mp.get_context("fork").Process(target=child)
+    p.start()
+    p.join(60)
+    assert p.exitcode == 9
+    assert not (tmp_path / MANIFEST_NAME).exists() and SUPERSEDED_NAME in _names(tmp_path)
+    assert not verify_dataset(str(tmp_path)).ok
+    new = generate(_regen_spec(10), str(tmp_path), progress=False)
+    assert _names(tmp_path) == {MANIFEST_NAME, "notes.txt", new.shards[0].path, new.shards[0].index_path}
+    assert verify_dataset(str(tmp_path)).ok
+
+
+def test_regenerating_on_s3_removes_stale_objects_only(s3_server, s3_prefix):
+    import s3fs
+
+    opts = {"key": s3_server.access_key, "secret": s3_server.secret_key}
+    url = s3_prefix + "/ds"
+    generate(_regen_spec(30, format="raw"), url, endpoint_url=s3_server.endpoint_url, storage_options=opts,
+             progress=False)
+    fs = s3fs.S3FileSystem(**s3_server.storage_options())
+    key = url[len("s3://"):]
+    fs.pipe_file(key + "/foreign.bin", b"not ours")
+    new = generate(_regen_spec(10, format="raw"), url, endpoint_url=s3_server.endpoint_url, storage_options=opts,
+                   progress=False)
+    names = {p.rsplit("/", 1)[1] for p in fs.find(key)}
+    assert names == {MANIFEST_NAME, new.shards[0].path, "foreign.bin"}
+    rep = verify_dataset(url, endpoint_url=s3_server.endpoint_url, storage_options=opts)
+    assert rep.ok and rep.stray_files == ["foreign.bin"]
+
+
+def test_manifest_paths_outside_the_dataset_are_never_deleted(tmp_path):
+    import json
+
+    root = tmp_path / "ds"
+    generate(_regen_spec(20), str(root), progress=False)
+    outside = tmp_path / "outside.tfrecord"
+    outside.write_text("x")
+    man = json.loads((root / MANIFEST_NAME).read_text())
+    man["shards"][1]["path"] = "../outside.tfrecord"
+    man["shards"][1]["index_path"] = str(outside)
+    (root / MANIFEST_NAME).write_text(json.dumps(man))
+    generate(_regen_spec(10), str(root), progress=False)
+    assert outside.exists()

@@ -106,3 +106,24 @@ def test_missing_side_index_is_reported(tmp_path):
     (tmp_path / m.shards[1].index_path).unlink()
     rep = verify_dataset(str(tmp_path))
     assert rep.first_bad.shard == m.shards[1].path and "index" in rep.first_bad.detail
+
+
+def test_files_that_look_like_shards_but_are_not_listed_are_a_warning(tmp_path, caplog):
+    import logging
+    import shutil
+
+    spec = GenSpec.from_mapping({"format": "tfrecord", "modality": "tokens", "num_samples": 10, "seq_len": 8,
+                                 "shard_size": "5 samples"})
+    m = generate(spec, str(tmp_path), progress=False)
+    shutil.copy(tmp_path / m.shards[0].path, tmp_path / "shard-000007.tfrecord")
+    shutil.copy(tmp_path / m.shards[0].index_path, tmp_path / "shard-000007.tfrecord.index")
+    (tmp_path / "notes.txt").write_text("not a shard")
+    (tmp_path / ".shard-000001.tfrecord.abcd1234.tmp").write_bytes(b"hidden temp")
+    (tmp_path / "other").mkdir()
+    generate(spec, str(tmp_path / "other"), progress=False)    # a nested dataset is not ours to judge
+    with caplog.at_level(logging.WARNING, logger="iobench.verify"):
+        rep = verify_dataset(str(tmp_path))
+    assert rep.ok and rep.stray_files == ["shard-000007.tfrecord", "shard-000007.tfrecord.index"]
+    assert "not in the manifest" in rep.warnings[0] and "shard-000007.tfrecord" in caplog.text
+    assert main(["verify", str(tmp_path)]) == 0
+    assert verify_dataset(str(tmp_path / "other")).stray_files == []

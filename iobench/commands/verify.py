@@ -44,7 +44,10 @@ def run(args) -> int:
                                "seconds": report.seconds,
                                "throughput": {"bytes_per_s": report.bytes_checked / max(report.seconds, 1e-9)},
                                "first_bad": report.to_dict()["first_bad"],
-                               "problems": [str(p) for p in report.problems]})
+                               "problems": [str(p) for p in report.problems],
+                               "stray_files": list(report.stray_files)})
+        for w in report.warnings:
+            res.warn(w)
         if not report.ok:
             res.warn(f"dataset is corrupt: {report.first_bad}")
         res.write(args.json)
