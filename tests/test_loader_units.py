@@ -101,6 +101,49 @@ def test_slot_pool_orders_batches():
         pool.close()
 
 
+def test_receiver_polls_sent_counter_then_falls_back_to_the_pipe():
+    import multiprocessing as mp
+    import threading
+
+    from iobench.loader.receiver import Receiver
+
+    ctx = mp.get_context("fork")
+    r, w = ctx.Pipe(duplex=False)
+    sent = ctx.Array("q", 1, lock=False)
+    rx = Receiver([r], [], sent=sent, spin_s=0.05)
+    try:
+        def meta(k):
+            return ("batch", {"k": k, "worker": 0, "io_s": 0.001})
+
+        w.send(meta(0))
+        sent[0] += 1                      # counter moved: read while polling
+        assert rx.wait_batch(0)["k"] == 0 and rx.got == [1]
+        w.send(meta(1))                   # counter not moved (e.g. a late store): the blocking read still gets it
+        assert rx.wait_batch(1)["k"] == 1 and rx.got == [2]
+        t = threading.Timer(0.1, lambda: (w.send(meta(2)), sent.__setitem__(0, sent[0] + 2)))
+        t.start()                         # arrives after the poll gave up: the pipe wait takes over
+        t0 = time.perf_counter()
+        assert rx.wait_batch(2)["k"] == 2
+        assert time.perf_counter() - t0 < 2
+        t.join()
+    finally:
+        r.close()
+        w.close()
+
+
+def test_collate_gathers_rows_in_block_order():
+    import numpy as np
+
+    from iobench.loader.worker import WorkerJob, _BlockData, _collate
+
+    bd = _BlockData(np.arange(8, dtype=np.uint16).reshape(4, 2), None, np.arange(4))
+    job = WorkerJob(wid=0, workers=1, manifest=None, plans=[], total_batches=1, decode=False)
+    meta, write = _collate(job, bd, np.array([3, 0]), 4)
+    out = bytearray(meta["nbytes"])
+    write(memoryview(out))
+    assert np.frombuffer(out, dtype=np.uint16).tolist() == [6, 7, 0, 1]
+
+
 def test_delivery_registry():
     from iobench.loader.delivery import get_delivery, register_delivery
 

@@ -24,6 +24,7 @@ from .sampler import EpochPlan, epoch_plan
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _MAX_EPOCHS_FOR_STEPS = 100_000
+_SPIN_S = 0.002   # how long the consumer polls for its next batch before it sleeps on the pipes
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,11 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
                             name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)
-        rx = Receiver([r for r, _ in pipes], procs)
         import os
+
+        # Poll for batches before blocking only where a core is left over for the consumer.
+        rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent,
+                      spin_s=_SPIN_S if (os.cpu_count() or 1) > cfg.workers else 0.0)
 
         monitor.start([os.getpid()] + [p.pid for p in procs])
         if progress:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import math
 import os
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -88,12 +89,14 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
         return meta, lambda buf: None
     if bd.array is not None:
         shape = (len(sel),) + bd.array.shape[1:]
-        nbytes = int(np.prod(shape)) * bd.array.dtype.itemsize
+        nbytes = math.prod(shape) * bd.array.dtype.itemsize  # np.prod costs ~10 us a call
         meta = {"layout": "array", "dtype": bd.array.dtype.str, "shape": shape, "nbytes": nbytes}
 
         def write(buf):
             out = np.ndarray(shape, dtype=bd.array.dtype, buffer=buf)
-            np.take(bd.array, sel, axis=0, out=out)
+            # mode="clip": with the default "raise", take() gathers into a temporary and copies
+            # that into ``out`` (2-3x the time).  The block's order was bounds-checked once.
+            np.take(bd.array, sel, axis=0, out=out, mode="clip")
         return meta, write
     picked = [bd.samples[i] for i in sel]
     labels = None
@@ -170,6 +173,11 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
                     pending.append(ahead.submit(read, mine[idx + len(pending)]))
                 bd, block_s = pending.pop(0).result()
             stats["busy_s"] += block_s
+            if bd.array is not None and len(block.order) and not (
+                    0 <= int(block.order.min()) and int(block.order.max()) < len(bd.array)):
+                from ..errors import IntegrityError
+
+                raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")
             pos = 0
             for j, bs in enumerate(block.batch_sizes):
                 k = k_base + j
@@ -203,6 +211,7 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
                             indices=bd.ids[sel].astype("<i8").tobytes(),
                             worker=job.wid, io_s=(block_s if j == 0 else 0.0) + prep_s, ready_ns=te)
                 conn.send(("batch", meta))
+                pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
     except _Stopped:
         pass
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
