@@ -257,7 +257,7 @@ def test_persistent_corruption_fails_clearly_without_partial_copy(tmp_path, ds_d
     assert mgr.catalog.copies(tier="nvme", state=None) == []
 
 
-def test_bit_rot_in_a_local_source_is_caught_by_the_kernel_copy_path(tmp_path, ds_dir):
+def test_bit_rot_in_a_local_source_is_caught_by_the_direct_copy_path(tmp_path, ds_dir):
     shard = ds_dir / "shard-00004.bin"
     data = bytearray(shard.read_bytes())
     data[777] ^= 0x01
@@ -268,6 +268,50 @@ def test_bit_rot_in_a_local_source_is_caught_by_the_kernel_copy_path(tmp_path, d
         mgr.prestage(ds, "nvme", concurrency=1)
     assert f"{ds.id}/shard-00004.bin" not in tier_files(tmp_path / "nvme")
     assert not [f for f in tier_files(tmp_path / "nvme") if f.endswith(".tmp")]
+
+
+def test_direct_copy_reads_each_byte_once_and_resumes_short_writes(tmp_path, ds_dir, monkeypatch):
+    """Verified local copies hash the bytes as they pass: no read-back, and a short write(2) is resumed."""
+    real_readv, real_write = os.readv, os.write
+    read = []
+
+    def readv(fd, bufs):
+        n = real_readv(fd, bufs)
+        read.append(n)
+        return n
+
+    def short_write(fd, data):
+        return real_write(fd, data[:777])
+
+    monkeypatch.setattr(os, "readv", readv)
+    monkeypatch.setattr(os, "write", short_write)
+    monkeypatch.setattr(os, "preadv", None)         # the old read-back of the copy must not be needed
+    mgr = _mgr(tmp_path, nvme_capacity=1_000 * KB, retry_backoff=0)
+    ds = mgr.register(str(ds_dir))
+    rep = mgr.prestage(ds, "nvme", concurrency=2)
+    monkeypatch.undo()
+    assert rep.staged == 10 and rep.refetches == 0 and rep.retries == 0
+    assert sum(read) == 10 * 20 * KB                 # one read of each source byte, nothing more
+    for s in ds.manifest.shards:
+        assert (tmp_path / "nvme" / ds.id / s.path).read_bytes() == (ds_dir / s.path).read_bytes()
+
+
+def test_unverified_local_copies_go_through_the_kernel(tmp_path, ds_dir, monkeypatch):
+    calls = []
+    real = os.copy_file_range
+
+    def cfr(*a):
+        calls.append(a[2])
+        return real(*a)
+
+    monkeypatch.setattr(os, "copy_file_range", cfr)
+    mgr = _mgr(tmp_path, nvme_capacity=1_000 * KB, verify=False)
+    ds = mgr.register(str(ds_dir))
+    rep = mgr.prestage(ds, "nvme", concurrency=2)
+    monkeypatch.undo()
+    assert rep.staged == 10 and calls
+    for s in ds.manifest.shards:
+        assert (tmp_path / "nvme" / ds.id / s.path).read_bytes() == (ds_dir / s.path).read_bytes()
 
 
 def test_source_vanishing_mid_stage_retries_then_fails(tmp_path, ds_dir):

