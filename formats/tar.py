@@ -98,53 +98,145 @@ class TarWriter(Writer):
         return ShardLayout(samples=len(self._offsets), offsets=tuple(self._offsets) + (end,))
 
 
+_ZERO_BLOCK = bytes(BLOCK)
+_REGULAR = (b"0", b"\0", b"7")                 # tarfile.REGTYPE, AREGTYPE, CONTTYPE
+_SKIP = (b"5", b"g")                            # DIRTYPE, XGLTYPE
+_PAX = (b"x", b"X")                             # XHDTYPE, SOLARIS_XHDTYPE
+# The numeric fields tarfile.TarInfo.frombuf parses besides size and checksum (mode, uid, gid,
+# mtime, devmajor, devminor): the slim parser checks them too, so that it accepts no header
+# tarfile would reject.
+_NUM_FIELDS = ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345))
+
+
+def _octal(field: bytes) -> int | None:
+    """tarfile.nti for an octal field; None where tarfile must decide (base-256, bad digits)."""
+    if field[0] in (0o200, 0o377):
+        return None
+    p = field.find(b"\0")
+    if p >= 0:
+        field = field[:p]
+    try:
+        return int(field.strip() or b"0", 8)
+    except ValueError:
+        return None
+
+
+def _slim_header(buf: bytes, known: set | None = None) -> tuple[str, int, bytes] | None:
+    """(name, size, typeflag) of a ustar/GNU/pax header block, as tarfile.TarInfo.frombuf reads
+    them, or None wherever the slim path is not sure (bad checksum, base-256 or malformed number
+    fields, old GNU sparse members): the caller then asks tarfile, which decides or raises.
+
+    ``known`` caches the unused numeric fields (mode/uid/gid, mtime, devmajor/devminor) already
+    found valid: a shard's headers mostly repeat them, so they are checked once, not per member."""
+    chksum = _octal(buf[148:156])
+    if chksum is None or chksum != 256 + sum(buf) - sum(buf[148:156]):
+        return None                                 # tarfile also accepts the signed-char sum
+    typ = buf[156:157]
+    if typ == b"S":
+        return None
+    size = _octal(buf[124:136])
+    if size is None:
+        return None
+    meta = (buf[100:124], buf[136:148], buf[329:345])
+    if known is None or meta not in known:
+        for a, b in _NUM_FIELDS:
+            if _octal(buf[a:b]) is None:
+                return None
+        if known is not None:
+            if len(known) >= 256:
+                known.clear()
+            known.add(meta)
+    p = buf.find(b"\0", 0, 100)
+    name = buf[:p if p >= 0 else 100].decode("utf-8", "surrogateescape")
+    if typ == b"\0" and name.endswith("/"):
+        typ = b"5"                                  # old V7 tar: a directory as a file with a slash
+    if typ == b"5":
+        name = name.rstrip("/")
+    if buf[345]:
+        p = buf.find(b"\0", 345, 500)
+        prefix = buf[345:p if p >= 0 else 500].decode("utf-8", "surrogateescape")
+        if prefix and typ not in (b"L", b"K", b"S"):  # tarfile.GNU_TYPES
+            name = prefix + "/" + name
+    return name, size, typ
+
+
+def _header_fields(buf: bytes, pos: int, where: str, known: set | None = None) -> tuple[str, int, bytes]:
+    fast = _slim_header(buf, known)
+    if fast is not None:
+        return fast
+    try:
+        ti = tarfile.TarInfo.frombuf(buf, "utf-8", "surrogateescape")
+    except tarfile.HeaderError as e:
+        raise IntegrityError(f"{where}: offset {pos}: bad tar header ({e})") from None
+    return ti.name, ti.size, ti.type
+
+
 def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryview]]:
-    """(name, header offset, payload) of each regular file, handling GNU long names and pax headers."""
+    """(name, header offset, payload) of each regular file, handling GNU long names and pax headers.
+
+    Headers go through ``_slim_header`` (name incl. the ustar prefix, size, typeflag, checksum
+    and every numeric field checked as tarfile does) and fall back to ``tarfile.TarInfo.frombuf``
+    for anything unusual (GNU base-256 numbers, signed-char checksums, sparse members) and for the
+    error message.  Payloads are memoryview slices of ``data``, never copied."""
     mv = memoryview(data)
     pos, n = 0, len(mv)
     long_name: str | None = None
     pax_path: str | None = None
+    pax_size: int | None = None
+    known: set = set()
     while pos + BLOCK <= n:
-        hdr = mv[pos:pos + BLOCK]
-        if not any(hdr):
+        hdr = mv[pos:pos + BLOCK].tobytes()
+        if hdr == _ZERO_BLOCK:
             return
-        try:
-            ti = tarfile.TarInfo.frombuf(bytes(hdr), "utf-8", "surrogateescape")
-        except tarfile.HeaderError as e:
-            raise IntegrityError(f"{where}: offset {pos}: bad tar header ({e})") from None
+        name, size, typ = _header_fields(hdr, pos, where, known)
+        if pax_size is not None and typ not in _PAX and typ != b"g":
+            size = pax_size                         # pax "size" overrides the header's field
         start = pos + BLOCK
-        end = start + ti.size
-        if end > n:
-            raise IntegrityError(f"{where}: offset {pos}: member {ti.name!r} runs past the end of the shard")
+        end = start + size
+        if size < 0 or end > n:
+            raise IntegrityError(f"{where}: offset {pos}: member {name!r} runs past the end of the shard")
         payload = mv[start:end]
         header_at = pos
-        pos = end + (-ti.size % BLOCK)
-        if ti.type == tarfile.GNUTYPE_LONGNAME:
-            long_name = bytes(payload).rstrip(b"\0").decode("utf-8", "surrogateescape")
+        pos = end + (-size % BLOCK)
+        if typ == b"L":                             # tarfile.GNUTYPE_LONGNAME
+            long_name = payload.tobytes().rstrip(b"\0").decode("utf-8", "surrogateescape")
             continue
-        if ti.type in (tarfile.XHDTYPE, tarfile.SOLARIS_XHDTYPE):
-            pax_path = _pax_path(bytes(payload)) or pax_path
+        if typ in _PAX:
+            try:
+                path, psize = _pax_records(payload.tobytes())
+            except ValueError:
+                raise IntegrityError(f"{where}: offset {header_at}: bad tar header (invalid pax header)") from None
+            pax_path = path or pax_path
+            pax_size = psize if psize is not None else pax_size
             continue
-        if ti.type in (tarfile.XGLTYPE, tarfile.DIRTYPE):
+        if typ in _SKIP:
+            if typ == b"5":                         # a directory uses up the long name / pax records
+                long_name = pax_path = pax_size = None
             continue
-        name = pax_path or long_name or ti.name
-        long_name = pax_path = None
-        if ti.type in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE):
+        name = pax_path or long_name or name
+        long_name = pax_path = pax_size = None
+        if typ in _REGULAR:
             yield name, header_at, payload
 
 
-def _pax_path(raw: bytes) -> str | None:
+def _pax_records(raw: bytes) -> tuple[str | None, int | None]:
+    """The ``path`` and ``size`` records of a pax extended header (later records win, as in tarfile)."""
+    path = size = None
     pos = 0
     while pos < len(raw):
         sp = raw.find(b" ", pos)
         if sp < 0:
             break
         length = int(raw[pos:sp])
+        if length <= 0:
+            break
         key, _, value = raw[sp + 1:pos + length - 1].partition(b"=")
         if key == b"path":
-            return value.decode("utf-8", "surrogateescape")
+            path = value.decode("utf-8", "surrogateescape")
+        elif key == b"size":
+            size = int(value)
         pos += length
-    return None
+    return path, size
 
 
 def split_key(name: str) -> tuple[str, str]:

@@ -166,3 +166,187 @@ def test_loader_uses_fast_path_and_matches(monkeypatch):
         want = [s for sh in m.shards for s in reader.iter_samples(backend.cat(sh.path), sh)]
         _same(bd.array, want)
         np.testing.assert_array_equal(bd.ids, [s.index for s in want])
+
+
+# --- tar: the slim header parser of iter_members agrees with tarfile -------------------------------
+
+import io  # noqa: E402
+import tarfile  # noqa: E402
+
+from iobench.formats import tar as tarfmt  # noqa: E402
+
+LONG = "d" * 70 + "/" + "e" * 60 + ".jpg"                  # 135 chars: ustar prefix, GNU 'L', pax path
+
+
+def _tar_bytes(fmt, members) -> bytes:
+    """members: (name, payload | None for a directory | str for a symlink target, TarInfo overrides)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for i, (name, payload, extra) in enumerate(members):
+            ti = tarfile.TarInfo(name)
+            ti.mtime = 1_700_000_000 + i                    # varying mtimes: the field cache misses
+            for k, v in extra.items():
+                setattr(ti, k, v)
+            if payload is None:
+                ti.type = tarfile.DIRTYPE
+                tf.addfile(ti)
+            elif isinstance(payload, str):
+                ti.type, ti.linkname = tarfile.SYMTYPE, payload
+                tf.addfile(ti)
+            else:
+                ti.size = len(payload)
+                tf.addfile(ti, io.BytesIO(payload))
+    return buf.getvalue()
+
+
+def _members(fmt):
+    out = [("000000000.jpg", b"\xff\xd8" + bytes(range(256)) * 3, {}),
+           ("000000000.cls", b"7", {}),
+           ("sub", None, {}),
+           ("sub/000000001.jpg", b"x" * 512, {}),          # exactly one block: no padding
+           ("sub/000000001.cls", b"", {}),                 # empty payload
+           ("link.jpg", "000000000.jpg", {}),
+           (LONG, b"long name payload", {}),
+           ("000000002.jpg", b"big ids", {"uid": 3_000_000, "gid": 3_000_001})]  # > 7 octal digits
+    if fmt != tarfile.USTAR_FORMAT:
+        out.append(("\u00e9t\u00e9/000000003.jpg", b"accent", {}))
+    if fmt == tarfile.USTAR_FORMAT:                         # ustar cannot hold uid 3,000,000
+        out[-1] = ("000000002.jpg", b"big ids", {})
+    return out
+
+
+def _tarfile_listing(data: bytes):
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
+        return [(m.name, m.offset_data, tf.extractfile(m).read()) for m in tf.getmembers() if m.isreg()]
+
+
+def _our_listing(data: bytes):
+    return [(name, off + tarfmt.BLOCK, bytes(p)) for name, off, p in tarfmt.iter_members(data)]
+
+
+def _headers(data: bytes):
+    """Every header block tarfile visits, as (offset, 512 bytes)."""
+    out, pos = [], 0
+    while pos + 512 <= len(data) and any(data[pos:pos + 512]):
+        ti = tarfile.TarInfo.frombuf(data[pos:pos + 512], "utf-8", "surrogateescape")
+        out.append((pos, data[pos:pos + 512]))
+        pos += 512 + ti.size + (-ti.size % 512)
+    return out
+
+
+def _fix_chksum(block: bytearray) -> None:
+    block[148:156] = b" " * 8
+    block[148:155] = b"%06o\0" % (256 + sum(block) - 256)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT],
+                         ids=["ustar", "gnu", "pax"])
+def test_tar_slim_parser_matches_tarfile(fmt):
+    data = _tar_bytes(fmt, _members(fmt))
+    want = _tarfile_listing(data)
+    assert LONG in [n for n, _, _ in want] and len(want) == len(_members(fmt)) - 2
+    assert _our_listing(data) == want
+    # Header by header: where the slim parser answers, it answers what tarfile.TarInfo.frombuf does.
+    fast = 0
+    for _pos, hdr in _headers(data):
+        ti = tarfile.TarInfo.frombuf(hdr, "utf-8", "surrogateescape")
+        got = tarfmt._slim_header(hdr, set())
+        if got is not None:
+            fast += 1
+            assert got == (ti.name, ti.size, ti.type)
+    assert fast >= len(want)
+    if fmt == tarfile.GNU_FORMAT:                           # base-256 uid/gid: tarfile decides
+        assert any(tarfmt._slim_header(h) is None for _, h in _headers(data))
+
+
+def test_tar_gnu_base256_size_and_signed_checksum():
+    data = bytearray(_tar_bytes(tarfile.GNU_FORMAT, [("a.jpg", b"0123456789", {}), ("a.cls", b"\xe9", {})]))
+    blk = bytearray(data[:512])
+    blk[124:136] = b"\x80" + (10).to_bytes(11, "big")       # GNU base-256 size
+    _fix_chksum(blk)
+    data[:512] = blk
+    second = 512 + 512                                      # a.cls header
+    blk = bytearray(data[second:second + 512])
+    blk[0:5] = "\u00e9.cls".encode("latin-1")               # a high byte in the name ...
+    blk[148:156] = b" " * 8
+    signed = tarfile.calc_chksums(bytes(blk))[1]            # ... and the signed-char checksum
+    blk[148:155] = b"%06o\0" % signed
+    data[second:second + 512] = blk
+    data = bytes(data)
+    assert tarfmt._slim_header(data[:512]) is None and tarfmt._slim_header(data[second:second + 512]) is None
+    assert _our_listing(data) == _tarfile_listing(data)
+    assert [n for n, _, _ in _our_listing(data)] == ["a.jpg", "\udce9.cls"]
+
+
+def test_tar_pax_size_record_overrides_header():
+    ti = tarfile.TarInfo("p.jpg")
+    ti.size = 5
+    ti.pax_headers = {"size": "5", "path": "q/p.jpg"}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(ti, io.BytesIO(b"hello"))
+        tf.addfile(tarfile.TarInfo("next.cls"), io.BytesIO(b""))
+    data = bytearray(buf.getvalue())
+    (pos, hdr), = [(p, h) for p, h in _headers(bytes(data)) if h[156:157] == b"0" and h.startswith(b"p.jpg")]
+    blk = bytearray(hdr)
+    blk[124:136] = b"%011o\0" % 0                          # the header says 0; the pax record says 5
+    _fix_chksum(blk)
+    data[pos:pos + 512] = blk
+    data = bytes(data)
+    assert _tarfile_listing(data) == [("q/p.jpg", pos + 512, b"hello"), ("next.cls", pos + 1536, b"")]
+    assert _our_listing(data) == _tarfile_listing(data)
+
+
+def test_tar_v7_directory_and_end_of_archive():
+    data = bytearray(_tar_bytes(tarfile.USTAR_FORMAT, [("olddir/", b"", {}), ("olddir/x.jpg", b"x", {})]))
+    blk = bytearray(data[:512])
+    blk[156:157] = b"\0"                                    # AREGTYPE + trailing slash = directory
+    _fix_chksum(blk)
+    data[:512] = blk
+    body = bytes(data)
+    assert _our_listing(body) == _tarfile_listing(body) == [("olddir/x.jpg", 1024, b"x")]
+    # Anything after the first zero block is not read.
+    end = 1536                                              # header, header, payload block
+    assert body[end:end + 1024] == bytes(1024)
+    assert _our_listing(body[:end] + bytes(512) + b"garbage" * 100) == _our_listing(body)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT],
+                         ids=["ustar", "gnu", "pax"])
+def test_tar_corrupted_checksum_raises_integrity_error(fmt):
+    data = _tar_bytes(fmt, _members(fmt))
+    heads = _headers(data)
+    for pos, _hdr in (heads[1], heads[-1]):
+        bad = bytearray(data)
+        bad[pos + 3] ^= 0x01                                 # a name byte: checksum no longer matches
+        with pytest.raises(IntegrityError) as e:
+            list(tarfmt.iter_members(bytes(bad), "s.tar"))
+        assert str(e.value) == f"s.tar: offset {pos}: bad tar header (bad checksum)"
+        with pytest.raises(tarfile.InvalidHeaderError, match="bad checksum"):   # tarfile rejects it too
+            tarfile.TarInfo.frombuf(bytes(bad[pos:pos + 512]), "utf-8", "surrogateescape")
+    bad = bytearray(data)
+    bad[heads[0][0] + 100:heads[0][0] + 102] = b"9z"         # a non-octal mode ...
+    blk = bytearray(bad[:512])
+    _fix_chksum(blk)                                         # ... under a valid checksum
+    bad[:512] = blk
+    with pytest.raises(IntegrityError, match=r"offset 0: bad tar header \(invalid header\)"):
+        list(tarfmt.iter_members(bytes(bad), "s.tar"))
+
+
+def test_tar_reader_over_generated_shards_matches_tarfile():
+    spec = GenSpec.from_mapping({"format": "tar", "modality": "images", "seed": 3, "num_samples": 40,
+                                 "shard_size": "16 samples"})
+    url = f"memory://fast-{uuid.uuid4().hex}"
+    m = generate(spec, url, progress=False)
+    backend = open_backend(url)
+    reader = get_format("tar").reader(m)
+    for shard in m.shards:
+        data = backend.cat(shard.path)
+        assert _our_listing(data) == _tarfile_listing(data)
+        samples = list(reader.iter_samples(data, shard))
+        assert len(samples) == shard.samples and len(samples) * 2 == len(_our_listing(data))
+        pos = _headers(data)[3][0]
+        bad = bytearray(data)
+        bad[pos + 20] ^= 0xFF                                           # inside the name field
+        with pytest.raises(IntegrityError, match=f"offset {pos}: bad tar header"):
+            list(reader.iter_samples(bytes(bad), shard))
