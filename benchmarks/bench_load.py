@@ -364,8 +364,11 @@ def merge(old: dict, meta: dict, results: list[dict]) -> tuple[dict, list[dict]]
     for r in results:
         r["rerun"] = meta["command"]
     old_meta = dict(old["meta"])
-    old_meta["updates"] = old_meta.get("updates", []) + [
-        {**meta, "sections": [r["section"] for r in results]}]
+    rerun = {r["section"] for r in results}
+    # An earlier update no longer owns the rows this run replaced.
+    earlier = [{**u, "sections": [x for x in u.get("sections", []) if x not in rerun]}
+               for u in old_meta.get("updates", [])]
+    old_meta["updates"] = [u for u in earlier if u["sections"]] + [{**meta, "sections": sorted(rerun)}]
     return old_meta, merged
 
 
