@@ -122,17 +122,23 @@ def write_buffers_local(backend: Backend, items: list[tuple[str, np.ndarray]], f
         if fsync and written:
             fsync_dir(os.path.dirname(written[0]))
     except OSError as e:
-        for p in written:
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
-        if isinstance(e, StorageError):
-            raise
-        what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
-        where = written[-1] if written else backend.local_path(items[0][0])
-        raise StorageError(f"{where}: write failed ({what}: {e})") from e
+        _unlink_and_raise(written, e, written[-1] if written else backend.local_path(items[0][0]), "write")
     return digests
+
+
+def _unlink_and_raise(written: list[str], e: OSError, where: str, verb: str) -> None:
+    """Remove this step's partial files (no manifest names them yet) and raise a StorageError."""
+    import os
+
+    for p in written:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+    if isinstance(e, StorageError):
+        raise e
+    what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
+    raise StorageError(f"{where}: {verb} failed ({what}: {e})") from e
 
 
 def copy_files_local(src: Backend, dst: Backend, rels: list[str], fsync: bool = True,
@@ -168,12 +174,4 @@ def copy_files_local(src: Backend, dst: Backend, rels: list[str], fsync: bool = 
         if fsync and written:
             fsync_dir(os.path.dirname(written[0]))
     except OSError as e:
-        for p in written:
-            try:
-                os.unlink(p)
-            except FileNotFoundError:
-                pass
-        if isinstance(e, StorageError):
-            raise
-        what = "disk full" if e.errno == errno.ENOSPC else type(e).__name__
-        raise StorageError(f"{written[-1] if written else dst.url}: upload failed ({what}: {e})") from e
+        _unlink_and_raise(written, e, written[-1] if written else dst.url, "upload")
