@@ -219,6 +219,14 @@ def bench_parquet(work: Path, scale: float) -> list[dict]:
                 n += rb.num_rows
         return n
 
+    return _vs_single_process_peer(
+        cfg, peer_run, "parquet tokens: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
+        "page cache warm; the peer only decodes Arrow batches, iobench also reads the token column as one "
+        "2-D array (ParquetReader.tokens), shuffles, collates and hands batches over")
+
+
+def _vs_single_process_peer(cfg, peer_run, label: str, note: str) -> list[dict]:
+    """iobench at W=1 and W=2 against one peer process, alternating, best of REPEATS each."""
     out = []
     for workers in (1, 2):
         iob, peer = [], []
@@ -226,11 +234,8 @@ def bench_parquet(work: Path, scale: float) -> list[dict]:
             iob.append(load_rate(LoadConfig(**{**cfg.__dict__, "workers": workers})))
             t, n = timed(peer_run)
             peer.append({"samples_per_s": n / t, "samples": n, "wall_s": t})
-        out.append(section_result(
-            f"parquet tokens: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
-            max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
-            "samples_per_s", 1.0, "page cache warm; the peer only decodes Arrow batches, iobench also reads "
-            "the token column as one 2-D array (ParquetReader.tokens), shuffles, collates and hands batches over"))
+        out.append(section_result(label.format(workers=workers), max(iob, key=lambda r: r["samples_per_s"]),
+                                  max(peer, key=lambda r: r["samples_per_s"]), "samples_per_s", 1.0, note))
     return out
 
 
@@ -251,19 +256,10 @@ def bench_tfrecord(work: Path, scale: float) -> list[dict]:
                 n += 1
         return n
 
-    out = []
-    for workers in (1, 2):
-        iob, peer = [], []
-        for _ in range(REPEATS):
-            iob.append(load_rate(LoadConfig(**{**cfg.__dict__, "workers": workers})))
-            t, n = timed(peer_run)
-            peer.append({"samples_per_s": n / t, "samples": n, "wall_s": t})
-        out.append(section_result(
-            f"tfrecord tokens: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
-            max(iob, key=lambda r: r["samples_per_s"]), max(peer, key=lambda r: r["samples_per_s"]),
-            "samples_per_s", 1.0, "page cache warm, same shards; iobench checks both CRCs of every record "
-            "(TFRecordReader.tokens: fixed-size records as one array), the peer checks none"))
-    return out
+    return _vs_single_process_peer(
+        cfg, peer_run, "tfrecord tokens: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
+        "page cache warm, same shards; iobench checks both CRCs of every record "
+        "(TFRecordReader.tokens: fixed-size records as one array), the peer checks none")
 
 
 def bench_memory(work: Path, scale: float) -> list[dict]:

@@ -84,25 +84,13 @@ def _read_varint(buf, pos: int) -> tuple[int, int]:
 
 def _fields(buf) -> Iterator[tuple[int, int, object]]:
     """(field number, wire type, value) of each field; LEN values are memoryviews."""
-    pos, n = 0, len(buf)
-    while pos < n:
-        tag, pos = _read_varint(buf, pos)
-        num, wt = tag >> 3, tag & 7
+    for num, wt, start, end in _fields_at(buf, 0, len(buf)):
         if wt == 0:
-            v, pos = _read_varint(buf, pos)
+            yield num, wt, _read_varint(buf, start)[0]
         elif wt == 2:
-            ln, pos = _read_varint(buf, pos)
-            v = buf[pos:pos + ln]
-            pos += ln
-        elif wt == 1:
-            v = bytes(buf[pos:pos + 8])
-            pos += 8
-        elif wt == 5:
-            v = bytes(buf[pos:pos + 4])
-            pos += 4
+            yield num, wt, buf[start:end]
         else:
-            raise ValueError(f"unsupported protobuf wire type {wt}")
-        yield num, wt, v
+            yield num, wt, bytes(buf[start:end])
 
 
 def _signed(v: int) -> int:

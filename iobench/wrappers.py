@@ -290,6 +290,17 @@ class _FileProxy:
         return getattr(self._f, name)
 
 
+@contextmanager
+def _counted_output(inner, rel: str, fsync: bool, written: list[int]) -> Iterator[IO]:
+    """``inner.open_output`` whose writes add their byte count to ``written[0]``."""
+    def on_write(fn, data):
+        written[0] += len(data)
+        return fn(data)
+
+    with inner.open_output(rel, fsync=fsync) as f:
+        yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+
+
 def _nbytes(result: Any, counts_result: bool) -> int:
     if counts_result:
         return int(result or 0)
@@ -355,13 +366,8 @@ class EmulatedBackend(BackendWrapper):
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         t0 = now_ns()
         written = [0]
-
-        def on_write(fn, data):
-            written[0] += len(data)
-            return fn(data)
-
-        with self.inner.open_output(rel, fsync=fsync) as f:
-            yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        with _counted_output(self.inner, rel, fsync, written) as f:
+            yield f
         self._latency()
         rest = self.spec.transfer_s(written[0]) - (now_ns() - t0) / 1e9
         if rest > 0:
@@ -453,13 +459,8 @@ class InstrumentedBackend(BackendWrapper):
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         t0 = now_ns()
         written = [0]
-
-        def on_write(fn, data):
-            written[0] += len(data)
-            return fn(data)
-
-        with self.inner.open_output(rel, fsync=fsync) as f:
-            yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        with _counted_output(self.inner, rel, fsync, written) as f:
+            yield f
         self._record("write", now_ns() - t0, nwritten=written[0])
 
     def stats(self, encode: bool = False) -> dict:
