@@ -147,6 +147,9 @@ def _publish_local(backend: Backend, rel: str, data: bytes, fsync: bool) -> dict
         raise StorageError(f"{final}: step already committed")
     fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=d)
     try:
+        from iobench.atomic import default_file_mode
+
+        os.fchmod(fd, default_file_mode())  # the process umask, as for every other file we publish
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

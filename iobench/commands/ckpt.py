@@ -10,7 +10,7 @@ HELP = """checkpoint benchmark: snapshot, local write, async commit, restore
 def register(sub) -> None:
     import argparse
 
-    from ..cli import add_endpoint_flag, add_json_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag
 
     p = sub.add_parser("ckpt", help="checkpoint save/restore benchmark (blocking pause, commit latency, exposure)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,6 +50,7 @@ def register(sub) -> None:
     g.add_argument("--read-path", default="plain", metavar="PATH",
                    help="restore: plain (default) or a host-memory iobench.gds reader: cpu")
     add_json_flag(p)
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -88,7 +89,9 @@ def run(args) -> int:
         raise ConfigError("ckpt", "multi-process (MPI) saves are not supported yet: one process emulates every rank",
                           "run iobench ckpt without mpirun")
     res = Results(command="ckpt", config=to_dict(cfg), world=world.describe())
-    m = run_saves(cfg, local, durable, world.rank, world.size)
+    from ..cli import want_progress
+
+    m = run_saves(cfg, local, durable, world.rank, world.size, progress=want_progress(args) and world.rank == 0)
     res.metrics["checkpoint"] = m
     res.environment["staging"] = m["staging_kind"]
     res.environment["fsync"] = cfg.fsync
@@ -99,14 +102,14 @@ def run(args) -> int:
     if m["staging_kind"] == "host":
         res.warn("staging buffers are pageable host memory (pinned memory needs torch or cupy)")
     failed = m["saves"]["failed"]
+    if args.json:
+        res.write(args.json)  # before printing: a reader that stops early must not cost the file
     c = Console()
     c.print(f"{m['state']['name']}: {format_bytes(m['state']['bytes_per_save'])} per save over "
             f"{m['state']['local_ranks']} rank(s); saves {m['saves']}")
     c.print(f"blocking p50 {format_seconds(m['blocking_s']['p50'] or 0)}, "
             f"local write {format_rate(m['local_write_bytes_per_s'] or 0)}, "
             f"commit latency p50 {format_seconds(m['commit_latency_s']['p50'] or 0)}, backlog max {m['backlog_max']}")
-    if args.json:
-        res.write(args.json)
     return 1 if failed else 0
 
 
@@ -141,9 +144,9 @@ def run_restore(args) -> int:
     res.environment["cache"] = {"declared": "cold", "method": "posix_fadvise DONTNEED (local files)"}
     for s in got.skipped:
         res.warn(f"skipped {s}")
+    if args.json:
+        res.write(args.json)
     Console().print(f"restored step {got.step} from {got.tier} ({got.url}): {format_bytes(got.bytes_read)} in "
                     f"{format_seconds(got.seconds)} ({format_rate(got.bytes_per_s)}), "
                     f"{'verified' if got.verified else 'NOT verified'}, {len(got.arrays)} rank(s)")
-    if args.json:
-        res.write(args.json)
     return 0

@@ -42,6 +42,14 @@ def run(args) -> int:
     checks = check(docs_b, threshold_limits(args))
     if args.max_regression is not None:
         checks += regressions(rows, args.max_regression)
+    if args.markdown:
+        atomic_write_bytes(args.markdown, markdown(rows, Path(args.a).name, Path(args.b).name, checks).encode(),
+                           fsync=False)
+    # files first: a reader that stops early (| head) must not cost them
+    if args.json:
+        Results(command="compare", config={"a": args.a, "b": args.b, "max_regression": args.max_regression},
+                metrics={"rows": [r.to_dict() for r in rows], "checks": checks,
+                         "passed": all(c["ok"] for c in checks)}).write(args.json)
     shown = rows if args.all else [r for r in rows if r.a != r.b]
     t = Table(title=f"{a.get('command')} {Path(args.a).name}  vs  {b.get('command')} {Path(args.b).name}")
     for col in ("metric", "A", "B", "B − A", "B / A"):
@@ -63,11 +71,4 @@ def run(args) -> int:
         con.print(f"[red]FAIL[/]: {c['check']} — {c['path']} = {fmt(c['path'], c['value']) if c['value'] is not None else '-'}")
     if checks:
         con.print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
-    if args.markdown:
-        atomic_write_bytes(args.markdown, markdown(rows, Path(args.a).name, Path(args.b).name, checks).encode(),
-                           fsync=False)
-    if args.json:
-        Results(command="compare", config={"a": args.a, "b": args.b, "max_regression": args.max_regression},
-                metrics={"rows": [r.to_dict() for r in rows], "checks": checks,
-                         "passed": all(c["ok"] for c in checks)}).write(args.json)
     return 0 if all(c["ok"] for c in checks) else 1

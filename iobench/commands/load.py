@@ -13,7 +13,7 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
 
 
 def register(sub) -> None:
-    from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
                        description="Read a dataset through its manifest with a prefetching multi-worker loader, "
@@ -62,7 +62,7 @@ def register(sub) -> None:
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
     add_set_flag(p)
     add_json_flag(p)
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -84,6 +84,9 @@ def build_config(args):
     if args.drop_last:
         section["drop_last"] = True
     if args.decode:
+        from ..extras import require
+
+        require("PIL", "--decode")  # before workers start: a worker's ImportError would be a hang or a traceback
         section["decode"] = True
     if args.odirect:
         section["odirect"] = True
@@ -117,7 +120,9 @@ def run(args) -> int:
     cfg = build_config(args)
     world = detect_world()
     source = _tiers_source(args, cfg) if args.tiers else None
-    kw = dict(rank=world.rank, world=world.size, progress=args.progress)
+    from ..cli import want_progress
+
+    kw = dict(rank=world.rank, world=world.size, progress=want_progress(args) and world.rank == 0)
     world.barrier()  # ranks start together: world throughput is total bytes / the longest wall time
     analysis = None
     if args.analyze:
@@ -176,7 +181,7 @@ def run(args) -> int:
                 v = rec["validation"]
                 print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
                       f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
-        if args.json:
+        if args.json and args.json != "-":
             print(f"results: {args.json}")
     return 0
 

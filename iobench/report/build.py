@@ -82,9 +82,11 @@ def check(docs: list[tuple[str, dict]], limits: dict[str, float | None]) -> list
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
                  limits: dict[str, float | None] | None = None) -> Report:
     from ..atomic import atomic_write_bytes
+    from ..extras import require
     from ..results import now_iso
     from . import html, markdown
 
+    require("matplotlib", "report plots")  # before any work, not as a per-plot failure in the page
     docs = load(inputs)
     checks = check(docs, limits or {})
     out = Path(out_dir)
@@ -95,6 +97,4 @@ def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench repor
     hp, mp = out / "report.html", out / "report.md"
     atomic_write_bytes(hp, page.encode("utf-8"), fsync=False)
     atomic_write_bytes(mp, md.encode("utf-8"), fsync=False)
-    for f in (hp, mp):
-        f.chmod(0o644)   # temp files are created private; a report is meant to be shared
     return Report(hp, mp, checks)
