@@ -50,6 +50,12 @@ def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
                    help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL, then AWS)")
 
 
+def add_storage_option_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="fsspec storage option for the URL's filesystem (repeatable), e.g. anon=true; "
+                        "credentials belong in the environment or profiles, not here")
+
+
 def add_set_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")

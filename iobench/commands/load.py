@@ -13,7 +13,7 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
 
 
 def register(sub) -> None:
-    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag, add_storage_option_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
                        description="Read a dataset through its manifest with a prefetching multi-worker loader, "
@@ -43,6 +43,7 @@ def register(sub) -> None:
     p.add_argument("--odirect", action="store_true", help="local shards: O_DIRECT reads into aligned buffers")
     p.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
     add_endpoint_flag(p)
+    add_storage_option_flag(p)
     p.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
     p.add_argument("--s3-concurrency", type=int, help="ranged GETs in flight per worker (default 4)")
     p.add_argument("--retries", type=int, help="attempts per request (default 5)")
@@ -122,7 +123,11 @@ def run(args) -> int:
     source = _tiers_source(args, cfg) if args.tiers else None
     from ..cli import want_progress
 
-    kw = dict(rank=world.rank, world=world.size, progress=want_progress(args) and world.rank == 0)
+    from ..storage import parse_storage_options
+
+    # storage options travel beside the config, never in it: results must not carry credentials
+    kw = dict(rank=world.rank, world=world.size, progress=want_progress(args) and world.rank == 0,
+              storage_options=parse_storage_options(args.storage_option) or None)
     world.barrier()  # ranks start together: world throughput is total bytes / the longest wall time
     analysis = None
     if args.analyze:
