@@ -72,7 +72,7 @@ def _config(args):
 def run(args) -> int:
     from ..errors import ConfigError
     from ..mlperf.report import print_find_max, print_run, results_for
-    from ..world import detect_world
+    from ..dist.world import detect_world
 
     cfg = _config(args)
     cfg.resolve()   # bad workload / accelerator refused before any work

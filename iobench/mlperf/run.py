@@ -7,7 +7,7 @@ an accelerator leaves the host CPU free).  Under MPI each MPI rank is a node-lev
 coordinator and ranks are numbered ``node * accelerators + local``.
 
 The local coordinator is deliberately small (processes started together behind a barrier,
-results through a queue): the MPI launch model of ``iobench.world`` replaces it across nodes.
+results through a queue): across nodes, MPI ranks (``iobench.dist.world``) are the nodes.
 
 AU of one accelerator = emulated compute time / step time over its steps, first step
 excluded (MLPerf Storage's ``train_au_percentage``); the run passes when the minimum AU over
