@@ -198,10 +198,14 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     t_step: list[float] = []
     batch_bytes: list[int] = []
     lens: list[int] = []
+    io_series: list[float] = []       # per batch: its worker's time producing it (planner.loader_sim replays these)
+    owners: list[int] = []
+    ready_at: list[float] = []        # per batch: when its worker finished it (s after the clock start)
     samples = 0
     bar = None
     rx = None
 
+    device = _device_counter(backend, manifest, synthetic)  # before the workers' first read
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=manifest, plans=plans, total_batches=total,
@@ -249,6 +253,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             steps_s.append((t2 - t0) / 1e9)
             t_step.append((t0 - t_start) / 1e9)
             batch_bytes.append(meta["nbytes"])
+            io_series.append(meta["io_s"])
+            owners.append(meta["worker"])
+            ready_at.append((meta["ready_ns"] - t_start) / 1e9 if "ready_ns" in meta else None)
             samples += meta["n"]
             lens.append(meta["n"])
             if bar is not None:
@@ -334,9 +341,12 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         "queue_depth": {"mean": float(np.mean(depths)) if depths else 0.0, "max": max(depths, default=0),
                         "slots": cfg.prefetch + 1, "slot_bytes": slot_bytes},
         "per_worker": per_worker,
-        "series": {"t_s": t_step, "wait_s": waits, "compute_s": computes, "queue_depth": depths},
+        "series": {"t_s": t_step, "wait_s": waits, "compute_s": computes, "queue_depth": depths,
+                   "io_s": io_series, "worker": owners, "ready_s": ready_at},
         "system": system,
         "pickled_batches": overflow,
+        # What the block device read for these requests (read-ahead makes it more); None off local disks.
+        "device_io": device.stop(bytes_read, sum(batch_bytes)) if device is not None else None,
     }
     src_desc = source.describe() if hasattr(source, "describe") else {"kind": type(source).__name__}
     environment = {
@@ -357,6 +367,16 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     for reason in getattr(deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
+
+
+def _device_counter(backend, manifest, synthetic: bool):
+    """Device bytes read during the run (iobench.blockdev), for datasets on a local block device."""
+    if synthetic or not backend.is_local:
+        return None
+    from ..blockdev import DeviceCounter
+
+    c = DeviceCounter(backend.local_path(manifest.shards[0].path))
+    return c if c.dev is not None else None
 
 
 def _batch_owners(plans: list[EpochPlan], workers: int, total: int) -> np.ndarray:
