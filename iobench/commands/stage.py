@@ -35,7 +35,7 @@ def run(args) -> int:
     from ..tiers.config import load_tiers
     from ..tiers.run import run_stage
     from ..units import format_bytes, format_rate, format_seconds
-    from ..world import detect_world
+    from ..dist import detect_world
 
     cfg = load_tiers(args.tiers)
     if args.concurrency is not None:
