@@ -184,3 +184,45 @@ def test_a_rank_that_never_arrives_ends_the_job_at_the_deadline(tokens):
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=50)
     assert p.returncode != 0
     assert "never arrived" in p.stderr and "IOBENCH_COLLECTIVE_TIMEOUT_S" in p.stderr
+
+
+# ---------------------------------------------------------------- gen and stage on 3 ranks
+
+@mpi
+def test_gen_on_3_ranks_is_byte_identical_to_one_process_and_published_once(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+
+    spec = ["--format", "tfrecord", "--modality", "tokens", "--num-samples", "900", "--shard-size", "50 samples",
+            "--seq-len", "16", "--no-progress"]
+    out = tmp_path / "g3"
+    p = ranks(3, iobench("gen", *spec, "--out", str(out), "--json", str(tmp_path / "g.json")))
+    assert p.returncode == 0, p.stderr
+    one = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=900, shard_size="50 samples",
+                           seq_len=16), str(tmp_path / "g1"), progress=False)
+    three = read_manifest(open_backend(str(out)))
+    assert [(s.path, s.bytes, s.checksum) for s in three.shards] == [(s.path, s.bytes, s.checksum) for s in one.shards]
+    doc = json.loads((tmp_path / "g.json").read_text())
+    pr = doc["per_rank"]
+    assert [r["shards"] for r in pr] == [6, 6, 6] and sum(r["bytes"] for r in pr) == three.total_bytes
+    assert sorted(r["first_sample"] for r in pr) == [0, 300, 600]       # disjoint contiguous ranges
+    assert doc["metrics"]["world"]["duration_s"] == max(r["write_s"] for r in pr)
+
+
+@mpi
+def test_stage_on_3_ranks_stages_each_shard_once(tokens, tmp_path):
+    url, manifest = tokens
+    from iobench.tiers.config import TierSpec, TiersConfig, write_tiers_file
+
+    tiers = write_tiers_file(TiersConfig(tiers=(TierSpec(name="nvme", url=str(tmp_path / "nvme")),)),
+                             str(tmp_path / "tiers.yaml"))
+    out = tmp_path / "st.json"
+    p = ranks(3, iobench("stage", url, "--tiers", tiers, "--epochs", "1", "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    m = doc["metrics"]
+    assert m["staging"]["staged_shards"] == len(manifest.shards)
+    assert m["staging"]["bytes"] == manifest.total_bytes
+    assert m["epochs"][0]["bytes"] == manifest.total_bytes
+    assert sum(r["rank_shards"] for r in doc["per_rank"]) == len(manifest.shards)
