@@ -37,11 +37,12 @@ from .units import parse_size
 CHECKSUMS = ("xxh64", "crc32c")
 DISTRIBUTIONS = ("uniform", "zipf")
 TOKEN_DTYPES = ("auto", "uint16", "uint32")
-MODALITIES = ("tokens", "images")
+MODALITIES = ("tokens", "images", "records")
 # Per-sample framing beyond the payload, to plan size-based shards (close enough for rotation).
 _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900, ("tar", "images"): 1800,
              ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
-             ("tfrecord", "images"): 80}
+             ("tfrecord", "images"): 80, ("raw", "records"): 12, ("tfrecord", "records"): 80,
+             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class GenSpec:
     image_grain: int = 48
     jpeg_quality: int = 90
     num_classes: int = 1000
+    # records (opaque byte samples, MLPerf Storage / DLIO style): size ~ normal(mean, stdev) * scale
+    record_bytes: int = 4096
+    record_bytes_stdev: int = 0
+    scale: float = 1.0                 # shrinks record sizes (scaled-down MLPerf workloads for tests)
     # durability
     fsync: bool = True
 
@@ -81,9 +86,12 @@ class GenSpec:
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
         for name in ("num_samples", "workers", "seq_len", "vocab_size", "image_width", "image_height",
-                     "num_classes"):
+                     "num_classes", "record_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        if self.record_bytes_stdev < 0 or not 0 < self.scale <= 1:
+            raise ConfigError("gen.record_bytes_stdev/scale", "stdev must be >= 0 and scale within (0, 1]",
+                              "e.g. --scale 0.001 for a scaled-down MLPerf workload")
         if self.seed < 0:
             raise ConfigError("gen.seed", f"must be zero or more, got {self.seed}", "give a non-negative seed")
         if not 1 <= self.jpeg_quality <= 100:
@@ -146,8 +154,11 @@ class ShardPlan:
 
 
 def make_synth(spec: GenSpec):
-    from .synth import ImageParams, ImageSynth, TokenParams, TokenSynth
+    from .synth import ImageParams, ImageSynth, RecordParams, RecordSynth, TokenParams, TokenSynth
 
+    if spec.modality == "records":
+        return RecordSynth(spec.seed, RecordParams(max(1, round(spec.record_bytes * spec.scale)),
+                                                   round(spec.record_bytes_stdev * spec.scale), spec.num_classes))
     if spec.modality == "tokens":
         return TokenSynth(spec.seed, TokenParams(spec.seq_len, spec.vocab_size, spec.dtype, spec.distribution,
                                                  spec.zipf_a))
@@ -570,10 +581,14 @@ def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[st
 
 
 def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-             progress: bool = True, stats: dict | None = None) -> Manifest:
+             progress: bool = True, stats: dict | None = None, world=None) -> Manifest | None:
     """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
 
     ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
+    With an MPI ``world`` (iobench.dist) of several ranks, each rank writes a disjoint,
+    contiguous range of shards, and rank 0 publishes the manifest only after every rank has
+    reported its shards durable; the manifest is returned on rank 0 only.  The dataset is
+    byte-identical to a single-process run of the same spec.
     """
     from .formats import get_format
 
@@ -582,6 +597,8 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                            field_name="--out", check=True)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    if world is not None and world.size > 1:
+        return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
     workers = min(spec.workers, len(plans))
     if backend.protocol == "memory":
@@ -619,6 +636,15 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                     raise ConfigError("--out", msg) from e
                 raise StorageError(f"generation failed, no manifest written: {msg}") from e
             raise
+    manifest = _publish(spec, fmt, backend, entries)
+    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+    if stats is not None:
+        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) -> Manifest:
     entries = sorted(entries, key=lambda e: e.first_sample)
     manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
                         seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
@@ -626,10 +652,72 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                                "checksum": spec.checksum, "generator": "iobench.generate",
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     write_manifest(backend, manifest)
-    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
-    if stats is not None:
-        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
-                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
+    """World view of a multi-rank generate: shards written per rank, slowest rank's time to durable."""
+    from .dist.aggregate import MergeSpec, merge
+
+    return merge(per_rank, MergeSpec(duration="write_s", sums=("bytes", "samples", "shards", "workers"),
+                                     spreads=("bytes",), rates={"write_bytes_per_s": "bytes"}), hosts)
+
+
+def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0):
+    """One rank's part of a multi-rank ``generate`` (see its docstring)."""
+    pending = [p.path for p in plans] + [p.path + ".index" for p in plans]
+    # Rank 0 withdraws the old manifest before any rank writes a shard over a listed file.
+    previous = world.all_ok(lambda: prepare_target(backend, pending=pending) if world.rank == 0 else set(),
+                            what="gen output")
+    world.barrier("gen start")
+    t_start = time.perf_counter_ns()
+    ranges = _split(plans, world.size)
+    mine = ranges[world.rank] if world.rank < len(ranges) else []
+    workers = min(spec.workers, len(mine))
+    entries: list[ShardEntry] = []
+    pids: list[int] = []
+    problem = None
+    try:
+        if mine and workers <= 1:
+            entries = write_shards(spec, backend, mine)
+        elif mine and backend.protocol == "s3":
+            entries = _run_threads(spec, backend, mine, workers, lambda s, b: None)
+        elif mine:
+            entries, pids = _run_workers(spec, backend, mine, workers, endpoint_url, storage_options,
+                                         lambda s, b: None)
+    except (OSError, _WorkerError, IobenchError) as e:
+        if isinstance(e, OSError):
+            problem = _describe_error(e, out_url)[1]
+        else:
+            problem = getattr(e, "message", None) or str(e)
+    t_durable = time.perf_counter_ns()
+    # Every rank learns whether every rank's shards are durable: the commit is all or nothing.
+    problems = world.allgather(problem, what="gen shards durable")
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if bad:
+        _remove_quietly(backend, [p for pl in mine for p in (pl.path, pl.path + ".index")])
+        if world.rank == 0 and previous:
+            _remove_temp_files(backend, previous)
+            if not _remove_files(backend, previous)[1]:
+                _remove_files(backend, [SUPERSEDED_NAME])
+        err = StorageError(f"generation failed on rank {bad[0][0]}, no manifest written: {bad[0][1]}")
+        err.collective = True
+        raise err
+    mine_stats = {"write_s": (t_durable - t_start) / 1e9, "bytes": sum(e.bytes for e in entries),
+                  "samples": sum(e.samples for e in entries), "shards": len(entries), "workers": max(1, workers),
+                  "first_sample": entries[0].first_sample if entries else None}
+    gathered = world.gather((entries, mine_stats), what="gen manifest")
+    manifest = None
+    if world.rank == 0:
+        manifest = _publish(spec, fmt, backend, [e for es, _ in gathered for e in es])
+        removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+        if stats is not None:
+            per_rank = [st for _, st in gathered]
+            stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t_start) / 1e9,
+                         setup_s=(t_start - t0) / 1e9, bytes=manifest.total_bytes, samples=manifest.total_samples,
+                         shards=len(manifest.shards), workers=sum(st["workers"] for st in per_rank), pids=pids,
+                         per_rank=per_rank)
+    world.barrier("gen manifest published")   # no rank reports success before the dataset exists
     return manifest
 
 

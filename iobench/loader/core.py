@@ -162,6 +162,7 @@ class _Steps:
     fill_s: list[float] = field(default_factory=list)      # shuffle-buffer fill before it (stream), apart
     requests: list[int] = field(default_factory=list)
     worker: list[int] = field(default_factory=list)
+    ready_s: list = field(default_factory=list)            # when its worker finished it (s after clock start)
     t_spawn: int = 0
     t_start: int = 0
     t_end: int = 0
@@ -250,11 +251,13 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     bar = None
     rx = None
     read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
+    lag = cfg.prefetch * cfg.workers if schedule.access in ("map", "stream") else 0
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
                             total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
-                            access=schedule.access, stream_read_size=read_size)
+                            access=schedule.access, stream_read_size=read_size,
+                            lag=lag)
             p = ctx.Process(target=run_worker, args=(job, st.source, pool, pipes[wid][1], stop), daemon=True,
                             name=f"iobench-load-{wid}")
             p.start()
@@ -279,6 +282,8 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             meta = rx.wait_batch(k)
             batch = deliver(batch_from_meta(meta, pool))
             t1 = now_ns()
+            if lag:
+                pool.take(k, int(owner[k + lag]) if k + lag < total else None)
             rec.depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
             # Like a host thread while the accelerator computes: take worker messages meanwhile.
             try:
@@ -302,6 +307,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             rec.fill_s.append(meta.get("fill_s", 0.0))
             rec.requests.append(meta.get("requests", 0))
             rec.worker.append(meta["worker"])
+            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9 if "ready_ns" in meta else None)
             if bar is not None:
                 bar.update(task, advance=1)
             if stop_rule is not None and k + 1 < total:
@@ -429,7 +435,9 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         "per_worker": per_worker,
         "series": {"t_s": rec.t_step, "wait_s": rec.waits, "compute_s": rec.computes, "queue_depth": rec.depths,
                    "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
-                   "worker": rec.worker},
+                   # the batch's whole time at its worker (what planner.loader_sim replays)
+                   "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
+                   "worker": rec.worker, "ready_s": rec.ready_s},
         "system": rec.system,
         "pickled_batches": rec.overflow,
     }

@@ -112,8 +112,9 @@ _BUF_STREAM = 0x4255     # stream: each worker's shuffle-buffer draws
 
 
 def default_access(fmt: str) -> str:
-    """What the field uses per format: indexable raw arrays and one-file-per-sample → map; archives → stream."""
-    return "map" if fmt in ("raw", "files") else "stream"
+    """What the field uses per format: indexable raw arrays and one file per sample (files, npz) → map;
+    archives (tar, parquet, tfrecord) → stream."""
+    return "map" if fmt in ("raw", "files", "npz") else "stream"
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool) -> tuple[int, ...]:

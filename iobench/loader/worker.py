@@ -46,6 +46,7 @@ class WorkerJob:
     read_ahead: int = 0           # block: blocks a worker reads ahead of the one it is collating
     access: str = "block"         # map | stream | block
     stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
+    lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
 
 
 def open_source(source, wid: int) -> None:
@@ -158,6 +159,16 @@ class _Emitter:
     def __init__(self, job: WorkerJob, pool, conn, stop, stats: dict) -> None:
         self.job, self.pool, self.conn, self.stop, self.stats = job, pool, conn, stop, stats
         self.per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
+
+    def gate(self, k: int) -> None:
+        """map/stream: start batch ``k`` only once its index would have reached the worker —
+        DataLoader keeps ``prefetch_factor × W`` indices out and sends the next one each time
+        the training loop takes a batch (so nothing is read further ahead than that)."""
+        if self.stop.is_set():
+            raise _Stopped
+        lag = self.job.lag
+        if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
+            raise _Stopped
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
                  fill_s: float = 0.0, requests: int = 0) -> None:
@@ -335,8 +346,7 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             if k >= job.total_batches:
                 return
             if j % job.workers == job.wid:
-                if emit.stop.is_set():
-                    raise _Stopped
+                emit.gate(k)
                 ids = plan.ids[off:off + bs]
                 sel = np.arange(bs)
                 if job.synthetic:
@@ -459,8 +469,7 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             k = ks[r]
             if k >= job.total_batches:
                 return
-            if emit.stop.is_set():
-                raise _Stopped
+            emit.gate(k)
             picks = wp.order[out:out + bs]
             sel = np.arange(bs)
             if job.synthetic:
