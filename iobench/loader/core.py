@@ -170,6 +170,7 @@ class _Steps:
     done: dict = field(default_factory=dict)
     overflow: int = 0
     stopped_early: str | None = None
+    device: object = None                                 # iobench.blockdev.DeviceCounter, local disks
 
 
 def slots_for(access: str, workers: int, prefetch: int) -> int:
@@ -252,6 +253,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     rx = None
     read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
     lag = cfg.prefetch * cfg.workers if schedule.access in ("map", "stream") else 0
+    rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
@@ -440,6 +442,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                    "worker": rec.worker, "ready_s": rec.ready_s},
         "system": rec.system,
         "pickled_batches": rec.overflow,
+        # What the block device read for these requests (read-ahead makes it more); None off local disks.
+        "device_io": rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
     }
     src_desc = st.source.describe() if hasattr(st.source, "describe") else {"kind": type(st.source).__name__}
     environment = {
@@ -474,6 +478,16 @@ ACCESS_SEMANTICS = {
     "block": "full-window shuffle: shards grouped into blocks of >= shuffle_buffer samples, each block read whole "
              "and shuffled; its reads land on its first batch (lumpy by design); Q batches in all",
 }
+
+
+def _device_counter(backend, manifest, synthetic: bool):
+    """Device bytes read during the run (iobench.blockdev), for datasets on a local block device."""
+    if synthetic or not backend.is_local:
+        return None
+    from ..blockdev import DeviceCounter
+
+    c = DeviceCounter(backend.local_path(manifest.shards[0].path))
+    return c if c.dev is not None else None
 
 
 def _check_odirect(backend, manifest, warnings: list[str]) -> None:
