@@ -17,8 +17,10 @@ from typing import Callable
 
 ENV = "IOBENCH_CKPT_CRASH_AT"
 DELAY_ENV = "IOBENCH_CKPT_DELAY_AT"
-POINTS = ("before_shard_write", "mid_shard_write", "before_local_manifest", "mid_upload", "before_rank_report",
-          "before_manifest", "mid_manifest_publish", "after_commit", "mid_retention")
+POINTS = ("before_shard_write", "mid_shard_write", "before_local_manifest", "mid_upload", "before_manifest",
+          "mid_manifest_publish", "after_commit", "mid_retention")
+# reached only in multi-process saves (checkpointing.world): a process's files are durable, not yet reported
+WORLD_POINTS = ("before_rank_report",)
 
 
 def _launcher_rank() -> int:
