@@ -241,25 +241,26 @@ def _manifest(root, step):
 def test_commit_waits_for_the_slowest_rank(tmp_path):
     dur = tmp_path / "durable"
     out = tmp_path / "ck.json"
-    # rank 2's files become durable ~1 s after the others' (it pauses before writing them)
+    # rank 2's files become durable ~2 s after the others' (it pauses before writing them); the
+    # thresholds leave 1 s for the others' own writes on a loaded machine
     p = ranks(3, iobench("ckpt", *CKPT, "--durable", str(dur), "--json", str(out)),
-              env={"IOBENCH_CKPT_DELAY_AT": "before_shard_write:1.0@2"})
+              env={"IOBENCH_CKPT_DELAY_AT": "before_shard_write:2.0@2"})
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     ck = doc["metrics"]["checkpoint"]
     assert ck["saves"] == {"committed": 2, "total": 2}
     for c in ck["commits"]:
         durable_at = c["durable_at_by_rank"]
-        assert durable_at[2] - min(durable_at[:2]) >= 0.9      # the straggler
+        assert durable_at[2] - min(durable_at[:2]) >= 1.0      # the straggler
         assert c["committed_at"] >= max(durable_at)             # the commit came after it
     for step in (1, 2):
         m = _manifest(dur, step)
         assert sorted(f["rank"] for f in m["files"]) == [0, 1, 2]
         assert m["extra"]["world"]["size"] == 3
     # MLPerf timing: each save as long as its slowest rank
-    assert ck["commit_latency_s"]["min"] >= 0.9
+    assert ck["commit_latency_s"]["min"] >= 2.0
     for row in ck["per_save"]:
-        assert row["local_write_s"] == max(row["local_write_s_by_rank"]) >= 0.9
+        assert row["local_write_s"] == max(row["local_write_s_by_rank"]) >= 2.0
     assert ck["bytes_per_save"] == sum(r["checkpoint"]["state"]["bytes_per_save"] for r in doc["per_rank"])
     assert ck["world"]["straggler"]["slowest_rank"] == 2
 
