@@ -58,8 +58,16 @@ class Backend:
         return self.protocol == "file"
 
     def path(self, rel: str = "") -> str:
-        """Full path (as the filesystem names it) of ``rel`` under the root."""
+        """Full path (as the filesystem names it) of ``rel`` under the root; never outside it.
+
+        A leading '/' is taken as relative to the root; a '..' component is refused (exit 2),
+        so no caller — whatever manifest, catalog or config its path came from — can join its
+        way out of the root.  (Symlinks are checked where the file system is consulted:
+        ``iobench.paths.check_inside``, e.g. when a manifest is read or a tier file deleted.)"""
         rel = rel.lstrip("/")
+        if ".." in rel and ".." in rel.replace("\\", "/").split("/"):
+            raise ConfigError("path", f"{rel!r} has a '..' component: it would leave {self.url}",
+                              "paths must stay inside their root")
         if not rel:
             return self.root
         return f"{self.root.rstrip('/')}/{rel}" if self.root else rel
@@ -75,7 +83,10 @@ class Backend:
                        root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url)
 
     def describe(self) -> dict:
-        return {"url": self.url, "protocol": self.protocol, "endpoint_url": self.endpoint_url}
+        from .results import redact_text
+
+        return {"url": redact_text(self.url), "protocol": self.protocol,
+                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None}
 
     # Thin helpers over fsspec, relative to the root.
     def exists(self, rel: str) -> bool:
@@ -90,6 +101,12 @@ class Backend:
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
 
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        """Bytes ``start:end`` as the next piece of a sequential stream over ``rel`` (a loader's
+        streaming reader).  Real backends serve it as a ranged read; the emulation wrapper
+        charges its per-request latency only on the stream's ``first`` piece."""
+        return self.cat(rel, start, end)
+
     def ls(self, rel: str = "", detail: bool = False) -> list:
         try:
             return self.fs.ls(self.path(rel), detail=detail)
@@ -97,7 +114,16 @@ class Backend:
             return []
 
     def rm(self, rel: str, recursive: bool = False) -> None:
-        self.fs.rm(self.path(rel), recursive=recursive)
+        full = self.path(rel)
+        if self.is_local and rel.strip("/"):
+            # Never delete through a symlinked directory that leads out of the root.
+            from .paths import check_inside
+
+            head, _, name = rel.strip("/").rpartition("/")
+            check_inside(self.root, head, "path")
+            if recursive:
+                check_inside(self.root, rel.strip("/"), "path")
+        self.fs.rm(full, recursive=recursive)
 
     def makedirs(self, rel: str = "") -> None:
         if self.protocol != "s3":  # S3 has no directories; prefixes appear with their objects
@@ -107,6 +133,9 @@ class Backend:
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         """A writable file that becomes visible under ``rel`` only when the block succeeds."""
         if self.is_local:
+            from .paths import check_inside
+
+            check_inside(self.root, rel.strip("/").rpartition("/")[0], "path")   # no symlinked dir out of the root
             with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
                 yield f
             return
@@ -198,6 +227,18 @@ def check_reachable(backend: Backend, field_name: str = "url") -> None:
         return
     bucket = backend.root.split("/", 1)[0]
     where = backend.endpoint_url or "the default AWS endpoint"
+    if backend.endpoint_url:
+        # One TCP connect first: a refused or silent endpoint is named in seconds, not after the
+        # S3 client's and s3fs's retry ladders (~20 s for a refused port).
+        import socket
+
+        u = urlparse(backend.endpoint_url)
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            socket.create_connection((u.hostname or "", port), timeout=5).close()
+        except OSError as e:
+            raise EndpointError(field_name, f"cannot reach {where} ({e.strerror or type(e).__name__})",
+                                "check --endpoint-url and that the server is running") from None
     try:
         backend.fs.ls(bucket, refresh=True)
     except FileNotFoundError:
@@ -206,6 +247,10 @@ def check_reachable(backend: Backend, field_name: str = "url") -> None:
     except PermissionError:
         raise EndpointError(field_name, f"access to bucket {bucket!r} at {where} was denied",
                             "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
-    except Exception as e:  # connection refused, DNS, timeouts
-        raise EndpointError(field_name, f"cannot reach {where} ({type(e).__name__})",
+    except Exception as e:  # connection refused, DNS, timeouts -- or no credentials at all
+        name = type(e).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in str(e).lower():
+            raise EndpointError(field_name, f"no usable credentials for {where} ({name})",
+                                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)") from e
+        raise EndpointError(field_name, f"cannot reach {where} ({name})",
                             "check --endpoint-url and that the server is running") from e
