@@ -63,14 +63,15 @@ def test_accelerators_share_the_dataset_and_pass(unet3d):
 
 
 def test_slow_storage_fails_and_is_diagnosed_fetch_bound(unet3d):
-    # 300 ms per read, 7 files a batch over 2 workers: >= 1.05 s of reading per 100 ms step, so AU
-    # cannot exceed 0.1 / 1.15 < 9% (a bound, not a timing); without I/O the same accelerator only
-    # sleeps, so it clears a 30% pass mark even on a loaded host -> the diagnosis is "fetch-bound".
+    # 300 ms per read, 7 files a batch over 2 workers: >= 1.05 s of reading per 100 ms step, so in
+    # the long run AU <= 0.1 / 1.05 < 10% (a bound, not a timing; batches read before the clock
+    # starts lift a short run a little); without I/O the same accelerator only sleeps, so it clears
+    # a 30% pass mark even on a loaded host -> the diagnosis is "fetch-bound".
     cfg = MlperfConfig(dataset=unet3d, accelerators=1, compute_s=0.1, epochs=1, runs=1, cache="as-is", workers=2,
                        emulate="const:300ms", min_steps=10, au_threshold=0.3)
     out = find_max(cfg, max_accelerators=2)
     assert out["max_accelerators_per_node"] == 0
-    assert out["next_step"]["au_min"] < 0.1
+    assert out["next_step"]["au_min"] < 0.2
     assert out["next_step"]["bound"] == "fetch-bound"
     assert out["headline"].startswith("this storage cannot keep even 1 simulated H100")
 
