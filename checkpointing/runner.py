@@ -219,7 +219,8 @@ def run_restore(local: Backend | None, durable: Backend | None, target_ranks: in
             target = _target_layout(probe, target_ranks, tp, pp, dp)
     got = restore(tiers, target=target, verify=verify, read_fn=read_fn)
     m = {"step": got.step, "tier": got.tier, "url": got.url, "restore_s": got.seconds, "restore_bytes": got.bytes_read,
-         "restore_bytes_per_s": got.bytes_per_s, "verified": got.verified, "cache": "cold" if got.cold else "warm",
+         "restore_bytes_per_s": got.bytes_per_s, "verified": got.verified, "cache": "cold" if got.cold else "as-is",
+         "resident_ratio": got.resident_ratio,
          "ranks": len(got.arrays), "resharded": target is not None, "skipped": got.skipped}
     return got, m
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .atomic import atomic_write_bytes
+from .io.atomic import atomic_write_bytes
 
 SCHEMA_VERSION = 1
 _SECRET_KEYS = re.compile(r"(secret|password|passwd|token|credential|session_key|access_key|^key$|private)", re.I)

@@ -35,7 +35,7 @@ def register(sub) -> None:
     g.add_argument("--queue-depth", type=int, default=1, metavar="N")
     g.add_argument("--keep-local", type=int, default=2, metavar="K")
     g.add_argument("--keep-durable", type=int, default=3, metavar="K")
-    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier, e.g. 200MB (per second)")
+    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier: a rate, e.g. 200MB or bw:200MB/s")
     g.add_argument("--local-bw", metavar="RATE", help="emulate a slower local tier")
     g.add_argument("--no-fsync", action="store_true", help="skip fsync (results say so)")
     g.add_argument("--fail-at", type=float, action="append", default=[], metavar="S",
@@ -54,11 +54,9 @@ def register(sub) -> None:
 
 
 def _rate(v, field):
-    if v is None:
-        return None
-    from ..units import parse_size
+    from ..io.ratelimit import parse_rate
 
-    return float(parse_size(str(v).removesuffix("/s"), field))
+    return parse_rate(v, field)
 
 
 def run(args) -> int:
@@ -138,12 +136,14 @@ def run_restore(args) -> int:
         res.environment["read_path"] = args.read_path
     got, m = restore_run(local, durable, args.ranks, args.tp, args.pp, args.dp, verify=args.verify, read_fn=read_fn)
     res.metrics["checkpoint"] = m
-    res.environment["cache"] = {"declared": "cold", "method": "posix_fadvise DONTNEED (local files)"}
+    res.environment["cache"] = got.cache   # declared and measured (mincore), never just declared
     for s in got.skipped:
         res.warn(f"skipped {s}")
     Console().print(f"restored step {got.step} from {got.tier} ({got.url}): {format_bytes(got.bytes_read)} in "
                     f"{format_seconds(got.seconds)} ({format_rate(got.bytes_per_s)}), "
-                    f"{'verified' if got.verified else 'NOT verified'}, {len(got.arrays)} rank(s)")
+                    f"{'verified' if got.verified else 'NOT verified'}, {len(got.arrays)} rank(s), "
+                    + (f"page cache {got.resident_ratio:.0%} resident before the reads (measured)"
+                       if got.resident_ratio is not None else "page-cache residency not measurable"))
     if args.json:
         res.write(args.json)
     return 0

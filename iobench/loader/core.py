@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import STATES as CACHE_STATES
+from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
@@ -147,7 +147,7 @@ def _hist_summary(values_s: list[float]) -> dict:
 def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
              progress: bool = False, synthetic: bool = False, manifest=None, deliver=None) -> LoadRun:
     """Run one load and return its metrics (see module docstring)."""
-    from ..cache import set_cache_state
+    from ..io.pagecache import set_cache_state
     from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
