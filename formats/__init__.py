@@ -20,6 +20,7 @@ _REGISTRY: dict[str, tuple[str, str | None, str | None]] = {
     "tfrecord": ("iobench.formats.tfrecord", "crc32c", None),
     "tar": ("iobench.formats.tar", None, None),
     "files": ("iobench.formats.files", None, None),
+    "npz": ("iobench.formats.npz", None, None),
 }
 
 

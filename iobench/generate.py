@@ -38,11 +38,12 @@ from .units import parse_size
 CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
 TOKEN_DTYPES = ("auto", "uint16", "uint32")
-MODALITIES = ("tokens", "images")
+MODALITIES = ("tokens", "images", "records")
 # Per-sample framing beyond the payload, to plan size-based shards (close enough for rotation).
 _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900, ("tar", "images"): 1800,
              ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
-             ("tfrecord", "images"): 80}
+             ("tfrecord", "images"): 80, ("raw", "records"): 12, ("tfrecord", "records"): 80,
+             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class GenSpec:
     image_grain: int = 48
     jpeg_quality: int = 90
     num_classes: int = 1000
+    # records (opaque byte samples, MLPerf Storage / DLIO style): size ~ normal(mean, stdev) * scale
+    record_bytes: int = 4096
+    record_bytes_stdev: int = 0
+    scale: float = 1.0                 # shrinks record sizes (scaled-down MLPerf workloads for tests)
     # durability
     fsync: bool = True
 
@@ -82,9 +87,12 @@ class GenSpec:
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
         for name in ("num_samples", "workers", "seq_len", "vocab_size", "image_width", "image_height",
-                     "num_classes"):
+                     "num_classes", "record_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        if self.record_bytes_stdev < 0 or not 0 < self.scale <= 1:
+            raise ConfigError("gen.record_bytes_stdev/scale", "stdev must be >= 0 and scale within (0, 1]",
+                              "e.g. --scale 0.001 for a scaled-down MLPerf workload")
         if self.seed < 0:
             raise ConfigError("gen.seed", f"must be zero or more, got {self.seed}", "give a non-negative seed")
         if not 1 <= self.jpeg_quality <= 100:
@@ -147,8 +155,11 @@ class ShardPlan:
 
 
 def make_synth(spec: GenSpec):
-    from .synth import ImageParams, ImageSynth, TokenParams, TokenSynth
+    from .synth import ImageParams, ImageSynth, RecordParams, RecordSynth, TokenParams, TokenSynth
 
+    if spec.modality == "records":
+        return RecordSynth(spec.seed, RecordParams(max(1, round(spec.record_bytes * spec.scale)),
+                                                   round(spec.record_bytes_stdev * spec.scale), spec.num_classes))
     if spec.modality == "tokens":
         return TokenSynth(spec.seed, TokenParams(spec.seq_len, spec.vocab_size, spec.dtype, spec.distribution,
                                                  spec.zipf_a))

@@ -4,16 +4,17 @@ from __future__ import annotations
 _FLAGS = {"format": "format", "modality": "modality", "num_samples": "num_samples", "shard_size": "shard_size",
           "compression": "compression", "seed": "seed", "workers": "workers", "seq_len": "seq_len",
           "vocab_size": "vocab_size", "token_dtype": "token_dtype", "distribution": "distribution",
-          "checksum": "checksum"}
+          "checksum": "checksum", "scale": "scale"}
 
 
 def register(sub) -> None:
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
-    p.add_argument("--workload", metavar="NAME|FILE", help="named workload (e.g. llm-tokens, imagenet-like) or YAML file")
-    p.add_argument("--format", help="raw | parquet | tfrecord | tar | files (one file per sample: the small-file baseline)")
-    p.add_argument("--modality", help="tokens | images")
+    p.add_argument("--workload", metavar="NAME|FILE", help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
+    p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | files (one file per sample: the small-file "
+                                    "baseline)")
+    p.add_argument("--modality", help="tokens | images | records (opaque samples of record_bytes ± stdev, MLPerf-style)")
     p.add_argument("--num-samples", metavar="N", help="number of samples")
     p.add_argument("--shard-size", metavar="SIZE", help="shard rotation: bytes (64MiB) or a count ('1000 samples')")
     p.add_argument("--compression", metavar="C", help="none | zstd:LEVEL")
@@ -24,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--token-dtype", metavar="T", help="auto | uint16 | uint32")
     p.add_argument("--distribution", metavar="D", help="token ids: uniform | zipf")
     p.add_argument("--checksum", metavar="ALGO", help="per-shard checksum: xxh64 | crc32c")
+    p.add_argument("--scale", type=float, metavar="F",
+                   help="records: shrink sample sizes by F (0 < F <= 1), e.g. --workload unet3d --scale 0.001")
     p.add_argument("--out", required=True, metavar="URL", help="dataset root: local path, s3://bucket/prefix, memory://name")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_endpoint_flag(p)

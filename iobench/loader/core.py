@@ -198,6 +198,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     t_step: list[float] = []
     batch_bytes: list[int] = []
     lens: list[int] = []
+    io_series: list[float] = []       # per batch: its worker's time producing it (planner.loader_sim replays these)
+    owners: list[int] = []
+    ready_at: list[float] = []        # per batch: when its worker finished it (s after the clock start)
     samples = 0
     bar = None
     rx = None
@@ -249,6 +252,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             steps_s.append((t2 - t0) / 1e9)
             t_step.append((t0 - t_start) / 1e9)
             batch_bytes.append(meta["nbytes"])
+            io_series.append(meta["io_s"])
+            owners.append(meta["worker"])
+            ready_at.append((meta["ready_ns"] - t_start) / 1e9 if "ready_ns" in meta else None)
             samples += meta["n"]
             lens.append(meta["n"])
             if bar is not None:
@@ -334,7 +340,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         "queue_depth": {"mean": float(np.mean(depths)) if depths else 0.0, "max": max(depths, default=0),
                         "slots": cfg.prefetch + 1, "slot_bytes": slot_bytes},
         "per_worker": per_worker,
-        "series": {"t_s": t_step, "wait_s": waits, "compute_s": computes, "queue_depth": depths},
+        "series": {"t_s": t_step, "wait_s": waits, "compute_s": computes, "queue_depth": depths,
+                   "io_s": io_series, "worker": owners, "ready_s": ready_at},
         "system": system,
         "pickled_batches": overflow,
     }
