@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.iobench-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[s3,server,dev]'
+	$(PY) -m pip install -q -e '.[s3,server,dev,mpi]'
 	touch $(STAMP)
 
 sysdeps:

@@ -57,7 +57,11 @@ class RankFile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RankFile":
-        return cls(rank=int(d["rank"]), path=d["path"], bytes=int(d["bytes"]), checksum=d["checksum"],
+        from iobench.paths import contained_rel
+
+        # A manifest is data: its file path must stay inside the step directory.
+        return cls(rank=int(d["rank"]), path=contained_rel(d["path"], "checkpoint manifest files[].path"),
+                   bytes=int(d["bytes"]), checksum=d["checksum"],
                    shards=tuple((Shard.from_list(v[:6]), int(v[6])) for v in d["shards"]))
 
 
@@ -82,7 +86,7 @@ class CheckpointManifest:
     @classmethod
     def from_json(cls, raw: bytes) -> "CheckpointManifest":
         d = json.loads(raw)
-        if d.get("format") != FORMAT:
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("not an iobench checkpoint manifest")
         if int(d.get("version", 0)) > VERSION:
             raise ValueError(f"manifest version {d['version']} is newer than this iobench reads")

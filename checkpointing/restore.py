@@ -16,7 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from iobench.errors import IntegrityError, NoCheckpointError
+from iobench.errors import ConfigError, IntegrityError, NoCheckpointError
+from iobench.paths import check_inside
 from iobench.storage import Backend
 
 from . import commit_point as cp
@@ -131,6 +132,12 @@ def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: Rea
     bufs, total = {}, 0
     for f in m.files:
         rel = f"{d}/{f.path}"
+        base = getattr(backend, "base", backend)
+        if base.is_local:
+            try:
+                check_inside(base.root, rel, "checkpoint manifest")
+            except ConfigError as e:
+                raise IntegrityError(f"{rel}: {e.problem}") from None
         try:
             size = backend.size(rel)
         except FileNotFoundError:

@@ -66,15 +66,43 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         sys.stderr.write(f"iobench {args.command}: error: {e}\n")
+        _end_world(e)
         return 2
     except IobenchError as e:
         if args.debug:
             raise
         sys.stderr.write(f"iobench {args.command}: {type(e).__name__}: {e}\n")
+        _end_world(e)
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except SystemExit:
+        raise
+    except BaseException as e:
+        if _in_mpi_world():
+            import traceback
+
+            traceback.print_exc()   # the abort below ends this process before Python could print it
+            _end_world(e)
+        raise
+
+
+def _in_mpi_world() -> bool:
+    if "iobench.dist.world" not in sys.modules:
+        return False
+    from .dist.world import current_world
+
+    w = current_world()
+    return w is not None and w.is_mpi and w.size > 1
+
+
+def _end_world(err: BaseException) -> None:
+    """Under MPI, a rank that fails alone takes the job down instead of leaving the others waiting."""
+    if "iobench.dist.world" in sys.modules:
+        from .dist.world import abort_on_error
+
+        abort_on_error(err)
 
 
 if __name__ == "__main__":

@@ -510,10 +510,14 @@ def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[st
 
 
 def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-             progress: bool = True, stats: dict | None = None) -> Manifest:
+             progress: bool = True, stats: dict | None = None, world=None) -> Manifest | None:
     """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
 
     ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
+    With an MPI ``world`` (iobench.dist) of several ranks, each rank writes a disjoint,
+    contiguous range of shards, and rank 0 publishes the manifest only after every rank has
+    reported its shards durable; the manifest is returned on rank 0 only.  The dataset is
+    byte-identical to a single-process run of the same spec.
     """
     from .formats import get_format
 
@@ -522,6 +526,8 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                            field_name="--out", check=True)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    if world is not None and world.size > 1:
+        return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
     workers = min(spec.workers, len(plans))
     if backend.protocol == "memory":
@@ -559,6 +565,15 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                     raise ConfigError("--out", msg) from e
                 raise StorageError(f"generation failed, no manifest written: {msg}") from e
             raise
+    manifest = _publish(spec, fmt, backend, entries)
+    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+    if stats is not None:
+        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) -> Manifest:
     entries = sorted(entries, key=lambda e: e.first_sample)
     manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
                         seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
@@ -566,10 +581,72 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                                "checksum": spec.checksum, "generator": "iobench.generate",
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     write_manifest(backend, manifest)
-    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
-    if stats is not None:
-        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
-                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
+    """World view of a multi-rank generate: shards written per rank, slowest rank's time to durable."""
+    from .dist.aggregate import MergeSpec, merge
+
+    return merge(per_rank, MergeSpec(duration="write_s", sums=("bytes", "samples", "shards", "workers"),
+                                     spreads=("bytes",), rates={"write_bytes_per_s": "bytes"}), hosts)
+
+
+def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0):
+    """One rank's part of a multi-rank ``generate`` (see its docstring)."""
+    pending = [p.path for p in plans] + [p.path + ".index" for p in plans]
+    # Rank 0 withdraws the old manifest before any rank writes a shard over a listed file.
+    previous = world.all_ok(lambda: prepare_target(backend, pending=pending) if world.rank == 0 else set(),
+                            what="gen output")
+    world.barrier("gen start")
+    t_start = time.perf_counter_ns()
+    ranges = _split(plans, world.size)
+    mine = ranges[world.rank] if world.rank < len(ranges) else []
+    workers = min(spec.workers, len(mine))
+    entries: list[ShardEntry] = []
+    pids: list[int] = []
+    problem = None
+    try:
+        if mine and workers <= 1:
+            entries = write_shards(spec, backend, mine)
+        elif mine and backend.protocol == "s3":
+            entries = _run_threads(spec, backend, mine, workers, lambda s, b: None)
+        elif mine:
+            entries, pids = _run_workers(spec, backend, mine, workers, endpoint_url, storage_options,
+                                         lambda s, b: None)
+    except (OSError, _WorkerError, IobenchError) as e:
+        if isinstance(e, OSError):
+            problem = _describe_error(e, out_url)[1]
+        else:
+            problem = getattr(e, "message", None) or str(e)
+    t_durable = time.perf_counter_ns()
+    # Every rank learns whether every rank's shards are durable: the commit is all or nothing.
+    problems = world.allgather(problem, what="gen shards durable")
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if bad:
+        _remove_quietly(backend, [p for pl in mine for p in (pl.path, pl.path + ".index")])
+        if world.rank == 0 and previous:
+            _remove_temp_files(backend, previous)
+            if not _remove_files(backend, previous)[1]:
+                _remove_files(backend, [SUPERSEDED_NAME])
+        err = StorageError(f"generation failed on rank {bad[0][0]}, no manifest written: {bad[0][1]}")
+        err.collective = True
+        raise err
+    mine_stats = {"write_s": (t_durable - t_start) / 1e9, "bytes": sum(e.bytes for e in entries),
+                  "samples": sum(e.samples for e in entries), "shards": len(entries), "workers": max(1, workers),
+                  "first_sample": entries[0].first_sample if entries else None}
+    gathered = world.gather((entries, mine_stats), what="gen manifest")
+    manifest = None
+    if world.rank == 0:
+        manifest = _publish(spec, fmt, backend, [e for es, _ in gathered for e in es])
+        removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+        if stats is not None:
+            per_rank = [st for _, st in gathered]
+            stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t_start) / 1e9,
+                         setup_s=(t_start - t0) / 1e9, bytes=manifest.total_bytes, samples=manifest.total_samples,
+                         shards=len(manifest.shards), workers=sum(st["workers"] for st in per_rank), pids=pids,
+                         per_rank=per_rank)
+    world.barrier("gen manifest published")   # no rank reports success before the dataset exists
     return manifest
 
 

@@ -58,8 +58,16 @@ class Backend:
         return self.protocol == "file"
 
     def path(self, rel: str = "") -> str:
-        """Full path (as the filesystem names it) of ``rel`` under the root."""
+        """Full path (as the filesystem names it) of ``rel`` under the root; never outside it.
+
+        A leading '/' is taken as relative to the root; a '..' component is refused (exit 2),
+        so no caller — whatever manifest, catalog or config its path came from — can join its
+        way out of the root.  (Symlinks are checked where the file system is consulted:
+        ``iobench.paths.check_inside``, e.g. when a manifest is read or a tier file deleted.)"""
         rel = rel.lstrip("/")
+        if ".." in rel and ".." in rel.replace("\\", "/").split("/"):
+            raise ConfigError("path", f"{rel!r} has a '..' component: it would leave {self.url}",
+                              "paths must stay inside their root")
         if not rel:
             return self.root
         return f"{self.root.rstrip('/')}/{rel}" if self.root else rel
@@ -97,7 +105,16 @@ class Backend:
             return []
 
     def rm(self, rel: str, recursive: bool = False) -> None:
-        self.fs.rm(self.path(rel), recursive=recursive)
+        full = self.path(rel)
+        if self.is_local and rel.strip("/"):
+            # Never delete through a symlinked directory that leads out of the root.
+            from .paths import check_inside
+
+            head, _, name = rel.strip("/").rpartition("/")
+            check_inside(self.root, head, "path")
+            if recursive:
+                check_inside(self.root, rel.strip("/"), "path")
+        self.fs.rm(full, recursive=recursive)
 
     def makedirs(self, rel: str = "") -> None:
         if self.protocol != "s3":  # S3 has no directories; prefixes appear with their objects
@@ -107,6 +124,9 @@ class Backend:
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         """A writable file that becomes visible under ``rel`` only when the block succeeds."""
         if self.is_local:
+            from .paths import check_inside
+
+            check_inside(self.root, rel.strip("/").rpartition("/")[0], "path")   # no symlinked dir out of the root
             with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
                 yield f
             return

@@ -20,7 +20,7 @@ from typing import Callable
 
 from .errors import ConfigError
 from .io.checksum import new_tally
-from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest
+from .manifest import MANIFEST_NAME, Manifest, ShardEntry, check_dataset_root, read_manifest
 from .storage import Backend, open_backend
 
 CHUNK = 8 * 2**20
@@ -69,6 +69,7 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
     backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="dataset", check=True)
     t0 = time.perf_counter_ns()
+    check_dataset_root(backend)
     if not backend.exists(MANIFEST_NAME):
         if not backend.exists(""):
             raise ConfigError("dataset", f"nothing at {url}", "give the root URL of a dataset made by `iobench gen`")

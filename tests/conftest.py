@@ -53,3 +53,26 @@ def s3_prefix(s3_server, request):
         fs.rm(prefix, recursive=True)
     except FileNotFoundError:
         pass
+
+
+@pytest.fixture
+def read_throttle():
+    """Factory: ``read_throttle(path, bytes_per_s)`` -> a ReadThrottle (context manager) on path's disk.
+
+    Kernel-throttled reads for this process and the workers it forks (iobench.throttle);
+    the test is skipped, with the reason, where no cgroup throttle or block device exists.
+    """
+    from iobench.blockdev import device_of
+    from iobench.throttle import ReadThrottle, available
+
+    ok, why = available()
+    if not ok:
+        pytest.skip(f"no kernel read throttle here: {why}")
+
+    def make(path: str, bytes_per_s: int) -> ReadThrottle:
+        dev = device_of(path)
+        if dev is None:
+            pytest.skip(f"{path} is not on a block device (tmpfs/overlay): nothing to throttle")
+        return ReadThrottle(dev, bytes_per_s, tag=f"test{os.getpid()}")
+
+    return make

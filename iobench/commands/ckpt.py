@@ -68,7 +68,7 @@ def run(args) -> int:
     from ..config import to_dict
     from ..results import Results
     from ..units import format_bytes, format_rate, format_seconds
-    from ..world import detect_world
+    from ..dist import detect_world
 
     cfg = CkptConfig(preset=args.preset, params=args.params, recipe=args.recipe, tp=args.tp, pp=args.pp, dp=args.dp,
                      zero_stage=args.zero_stage, ranks=args.ranks, scale=args.scale, count=args.count,

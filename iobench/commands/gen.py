@@ -57,14 +57,21 @@ def spec_from_args(args):
 def run(args) -> int:
     import sys
 
-    from ..generate import generate
+    from ..dist import detect_world
+    from ..generate import generate, merge_gen_ranks
     from ..results import Results
     from ..units import format_bytes, format_rate
 
     spec = spec_from_args(args)
+    world = detect_world()
+    if world.is_mpi:
+        world.agree("gen config", {"gen": spec.resolved(), "out": args.out, "endpoint_url": args.endpoint_url})
     stats: dict = {}
     manifest = generate(spec, args.out, endpoint_url=args.endpoint_url,
-                        progress=not args.no_progress and sys.stderr.isatty(), stats=stats)
+                        progress=not args.no_progress and sys.stderr.isatty() and world.size == 1, stats=stats,
+                        world=world)
+    if manifest is None:        # another rank than 0: its shards are in rank 0's manifest and results
+        return 0
     secs = max(stats["seconds"], 1e-9)
     import resource
 
@@ -78,11 +85,19 @@ def run(args) -> int:
         "workers": stats["workers"],
         "peak_rss_bytes": {"parent": peak_parent, "largest_writer": peak_child or None},
     }
+    if world.size > 1:
+        metrics["world"] = merge_gen_ranks(stats["per_rank"], world.hosts)["world"]
+        metrics["setup_s"] = stats["setup_s"]
     print(f"wrote {manifest.total_samples} {spec.modality} samples in {len(manifest.shards)} {spec.format} shards "
           f"({format_bytes(manifest.total_bytes)}) to {args.out} in {secs:.2f} s "
-          f"({format_rate(manifest.total_bytes / secs)})")
+          f"({format_rate(manifest.total_bytes / secs)})" + (f" from {world.size} ranks" if world.size > 1 else ""))
+    if world.size > 1:
+        print(f"world: {metrics['world']['straggler']['line']}")
     if args.json:
-        res = Results(command="gen", config={"gen": manifest.spec, "out": args.out},
-                      environment={"storage": {"url": args.out, "endpoint_url": args.endpoint_url}}, metrics=metrics)
+        from ..dist.aggregate import tag_ranks
+
+        res = Results(command="gen", config={"gen": manifest.spec, "out": args.out}, world=world.describe(),
+                      environment={"storage": {"url": args.out, "endpoint_url": args.endpoint_url}}, metrics=metrics,
+                      per_rank=tag_ranks(stats["per_rank"], world.hosts) if world.size > 1 else None)
         res.write(args.json)
     return 0

@@ -110,15 +110,19 @@ def run(args) -> int:
     from ..config import to_dict
     from ..results import Results
     from ..units import format_rate, format_seconds
-    from ..world import detect_world
+    from ..dist import detect_world
+    from ..dist.launch import collect, start
     from ..loader.analysis import analyze, recommend, validate
     from ..loader.core import run_load
 
     cfg = build_config(args)
     world = detect_world()
     source = _tiers_source(args, cfg) if args.tiers else None
-    kw = dict(rank=world.rank, world=world.size, progress=args.progress)
-    world.barrier()  # ranks start together: world throughput is total bytes / the longest wall time
+    kw = dict(rank=world.rank, world=world.size, progress=args.progress and world.rank == 0)
+    # ranks agree on the config, every rank can read the manifest, then they start together:
+    # world throughput is total bytes / the longest wall time
+    start(world, "load", to_dict(cfg) | {"tiers": args.tiers, "staging": args.staging, "analyze": args.analyze},
+          check=(lambda: _check_dataset(cfg)) if world.is_mpi else None)
     analysis = None
     if args.analyze:
         if source is not None:
@@ -140,44 +144,46 @@ def run(args) -> int:
         metrics["prefetch_recommendation"] = rec
     results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging}
                                                              if args.tiers else {}),
-                      environment=run_.environment, world=world.describe(), metrics=metrics)
+                      environment=run_.environment)
     for w in run_.warnings:
         results.warn(w)
-    gathered = world.gather({k: v for k, v in metrics.items() if k not in ("series", "system")})
-    if world.size > 1 and world.rank == 0:
-        from ..loader.ranks import merge_ranks
+    from ..loader.ranks import merge_ranks
 
-        results.per_rank = gathered
-        merged = merge_ranks(gathered)
+    if not collect(world, results, metrics, merge_ranks):
+        return 0
+    if world.size > 1:
         if "prefetch_recommendation" in metrics:
-            merged["prefetch_recommendation"] = recommend(merged, cfg.compute_model().nominal_s, consumers=world.size)
-        results.metrics = {**metrics, **merged, "rank0": {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}}
+            results.metrics["prefetch_recommendation"] = recommend(results.metrics, cfg.compute_model().nominal_s,
+                                                                   consumers=world.size)
+        results.metrics["rank0"] = {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}
         metrics = results.metrics
-    if args.json and world.rank == 0:
+    if args.json:
         results.write(args.json)
-    if world.rank == 0:
-        m = metrics
-        line = (f"stall {m['stall_ratio']:.1%}  AU {m['accelerator_utilization']:.1%}  "
-                f"{m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
-                f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  "
-                f"wait p99 {format_seconds(m['batch_wait_s']['p99'] or 0)}  "
-                f"batch I/O p99 {format_seconds(m['batch_io_s']['p99'] or 0)}  ({m['steps']} steps, first excluded)")
-        print(line)
-        if analysis is not None:
-            print(f"prep stall {analysis['prep_stall_ratio']:.1%}  fetch stall {analysis['fetch_stall_ratio']:.1%}")
-        rec = metrics.get("prefetch_recommendation")
-        if rec:
-            if rec.get("depth_recommended"):
-                print(f"prefetch: depth >= {rec['depth_min']} (ceil P99 I/O / compute), recommended "
-                      f"{rec['depth_recommended']}, host memory {rec['host_bytes_total'] / 2**20:.1f} MiB")
-            else:
-                print(f"prefetch: {rec.get('note')}")
-            if rec.get("validation"):
-                v = rec["validation"]
-                print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
-                      f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
-        if args.json:
-            print(f"results: {args.json}")
+    m = metrics
+    line = (f"stall {m['stall_ratio']:.1%}  AU {m['accelerator_utilization']:.1%}  "
+            f"{m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
+            f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  "
+            f"wait p99 {format_seconds(m['batch_wait_s']['p99'] or 0)}  "
+            f"batch I/O p99 {format_seconds(m['batch_io_s']['p99'] or 0)}  ({m['steps']} steps, first excluded)")
+    print(line)
+    if world.size > 1:
+        print(f"world: {world.size} ranks on {len(world.nodes)} node(s); "
+              f"{m['world']['straggler']['line']}")
+    if analysis is not None:
+        print(f"prep stall {analysis['prep_stall_ratio']:.1%}  fetch stall {analysis['fetch_stall_ratio']:.1%}")
+    rec = metrics.get("prefetch_recommendation")
+    if rec:
+        if rec.get("depth_recommended"):
+            print(f"prefetch: depth >= {rec['depth_min']} (ceil P99 I/O / compute), recommended "
+                  f"{rec['depth_recommended']}, host memory {rec['host_bytes_total'] / 2**20:.1f} MiB")
+        else:
+            print(f"prefetch: {rec.get('note')}")
+        if rec.get("validation"):
+            v = rec["validation"]
+            print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
+                  f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
+    if args.json:
+        print(f"results: {args.json}")
     return 0
 
 
@@ -194,3 +200,12 @@ def _tiers_source(args, cfg):
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
     manifest = read_manifest(backend)
     return loader_source(args.tiers, args.staging, manifest, backend)
+
+
+def _check_dataset(cfg):
+    """Run on every rank before the start barrier: this rank can open the dataset's manifest."""
+    from ..manifest import read_manifest
+    from ..storage import open_backend
+
+    return read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset",
+                                      check=True))

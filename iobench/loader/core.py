@@ -205,6 +205,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     bar = None
     rx = None
 
+    device = _device_counter(backend, manifest, synthetic)  # before the workers' first read
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=manifest, plans=plans, total_batches=total,
@@ -344,6 +345,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
                    "io_s": io_series, "worker": owners, "ready_s": ready_at},
         "system": system,
         "pickled_batches": overflow,
+        # What the block device read for these requests (read-ahead makes it more); None off local disks.
+        "device_io": device.stop(bytes_read, sum(batch_bytes)) if device is not None else None,
     }
     src_desc = source.describe() if hasattr(source, "describe") else {"kind": type(source).__name__}
     environment = {
@@ -364,6 +367,16 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     for reason in getattr(deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
+
+
+def _device_counter(backend, manifest, synthetic: bool):
+    """Device bytes read during the run (iobench.blockdev), for datasets on a local block device."""
+    if synthetic or not backend.is_local:
+        return None
+    from ..blockdev import DeviceCounter
+
+    c = DeviceCounter(backend.local_path(manifest.shards[0].path))
+    return c if c.dev is not None else None
 
 
 def _batch_owners(plans: list[EpochPlan], workers: int, total: int) -> np.ndarray:

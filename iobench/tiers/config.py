@@ -98,8 +98,15 @@ class TiersConfig:
             if not local:
                 raise ConfigError("catalog", "no local tier to keep the catalog beside",
                                   "set catalog: /path/to/catalog.sqlite")
-            root = local[0].url[len("file://"):] if local[0].url.startswith("file://") else local[0].url
-            object.__setattr__(self, "catalog", os.path.join(os.path.abspath(root), ".iobench", "catalog.sqlite"))
+            object.__setattr__(self, "catalog", default_catalog(local))
+        cat = os.path.abspath(self.catalog)
+        for t in self.tiers:
+            if t.bounded and ("://" not in t.url or t.url.startswith("file://")):
+                root = _local_root(t)
+                if cat.startswith(root.rstrip(os.sep) + os.sep):
+                    raise ConfigError("catalog", f"{self.catalog} is inside tier {t.name!r}, whose capacity "
+                                      "would not count it", "put the catalog outside every bounded tier "
+                                      "(or omit it: the default is outside)")
         if not self.trace_dir:
             object.__setattr__(self, "trace_dir", os.path.join(os.path.dirname(self.catalog), "traces"))
 
@@ -119,6 +126,25 @@ class TiersConfig:
     def describe(self) -> dict:
         return {"catalog": self.catalog, "concurrency": self.concurrency, "retries": self.retries,
                 "verify": self.verify, "tiers": [t.describe() for t in self.tiers]}
+
+
+def _local_root(t: TierSpec) -> str:
+    return os.path.abspath(t.url[len("file://"):] if t.url.startswith("file://") else t.url)
+
+
+def default_catalog(local: list[TierSpec]) -> str:
+    """Where the catalog lives when the tiers file names none: never inside a bounded tier.
+
+    A catalog (SQLite + WAL) inside a tier with a capacity is bytes the capacity does not
+    see.  So it goes into the first *unbounded* local tier (``<tier>/.iobench/``), or, when
+    every local tier is bounded, into a hidden sibling of the first one
+    (``<parent>/.<name>.iobench/``), outside every tier."""
+    for t in local:
+        if not t.bounded:
+            return os.path.join(_local_root(t), ".iobench", "catalog.sqlite")
+    root = _local_root(local[0])
+    parent, name = os.path.split(root.rstrip(os.sep))
+    return os.path.join(parent, f".{name}.iobench", "catalog.sqlite")
 
 
 def tiers_from_mapping(data: dict, section: str = "") -> TiersConfig:

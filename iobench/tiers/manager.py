@@ -439,19 +439,30 @@ class TierManager:
 
     def reconcile(self, tier: str) -> dict:
         """Clean up after crashed stagers on a local tier: forget their reservations and remove
-        files the catalog does not know (orphans, temp files).  Safe while others stage: the
-        directory is listed *before* the catalog is read, and temp files of live stagers stay."""
+        files the catalog does not know (orphans, temp files) — but only inside the copy
+        directories the catalog created (``<tier>/<dataset id>/``).  Anything else on the tier
+        (a dataset that lives there, with or without registration; the user's own files; the
+        catalog) is never touched.  Safe while others stage: the directory is listed *before*
+        the catalog is read, and temp files of live stagers stay."""
         b = self.backend(tier)
         base = getattr(b, "base", b)
         if not base.is_local:
             return {"removed_files": 0}
         root = base.root
+        ids = {d["id"] for d in self.catalog.datasets()}
+        origins = [_norm_url(d["source_url"]) for d in self.catalog.datasets() if d["source_url"]]
         seen = []
-        for dirpath, _dirs, files in os.walk(root):
+        for dirpath, dirs, files in os.walk(root):
+            if dirpath == root:
+                dirs[:] = [d for d in dirs if d in ids]   # descend only into copy directories we made
+                continue
             for name in files:
-                rel = os.path.relpath(os.path.join(dirpath, name), root)
-                if not rel.startswith(".iobench" + os.sep) and not os.path.join(root, rel).startswith(self.config.catalog):
-                    seen.append(rel)
+                full = os.path.join(dirpath, name)
+                if any(full == o or full.startswith(o + "/") for o in origins):
+                    continue   # an origin inside a copy directory's name space: never ours to delete
+                if full.startswith(self.config.catalog):
+                    continue
+                seen.append(os.path.relpath(full, root))
         with self.catalog.tx() as c:
             self.catalog._drop_stale(c, tier)
         keep = {f"{r['dataset']}/{r['shard']}" for r in self.catalog.copies(tier=tier, state=None)}
@@ -465,11 +476,17 @@ class TierManager:
             if final in keep:
                 continue
             try:
-                os.unlink(os.path.join(root, rel))
+                b.rm(rel)   # Backend.rm: refuses a path that a symlink leads out of the tier
                 removed += 1
             except FileNotFoundError:
                 pass
         return {"removed_files": removed}
+
+    def owned_paths(self, tier: str) -> tuple[set[str], list[str]]:
+        """What on ``tier`` belongs to someone else's bookkeeping: (copy directories the catalog
+        created, absolute roots of registered origins).  Lifecycle leaves both alone."""
+        ds = self.catalog.datasets()
+        return {d["id"] for d in ds}, [_norm_url(d["source_url"]) for d in ds if d["source_url"]]
 
     def usage(self) -> dict:
         return {t.name: self.catalog.usage(t.name) for t in self.config.tiers}

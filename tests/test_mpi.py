@@ -1,0 +1,228 @@
+"""Cluster runs under real MPI: `mpirun -n 3` (MPICH from the `mpi` extra, or a system MPI).
+
+Each test launches the real CLI on three ranks and checks the world numbers against ground
+truth computed another way: the manifest's byte and sample counts, the set of samples each
+rank consumed, and histograms rebuilt from every rank's own encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iobench.dist.aggregate import MergeSpec, merge, merge_hists, spread, straggler
+from iobench.metrics import LatencyHistogram
+
+HELPERS = Path(__file__).parent / "mpi_helpers"
+
+
+def _have_mpi() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+
+        from iobench.dist.mpirun import find_mpirun
+
+        find_mpirun()
+        return True
+    except Exception:
+        return False
+
+
+mpi = pytest.mark.skipif(not _have_mpi(), reason="no MPI: pip install 'iobench[mpi]'")
+
+
+def ranks(n, argv, env=None, timeout=90, cwd=None):
+    from iobench.dist.mpirun import run_ranks
+
+    e = dict(os.environ, **(env or {}))
+    e["PYTHONPATH"] = os.pathsep.join([str(HELPERS), e.get("PYTHONPATH", "")])
+    return run_ranks(n, argv, env=e, timeout=timeout, cwd=cwd)
+
+
+def iobench(*args):
+    return [sys.executable, "-m", "iobench.cli", *args]
+
+
+# ---------------------------------------------------------------- aggregation (no MPI needed)
+
+def test_merged_histogram_is_the_histogram_of_every_ranks_samples():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    samples = [rng.lognormal(-4, 1 + r, 500 + 100 * r) for r in range(3)]   # ranks with different tails
+    per_rank = []
+    for r, xs in enumerate(samples):
+        h = LatencyHistogram()
+        for x in xs:
+            h.record_s(x)
+        per_rank.append({"wall_s": 1.0 + r, "bytes": 100 * (r + 1), "lat_hist": h.encode()})
+    spec = MergeSpec(duration="wall_s", sums=("bytes",), hists={"lat_s": "lat_hist"},
+                     rates={"throughput.bytes_per_s": "bytes"})
+    out = merge(per_rank, spec, ["a", "a", "b"])
+    truth = LatencyHistogram()
+    for x in np.concatenate(samples):
+        truth.record_s(x)
+    assert out["lat_s"] == truth.summary()
+    # the average of per-rank P99s is not the world P99 (the reason to merge)
+    avg_p99 = sum(merge_hists([p["lat_hist"]]).summary()["p99"] for p in per_rank) / 3
+    assert abs(avg_p99 - truth.summary()["p99"]) > 0.01 * truth.summary()["p99"]
+    assert out["wall_s"] == 3.0 and out["bytes"] == 600
+    assert out["throughput"]["bytes_per_s"] == pytest.approx(600 / 3.0)
+    st = out["world"]["straggler"]
+    assert st["slowest_rank"] == 2 and st["slowest_host"] == "b" and st["spread_s"] == pytest.approx(2.0)
+    nodes = {n["host"]: n for n in out["world"]["per_node"]}
+    assert nodes["a"]["ranks"] == [0, 1] and nodes["a"]["bytes"] == 300 and nodes["a"]["duration_s"] == 2.0
+    assert spread([1.0, None, 3.0])["mean"] == 2.0
+    assert straggler([2.0, 1.0])["slowest_rank"] == 0
+
+
+# ---------------------------------------------------------------- load on 3 ranks
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    from iobench.generate import GenSpec, generate
+
+    url = str(tmp_path_factory.mktemp("mpi") / "tok")
+    m = generate(GenSpec(format="raw", modality="tokens", num_samples=600, shard_size="40 samples", seq_len=32,
+                         vocab_size=1000, fsync=False), url, progress=False)
+    return url, m
+
+
+@mpi
+def test_load_on_3_ranks_reads_every_sample_exactly_once_and_sums_to_the_dataset(tokens, tmp_path):
+    url, manifest = tokens
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    out = tmp_path / "load.json"
+    p = ranks(3, iobench("load", url, "--workers", "1", "--batch-size", "10", "--compute-mode", "callback",
+                         "--compute-fn", "h15_record:record", "--json", str(out)),
+              env={"IOBENCH_TEST_RECORD_DIR": str(rec)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("results:") == 1          # rank 0 alone prints and writes
+    doc = json.loads(out.read_text())
+    m = doc["metrics"]
+    # ground truth: the manifest
+    assert m["bytes_read"] == manifest.total_bytes and m["samples"] == manifest.total_samples
+    # exactly once: the ranks' sample sets are disjoint and cover the dataset
+    seen = [[int(line.split()[0]) for line in (rec / f"rank-{r}.txt").read_text().splitlines()] for r in range(3)]
+    assert all(seen)
+    flat = [i for s in seen for i in s]
+    assert len(flat) == len(set(flat)) == manifest.total_samples
+    assert [len(s) for s in seen] == [r["samples"] for r in doc["per_rank"]]
+    # world = f(per rank)
+    pr = doc["per_rank"]
+    assert [r["rank"] for r in pr] == [0, 1, 2] and doc["world"]["size"] == 3
+    assert doc["world"]["ranks_per_node"] and sum(doc["world"]["ranks_per_node"].values()) == 3
+    assert m["wall_s"] == max(r["wall_s"] for r in pr)
+    assert m["throughput"]["bytes_per_s"] == pytest.approx(m["bytes_read"] / m["wall_s"])
+    assert m["stall_ratio"] == max(r["stall_ratio"] for r in pr)
+    sp = m["world"]["spread"]["stall_ratio"]
+    assert sp["min"] == min(r["stall_ratio"] for r in pr) and sp["max"] == m["stall_ratio"]
+    assert m["batch_wait_s"] == merge_hists([r["batch_wait_hist"] for r in pr]).summary()
+    assert m["batch_wait_s"]["count"] == sum(r["batch_wait_s"]["count"] for r in pr)
+    assert m["world"]["straggler"]["slowest_rank"] in (0, 1, 2)
+
+
+# ---------------------------------------------------------------- bad launches: exit 2, one line, no hang
+
+@mpi
+def test_ranks_disagreeing_on_config_exit_2_on_every_rank(tokens):
+    url, _ = tokens
+    from iobench.dist.mpirun import mpirun_argv, mpirun_env
+
+    base = mpirun_argv(2, iobench("load", url, "--workers", "1", "--seed", "1"))
+    argv = base + [":", "-n", "1", *iobench("load", url, "--workers", "1", "--seed", "2")]
+    p = subprocess.run(argv, env=mpirun_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "disagree" in ln]
+    assert len(lines) == 3 and "'seed'" in lines[0] and "rank 2" in lines[0]
+    assert "Traceback" not in p.stderr
+
+
+@mpi
+def test_a_rank_that_cannot_see_the_dataset_stops_every_rank(tokens, tmp_path):
+    url, _ = tokens
+    from iobench.dist.mpirun import mpirun_argv, mpirun_env
+
+    here = Path(url).parent
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    rel = Path(url).name          # the same relative path, resolved in another directory on rank 2
+    argv = mpirun_argv(2, ["-wdir", str(here), *iobench("load", rel, "--workers", "1")])
+    argv += [":", "-n", "1", "-wdir", str(elsewhere), *iobench("load", rel, "--workers", "1")]
+    if "mpich" not in str(argv) and "-wdir" not in subprocess.run([argv[0], "--help"], capture_output=True,
+                                                                   text=True).stdout + "mpich":
+        pytest.skip("this mpirun has no per-segment -wdir")
+    p = subprocess.run(argv, env=mpirun_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "load inputs" in ln]
+    assert len(lines) == 3 and "rank 2" in lines[0], p.stderr
+
+
+@mpi
+def test_mpi4py_missing_under_mpirun_is_one_line_per_rank(tokens):
+    url, _ = tokens
+    p = ranks(3, iobench("load", url), env={"PYTHONPATH": str(HELPERS / "no_mpi4py")})
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 3 and all("mpi4py" in ln and "iobench[mpi]" in ln for ln in lines), p.stderr
+
+
+@mpi
+def test_a_rank_that_never_arrives_ends_the_job_at_the_deadline(tokens):
+    url, _ = tokens
+    from iobench.dist.mpirun import mpirun_argv, mpirun_env
+
+    argv = mpirun_argv(2, iobench("load", url, "--workers", "1"))
+    argv += [":", "-n", "1", sys.executable, "-c", "from mpi4py import MPI; import time; time.sleep(60)"]
+    env = mpirun_env(dict(os.environ, IOBENCH_COLLECTIVE_TIMEOUT_S="2"))
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=50)
+    assert p.returncode != 0
+    assert "never arrived" in p.stderr and "IOBENCH_COLLECTIVE_TIMEOUT_S" in p.stderr
+
+
+# ---------------------------------------------------------------- gen and stage on 3 ranks
+
+@mpi
+def test_gen_on_3_ranks_is_byte_identical_to_one_process_and_published_once(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+
+    spec = ["--format", "tfrecord", "--modality", "tokens", "--num-samples", "900", "--shard-size", "50 samples",
+            "--seq-len", "16", "--no-progress"]
+    out = tmp_path / "g3"
+    p = ranks(3, iobench("gen", *spec, "--out", str(out), "--json", str(tmp_path / "g.json")))
+    assert p.returncode == 0, p.stderr
+    one = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=900, shard_size="50 samples",
+                           seq_len=16), str(tmp_path / "g1"), progress=False)
+    three = read_manifest(open_backend(str(out)))
+    assert [(s.path, s.bytes, s.checksum) for s in three.shards] == [(s.path, s.bytes, s.checksum) for s in one.shards]
+    doc = json.loads((tmp_path / "g.json").read_text())
+    pr = doc["per_rank"]
+    assert [r["shards"] for r in pr] == [6, 6, 6] and sum(r["bytes"] for r in pr) == three.total_bytes
+    assert sorted(r["first_sample"] for r in pr) == [0, 300, 600]       # disjoint contiguous ranges
+    assert doc["metrics"]["world"]["duration_s"] == max(r["write_s"] for r in pr)
+
+
+@mpi
+def test_stage_on_3_ranks_stages_each_shard_once(tokens, tmp_path):
+    url, manifest = tokens
+    from iobench.tiers.config import TierSpec, TiersConfig, write_tiers_file
+
+    tiers = write_tiers_file(TiersConfig(tiers=(TierSpec(name="nvme", url=str(tmp_path / "nvme")),)),
+                             str(tmp_path / "tiers.yaml"))
+    out = tmp_path / "st.json"
+    p = ranks(3, iobench("stage", url, "--tiers", tiers, "--epochs", "1", "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    m = doc["metrics"]
+    assert m["staging"]["staged_shards"] == len(manifest.shards)
+    assert m["staging"]["bytes"] == manifest.total_bytes
+    assert m["epochs"][0]["bytes"] == manifest.total_bytes
+    assert sum(r["rank_shards"] for r in doc["per_rank"]) == len(manifest.shards)
