@@ -98,6 +98,12 @@ class Backend:
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
 
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        """Bytes ``start:end`` as the next piece of a sequential stream over ``rel`` (a loader's
+        streaming reader).  Real backends serve it as a ranged read; the emulation wrapper
+        charges its per-request latency only on the stream's ``first`` piece."""
+        return self.cat(rel, start, end)
+
     def ls(self, rel: str = "", detail: bool = False) -> list:
         try:
             return self.fs.ls(self.path(rel), detail=detail)

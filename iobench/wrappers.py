@@ -229,6 +229,9 @@ class BackendWrapper(Backend):
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
 
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        return self.inner.cat_stream(rel, start, end, first)
+
     def ls(self, rel: str = "", detail: bool = False) -> list:
         return self.inner.ls(rel, detail)
 
@@ -352,6 +355,17 @@ class EmulatedBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._request(self.inner.cat, rel, start, end)
 
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        """One streamed GET: its latency is the first piece's; every piece moves at the bandwidth cap."""
+        if first:
+            return self._request(self.inner.cat_stream, rel, start, end, first)
+        t0 = now_ns()
+        result = self.inner.cat_stream(rel, start, end, first)
+        rest = self.spec.transfer_s(_nbytes(result, False)) - (now_ns() - t0) / 1e9
+        if rest > 0:
+            time.sleep(rest)
+        return result
+
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
         return _FileProxy(f, self._on_read)
@@ -402,6 +416,13 @@ class InstrumentedBackend(BackendWrapper):
         """Count an operation done on this backend's files by other means (e.g. O_DIRECT preads)."""
         self._record(op, ns, nread, nwritten)
 
+    def record_many(self, op: str, ns_values, nread: int = 0) -> None:
+        """Count ``len(ns_values)`` operations done by other means, in one call (a hot path's log)."""
+        with self._lock:
+            self.hist[op].record_many_ns(ns_values)
+            self.calls[op] += len(ns_values)
+            self.bytes_read += nread
+
     def _record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
         with self._lock:
             self.hist[op].record_ns(ns)
@@ -426,6 +447,15 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._timed("read", self.inner.cat, rel, start, end, reads=True)
+
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        t0 = now_ns()
+        result = self.inner.cat_stream(rel, start, end, first)
+        ns = now_ns() - t0
+        self._record("read", ns, nread=_nbytes(result, False))
+        if first:
+            self._record("ttfb", ns)
+        return result
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._timed("open", lambda: self.inner.open(rel, mode, **kw))
@@ -518,6 +548,10 @@ class FaultyBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         self._maybe_fail(rel)
         return self.inner.cat(rel, start, end)
+
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        self._maybe_fail(rel)
+        return self.inner.cat_stream(rel, start, end, first)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         self._maybe_fail(rel)

@@ -112,7 +112,7 @@ def steady_stall(series: dict) -> tuple[float, float]:
     t, w = series["t_s"], series["wait_s"]
     n = len(t) - 1
     first = next((k for k in range(1, n) if w[k] > 0.001), n)
-    k0 = max(first, n // 2)
+    k0 = max(first, n // 2) if first < n else n // 2   # never waited: the second half
     busy = consumer_busy_s(series)[k0:n]
     span = t[n] - t[k0]
     return sum(w[k0:n]) / span, sum(busy) / len(busy)

@@ -9,7 +9,7 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
           "endpoint_url": "endpoint_url", "s3_block_size": "s3_block_size", "s3_concurrency": "s3_concurrency",
           "retries": "retries", "retry_budget": "retry_budget_s", "error_rate": "error_rate",
           "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method",
-          "read_ahead": "read_ahead"}
+          "read_ahead": "read_ahead", "access": "access", "stream_read_size": "stream_read_size"}
 
 
 def register(sub) -> None:
@@ -20,8 +20,15 @@ def register(sub) -> None:
                                    "emulate the training step, and measure data stall, throughput and latency "
                                    "percentiles.  See README: Loader.")
     p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
+    p.add_argument("--access", choices=("map", "stream", "block", "auto"),
+                   help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
+                        "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy); "
+                        "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")
+    p.add_argument("--stream-read-size", metavar="SIZE", help="stream: bytes of whole samples per read (64KiB)")
     p.add_argument("--workers", "-W", type=int, help="worker processes (default 2)")
-    p.add_argument("--prefetch", "-Q", type=int, help="prefetch slots: batches ready ahead of the consumer (default 2)")
+    p.add_argument("--prefetch", "-Q", type=int,
+                   help="batches in flight per worker for map/stream (DataLoader's prefetch_factor), in all for "
+                        "block (default 2)")
     p.add_argument("--batch-size", "-B", type=int, help="samples per batch (default 32)")
     p.add_argument("--epochs", type=int, help="epochs to read (default 1)")
     p.add_argument("--steps", type=int, help="stop after this many steps instead (epochs repeat as needed)")

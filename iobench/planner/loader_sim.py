@@ -132,7 +132,7 @@ def predict_from_run(metrics: dict, pattern: str, workers: int, prefetch: int) -
     the consumer's clock starts): the ready time of a worker's first batch less its time.
     """
     s = metrics["series"]
-    io = s["io_s"]
+    io = s.get("service_s") or s["io_s"]   # service_s: storage + prep (+ buffer fill) at the worker
     n = len(io)
     sch = schedule_for(pattern, n, workers, prefetch, owner=s.get("worker"))
     return simulate(sch, io, consumer_busy_s(s)[:n], start_s=worker_starts(s, sch, workers))
@@ -145,7 +145,7 @@ def worker_starts(series: dict, schedule: Schedule, workers: int) -> list[float]
     out: list[float | None] = [None] * workers
     for k, w in enumerate(schedule.owner[:len(ready)]):
         if out[w] is None:
-            out[w] = ready[k] - series["io_s"][k]
+            out[w] = ready[k] - (series.get("service_s") or series["io_s"])[k]
     # (A first batch that waited for its gate makes this start late; the replay of that batch is the same.)
     return [0.0 if v is None else v for v in out]
 
