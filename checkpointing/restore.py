@@ -96,6 +96,7 @@ class Restored:
     verified: bool
     cold: bool
     skipped: list[str] = field(default_factory=list)
+    files_read: list[int] = field(default_factory=list)   # source ranks whose files were read
     resident_ratio: float | None = None    # measured (mincore) just before each file was read; None: not measurable
 
     @property
@@ -124,13 +125,17 @@ def _candidates(tiers: list[tuple[str, Backend]]) -> list[int]:
 
 
 def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: ReadFn, cold: bool,
-          pages: list[int] | None = None):
+          only: set[int] | None = None, pages: list[int] | None = None):
+    """Read (and verify) the step's rank files; ``only``: just these source ranks' files;
+    ``pages`` accumulates the measured page-cache residency before each read."""
     d = cp.step_dir(m.step)
     missing = set(range(m.spec.ranks)) - {f.rank for f in m.files}
     if missing:
         raise IntegrityError(f"{d}: manifest lacks ranks {sorted(missing)[:8]} (incomplete commit)")
     bufs, total = {}, 0
     for f in m.files:
+        if only is not None and f.rank not in only:
+            continue
         rel = f"{d}/{f.path}"
         base = getattr(backend, "base", backend)
         if base.is_local:
@@ -154,13 +159,31 @@ def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: Rea
     return bufs, total
 
 
+def needed_sources(m: cp.CheckpointManifest, target: StateSpec | None, ranks: list[int] | None) -> set[int] | None:
+    """The source ranks whose files hold the boxes of target ``ranks`` (None: every file)."""
+    if ranks is None:
+        return None
+    if target is None or target == m.spec:
+        return set(ranks)
+    layout = rank_shards(target)
+    sources = {f.rank: [s for s, _ in f.shards] for f in m.files}
+    return {p.src_rank for r in ranks for _, pieces in plan(sources, layout[r]) for p in pieces}
+
+
 def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None, ranks: list[int] | None = None,
-            verify: bool = True, read_fn: ReadFn | None = None, cold: bool = True) -> Restored:
-    """Load the newest committed, verified checkpoint; reshard to ``target`` when given."""
+            verify: bool = True, read_fn: ReadFn | None = None, cold: bool = True,
+            max_step: int | None = None) -> Restored:
+    """Load the newest committed, verified checkpoint; reshard to ``target`` when given.
+
+    With ``ranks``, only those target ranks are assembled, and only the rank files that hold
+    their boxes are read (one process of a multi-process restore).  ``max_step``: ignore newer steps.
+    """
     tiers = [(n, b) for n, b in tiers if b is not None]
     read_fn = read_fn or plain_read
     skipped: list[str] = []
     for step in _candidates(tiers):
+        if max_step is not None and step > max_step:
+            continue
         found = False
         for name, backend in tiers:
             if not cp.is_committed(backend, step):
@@ -170,12 +193,12 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
             try:
                 m = cp.load_manifest(backend, step)
                 pages = [0, 0]
-                bufs, total = _load(backend, m, verify, read_fn, cold, pages)
+                bufs, total = _load(backend, m, verify, read_fn, cold, needed_sources(m, target, ranks), pages)
             except (IntegrityError, OSError) as e:
                 skipped.append(f"step {step} on {name}: {e}")
                 continue
             src = {f.rank: dict(((s.key, s.offsets), shard_array(bufs[f.rank], off, s)) for s, off in f.shards)
-                   for f in m.files}
+                   for f in m.files if f.rank in bufs}
             if target is None or target == m.spec:
                 spec = m.spec
                 want = ranks if ranks is not None else [f.rank for f in m.files]
@@ -197,7 +220,7 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
                     continue
             return Restored(step=step, tier=name, url=backend.url, spec=spec, arrays=arrays, shards=shards,
                             bytes_read=total, seconds=time.perf_counter() - t0, verified=verify, cold=cold,
-                            skipped=skipped,
+                            skipped=skipped, files_read=sorted(bufs),
                             resident_ratio=None if pages[0] < 0 else (pages[0] / pages[1] if pages[1] else 0.0))
         if not found:
             skipped.append(f"step {step}: no manifest on any tier (incomplete save)")

@@ -226,3 +226,71 @@ def test_stage_on_3_ranks_stages_each_shard_once(tokens, tmp_path):
     assert m["staging"]["bytes"] == manifest.total_bytes
     assert m["epochs"][0]["bytes"] == manifest.total_bytes
     assert sum(r["rank_shards"] for r in doc["per_rank"]) == len(manifest.shards)
+
+
+# ---------------------------------------------------------------- checkpoints across ranks
+
+CKPT = ["--params", "3e6", "--dp", "3", "--zero", "3", "--count", "2", "--mode", "sync"]
+
+
+def _manifest(root, step):
+    return json.loads((Path(root) / f"step-{step:012d}" / "manifest.json").read_text())
+
+
+@mpi
+def test_commit_waits_for_the_slowest_rank(tmp_path):
+    dur = tmp_path / "durable"
+    out = tmp_path / "ck.json"
+    # rank 2's files become durable ~2 s after the others' (it pauses before writing them); the
+    # thresholds leave 1 s for the others' own writes on a loaded machine
+    p = ranks(3, iobench("ckpt", *CKPT, "--durable", str(dur), "--json", str(out)),
+              env={"IOBENCH_CKPT_DELAY_AT": "before_shard_write:2.0@2"})
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    ck = doc["metrics"]["checkpoint"]
+    assert ck["saves"] == {"committed": 2, "total": 2}
+    for c in ck["commits"]:
+        durable_at = c["durable_at_by_rank"]
+        assert durable_at[2] - min(durable_at[:2]) >= 1.0      # the straggler
+        assert c["committed_at"] >= max(durable_at)             # the commit came after it
+    for step in (1, 2):
+        m = _manifest(dur, step)
+        assert sorted(f["rank"] for f in m["files"]) == [0, 1, 2]
+        assert m["extra"]["world"]["size"] == 3
+    # MLPerf timing: each save as long as its slowest rank
+    assert ck["commit_latency_s"]["min"] >= 2.0
+    for row in ck["per_save"]:
+        assert row["local_write_s"] == max(row["local_write_s_by_rank"]) >= 2.0
+    assert ck["bytes_per_save"] == sum(r["checkpoint"]["state"]["bytes_per_save"] for r in doc["per_rank"])
+    assert ck["world"]["straggler"]["slowest_rank"] == 2
+
+
+@mpi
+def test_a_killed_rank_blocks_the_commit_and_restore_returns_the_previous_step(tmp_path):
+    from iobench.checkpointing import commit_point as cp
+    from iobench.storage import open_backend
+
+    dur = tmp_path / "durable"
+    # rank 1 is SIGKILLed after writing its step-2 files, before reporting them
+    p = ranks(3, iobench("ckpt", *CKPT, "--durable", str(dur)),
+              env={"IOBENCH_CKPT_CRASH_AT": "before_rank_report:2@1"})
+    assert p.returncode != 0
+    b = open_backend(str(dur))
+    assert cp.committed_steps(b) == [1]
+    assert (dur / "step-000000000002").exists() and not (dur / "step-000000000002" / "manifest.json").exists()
+    # restore on 2 processes, resharded 3 -> 2: each reads only the files that hold its boxes
+    out = tmp_path / "rs.json"
+    p = ranks(2, iobench("ckpt", "restore", "--durable", str(dur), "--ranks", "2", "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    ck = doc["metrics"]["checkpoint"]
+    assert ck["step"] == 1 and ck["verified"] and ck["resharded"]
+    pr = [r["checkpoint"] for r in doc["per_rank"]]
+    assert [r["target_ranks"] for r in pr] == [[0], [1]]
+    m = _manifest(dur, 1)
+    size = {f["rank"]: f["bytes"] for f in m["files"]}
+    for r in pr:
+        assert r["restore_bytes"] == sum(size[s] for s in r["files_read"])
+        assert len(r["files_read"]) < 3           # nobody read the whole checkpoint
+    assert ck["restore_bytes"] == sum(r["restore_bytes"] for r in pr)
+    assert ck["restore_s"] == max(r["restore_s"] for r in pr)
