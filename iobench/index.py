@@ -184,7 +184,7 @@ def _scan_npz(backend: Backend, rel: str, data: bytes) -> tuple[int, None, None,
 
 def index_dataset(backend: Backend, opts: IndexOptions, on_file=None) -> Manifest:
     """Scan the dataset at ``backend`` and return its manifest (written by the caller)."""
-    from .generate import new_hasher
+    from .io.checksum import new_tally
     from .results import now_iso
 
     files = list_files(backend, opts.format)
@@ -212,7 +212,7 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None) -> Manifes
             modality = seen
         checksum = "none:"
         if opts.checksums:
-            h = new_hasher("xxh64")
+            h = new_tally("xxh64")
             h.write(data)
             checksum = h.digest()
         shards.append(ShardEntry(path=rel, bytes=size, samples=n, checksum=checksum, offsets=offsets,

@@ -23,7 +23,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
     from ..errors import ConfigError
     from ..report.build import check
     from rich.markup import escape

@@ -111,8 +111,8 @@ def check_line(c: dict) -> str:
 
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
                  limits: dict[str, float | None] | None = None) -> Report:
-    from ..atomic import atomic_write_bytes
     from ..extras import require
+    from ..io.atomic import atomic_write_bytes
     from ..results import now_iso
     from . import html, markdown
 
