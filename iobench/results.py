@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .atomic import atomic_write_bytes
+from .io.atomic import atomic_write_bytes
 
 SCHEMA_VERSION = 1
 # "token" only as a whole word at the end (session_token, token): token_dtype and tokens_per_s are data.

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import fsspec
 
-from .atomic import atomic_open
+from .io.atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
 SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
