@@ -12,6 +12,7 @@ Exit codes: 0 success; 1 a measured failure (corruption, a failed check); 2 bad 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import pkgutil
 import sys
@@ -54,24 +55,58 @@ def build_parser() -> Parser:
     return parser
 
 
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EROFS, errno.ENOENT, errno.ELOOP,
+                errno.ENAMETOOLONG, errno.EEXIST}
+
+
+def _one_line(msg: str) -> str:
+    """An error line as printed: credentials in URLs masked, newlines (YAML errors) folded."""
+    from .results import redact_text
+
+    return " ".join(redact_text(msg).split())
+
+
+def _mask_secrets_in_logs() -> None:
+    """Every log record (warnings on stderr included) is made with URL credentials masked."""
+    import logging
+
+    old = logging.getLogRecordFactory()
+    if getattr(old, "_iobench_redacts", False):
+        return
+
+    def factory(*a, **kw):
+        from .results import redact_text
+
+        record = old(*a, **kw)
+        msg = record.getMessage()
+        clean = redact_text(msg)
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return record
+
+    factory._iobench_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _mask_secrets_in_logs()
     try:
         return int(args.func(args) or 0)
     except UsageError as e:
         if args.debug:
             raise
-        sys.stderr.write(f"iobench {args.command}: error: {e}\n")
+        sys.stderr.write(_one_line(f"iobench {args.command}: error: {e}") + "\n")
         _end_world(e)
         return 2
     except IobenchError as e:
         if args.debug:
             raise
-        sys.stderr.write(f"iobench {args.command}: {type(e).__name__}: {e}\n")
+        sys.stderr.write(_one_line(f"iobench {args.command}: {type(e).__name__}: {e}") + "\n")
         _end_world(e)
         return e.exit_code
     except KeyboardInterrupt:
@@ -79,6 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit:
         raise
+    except OSError as e:
+        # A safety net under the up-front checks: a path the user gave that cannot be used is
+        # still one line, never a traceback; exit 2 when the cause is the path (permissions, kind).
+        if args.debug:
+            raise
+        what = f"{e.strerror or e}: {e.filename}" if e.filename else f"{type(e).__name__}: {e}"
+        sys.stderr.write(_one_line(f"iobench {args.command}: error: {what}") + "\n")
+        _end_world(e)
+        return 2 if e.errno in _PATH_ERRNOS else 1
     except BaseException as e:
         if _in_mpi_world():
             import traceback

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 import fsspec
 
-from .atomic import atomic_open
+from .io.atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
 SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
@@ -83,7 +83,10 @@ class Backend:
                        root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url)
 
     def describe(self) -> dict:
-        return {"url": self.url, "protocol": self.protocol, "endpoint_url": self.endpoint_url}
+        from .results import redact_text
+
+        return {"url": redact_text(self.url), "protocol": self.protocol,
+                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None}
 
     # Thin helpers over fsspec, relative to the root.
     def exists(self, rel: str) -> bool:
@@ -224,6 +227,18 @@ def check_reachable(backend: Backend, field_name: str = "url") -> None:
         return
     bucket = backend.root.split("/", 1)[0]
     where = backend.endpoint_url or "the default AWS endpoint"
+    if backend.endpoint_url:
+        # One TCP connect first: a refused or silent endpoint is named in seconds, not after the
+        # S3 client's and s3fs's retry ladders (~20 s for a refused port).
+        import socket
+
+        u = urlparse(backend.endpoint_url)
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            socket.create_connection((u.hostname or "", port), timeout=5).close()
+        except OSError as e:
+            raise EndpointError(field_name, f"cannot reach {where} ({e.strerror or type(e).__name__})",
+                                "check --endpoint-url and that the server is running") from None
     try:
         backend.fs.ls(bucket, refresh=True)
     except FileNotFoundError:
@@ -232,6 +247,10 @@ def check_reachable(backend: Backend, field_name: str = "url") -> None:
     except PermissionError:
         raise EndpointError(field_name, f"access to bucket {bucket!r} at {where} was denied",
                             "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
-    except Exception as e:  # connection refused, DNS, timeouts
-        raise EndpointError(field_name, f"cannot reach {where} ({type(e).__name__})",
+    except Exception as e:  # connection refused, DNS, timeouts -- or no credentials at all
+        name = type(e).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in str(e).lower():
+            raise EndpointError(field_name, f"no usable credentials for {where} ({name})",
+                                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)") from e
+        raise EndpointError(field_name, f"cannot reach {where} ({name})",
                             "check --endpoint-url and that the server is running") from e

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from .errors import ConfigError
+from .io.checksum import new_tally
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, check_dataset_root, read_manifest
 from .storage import Backend, open_backend
 
@@ -144,8 +145,6 @@ def stray_files(backend: Backend, manifest: Manifest) -> list[str]:
 
 
 def check_shard(backend: Backend, manifest: Manifest, shard: ShardEntry, count_samples: bool = True) -> ShardProblem | None:
-    from .generate import new_hasher
-
     try:
         size = backend.size(shard.path)
     except FileNotFoundError:
@@ -158,7 +157,7 @@ def check_shard(backend: Backend, manifest: Manifest, shard: ShardEntry, count_s
     algo = shard.checksum.split(":", 1)[0]
     if algo not in ("xxh64", "crc32c"):
         return ShardProblem(shard.path, "checksum", detail=f"unknown checksum algorithm {algo!r}")
-    hasher = new_hasher(algo)
+    hasher = new_tally(algo)
     data = None
     if count_samples and shard.bytes <= WHOLE_SHARD_BYTES:
         data = backend.cat(shard.path)   # read once for both the checksum and the sample count

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from iobench.atomic import atomic_open, atomic_write_bytes
+from iobench.io.atomic import atomic_open, atomic_write_bytes
 from iobench.cli import main
 from iobench.config import build, check_choice, deep_merge, parse_set
 from iobench.errors import ConfigError, EndpointError, UsageError

@@ -23,7 +23,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
     from ..errors import ConfigError
     from ..report.build import check
     from ..report.compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare_runs, markdown, regressions

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import STATES as CACHE_STATES
+from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
@@ -191,12 +191,13 @@ def slots_for(access: str, workers: int, prefetch: int) -> int:
 
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver) -> _Setup:
-    from ..cache import set_cache_state
+    from ..io.pagecache import set_cache_state
     from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
-    from .source import BackendSource, RetryPolicy
+    from ..io.retry import RetryPolicy
+    from .source import BackendSource
 
     warnings: list[str] = []
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,

@@ -17,7 +17,7 @@ from ..config import check_choice
 from ..errors import ConfigError
 from ..units import format_bytes, parse_duration, parse_size
 from . import fio_engine, py_engine
-from .. import cache as pagecache
+from ..io import pagecache
 from .jobs import PATTERNS, Job, JobResult
 from .plots import group, plot
 from .safety import ProbeArea

@@ -81,7 +81,7 @@ def check(docs: list[tuple[str, dict]], limits: dict[str, float | None]) -> list
 
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
                  limits: dict[str, float | None] | None = None) -> Report:
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
     from ..results import now_iso
     from . import html, markdown
 

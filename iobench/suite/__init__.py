@@ -1,9 +1,13 @@
 """`iobench run`: the default suite, stage by stage, on the embedded default or a cluster config.
 
-A stage is a function ``stage(ctx: SuiteContext) -> dict`` listed in ``STAGES`` as
-"module:function".  It reads what earlier stages left in ``ctx.state``, writes its own
-results files under ``ctx.out_dir``, adds rows to the summary with ``ctx.row(...)`` and
-returns its metrics, which land under ``metrics.<stage name>`` in ``run.json``.
+One module per stage in this package (``iobench.suite.<stage>``), each with
+``suite_stage(ctx: SuiteContext) -> dict``, listed in ``STAGES`` as "module:function"
+(a lazy registry: a stage's dependencies load only when it runs).  A stage calls its
+area's public API (generate, tiers, loader, checkpointing, gds, planner, report): the
+areas know nothing of the suite.  It reads what earlier stages left in ``ctx.state`` (a
+typed ``SuiteState``), writes its own results files under ``ctx.out_dir``, adds rows to
+the summary with ``ctx.row(...)`` and returns its metrics, which land under
+``metrics.<stage name>`` in ``run.json``.
 """
 
 from __future__ import annotations
@@ -14,21 +18,21 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .config import build, load_yaml_file, to_dict
-from .errors import ConfigError
-from .results import Results
+from ..config import build, load_yaml_file, to_dict
+from ..errors import ConfigError
+from ..results import Results
+from .state import SuiteState
 
 # Order matters: later stages read what earlier ones put in ctx.state.
 STAGES: list[tuple[str, str]] = [
-    ("generate", "iobench.generate:suite_stage"),        # gen + verify; sets state["datasets"]
-    ("probe", "iobench.probe.suite:suite_stage"),        # short probe of each tier
-    ("stage", "iobench.tiers.suite:suite_stage"),        # staging across nvme/pfs/object
-    ("load", "iobench.loader.suite:suite_stage"),        # cold/warm loads + prefetch recommendation
-    ("checkpoint", "iobench.checkpointing.suite:suite_stage"),
-    ("gds", "iobench.gds.suite:suite_stage"),            # probe + CPU path numbers
-    ("report", "iobench.report.suite:suite_stage"),      # HTML + Markdown from the run's results
+    ("generate", "iobench.suite.generate:suite_stage"),      # gen + verify; fills state.datasets
+    ("probe", "iobench.suite.probe:suite_stage"),            # short probe of each tier
+    ("stage", "iobench.suite.stage:suite_stage"),            # staging across nvme/pfs/object; fills state.tiers_file
+    ("load", "iobench.suite.load:suite_stage"),              # cold/warm loads + prefetch recommendation
+    ("checkpoint", "iobench.suite.checkpoint:suite_stage"),
+    ("gds", "iobench.suite.gds:suite_stage"),                # probe + CPU path numbers
+    ("report", "iobench.suite.report:suite_stage"),          # HTML + Markdown from the run's results
 ]
 
 
@@ -84,9 +88,7 @@ class SuiteContext:
     endpoint_url: str | None = None
     quick: bool = True                  # the embedded default: small sizes, a few minutes in all
     config: dict = field(default_factory=dict)
-    # Shared between stages.  state["datasets"]: list of dicts with keys name, format,
-    # modality, url, location ("local" | "s3"), storage_options (for s3), endpoint_url.
-    state: dict[str, Any] = field(default_factory=dict)
+    state: SuiteState = field(default_factory=SuiteState)    # what stages hand to each other
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     results_files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -106,7 +108,7 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
     from rich.console import Console
     from rich.table import Table
 
-    from .s3server import S3Server
+    from ..s3server import S3Server
 
     console = Console(stderr=True)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,7 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
             results.metrics[name] = metrics
             # Later stages (the report) see what earlier ones returned; run.json is written only at the end.
-            ctx.state.setdefault("stage_metrics", {})[name] = metrics
+            ctx.state.stage_metrics[name] = metrics
         for w in ctx.warnings:
             results.warn(w)
         results.environment["results_files"] = [str(p) for p in ctx.results_files]
