@@ -14,7 +14,7 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
 
 
 def register(sub) -> None:
-    from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag, add_storage_option_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
                        description="Read a dataset through its manifest with a prefetching multi-worker loader, "
@@ -59,6 +59,7 @@ def register(sub) -> None:
     p.add_argument("--odirect", action="store_true", help="local shards: O_DIRECT reads into aligned buffers")
     p.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
     add_endpoint_flag(p)
+    add_storage_option_flag(p)
     p.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
     p.add_argument("--s3-concurrency", type=int, help="ranged GETs in flight per worker (default 4)")
     p.add_argument("--retries", type=int, help="attempts per request (default 5)")
@@ -80,7 +81,7 @@ def register(sub) -> None:
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
     add_set_flag(p)
     add_json_flag(p)
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -102,6 +103,9 @@ def build_config(args):
     if args.drop_last:
         section["drop_last"] = True
     if args.decode:
+        from ..extras import require
+
+        require("PIL", "--decode")  # before workers start: a worker's ImportError would be a hang or a traceback
         section["decode"] = True
     if args.odirect:
         section["odirect"] = True
@@ -145,7 +149,12 @@ def run(args) -> int:
     cfg = build_config(args)
     world = detect_world()
     source = _tiers_source(args, cfg) if args.tiers else None
-    kw = dict(rank=world.rank, world=world.size, progress=args.progress and world.rank == 0)
+    from ..cli import want_progress
+    from ..storage import parse_storage_options
+
+    # storage options travel beside the config, never in it: results must not carry credentials
+    kw = dict(rank=world.rank, world=world.size, progress=want_progress(args) and world.rank == 0,
+              storage_options=parse_storage_options(args.storage_option) or None)
     # ranks agree on the config, every rank can read the manifest, then they start together:
     # world throughput is total bytes / the longest wall time
     start(world, "load", to_dict(cfg) | {"tiers": args.tiers, "staging": args.staging, "analyze": args.analyze},
@@ -222,7 +231,7 @@ def run(args) -> int:
                   f"Q{lm['prefetch']} ({format_bytes(lm['host_bytes'])})")
     for w in results.warnings:
         print(f"warning: {w}")
-    if args.json:
+    if args.json and args.json != "-":
         print(f"results: {args.json}")
     return 0
 
