@@ -431,7 +431,7 @@ def check_durable(backend: Backend, field_name: str = "--durable") -> None:
     """Fail fast (exit 2) when the durable tier cannot be reached."""
     from iobench.storage import check_reachable
 
-    if backend.is_object_store and backend.endpoint_url:
+    if backend.speaks_s3 and backend.endpoint_url:
         _probe_tcp(backend.endpoint_url, field_name)
     check_reachable(backend, field_name)
     if backend.is_local:

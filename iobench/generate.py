@@ -83,6 +83,10 @@ class GenSpec:
 
         check_choice("gen.format", self.format, format_names())
         check_choice("gen.modality", self.modality, MODALITIES)
+        if self.modality == "images":
+            from .extras import require
+
+            require("PIL", "gen.modality images")
         check_choice("gen.checksum", self.checksum, CHECKSUMS)
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)

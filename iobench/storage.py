@@ -25,7 +25,9 @@ import fsspec
 from .io.atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
-SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
+SUPPORTED_PROTOCOLS = ("file", "s3", "memory")  # built in; any other installed fsspec protocol works too
+# Protocols without directories: prefixes appear with their objects.
+_NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hf", "oss")
 
 
 @dataclass
@@ -46,8 +48,13 @@ class Backend:
 
     @property
     def is_object_store(self) -> bool:
-        """S3 semantics: no directories, objects appear whole on completion, bulk requests."""
-        return self.protocol == "s3"
+        """Object semantics: no directories, objects appear whole on completion (s3, gs, az, ...)."""
+        return self.protocol in _NO_DIRS and self.protocol not in ("http", "https", "hf")
+
+    @property
+    def speaks_s3(self) -> bool:
+        """The S3 API through s3fs (conditional create with If-None-Match, S3 probes, endpoint URL)."""
+        return self.protocol in ("s3", "s3a")
 
     @property
     def shared_between_processes(self) -> bool:
@@ -62,25 +69,29 @@ class Backend:
     @property
     def parallel_ranged_reads(self) -> bool:
         """Ranged reads of one object, in parallel, beat one whole read (object stores)."""
-        return self.protocol == "s3"
+        return self.is_object_store
 
     @property
     def supports_conditional_create(self) -> bool:
         """Create-if-absent that fails when the name exists (S3 If-None-Match, POSIX link(2))."""
-        return self.protocol in ("s3", "file")
+        return self.speaks_s3 or self.is_local
 
     @property
     def supports_bulk_transfer(self) -> bool:
         """One call moves many files concurrently (s3fs put/rm lists, multipart)."""
-        return self.protocol == "s3"
+        return self.speaks_s3
 
     @property
     def has_directories(self) -> bool:
-        return self.protocol != "s3"
+        return self.protocol not in _NO_DIRS
 
     @property
     def supports_range_reads(self) -> bool:
         return True
+
+    @property
+    def supports_writes(self) -> bool:
+        return self.protocol not in ("http", "https", "hf")
 
     @property
     def supports_rename(self) -> bool:
@@ -126,7 +137,7 @@ class Backend:
 
     def connect(self) -> None:
         """Open clients and sessions now, before a measured clock starts (no-op where nothing to open)."""
-        if self.is_object_store:
+        if self.speaks_s3:
             self.fs.connect()
 
     def relative(self, full: str) -> str | None:
@@ -262,8 +273,7 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     if len(protocol) == 1:  # a Windows drive letter is not a protocol
         protocol = "file"
     if protocol not in SUPPORTED_PROTOCOLS:
-        raise ConfigError(field_name, f"unsupported URL scheme {protocol!r}",
-                          "use a local path, file://, s3:// or memory://")
+        return _open_fsspec(str(url), protocol, storage_options, field_name)
     if protocol == "file":
         root = os.path.abspath(parsed.path if parsed.scheme else str(url))
         fs = fsspec.filesystem("file", skip_instance_cache=True)
@@ -290,9 +300,74 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     return backend
 
 
+def _open_fsspec(url: str, protocol: str, storage_options: dict | None, field_name: str) -> Backend:
+    """Any other fsspec protocol (gs, az, hf, http(s), sftp, ...), with fsspec's caches off.
+
+    Credentials come from ``storage_options`` (``--storage-option KEY=VALUE``) or the
+    protocol's usual places (environment, profiles, gcloud/az logins); we never log them."""
+    from fsspec.registry import known_implementations, registry
+
+    if protocol not in registry and protocol not in known_implementations:
+        raise ConfigError(field_name, f"unknown URL scheme {protocol!r}",
+                          "use a local path, s3://, memory://, or a protocol an installed fsspec package provides")
+    opts = dict(storage_options or {})
+    opts.setdefault("skip_instance_cache", True)
+    if protocol not in ("http", "https"):
+        opts.setdefault("use_listings_cache", False)
+    try:
+        fs = fsspec.filesystem(protocol, **opts)
+    except ImportError as e:
+        hint = (known_implementations.get(protocol) or {}).get("err") or f"install the fsspec package for {protocol}://"
+        raise ConfigError(field_name, f"{protocol}:// needs a package that is not installed", hint) from e
+    except TypeError as e:
+        raise ConfigError("--storage-option", f"{protocol}:// does not take these options ({e})",
+                          "check the KEY names against the filesystem's documentation") from None
+    if protocol in ("http", "https"):
+        root = url.rstrip("/")
+    else:
+        root = fs._strip_protocol(url).rstrip("/")
+    return Backend(url=url, protocol=protocol, root=root, fs=fs)
+
+
+def parse_storage_options(items: list[str] | None, field_name: str = "--storage-option") -> dict:
+    """``KEY=VALUE`` strings into fsspec storage options; values parse as YAML scalars
+    (``anon=true`` -> True, ``block_size=1048576`` -> int), dotted keys nest (``client_kwargs.region_name=x``)."""
+    import yaml
+
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(field_name, f"{item.split('=')[0]!r}... is not KEY=VALUE", "e.g. --storage-option anon=true")
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            parsed = value
+        if not isinstance(parsed, (str, int, float, bool)) and parsed is not None:
+            parsed = value
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = parsed
+    return out
+
+
 def check_reachable(backend: Backend, field_name: str = "url") -> None:
     """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing."""
-    if not backend.is_object_store:
+    if backend.protocol not in ("s3", "file", "memory"):
+        try:
+            backend.fs.info(backend.root)
+        except FileNotFoundError:
+            raise EndpointError(field_name, f"nothing at {backend.url}", "check the URL") from None
+        except PermissionError:
+            raise EndpointError(field_name, f"access to {backend.url} was denied",
+                                "check the credentials in the environment or profile (never put them in flags)") from None
+        except Exception as e:  # noqa: BLE001 - connection refused, DNS, timeouts, auth libraries' own errors
+            raise EndpointError(field_name, f"cannot reach {backend.url} ({type(e).__name__})",
+                                "check the URL and that the server is running") from e
+        return
+    if not backend.speaks_s3:
         return
     bucket = backend.root.split("/", 1)[0]
     where = backend.endpoint_url or "the default AWS endpoint"

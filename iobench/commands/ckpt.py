@@ -10,7 +10,7 @@ HELP = """checkpoint benchmark: snapshot, local write, async commit, restore
 def register(sub) -> None:
     import argparse
 
-    from ..cli import add_endpoint_flag, add_json_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag
 
     p = sub.add_parser("ckpt", help="checkpoint save/restore benchmark (blocking pause, commit latency, exposure)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,6 +50,7 @@ def register(sub) -> None:
     g.add_argument("--read-path", default="plain", metavar="PATH",
                    help="restore: plain (default) or a host-memory iobench.gds reader: cpu")
     add_json_flag(p)
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -91,7 +92,9 @@ def run(args) -> int:
           check=lambda: open_tiers(cfg.local, cfg.durable, cfg.endpoint_url))
     local, durable = open_tiers(cfg.local, cfg.durable, cfg.endpoint_url, check=False)
     res = Results(command="ckpt", config=to_dict(cfg))
-    m = run_saves(cfg, local, durable, progress=world.rank == 0, world=world)
+    from ..cli import want_progress
+
+    m = run_saves(cfg, local, durable, progress=want_progress(args) and world.rank == 0, world=world)
     if not collect(world, res, {"checkpoint": m}, lambda per_rank, hosts: {"checkpoint": {
             **m, **merge_save_ranks([p["checkpoint"] for p in per_rank], hosts)}}):
         return 1 if m["saves"]["failed"] else 0

@@ -23,10 +23,38 @@ from typing import IO, Iterator
 _TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp")
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux lets us (threads may be running)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """Mode an ordinary ``open(path, "w")`` would give: datasets and results on shared storage
+    must be readable by the group/world the user's umask allows (mkstemp alone gives 0600)."""
+    return 0o666 & ~current_umask()
+
+
 def temp_file(final: str | os.PathLike) -> tuple[int, str]:
-    """(fd, path) of a new temp file beside ``final``, named by the convention above."""
+    """(fd, path) of a new temp file beside ``final``, named by the convention above, with the
+    mode the process umask gives ordinary files."""
     final = Path(final)
-    return tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    try:
+        os.fchmod(fd, default_file_mode())
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
 
 
 def final_name_of(name: str) -> str | None:

@@ -39,9 +39,12 @@ class FileProbeConfig:
     file_size: str = "1GiB"
     engine: str = "auto"
     qd_model: str = "async"
+    layout: tuple[str, ...] = ("n-n", "n-1")   # under MPI (world_probe): file per rank, one shared file
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for x in self.layout:
+            check_choice("probe.layout", x, ("n-n", "n-1"))
         for r in self.rw:
             check_choice("probe.rw", r, PATTERNS)
         for m in self.io:
