@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _mask_secrets_in_logs()
     try:
+        from .preflight import check_args
+
+        check_args(args)   # refuse before work: output/input paths of the shared flags
         return int(args.func(args) or 0)
     except UsageError as e:
         if args.debug:

@@ -43,6 +43,10 @@ class TierSpec:
                               "use letters, digits, '-' or '_'")
         if not self.url:
             raise ConfigError(f"{field_}.url", "is empty", "give a local path, s3://bucket/prefix or memory://name")
+        scheme = str(self.url).split("://", 1)[0].lower() if "://" in str(self.url) else "file"
+        if scheme not in ("file", "s3", "memory"):
+            raise ConfigError(f"{field_}.url", f"unsupported URL scheme {scheme!r}",
+                              "use a local path, file://, s3:// or memory://")
         check_choice(f"{field_}.policy", self.policy, POLICIES)
         check_choice(f"{field_}.emulation", self.emulation, EMULATION_PROFILES)
         if self.capacity is not None and str(self.capacity).lower() not in ("unbounded", "none", "inf"):
