@@ -40,7 +40,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from iobench.blockdev import DeviceCounter, device_of
-from iobench.cache import drop_pages, file_residency
+from iobench.io.pagecache import drop_pages, file_residency
 from iobench.generate import GenSpec, generate
 from iobench.loader import fidelity
 from iobench.loader.core import LoadConfig, run_load

@@ -103,7 +103,7 @@ def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path) -> 
 
 def bench_fio(work: Path, scale: float) -> list[dict]:
     """Raw tokens from local files: warm page cache vs fio --invalidate=0; cold vs fio --direct=1."""
-    from iobench.cache import drop_pages, warm_file
+    from iobench.io.pagecache import drop_pages, warm_file
 
     if not shutil.which("fio"):
         return [{"section": "fio", "skipped": "fio not installed"}]

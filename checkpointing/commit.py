@@ -32,7 +32,7 @@ from .local_writer import copy_file, copy_files_local, write_buffer, write_buffe
 from .retention import RetentionPolicy, apply_retention
 from .snapshot import LiveState, Staging
 from .state import StateSpec
-from .throttle import Throttle
+from iobench.io.ratelimit import RateLimiter
 
 MODES = ("sync", "async")
 POLICIES = ("block", "skip", "coalesce")
@@ -126,8 +126,8 @@ class Checkpointer:
         self._error: BaseException | None = None
         self._error_step: int | None = None
         self._closed = False
-        self._local_throttle = Throttle(config.local_bw) if config.local_bw else None
-        self._durable_throttle = Throttle(config.durable_bw) if config.durable_bw else None
+        self._local_throttle = RateLimiter(config.local_bw) if config.local_bw else None
+        self._durable_throttle = RateLimiter(config.durable_bw) if config.durable_bw else None
         self._threads: list[threading.Thread] = []
         for tier in (local, durable):
             if tier is not None:
@@ -390,7 +390,7 @@ def _refuse_committed(tier: Backend, step: int) -> None:
 
 
 def upload_step(local: Backend, durable: Backend, manifest: cp.CheckpointManifest, fsync: bool = True,
-                throttle: Throttle | None = None, publish: Callable[..., dict] = cp.publish) -> dict:
+                throttle: RateLimiter | None = None, publish: Callable[..., dict] = cp.publish) -> dict:
     """Copy a locally committed step's rank files to ``durable``, then publish its manifest there."""
     d = cp.step_dir(manifest.step)
     _refuse_committed(durable, manifest.step)

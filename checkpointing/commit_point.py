@@ -19,10 +19,9 @@ import errno
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 
-from iobench.atomic import fsync_dir
+from iobench.io.atomic import fsync_dir, publish_new
 from iobench.errors import IntegrityError, StorageError
 from iobench.results import now_iso
 from iobench.storage import Backend
@@ -147,27 +146,13 @@ def publish(backend: Backend, manifest: CheckpointManifest, fsync: bool = True) 
 def _publish_local(backend: Backend, rel: str, data: bytes, fsync: bool) -> dict:
     final = backend.local_path(rel)
     d = os.path.dirname(final)
-    if os.path.exists(final):
-        raise StorageError(f"{final}: step already committed")
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=d)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        crashpoint("mid_manifest_publish")
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+        publish_new(final, data, fsync=fsync, before_publish=lambda: crashpoint("mid_manifest_publish"))
+    except FileExistsError as e:
+        raise StorageError(f"{final}: step already committed") from e
     if fsync:
-        fsync_dir(d)
         fsync_dir(os.path.dirname(d))
-    return {"conditional": False, "fsync": fsync}
+    return {"conditional": True, "fsync": fsync}
 
 
 def _publish_s3(backend: Backend, rel: str, data: bytes) -> dict:

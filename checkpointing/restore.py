@@ -10,7 +10,6 @@ buffer ``dst`` with the file's bytes — plain reads by default; a GPU-direct re
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -64,19 +63,24 @@ def reader_read_fn(open_reader: Callable[[str], object]) -> ReadFn:
     return read
 
 
-def drop_page_cache(backend: Backend, rel: str) -> bool:
-    """Best effort cold cache for a local file (POSIX_FADV_DONTNEED); False where not possible."""
-    if not backend.is_local or not hasattr(os, "posix_fadvise"):
-        return False
-    try:
-        fd = os.open(backend.local_path(rel), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        return True
-    finally:
-        os.close(fd)
+def _prepare_cache(backend: Backend, rel: str, cold: bool, pages: list[int]) -> None:
+    """Drop a local file's pages when ``cold`` (iobench.io.pagecache: fdatasync, then DONTNEED) and add
+    its measured (resident, total) pages, just before the read, to ``pages``; [-1] marks unmeasurable."""
+    from iobench.io.pagecache import drop_pages, resident_pages
+
+    base = getattr(backend, "base", backend)
+    if not base.is_local:
+        pages[:] = [-1, -1]
+        return
+    path = base.local_path(rel)
+    if cold:
+        drop_pages(path)
+    r = resident_pages(path) if pages[0] >= 0 else None
+    if r is None:
+        pages[:] = [-1, -1]
+    else:
+        pages[0] += r[0]
+        pages[1] += r[1]
 
 
 @dataclass
@@ -93,6 +97,20 @@ class Restored:
     cold: bool
     skipped: list[str] = field(default_factory=list)
     files_read: list[int] = field(default_factory=list)   # source ranks whose files were read
+    resident_ratio: float | None = None    # measured (mincore) just before each file was read; None: not measurable
+
+    @property
+    def cache(self) -> dict:
+        """Cache state as declared and as measured (measurement rule 3)."""
+        out: dict = {"declared": "cold" if self.cold else "as-is",
+                     "method": "fdatasync + posix_fadvise(DONTNEED)" if self.cold else "none",
+                     "measured_residency": self.resident_ratio}
+        if self.resident_ratio is None:
+            out["note"] = "residency not measurable here (not a local file system, or mincore failed)"
+        elif self.cold and self.resident_ratio > 0.05:
+            out["note"] = (f"{self.resident_ratio:.0%} of the files stayed in memory after DONTNEED "
+                           "(tmpfs, or pages pinned elsewhere): not a cold-cache restore")
+        return out
 
     @property
     def bytes_per_s(self) -> float:
@@ -107,8 +125,9 @@ def _candidates(tiers: list[tuple[str, Backend]]) -> list[int]:
 
 
 def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: ReadFn, cold: bool,
-          only: set[int] | None = None):
-    """Read (and verify) the step's rank files; ``only``: just these source ranks' files."""
+          only: set[int] | None = None, pages: list[int] | None = None):
+    """Read (and verify) the step's rank files; ``only``: just these source ranks' files;
+    ``pages`` accumulates the measured page-cache residency before each read."""
     d = cp.step_dir(m.step)
     missing = set(range(m.spec.ranks)) - {f.rank for f in m.files}
     if missing:
@@ -130,8 +149,7 @@ def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: Rea
             raise IntegrityError(f"{rel}: missing") from None
         if size != f.bytes:
             raise IntegrityError(f"{rel}: {size} bytes, manifest says {f.bytes} (truncated or overwritten)")
-        if cold:
-            drop_page_cache(backend, rel)
+        _prepare_cache(backend, rel, cold, pages if pages is not None else [0, 0])
         buf = np.empty(f.bytes, dtype=np.uint8)
         read_fn(backend, rel, memoryview(buf))
         total += f.bytes
@@ -174,7 +192,8 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
             t0 = time.perf_counter()
             try:
                 m = cp.load_manifest(backend, step)
-                bufs, total = _load(backend, m, verify, read_fn, cold, needed_sources(m, target, ranks))
+                pages = [0, 0]
+                bufs, total = _load(backend, m, verify, read_fn, cold, needed_sources(m, target, ranks), pages)
             except (IntegrityError, OSError) as e:
                 skipped.append(f"step {step} on {name}: {e}")
                 continue
@@ -201,7 +220,8 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
                     continue
             return Restored(step=step, tier=name, url=backend.url, spec=spec, arrays=arrays, shards=shards,
                             bytes_read=total, seconds=time.perf_counter() - t0, verified=verify, cold=cold,
-                            skipped=skipped, files_read=sorted(bufs))
+                            skipped=skipped, files_read=sorted(bufs),
+                            resident_ratio=None if pages[0] < 0 else (pages[0] / pages[1] if pages[1] else 0.0))
         if not found:
             skipped.append(f"step {step}: no manifest on any tier (incomplete save)")
     where = ", ".join(b.url for _, b in tiers)

@@ -264,7 +264,8 @@ def run_restore(local: Backend | None, durable: Backend | None, target_ranks: in
             if len(set(steps)) > 1:
                 raise IntegrityError(f"ranks restored different steps {steps}: no step verifies on every rank")
     m = {"step": got.step, "tier": got.tier, "url": got.url, "restore_s": got.seconds, "restore_bytes": got.bytes_read,
-         "restore_bytes_per_s": got.bytes_per_s, "verified": got.verified, "cache": "cold" if got.cold else "warm",
+         "restore_bytes_per_s": got.bytes_per_s, "verified": got.verified, "cache": "cold" if got.cold else "as-is",
+         "resident_ratio": got.resident_ratio,
          "ranks": len(got.arrays), "resharded": target is not None, "skipped": got.skipped,
          "target_ranks": sorted(got.arrays), "files_read": got.files_read}
     return got, m

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -30,7 +31,19 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", metavar="PATH", help="write the results (schema in README) to this file")
+    p.add_argument("--json", metavar="PATH",
+                   help="write the results (schema in README) to this file; '-': to stdout (the text goes to stderr)")
+
+
+def add_progress_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action="store_true", default=None, help="show progress even when stderr is not a TTY")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress display")
+
+
+def want_progress(args) -> bool:
+    """Progress on stderr: on by default on a terminal, off in logs; --progress/--no-progress decide."""
+    flag = getattr(args, "progress", None)
+    return sys.stderr.isatty() if flag is None else bool(flag)
 
 
 def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
@@ -38,15 +51,47 @@ def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
                    help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL, then AWS)")
 
 
+def add_storage_option_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="fsspec storage option for the URL's filesystem (repeatable), e.g. anon=true; "
+                        "credentials belong in the environment or profiles, not here")
+
+
 def add_set_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")
+
+
+class _PipeSafeStdout:
+    """stdout that survives a reader going away (`iobench compare ... --json x.json | head -1`):
+    later output is dropped instead of a BrokenPipeError aborting the command before it has
+    written its files."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        try:
+            return self._stream.write(s)
+        except BrokenPipeError:
+            self._stream = open(os.devnull, "w")
+            return len(s)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._stream = open(os.devnull, "w")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="iobench", description="Storage and data-pipeline benchmarking for ML training.",
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"iobench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -95,11 +140,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _mask_secrets_in_logs()
+    import contextlib
+
+    from . import results
+
+    if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is sys.__stdout__:
+        sys.stdout = _PipeSafeStdout(sys.stdout)
+    results.begin()
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        # rich wraps tables at 80 columns when stdout is a pipe (CI logs): give them room instead
+        os.environ["COLUMNS"] = "200"
+    json_to_stdout = getattr(args, "json", None) == "-"
     try:
         from .preflight import check_args
 
         check_args(args)   # refuse before work: output/input paths of the shared flags
-        return int(args.func(args) or 0)
+        with contextlib.ExitStack() as stack:
+            if json_to_stdout:
+                # `--json -`: the results document is the only thing on stdout; every other line goes to stderr
+                results.set_json_stream(sys.stdout)
+                stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+            return int(args.func(args) or 0)
     except UsageError as e:
         if args.debug:
             raise

@@ -29,12 +29,13 @@ from typing import Callable
 
 from .config import build, check_choice, to_dict
 from .errors import ConfigError, IobenchError, StorageError
+from .io.checksum import DATASET_ALGOS, ChecksumWriter
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
 from .units import parse_size
 
-CHECKSUMS = ("xxh64", "crc32c")
+CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
 TOKEN_DTYPES = ("auto", "uint16", "uint32")
 MODALITIES = ("tokens", "images", "records")
@@ -97,6 +98,10 @@ class GenSpec:
 
         check_choice("gen.format", self.format, format_names())
         check_choice("gen.modality", self.modality, MODALITIES)
+        if self.modality == "images":
+            from .extras import require
+
+            require("PIL", "gen.modality images")
         check_choice("gen.checksum", self.checksum, CHECKSUMS)
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
@@ -212,78 +217,6 @@ def plan_shards(spec: GenSpec, nominal_sample_bytes: int | None = None) -> list[
     return plans
 
 
-class _Tally:
-    """Wraps a shard's output file: counts and checksums every byte on its way to the backend."""
-
-    def __init__(self, f, algo: str) -> None:
-        self.f = f
-        self.algo = algo
-        self.count = 0
-        if algo == "xxh64":
-            import xxhash
-
-            self._h = xxhash.xxh64()
-            self._update = self._h.update
-        else:
-            import crc32c
-
-            self._crc = 0
-            self._fn = crc32c.crc32c
-            self._update = self._crc_update
-
-    def _crc_update(self, b) -> None:
-        self._crc = self._fn(b, self._crc)
-
-    def write(self, b) -> int:
-        self.f.write(b)
-        n = len(b) if not isinstance(b, memoryview) else b.nbytes
-        self._update(b)
-        self.count += n
-        return n
-
-    def tell(self) -> int:
-        return self.count
-
-    def flush(self) -> None:
-        self.f.flush()
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
-
-    @property
-    def closed(self) -> bool:
-        return False
-
-    def close(self) -> None:  # the generator publishes and closes the real file
-        pass
-
-    def digest(self) -> str:
-        if self.algo == "xxh64":
-            return f"xxh64:{self._h.hexdigest()}"
-        return f"crc32c:{self._crc:08x}"
-
-
-ChecksumWriter = _Tally   # public name, for tools that write shards themselves (benchmarks)
-
-
-def new_hasher(algo: str) -> _Tally:
-    """A checksum accumulator for ``algo`` (the same one the generator uses), writing nowhere."""
-    class _Null:
-        def write(self, b):
-            return len(b)
-
-        def flush(self):
-            pass
-
-    return _Tally(_Null(), algo)
-
-
 class _Stopped(Exception):
     pass
 
@@ -314,7 +247,7 @@ def write_shards(spec: GenSpec, backend: Backend, plans: list[ShardPlan], *,
 
 def _write_one(spec, backend, fmt, synth, plan, defer_fsync, report, should_stop) -> ShardEntry:
     with backend.open_output(plan.path, fsync=spec.fsync and not defer_fsync) as f:
-        tally = _Tally(f, spec.checksum)
+        tally = ChecksumWriter(f, spec.checksum)
         writer = fmt.writer(tally, modality=spec.modality, compression=spec.compression,
                             token_dtype=spec.dtype, vocab_size=spec.vocab_size, seq_len=spec.seq_len,
                             num_samples=plan.count)
@@ -355,7 +288,7 @@ def make_durable(backend: Backend, paths: list[str]) -> None:
     """fsync each file, then the directories that hold them."""
     import os
 
-    from .atomic import fsync_dir
+    from .io.atomic import fsync_dir
 
     dirs = set()
     for rel in paths:
@@ -478,7 +411,7 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     if backend.exists(MANIFEST_NAME):
         backend.rm(MANIFEST_NAME)
         if backend.is_local:
-            from .atomic import fsync_dir
+            from .io.atomic import fsync_dir
 
             fsync_dir(backend.root)
     return previous
@@ -495,15 +428,15 @@ def _remove_temp_files(backend: Backend, rels) -> None:
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
         by_dir.setdefault(d, set()).add(name)
-    pattern = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp")
+    from .io.atomic import final_name_of
+
     for d, names in by_dir.items():
         try:
             entries = os.listdir(d)
         except OSError:
             continue
         for e in entries:
-            m = pattern.fullmatch(e)
-            if m and m.group(1) in names:
+            if final_name_of(e) in names:
                 try:
                     os.unlink(os.path.join(d, e))
                 except OSError:
@@ -542,7 +475,7 @@ def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
         if backend.is_local:
             dirs.add(os.path.dirname(backend.path(rel)))
     if backend.is_local and dirs:
-        from .atomic import fsync_dir
+        from .io.atomic import fsync_dir
 
         root = os.path.normpath(backend.root)
         synced = set()
@@ -837,64 +770,3 @@ def _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, r
     if failure is not None:
         raise failure
     return entries, [p.pid for p in procs]
-
-
-# ---------------------------------------------------------------------------------------------
-# `iobench run` stage
-
-
-SUITE_FORMATS = ("raw", "parquet", "tfrecord", "tar")
-# Small enough for the embedded suite (< ~20 s for all 16 datasets on a laptop).
-SUITE_SPECS = {
-    "tokens": {"modality": "tokens", "num_samples": 512, "seq_len": 256, "vocab_size": 50257,
-               "shard_size": "128 samples", "distribution": "zipf"},
-    "images": {"modality": "images", "num_samples": 16, "shard_size": "4 samples"},
-}
-
-
-def suite_stage(ctx) -> dict:
-    """`iobench run` stage: tokens and images in every format, locally and on S3, each verified."""
-    from .results import Results
-    from .units import format_bytes
-    from .verify import verify_dataset
-
-    locations = [("local", str(ctx.local_dir("datasets")), None, None)]
-    if ctx.s3_url:
-        locations.append(("s3", ctx.s3_url.rstrip("/") + "/datasets", ctx.endpoint_url, ctx.s3_storage_options))
-    datasets, per_dataset = [], {}
-    res = Results(command="gen", config={"suite_specs": SUITE_SPECS})
-    for fmt in SUITE_FORMATS:
-        ok_count, total, nbytes, secs = 0, 0, 0, 0.0
-        for location, root, endpoint, opts in locations:
-            for modality, base in SUITE_SPECS.items():
-                name = f"{fmt}-{modality}"
-                url = f"{root.rstrip('/')}/{name}"
-                spec = GenSpec.from_mapping({**base, "format": fmt, "seed": 0})
-                stats: dict = {}
-                m = generate(spec, url, endpoint_url=endpoint, storage_options=opts, progress=False, stats=stats)
-                rep = verify_dataset(url, endpoint_url=endpoint, storage_options=opts)
-                total += 1
-                ok_count += rep.ok
-                rate = m.total_bytes / max(stats["seconds"], 1e-9)
-                nbytes += m.total_bytes
-                secs += stats["seconds"] + rep.seconds
-                per_dataset[f"{location}/{name}"] = {
-                    "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
-                    "seconds": stats["seconds"], "throughput": {"bytes_per_s": rate},
-                    "verify": {"ok": rep.ok, "seconds": rep.seconds,
-                               "first_bad": str(rep.first_bad) if rep.first_bad else None}}
-                if not rep.ok:
-                    ctx.warnings.append(f"generate: {location}/{name} failed verification: {rep.first_bad}")
-                datasets.append({"name": name, "format": fmt, "modality": modality, "url": url,
-                                 "location": location, "storage_options": opts if location == "s3" else None,
-                                 "endpoint_url": endpoint})
-        ctx.row("generate", f"{fmt}: tokens+images, {'/'.join(loc for loc, *_ in locations)}",
-                f"{ok_count}/{total} verified; {format_bytes(nbytes)} written and checked in {secs:.1f} s")
-    ctx.state["datasets"] = datasets
-    res.metrics = {"datasets": per_dataset, "verified": sum(d["verify"]["ok"] for d in per_dataset.values()),
-                   "total": len(per_dataset)}
-    path = ctx.out_dir / "generate.json"
-    res.write(path)
-    ctx.results_files.append(path)
-    return {"datasets": len(per_dataset), "verified": res.metrics["verified"],
-            "bytes": sum(d["bytes"] for d in per_dataset.values())}

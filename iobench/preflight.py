@@ -68,7 +68,7 @@ def _check_writable_dir(d: str, flag: str, what: str) -> None:
 
 def output_file(path: str, flag: str) -> None:
     """``path`` can be written as a file (created or replaced): else ConfigError naming ``flag``."""
-    if not is_local(path):
+    if not is_local(path) or path == "-":   # "-": standard output
         return
     p = _local(path)
     if str(path).endswith(os.sep) or os.path.isdir(p):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .atomic import atomic_write_bytes
+from .io.atomic import atomic_write_bytes
 
 SCHEMA_VERSION = 1
 # "token" only as a whole word at the end (session_token, token): token_dtype and tokens_per_s are data.
@@ -92,7 +92,22 @@ def host_info() -> dict:
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+_begun: str | None = None
+
+
+def begin() -> str:
+    """Mark the start of a command (or suite stage): results built after the work still carry
+    the time the work started, so that ``finished_at - started_at`` is the command's duration."""
+    global _begun
+    _begun = now_iso()
+    return _begun
+
+
+def _started_at() -> str:
+    return _begun or now_iso()
 
 
 @dataclass
@@ -104,7 +119,7 @@ class Results:
     metrics: dict = field(default_factory=dict)
     per_rank: list | None = None
     warnings: list[str] = field(default_factory=list)
-    started_at: str = field(default_factory=now_iso)
+    started_at: str = field(default_factory=_started_at)
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -149,7 +164,21 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+_json_stream = None  # where `--json -` writes; the CLI sets it to the real stdout
+
+
+def set_json_stream(stream) -> None:
+    global _json_stream
+    _json_stream = stream
+
+
 def write_json(path: str | os.PathLike, data: dict) -> Path:
+    """Publish ``data`` atomically at ``path``; ``-`` means standard output."""
+    if str(path) == "-":
+        out = _json_stream or sys.stdout
+        out.write(json.dumps(data, indent=2, default=_default, allow_nan=False) + "\n")
+        out.flush()
+        return Path("-")
     p = Path(path)
     atomic_write_bytes(p, json.dumps(data, indent=2, default=_default, allow_nan=False).encode() + b"\n")
     return p

@@ -22,10 +22,12 @@ from urllib.parse import urlparse
 
 import fsspec
 
-from .atomic import atomic_open
+from .io.atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
-SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
+SUPPORTED_PROTOCOLS = ("file", "s3", "memory")  # built in; any other installed fsspec protocol works too
+# Protocols without directories: prefixes appear with their objects.
+_NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hf", "oss")
 
 
 @dataclass
@@ -44,6 +46,10 @@ class Backend:
     @property
     def supports_range_reads(self) -> bool:
         return True
+
+    @property
+    def supports_writes(self) -> bool:
+        return self.protocol not in ("http", "https", "hf")
 
     @property
     def supports_rename(self) -> bool:
@@ -126,7 +132,7 @@ class Backend:
         self.fs.rm(full, recursive=recursive)
 
     def makedirs(self, rel: str = "") -> None:
-        if self.protocol != "s3":  # S3 has no directories; prefixes appear with their objects
+        if self.protocol not in _NO_DIRS:  # object stores have no directories; prefixes appear with objects
             self.fs.makedirs(self.path(rel), exist_ok=True)
 
     @contextmanager
@@ -195,8 +201,7 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     if len(protocol) == 1:  # a Windows drive letter is not a protocol
         protocol = "file"
     if protocol not in SUPPORTED_PROTOCOLS:
-        raise ConfigError(field_name, f"unsupported URL scheme {protocol!r}",
-                          "use a local path, file://, s3:// or memory://")
+        return _open_fsspec(str(url), protocol, storage_options, field_name)
     if protocol == "file":
         root = os.path.abspath(parsed.path if parsed.scheme else str(url))
         fs = fsspec.filesystem("file", skip_instance_cache=True)
@@ -221,8 +226,73 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     return backend
 
 
+def _open_fsspec(url: str, protocol: str, storage_options: dict | None, field_name: str) -> Backend:
+    """Any other fsspec protocol (gs, az, hf, http(s), sftp, ...), with fsspec's caches off.
+
+    Credentials come from ``storage_options`` (``--storage-option KEY=VALUE``) or the
+    protocol's usual places (environment, profiles, gcloud/az logins); we never log them."""
+    from fsspec.registry import known_implementations, registry
+
+    if protocol not in registry and protocol not in known_implementations:
+        raise ConfigError(field_name, f"unknown URL scheme {protocol!r}",
+                          "use a local path, s3://, memory://, or a protocol an installed fsspec package provides")
+    opts = dict(storage_options or {})
+    opts.setdefault("skip_instance_cache", True)
+    if protocol not in ("http", "https"):
+        opts.setdefault("use_listings_cache", False)
+    try:
+        fs = fsspec.filesystem(protocol, **opts)
+    except ImportError as e:
+        hint = (known_implementations.get(protocol) or {}).get("err") or f"install the fsspec package for {protocol}://"
+        raise ConfigError(field_name, f"{protocol}:// needs a package that is not installed", hint) from e
+    except TypeError as e:
+        raise ConfigError("--storage-option", f"{protocol}:// does not take these options ({e})",
+                          "check the KEY names against the filesystem's documentation") from None
+    if protocol in ("http", "https"):
+        root = url.rstrip("/")
+    else:
+        root = fs._strip_protocol(url).rstrip("/")
+    return Backend(url=url, protocol=protocol, root=root, fs=fs)
+
+
+def parse_storage_options(items: list[str] | None, field_name: str = "--storage-option") -> dict:
+    """``KEY=VALUE`` strings into fsspec storage options; values parse as YAML scalars
+    (``anon=true`` -> True, ``block_size=1048576`` -> int), dotted keys nest (``client_kwargs.region_name=x``)."""
+    import yaml
+
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(field_name, f"{item.split('=')[0]!r}... is not KEY=VALUE", "e.g. --storage-option anon=true")
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            parsed = value
+        if not isinstance(parsed, (str, int, float, bool)) and parsed is not None:
+            parsed = value
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = parsed
+    return out
+
+
 def check_reachable(backend: Backend, field_name: str = "url") -> None:
     """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing."""
+    if backend.protocol not in ("s3", "file", "memory"):
+        try:
+            backend.fs.info(backend.root)
+        except FileNotFoundError:
+            raise EndpointError(field_name, f"nothing at {backend.url}", "check the URL") from None
+        except PermissionError:
+            raise EndpointError(field_name, f"access to {backend.url} was denied",
+                                "check the credentials in the environment or profile (never put them in flags)") from None
+        except Exception as e:  # noqa: BLE001 - connection refused, DNS, timeouts, auth libraries' own errors
+            raise EndpointError(field_name, f"cannot reach {backend.url} ({type(e).__name__})",
+                                "check the URL and that the server is running") from e
+        return
     if backend.protocol != "s3":
         return
     bucket = backend.root.split("/", 1)[0]

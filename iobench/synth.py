@@ -148,6 +148,9 @@ class ImageSynth:
         self._texture = None
 
     def texture(self):
+        from .extras import require  # the install hint when Pillow is missing
+
+        require("PIL.Image", "images")
         from PIL import Image, ImageChops
 
         if self._texture is None:

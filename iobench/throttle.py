@@ -9,7 +9,7 @@ the kernel's throttle; nothing is emulated.  Needs root and a cgroup hierarchy w
 blkio/io controller; ``available()`` says why not where it is missing.
 
 The kernel throttles at the block layer: page-cache hits are free (make the files cold
-first, ``iobench.cache``) and read-ahead is throttled with the read that caused it, so a
+first, ``iobench.io.pagecache``) and read-ahead is throttled with the read that caused it, so a
 small random read can cost ``read_ahead_kb`` of the budget (``iobench.blockdev`` counts it).
 """
 

@@ -35,9 +35,10 @@ from typing import IO, Any, Iterator
 
 from .config import nearest
 from .errors import ConfigError
+from .io.ratelimit import RateLimiter, parse_rate
 from .metrics import LatencyHistogram, now_ns
 from .storage import Backend
-from .units import parse_duration, parse_size
+from .units import parse_duration
 
 _Z99 = 2.3263478740408408  # standard normal quantile at 0.99
 
@@ -194,11 +195,8 @@ def parse_emulation(spec: str) -> EmulationSpec:
             if not 0 <= prob <= 1:
                 raise ConfigError(_FIELD, f"{term!r}: p must be within 0..1", "give 0 <= p <= 1")
             out = replace(out, spike_p=prob, spike_s=_duration(p["extra"]))
-        else:  # bw
-            body = body.strip()
-            if body.lower().endswith("/s"):
-                body = body[:-2]
-            out = replace(out, bandwidth_bytes_per_s=float(parse_size(body, _FIELD)))
+        else:  # bw: the rate vocabulary of iobench.io.ratelimit
+            out = replace(out, bandwidth_bytes_per_s=parse_rate(body, _FIELD))
     return out
 
 
@@ -335,6 +333,7 @@ class EmulatedBackend(BackendWrapper):
         self.seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._limit = RateLimiter(self.spec.bandwidth_bytes_per_s)
 
     def _wrap_child(self, inner_child: Backend) -> "EmulatedBackend":
         return EmulatedBackend(inner_child, self.spec, self.seed)
@@ -353,9 +352,7 @@ class EmulatedBackend(BackendWrapper):
         t0 = now_ns()
         result = fn(*args)
         n = nbytes_in if nbytes_in is not None else _nbytes(result, counts_result)
-        rest = self.spec.transfer_s(n) - (now_ns() - t0) / 1e9
-        if rest > 0:
-            time.sleep(rest)
+        self._limit.hold(n, t0)
         return result
 
     def exists(self, rel: str) -> bool:
@@ -395,9 +392,7 @@ class EmulatedBackend(BackendWrapper):
         with _counted_output(self.inner, rel, fsync, written) as f:
             yield f
         self._latency()
-        rest = self.spec.transfer_s(written[0]) - (now_ns() - t0) / 1e9
-        if rest > 0:
-            time.sleep(rest)
+        self._limit.hold(written[0], t0)
 
 
 # ---------------------------------------------------------------------------------------

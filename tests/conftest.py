@@ -12,6 +12,10 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # every test that starts the embedded server carries the `s3` marker (`-m "not s3"` skips them all)
+    for item in items:
+        if "s3_server" in getattr(item, "fixturenames", ()) and "s3" not in item.keywords:
+            item.add_marker(pytest.mark.s3)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")

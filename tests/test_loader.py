@@ -158,7 +158,7 @@ def test_dataset_without_manifest_exits_2(tmp_path, capsys):
 
 
 def test_cache_cold_and_warm_measure_residency(tokens_ds):
-    from iobench.cache import set_cache_state
+    from iobench.io.pagecache import set_cache_state
     from iobench.storage import open_backend
 
     url, manifest = tokens_ds

@@ -57,19 +57,22 @@ def test_accelerators_share_the_dataset_and_pass(unet3d):
     assert r["first_step_excluded"] and r["runs"] == 2 and len(r["per_run"]) == 2
     assert r["au_min"] == min(r["au_per_accelerator"])
     assert r["passed"] == (r["au_min"] >= 0.9)
-    assert r["au_min"] > 0.5
+    for p in r["per_rank"]:
+        assert 0 <= p["au"] <= 1 and p["au_ci95"][0] <= p["au"] <= p["au_ci95"][1]
     assert not r["rule_compliant"]          # scaled down, and far under 5x memory
 
 
 def test_slow_storage_fails_and_is_diagnosed_fetch_bound(unet3d):
-    # 300 ms per read, 7 files a batch over 2 workers: >= ~1 s of reading per 20 ms step -> AU far
-    # below 90%; the same count without I/O passes, so the diagnosis must be "fetch-bound".
-    cfg = MlperfConfig(dataset=unet3d, accelerators=1, compute_s=0.05, epochs=1, runs=1, cache="as-is", workers=2,
-                       emulate="const:300ms", min_steps=10)
+    # 300 ms per read, 7 files a batch over 2 workers: >= 1.05 s of reading per 100 ms step, so in
+    # the long run AU <= 0.1 / 1.05 < 10% (a bound, not a timing; batches read before the clock
+    # starts lift a short run a little); without I/O the same accelerator only sleeps, so it clears
+    # a 30% pass mark even on a loaded host -> the diagnosis is "fetch-bound".
+    cfg = MlperfConfig(dataset=unet3d, accelerators=1, compute_s=0.1, epochs=1, runs=1, cache="as-is", workers=2,
+                       emulate="const:300ms", min_steps=10, au_threshold=0.3)
     out = find_max(cfg, max_accelerators=2)
     assert out["max_accelerators_per_node"] == 0
+    assert out["next_step"]["au_min"] < 0.2
     assert out["next_step"]["bound"] == "fetch-bound"
-    assert out["next_step"]["au_min"] < 0.5 <= out["next_step"]["au_min_without_io"]
     assert out["headline"].startswith("this storage cannot keep even 1 simulated H100")
 
 
@@ -116,3 +119,51 @@ def test_llama3_checkpoint_write_and_read(tmp_path):
     assert out["write"]["GB_per_s"] == pytest.approx(out["checkpoint_bytes"] / out["write"]["seconds_per_checkpoint_mean"]
                                                      / 1e9)
     assert json.loads((tmp_path / "ck.json").read_text())["metrics"]["mlperf"]["model"] == "llama3-8b"
+
+
+def _mpirun():
+    import shutil
+    import sys
+    from pathlib import Path
+
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None
+    local = Path(sys.executable).parent / "mpirun"
+    return str(local) if local.exists() else shutil.which("mpirun")
+
+
+@pytest.mark.skipif(_mpirun() is None, reason="no MPI: pip install 'iobench[mpi]'")
+def test_mpi_nodes_each_run_their_accelerators(unet3d, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "mpi.json"
+    proc = subprocess.run([_mpirun(), "-n", "2", sys.executable, "-m", "iobench.cli", "mlperf", "run", unet3d,
+                           "--accelerators", "2", "--compute-s", "0.05", "--epochs", "1", "--runs", "1",
+                           "--cache", "as-is", "--workers", "1", "--json", str(out)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+    d = json.loads(out.read_text())
+    m = d["metrics"]["mlperf"]
+    assert (m["nodes"], m["accelerators"]) == (2, 4)
+    assert sorted(p["rank"] for p in d["per_rank"]) == [0, 1, 2, 3]
+    assert all(p["steps"] >= 3 for p in d["per_rank"])       # lengthened: each share is one batch
+
+
+def test_report_shows_the_answer(tmp_path):
+    from iobench.mlperf.report import results_for
+    from iobench.report.build import build_report
+
+    fm = {"workload": "unet3d", "accelerator": "h100", "au_threshold": 0.9, "max_accelerators_per_node": 3,
+          "search_limit": 8, "limit_reached": False, "at_max": None, "probes": [], "result_at_max": None,
+          "next_step": {"accelerators": 4, "au_min": 0.87, "bound": "fetch-bound"},
+          "headline": headline("unet3d", "h100", 0.9, 3, {"accelerators": 4, "au_min": 0.87, "bound": "fetch-bound"},
+                               False, 8)}
+    path = tmp_path / "fm.json"
+    results_for(MlperfConfig(dataset=str(tmp_path)), fm, find_max=True).write(path)
+    rep = build_report([str(path)], tmp_path / "rep")
+    md = rep.markdown.read_text()
+    assert "this storage keeps 3 simulated H100s per node at AU >= 90% on unet3d; the 4th stalls at 87%" in md
+    assert "simulated accelerators sustained per node" in md

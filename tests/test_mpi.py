@@ -106,8 +106,12 @@ def test_load_on_3_ranks_reads_every_sample_exactly_once_and_sums_to_the_dataset
     assert p.stdout.count("results:") == 1          # rank 0 alone prints and writes
     doc = json.loads(out.read_text())
     m = doc["metrics"]
-    # ground truth: the manifest
-    assert m["bytes_read"] == manifest.total_bytes and m["samples"] == manifest.total_samples
+    # ground truth: the manifest's samples, and the bytes one process moves for the same work
+    from iobench.loader.core import LoadConfig, run_load
+
+    single = run_load(LoadConfig(dataset=url, workers=1, batch_size=10)).metrics
+    assert m["samples"] == manifest.total_samples == single["samples"]
+    assert m["bytes_read"] == single["bytes_read"] and 0 < m["bytes_read"] <= manifest.total_bytes
     # exactly once: the ranks' sample sets are disjoint and cover the dataset
     seen = [[int(line.split()[0]) for line in (rec / f"rank-{r}.txt").read_text().splitlines()] for r in range(3)]
     assert all(seen)
@@ -294,3 +298,61 @@ def test_a_killed_rank_blocks_the_commit_and_restore_returns_the_previous_step(t
         assert len(r["files_read"]) < 3           # nobody read the whole checkpoint
     assert ck["restore_bytes"] == sum(r["restore_bytes"] for r in pr)
     assert ck["restore_s"] == max(r["restore_s"] for r in pr)
+
+
+# ---------------------------------------------------------------- aggregate probes (IOR / mdtest style)
+
+@mpi
+def test_file_probe_n_to_n_and_n_to_1_on_3_ranks(tmp_path):
+    target = tmp_path / "pfs"
+    out = tmp_path / "pf.json"
+    p = ranks(3, iobench("probe", "file", str(target), "--bs", "256KiB", "--file-size", "2MiB", "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    agg = doc["metrics"]["aggregate"]["file"]
+    per = [r["aggregate"]["file"] for r in doc["per_rank"]]
+    assert agg["bytes_per_rank"] == 2 * 2**20
+    for layout in ("n-n", "n-1"):
+        for phase in ("write", "read"):
+            a = agg[layout][phase]
+            ranks_ = [x[layout][phase] for x in per]
+            assert a["bytes"] == 3 * 2 * 2**20 == sum(r["bytes"] for r in ranks_)   # every byte read back
+            assert a["ops"] == 3 * 8
+            assert a["seconds"] == max(r["seconds"] for r in ranks_)
+            assert a["bytes_per_s"] == pytest.approx(a["bytes"] / a["seconds"])
+            assert a["latency_s"]["count"] == a["ops"]
+    assert not target.exists()   # every rank removed what it made; rank 0 the folders and the target it made
+
+
+@mpi
+def test_metadata_probe_unique_and_shared_dirs_on_3_ranks(tmp_path):
+    target = tmp_path / "md"
+    out = tmp_path / "pm.json"
+    p = ranks(3, iobench("probe", "metadata", str(target), "--files", "300", "--file-size", "1KiB",
+                         "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    agg = json.loads(out.read_text())["metrics"]["aggregate"]["metadata"]
+    for mode in ("unique", "shared"):
+        for phase in ("create", "stat", "delete"):
+            assert agg[mode][phase]["ops"] == 300
+            assert agg[mode][phase]["ops_per_s"] == pytest.approx(300 / agg[mode][phase]["seconds"])
+    assert agg["unique"]["create"]["bytes"] == 300 * 1024
+    assert not target.exists()
+
+
+@mpi
+def test_s3_probe_put_get_from_3_ranks(s3_env, s3_prefix, tmp_path):
+    out = tmp_path / "ps.json"
+    p = ranks(3, iobench("probe", "s3", s3_prefix, "--sizes", "64KiB", "--concurrency", "2", "--size", "3MiB",
+                         "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    agg = doc["metrics"]["aggregate"]["s3"]
+    n = agg["objects_per_rank"]
+    assert agg["put"]["ops"] == agg["get"]["ops"] == 3 * n
+    assert agg["put"]["bytes"] == agg["get"]["bytes"] == 3 * n * 64 * 1024
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3_env.storage_options())
+    found = fs.find(s3_prefix.removeprefix("s3://"), detail=True)
+    assert not [k for k, v in found.items() if v.get("type") != "directory"]   # SeaweedFS lists empty folders

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from iobench.blockdev import DeviceCounter, device_of
-from iobench.cache import drop_pages, file_residency
+from iobench.io.pagecache import drop_pages, file_residency
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 from iobench.planner.loader_sim import bandwidth_stall

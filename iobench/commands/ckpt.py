@@ -10,7 +10,7 @@ HELP = """checkpoint benchmark: snapshot, local write, async commit, restore
 def register(sub) -> None:
     import argparse
 
-    from ..cli import add_endpoint_flag, add_json_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag
 
     p = sub.add_parser("ckpt", help="checkpoint save/restore benchmark (blocking pause, commit latency, exposure)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +35,7 @@ def register(sub) -> None:
     g.add_argument("--queue-depth", type=int, default=1, metavar="N")
     g.add_argument("--keep-local", type=int, default=2, metavar="K")
     g.add_argument("--keep-durable", type=int, default=3, metavar="K")
-    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier, e.g. 200MB (per second)")
+    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier: a rate, e.g. 200MB or bw:200MB/s")
     g.add_argument("--local-bw", metavar="RATE", help="emulate a slower local tier")
     g.add_argument("--no-fsync", action="store_true", help="skip fsync (results say so)")
     g.add_argument("--fail-at", type=float, action="append", default=[], metavar="S",
@@ -50,15 +50,14 @@ def register(sub) -> None:
     g.add_argument("--read-path", default="plain", metavar="PATH",
                    help="restore: plain (default) or a host-memory iobench.gds reader: cpu")
     add_json_flag(p)
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
 def _rate(v, field):
-    if v is None:
-        return None
-    from ..units import parse_size
+    from ..io.ratelimit import parse_rate
 
-    return float(parse_size(str(v).removesuffix("/s"), field))
+    return parse_rate(v, field)
 
 
 def run(args) -> int:
@@ -93,7 +92,9 @@ def run(args) -> int:
           check=lambda: open_tiers(cfg.local, cfg.durable, cfg.endpoint_url))
     local, durable = open_tiers(cfg.local, cfg.durable, cfg.endpoint_url, check=False)
     res = Results(command="ckpt", config=to_dict(cfg))
-    m = run_saves(cfg, local, durable, progress=world.rank == 0, world=world)
+    from ..cli import want_progress
+
+    m = run_saves(cfg, local, durable, progress=want_progress(args) and world.rank == 0, world=world)
     if not collect(world, res, {"checkpoint": m}, lambda per_rank, hosts: {"checkpoint": {
             **m, **merge_save_ranks([p["checkpoint"] for p in per_rank], hosts)}}):
         return 1 if m["saves"]["failed"] else 0
@@ -168,7 +169,7 @@ def run_restore(args) -> int:
     start(world, "ckpt restore", res.config)
     got, m = restore_run(local, durable, args.ranks, args.tp, args.pp, args.dp, verify=args.verify, read_fn=read_fn,
                          world=world)
-    res.environment["cache"] = {"declared": "cold", "method": "posix_fadvise DONTNEED (local files)"}
+    res.environment["cache"] = got.cache   # declared and measured (mincore), never just declared
     for s in got.skipped:
         res.warn(f"skipped {s}")
     if not collect(world, res, {"checkpoint": m}, lambda per_rank, hosts: {"checkpoint": {
@@ -178,7 +179,9 @@ def run_restore(args) -> int:
     Console().print(f"restored step {got.step} from {got.tier} ({got.url}): {format_bytes(w['restore_bytes'])} in "
                     f"{format_seconds(w['restore_s'])} ({format_rate(w['restore_bytes_per_s'])}), "
                     f"{'verified' if w['verified'] else 'NOT verified'}, "
-                    f"{w['ranks']} rank(s)" + (f" on {world.size} processes" if world.size > 1 else ""))
+                    f"{w['ranks']} rank(s)" + (f" on {world.size} processes" if world.size > 1 else "") + ", "
+                    + (f"page cache {got.resident_ratio:.0%} resident before the reads (measured)"
+                       if got.resident_ratio is not None else "page-cache residency not measurable"))
     if world.size > 1:
         Console().print(w["world"]["straggler"]["line"])
     if args.json:

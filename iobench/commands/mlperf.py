@@ -79,10 +79,15 @@ def run(args) -> int:
     if args.max_accelerators < 1:
         raise ConfigError("--max-accelerators", f"must be at least 1, got {args.max_accelerators}", "give e.g. 16")
     world = detect_world()
+    if world.is_mpi:
+        from ..config import to_dict
+
+        world.agree("mlperf config", to_dict(cfg))   # every node runs the same workload and counts
     if args.find_max:
         from ..mlperf.findmax import find_max
 
-        out = find_max(cfg, args.max_accelerators, world, say=print if world.rank == 0 else (lambda s: None))
+        out = find_max(cfg, args.max_accelerators, world if world.size > 1 else None,
+                       say=print if world.rank == 0 else (lambda s: None))
         if world.rank == 0:
             print_find_max(out)
     else:

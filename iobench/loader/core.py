@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import STATES as CACHE_STATES
+from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
@@ -59,6 +59,11 @@ class LoadConfig:
     read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating
     access: str = "auto"              # map | stream | block | auto (raw, files -> map; others -> stream)
     stream_read_size: str = "64KiB"   # stream: whole samples per piece of a shard's streamed read
+    until_stable: bool = False        # run until the stall and P99 intervals are narrow (or max_time_s)
+    min_steps: int = 50               # until_stable: never stop before this many steps
+    max_time_s: float = 60.0          # until_stable: time cap (the results then say "not stable")
+    stall_ci: float = 0.02            # until_stable: stall interval half-width to reach (0.02 = ±2 pp)
+    p99_ci: float = 0.25              # until_stable: P99 batch-time interval half-width, relative
     monitor_interval_s: float = 0.5
     start_method: str = "fork"
 
@@ -76,6 +81,11 @@ class LoadConfig:
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"load.{name}", f"must be within 0..1, got {getattr(self, name)}",
                                   "give a probability")
+        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not 0 < self.p99_ci:
+            raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
+                              "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
+        if self.min_steps < 2:
+            raise ConfigError("load.min_steps", f"must be at least 2, got {self.min_steps}", "give min_steps >= 2")
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
         check_choice("load.cache", self.cache, CACHE_STATES)
@@ -234,12 +244,13 @@ def slots_for(access: str, workers: int, prefetch: int) -> int:
 
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver) -> _Setup:
-    from ..cache import set_cache_state
+    from ..io.pagecache import set_cache_state
     from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
-    from .source import BackendSource, RetryPolicy
+    from ..io.retry import RetryPolicy
+    from .source import BackendSource
 
     warnings: list[str] = []
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
@@ -398,9 +409,21 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
              progress: bool = False, synthetic: bool = False, manifest=None, deliver=None,
              stop_rule=None) -> LoadRun:
     """Run one load and return its metrics (see module docstring): setup, step loop, metrics."""
+    if cfg.until_stable and stop_rule is None:
+        from dataclasses import replace
+
+        from .stability import StopRule
+
+        rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
+        stop_rule = rule.check
+        if not cfg.steps:
+            cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
     st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver)
     rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
+
+
+_UNTIL_STABLE_STEPS = 20_000
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
@@ -520,7 +543,39 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     }
     for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
+    _judge(st, rec, metrics, warnings)
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
+
+
+def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
+    """Intervals (rule 9), and the warnings that keep the headline honest (too short, idle workers...)."""
+    from .stability import StopRule, service, verdict
+
+    cfg = st.cfg
+    rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
+    v = verdict(rec.waits[1:], rec.steps_s[1:], service(rec)[1:], rule)
+    metrics["intervals"] = {k: v[k] for k in ("stall_ratio", "batch_service_p99_s", "batch_wait_p99_s")}
+    metrics["stable"] = v["stable"]
+    metrics["stability"] = {"rule": rule.describe(), "until_stable": cfg.until_stable,
+                            "stopped": rec.stopped_early or "planned steps done",
+                            "not_stable_because": v["not_stable_because"]}
+    if not v["stable"]:
+        warnings.append(f"not stable after {len(rec.waits)} steps: " + "; ".join(v["not_stable_because"])
+                        + ("" if cfg.until_stable else " (add --until-stable)"))
+    if cfg.compute_model().nominal_s <= 0 and cfg.compute_mode != "callback":
+        warnings.append("no compute time given: the stall is against a zero-time step (give --compute-ms)")
+    if st.schedule.access in ("stream", "block"):
+        mine = len(st.schedule.shards)
+        if mine < cfg.workers:
+            warnings.append(f"{mine} shard(s) for {cfg.workers} workers: {cfg.workers - mine} worker(s) have nothing "
+                            "to read (regenerate with smaller shards, or use --access map)")
+    if st.emulation.active and metrics["requests"] < 100:
+        warnings.append(f"the emulated storage saw only {metrics['requests']} request(s): its latency distribution "
+                        "is barely sampled (run more steps)")
+    wf = metrics.get("warmup_fraction")
+    if wf is not None and wf > 0.10:
+        warnings.append(f"warm-up (worker start + first batch) took {metrics['warmup_s']:.2f} s, {wf:.0%} of the wall "
+                        "clock: wall-clock utilization is below the steady-state one")
 
 
 ACCESS_SEMANTICS = {

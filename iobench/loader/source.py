@@ -37,46 +37,9 @@ class ShardSource(Protocol):
 # The default source: read shards straight from the dataset's backend.
 
 import random as _random  # noqa: E402
-import time as _time  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
-_NOT_RETRIED = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter, bounded by attempts and by a time budget."""
-
-    attempts: int = 5            # tries per request, the first included
-    base_delay_s: float = 0.05
-    max_delay_s: float = 2.0
-    budget_s: float = 30.0       # total time one request may spend retrying
-
-    def call(self, fn, describe, rng: _random.Random):
-        from iobench.errors import StorageError
-
-        t0 = _time.perf_counter()
-        last: BaseException | None = None
-        for attempt in range(max(1, self.attempts)):
-            try:
-                return fn()
-            except _NOT_RETRIED:
-                raise
-            except (OSError, TimeoutError, ConnectionError) as e:
-                last = e
-            except Exception as e:  # botocore/aiohttp errors that s3fs did not translate
-                if type(e).__module__.split(".")[0] not in ("botocore", "aiohttp", "aiobotocore", "urllib3"):
-                    raise
-                last = e
-            elapsed = _time.perf_counter() - t0
-            delay = min(self.max_delay_s, self.base_delay_s * 2 ** attempt) * (0.5 + rng.random() / 2)
-            if attempt + 1 >= self.attempts or elapsed + delay > self.budget_s:
-                break
-            _time.sleep(delay)
-        elapsed = _time.perf_counter() - t0
-        raise StorageError(f"{describe()}: failed after {attempt + 1} attempt(s) in {elapsed:.1f} s: "
-                           f"{type(last).__name__}: {last}") from last
-
+from iobench.io.retry import RetryPolicy  # noqa: E402
 
 @dataclass
 class BackendSource:

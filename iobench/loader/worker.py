@@ -58,7 +58,7 @@ def open_source(source, wid: int) -> None:
 
 
 def _decode_jpeg(data) -> np.ndarray:
-    from PIL import Image
+    from PIL import Image  # present: LoadConfig checks for Pillow before workers start
 
     with Image.open(io.BytesIO(bytes(data))) as im:
         return np.asarray(im.convert("RGB"))

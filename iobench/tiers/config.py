@@ -32,7 +32,7 @@ class TierSpec:
     url: str
     capacity: str | int | None = None      # bytes or "64GiB"; None = unbounded
     policy: str = "lru"
-    emulation: str = "none"                # a named profile of iobench.wrappers
+    emulation: str = "none"                # a profile (nvme, pfs, object) or spec, e.g. pfs+bw:1GB/s
     endpoint_url: str | None = None
     storage_options: dict = field(default_factory=dict, repr=False)
 
@@ -48,7 +48,15 @@ class TierSpec:
             raise ConfigError(f"{field_}.url", f"unsupported URL scheme {scheme!r}",
                               "use a local path, file://, s3:// or memory://")
         check_choice(f"{field_}.policy", self.policy, POLICIES)
-        check_choice(f"{field_}.emulation", self.emulation, EMULATION_PROFILES)
+        if self.emulation not in EMULATION_PROFILES:   # a spec in --emulate's vocabulary, e.g. bw:1GB/s
+            from ..wrappers import parse_emulation
+
+            try:
+                parse_emulation(self.emulation)
+            except ConfigError as e:
+                raise ConfigError(f"{field_}.emulation", e.problem,
+                                  f"use a profile ({', '.join(p for p in EMULATION_PROFILES if p != 'none')}) "
+                                  "or a spec such as pfs+bw:1GB/s") from None
         if self.capacity is not None and str(self.capacity).lower() not in ("unbounded", "none", "inf"):
             object.__setattr__(self, "capacity", parse_size(self.capacity, f"{field_}.capacity"))
         else:
@@ -196,7 +204,7 @@ def write_tiers_file(cfg: TiersConfig, path: str, with_secrets: bool = False) ->
     """Write ``cfg`` as YAML (mode 0600 when it holds credentials)."""
     import yaml
 
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, yaml.safe_dump(tiers_to_yaml_dict(cfg, with_secrets), sort_keys=False).encode())
     if with_secrets:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError
 
 _MANIFEST_NAMES = ("manifest.json", "MANIFEST", "index.json", "COMMITTED")
 
@@ -83,25 +83,12 @@ def _files_under(backend, rel: str) -> list[tuple[str, int]]:
 
 
 def _copy_item(src, dst, rel: str) -> int:
-    import xxhash
-
-    from .staging import iter_chunks
+    """Copy a file or a directory's files (manifests last), each read back from the archive."""
+    from ..io.copy import copy_verified
 
     total = 0
     for path, size in _files_under(src, rel):
-        h = xxhash.xxh64()
-        with dst.open_output(path) as f:
-            for data in iter_chunks(src, path, size):
-                f.write(data)
-                h.update(data)
-        got = dst.size(path)
-        if got != size:
-            raise StorageError(f"archive copy of {path} has {got} bytes, the source {size}")
-        back = xxhash.xxh64()
-        for data in iter_chunks(dst, path, size):
-            back.update(data)
-        if back.hexdigest() != h.hexdigest():
-            raise StorageError(f"archive copy of {path} does not match its source (xxh64)")
+        copy_verified(src, path, dst, path, size, None, retries=1, read_back=True)
         total += size
     return total
 

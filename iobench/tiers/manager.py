@@ -25,7 +25,8 @@ from ..storage import Backend, open_backend
 from .catalog import Catalog
 from .config import TiersConfig, TierSpec
 from .policies import get_policy
-from .staging import copy_verified, fetch_verified, write_copy
+from ..io.atomic import final_name_of
+from ..io.copy import copy_verified, fetch_verified, write_copy
 
 SOURCE_TIER = "source"   # the pseudo-tier of a dataset that lives outside every configured tier
 STAGING_MODES = ("prestage", "ondemand", "stream")
@@ -141,9 +142,9 @@ class TierManager:
                 if b.is_local:
                     os.makedirs(b.root, exist_ok=True)
                 if spec.emulation != "none":
-                    from ..wrappers import PROFILES, EmulatedBackend
+                    from ..wrappers import EmulatedBackend
 
-                    b = EmulatedBackend(b, PROFILES[spec.emulation])
+                    b = EmulatedBackend(b, spec.emulation)
                 self._backends[tier] = b
             return b
 
@@ -168,9 +169,9 @@ class TierManager:
             so = storage_options or (origin.storage_options if origin else None) or None
             backend = open_backend(url, endpoint_url=ep, storage_options=so, field_name="dataset")
             if origin is not None and origin.emulation != "none":
-                from ..wrappers import PROFILES, EmulatedBackend
+                from ..wrappers import EmulatedBackend
 
-                backend = EmulatedBackend(backend, PROFILES[origin.emulation])
+                backend = EmulatedBackend(backend, origin.emulation)
         if manifest is None:
             manifest = read_manifest(backend)
         ds = DatasetRef(id=dataset_id(url, manifest), url=url,
@@ -469,8 +470,9 @@ class TierManager:
         for rel in seen:
             head, name = os.path.split(rel)
             final = rel
-            if name.startswith(".") and name.endswith(".tmp"):   # atomic_open's ".<name>.<random>.tmp"
-                final = os.path.join(head, name[1:-4].rsplit(".", 1)[0])
+            stands_for = final_name_of(name)
+            if stands_for is not None:   # a stager's temp file: kept while that copy is wanted
+                final = os.path.join(head, stands_for)
             if final in keep:
                 continue
             try:
