@@ -26,7 +26,7 @@ CASES = {
     "gen json in /proc": (["gen", "--out", "{tmp}/g", "--json", "/proc/iobench-x.json"], "--json"),
     "gen json under a file": (["gen", "--out", "{tmp}/g", "--json", "{file}/r.json"], "--json"),
     "gen set other section": (["gen", "--out", "{tmp}/g", "--set", "load.seed=1"], "--set"),
-    "gen ftp url": (["gen", "--out", "ftp://host/x"], "--out"),
+    "gen unknown scheme": (["gen", "--out", "nosuchproto://host/x"], "--out"),
     "gen missing workload": (["gen", "--workload", "{nofile}.yaml", "--out", "{tmp}/g"], "--workload"),
     "gen bad yaml": (["gen", "--workload", "{yaml_bad}", "--out", "{tmp}/g"], "workload"),
     "gen secret endpoint": (["gen", "--out", "s3://b/x", "--endpoint-url", "ftp://KEY:SECRET@h"], "--endpoint-url"),
@@ -72,7 +72,7 @@ CASES = {
                                         "nvme", "--keep-last", "1"], "--archive"),
     "tiers lifecycle escaping prefix": (["tiers", "lifecycle", "--tiers", "{tiers}", "--hot", "nvme", "--archive",
                                          "object", "--prefix", "../x", "--keep-last", "1"], "--prefix"),
-    "tiers ftp url": (["tiers", "show", "--tiers", "{tiers_ftp}"], "tiers.object.url"),
+    "tiers unknown scheme": (["tiers", "show", "--tiers", "{tiers_ftp}"], "tiers.object.url"),
     "tiers simulate missing trace": (["tiers", "simulate", "{nofile}"], "TRACE"),
     # probe
     "probe file under /proc": (["probe", "file", "/proc/iobench-x", "--quick"], "URL"),
@@ -102,7 +102,7 @@ def places(tmp_path_factory):
     cfg = TiersConfig(tiers=(TierSpec("nvme", str(base / "nvme"), capacity="1MiB"),
                              TierSpec("object", str(base / "object"))), catalog=str(base / "catalog.sqlite"))
     write_tiers_file(cfg, str(base / "tiers.yaml"))
-    (base / "tiers-ftp.yaml").write_text("tiers:\n  - {name: object, url: 'ftp://KEY:SECRET@host/x'}\n")
+    (base / "tiers-ftp.yaml").write_text("tiers:\n  - {name: object, url: 'nosuchproto://KEY:SECRET@host/x'}\n")
     return {"ds": str(ds), "file": str(base / "file.bin"), "dir": str(base / "dir"), "tiers": str(base / "tiers.yaml"), "tiers_ftp": str(base / "tiers-ftp.yaml"),
             "yaml_bad": str(base / "bad.yaml"), "nofile": str(base / "nothing-here"), "base": base}
 
