@@ -451,7 +451,7 @@ def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
 
     rels = sorted(set(rels))
     removed, failed = 0, []
-    if backend.protocol == "s3":
+    if backend.supports_bulk_transfer:
         for i in range(0, len(rels), 1000):   # one DeleteObjects request per 1000 keys
             chunk = rels[i:i + 1000]
             try:
@@ -559,7 +559,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
     workers = min(spec.workers, len(plans))
-    if backend.protocol == "memory":
+    if not backend.shared_between_processes:
         workers = 1   # a memory:// filesystem lives in this process only
     total_bytes = [0]
     with _progress(progress) as prog:
@@ -575,7 +575,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
             if workers <= 1:
                 entries = write_shards(spec, backend, plans, report=report)
                 pids = []
-            elif backend.protocol == "s3":
+            elif backend.is_object_store:   # I/O-bound uploads: threads, one client
                 entries, pids = _run_threads(spec, backend, plans, workers, report), []
             else:
                 entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
@@ -638,7 +638,7 @@ def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_op
     try:
         if mine and workers <= 1:
             entries = write_shards(spec, backend, mine)
-        elif mine and backend.protocol == "s3":
+        elif mine and backend.is_object_store:
             entries = _run_threads(spec, backend, mine, workers, lambda s, b: None)
         elif mine:
             entries, pids = _run_workers(spec, backend, mine, workers, endpoint_url, storage_options,

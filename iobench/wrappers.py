@@ -421,6 +421,7 @@ class InstrumentedBackend(BackendWrapper):
         with self._lock:
             self.hist = {op: LatencyHistogram() for op in self.OPS}
             self.calls = {op: 0 for op in self.OPS}
+            self.failed: dict[str, int] = {}    # attempts that raised (not in calls or latency)
             self.bytes_read = 0
             self.bytes_written = 0
 
@@ -444,7 +445,13 @@ class InstrumentedBackend(BackendWrapper):
 
     def _timed(self, op: str, fn, *args, counts_result: bool = False, reads: bool = False):
         t0 = now_ns()
-        result = fn(*args)
+        try:
+            result = fn(*args)
+        except Exception:
+            # A failed attempt is an attempt: the retry policy above makes another, and both count.
+            with self._lock:
+                self.failed[op] = self.failed.get(op, 0) + 1
+            raise
         self._record(op, now_ns() - t0, nread=_nbytes(result, counts_result) if reads else 0)
         return result
 
@@ -462,7 +469,12 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         t0 = now_ns()
-        result = self.inner.cat_stream(rel, start, end, first)
+        try:
+            result = self.inner.cat_stream(rel, start, end, first)
+        except Exception:
+            with self._lock:
+                self.failed["read"] = self.failed.get("read", 0) + 1
+            raise
         ns = now_ns() - t0
         self._record("read", ns, nread=_nbytes(result, False))
         if first:
@@ -504,6 +516,8 @@ class InstrumentedBackend(BackendWrapper):
         """Counters and per-op latency; ``encode=True`` keeps histograms mergeable across processes."""
         with self._lock:
             out = {"bytes_read": self.bytes_read, "bytes_written": self.bytes_written, "calls": dict(self.calls)}
+            if self.failed:
+                out["failed_calls"] = dict(self.failed)
             if encode:
                 out["hist"] = {op: h.encode() for op, h in self.hist.items() if h.count}
             else:
