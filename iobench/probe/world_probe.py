@@ -262,7 +262,8 @@ def smallfiles_probe(world, area: ProbeArea, cfg, storage_options=None, endpoint
     _shared_dirs(world, area, [f"rank-{k:05d}" for k in range(n)])
     mine = ProbeArea.adopt(area.backend.url, area.work.child(f"rank-{r:05d}").url, area.size_cap,
                            endpoint_url=endpoint_url, storage_options=storage_options)
-    rcfg = replace(cfg, samples=max(1, cfg.samples // n))
+    per = max(2, cfg.samples // n)
+    rcfg = replace(cfg, samples=per, batch_size=min(cfg.batch_size, per))
     formats = ["files", *cfg.shard_formats]
     out: dict = {"samples_per_rank": rcfg.samples, "formats": {}}
     try:
