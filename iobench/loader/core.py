@@ -96,12 +96,13 @@ class LoadConfig:
         if self.access != "auto":
             check_choice("load.access", self.access, ACCESS_PATTERNS)
         self.compute_model()  # validates the compute spec
+        check_workers_fit_fd_limit(self)
         from ..wrappers import parse_emulation
 
         parse_emulation(self.emulate)
 
     def compute_model(self) -> ComputeModel:
-        return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute-ms")
+        return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute")
 
 
 @dataclass
@@ -130,6 +131,58 @@ def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
         jitter = 1 + float(spec.get("image_size_jitter", 0.2))
         per_sample = max(per_sample, int(w * h * 3 * jitter * jitter) + 64)
     return int(cfg.batch_size * per_sample * 2) + 4096
+
+
+# Descriptors per worker process: its pipes and queue ends, the slots' shared-memory handles it
+# maps, the shard files it has open; plus a fixed allowance for the parent.
+_FDS_PER_WORKER, _FDS_BASE = 8, 64
+
+
+def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
+    """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return
+    slots = slots_for("map", cfg.workers, cfg.prefetch)
+    need = _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots
+    if need > soft:
+        top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
+        raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
+                          f"use at most {top} workers, or raise the limit (ulimit -n)")
+
+
+def one_sample_bytes(manifest) -> int:
+    """The largest stored sample (bytes), from the manifest: what one slot must hold at least."""
+    spec = manifest.spec or {}
+    if manifest.modality == "tokens" and "seq_len" in spec and manifest.compression == "none":
+        dt = spec.get("token_dtype", "auto")
+        if dt not in ("uint16", "uint32"):
+            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
+        return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    best = 0
+    for s in manifest.shards:
+        if s.offsets and len(s.offsets) > 1:
+            best = max(best, int(np.max(np.diff(np.asarray(s.offsets, dtype=np.int64)))))
+        else:
+            best = max(best, (s.bytes + s.samples - 1) // max(1, s.samples))
+    return best
+
+
+def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
+    """Flags that only make sense against this dataset: refused before the first worker starts."""
+    total = manifest.total_samples
+    per_rank = total // max(1, world)
+    if cfg.batch_size > per_rank:
+        raise ConfigError("--batch-size", f"{cfg.batch_size} is more than the {per_rank} samples "
+                          f"{'each rank reads' if world > 1 else 'in the dataset'}",
+                          f"use at most {per_rank} (a step must be a whole batch to be measured)")
+    if cfg.slot_bytes:
+        one = one_sample_bytes(manifest)
+        if cfg.slot_bytes < one:
+            raise ConfigError("--slot-bytes", f"{cfg.slot_bytes} bytes cannot hold one sample ({one} bytes)",
+                              f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
 def _hist_summary(values_s: list[float]) -> dict:
@@ -208,6 +261,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         manifest = read_manifest(backend)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
+    check_against_dataset(cfg, manifest, world)
     schedule = build_schedule(cfg, manifest, rank, world)
     if schedule.access == "map" and not synthetic:
         _check_map_ranges(manifest)

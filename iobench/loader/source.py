@@ -68,9 +68,10 @@ class BackendSource:
         from iobench.storage import open_backend
         from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
-        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None)
-        if b.protocol == "s3":
-            b.fs.connect()  # the client and its session: start-up, before the loader's clock starts
+        # client_attempts=1: self.retry makes every attempt, so each one is counted (iobench.io.retry)
+        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None,
+                         client_attempts=1)
+        b.connect()  # the client and its session: start-up, before the loader's clock starts
         seed = self.seed * 1_000_003 + worker_id
         if self.error_rate or self.timeout_rate:
             b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)
@@ -92,7 +93,7 @@ class BackendSource:
             return self._read_direct(shard)
         if self.backend.is_local and self.backend.inner is self.backend.base:
             return self._read_into_pool(shard)
-        ranged = self.backend.protocol == "s3" and shard.bytes > self.block_size and self.concurrency > 1
+        ranged = self.backend.parallel_ranged_reads and shard.bytes > self.block_size and self.concurrency > 1
         if not ranged:
             return self._get(shard.path, None, None)
         from concurrent.futures import ThreadPoolExecutor
@@ -169,7 +170,7 @@ class BackendSource:
         """Bytes ``start:start+length`` of the shard as one request (a ranged GET, one pread)."""
         if self.backend is None:
             self.open()
-        if self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory"):
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
             return self._pread(shard, start, length)
         data = self._get(shard.path, start, start + length)
         if len(data) != length:
@@ -182,7 +183,7 @@ class BackendSource:
         """The next piece of one sequential streamed read of the shard (one request's latency)."""
         if self.backend is None:
             self.open()
-        if self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory"):
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
             return self._pread(shard, start, length)
         where = lambda: f"GET {self.backend.path(shard.path)} bytes {start}-{start + length}"  # noqa: E731
         data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
