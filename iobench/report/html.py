@@ -68,7 +68,7 @@ def plain(v: float) -> str:
         return f"{v:,.0f}"
     if a >= 1e-4:
         return f"{v:.4g}"
-    return f"{v:.2e}"
+    return f"{v:.9f}".rstrip("0")
 
 
 def _table(headers: list[str], rows: list[list], num_cols: set[int] | None = None) -> str:
@@ -311,6 +311,9 @@ def _is_load(doc: dict) -> bool:
 def _ci(m: dict, key: str) -> tuple[float, float] | None:
     from .compare import _pair
 
+    iv = (m.get("intervals") or {}).get(key) if isinstance(m.get("intervals"), dict) else None
+    if isinstance(iv, dict) and data.is_number(iv.get("low")) and data.is_number(iv.get("high")):
+        return float(iv["low"]), float(iv["high"])
     return _pair(m.get(f"{key}_ci95")) or _pair(m.get(f"{key}_ci"))
 
 
