@@ -55,7 +55,7 @@ class GenSpec:
     compression: str = "none"          # none | zstd:LEVEL
     checksum: str = "xxh64"            # xxh64 | crc32c
     seed: int = 0
-    workers: int = 1
+    workers: int = 0                   # 0: the machine's cores, at most one per shard (iobench.world)
     # tokens
     seq_len: int = 2048
     vocab_size: int = 50257
@@ -80,10 +80,12 @@ class GenSpec:
         check_choice("gen.checksum", self.checksum, CHECKSUMS)
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
-        for name in ("num_samples", "workers", "seq_len", "vocab_size", "image_width", "image_height",
-                     "num_classes"):
+        for name in ("num_samples", "seq_len", "vocab_size", "image_width", "image_height", "num_classes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        if self.workers < 0:
+            raise ConfigError("gen.workers", f"must be zero (one per core) or more, got {self.workers}",
+                              "give a number of writers, or 0 for one per core")
         if self.seed < 0:
             raise ConfigError("gen.seed", f"must be zero or more, got {self.seed}", "give a non-negative seed")
         if not 1 <= self.jpeg_quality <= 100:
@@ -583,7 +585,9 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
-    workers = min(spec.workers, len(plans))
+    from .world import default_parallelism
+
+    workers = min(spec.workers, len(plans)) if spec.workers else default_parallelism(len(plans))
     if backend.protocol == "memory":
         workers = 1   # a memory:// filesystem lives in this process only
     total_bytes = [0]

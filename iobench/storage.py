@@ -26,6 +26,10 @@ from .atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
 SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
+# Clients for S3 reads: "s3fs" (fsspec's, always there with the s3 extra), "obstore" (Rust
+# object_store client, the s3fast extra; ~2x s3fs per GET here, see reports/reference/load.md),
+# "auto" (obstore when installed).  Everything but reads goes through s3fs either way.
+S3_CLIENTS = ("auto", "s3fs", "obstore")
 
 
 @dataclass
@@ -35,6 +39,7 @@ class Backend:
     root: str
     fs: Any = field(repr=False)
     endpoint_url: str | None = None
+    reader: Any = field(default=None, repr=False)   # a faster client for ranged GETs (ObstoreReader), or None
 
     # Capability flags: callers read these instead of branching on the protocol.
     @property
@@ -72,10 +77,16 @@ class Backend:
     def child(self, rel: str) -> "Backend":
         """A backend rooted at ``rel`` below this one, sharing the filesystem object."""
         return Backend(url=self.url.rstrip("/") + "/" + rel.strip("/"), protocol=self.protocol,
-                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url)
+                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url, reader=self.reader)
+
+    @property
+    def read_client(self) -> str:
+        """Which client serves reads: 'obstore', 's3fs', or the protocol's fsspec filesystem."""
+        return self.reader.name if self.reader is not None else ("s3fs" if self.protocol == "s3" else self.protocol)
 
     def describe(self) -> dict:
-        return {"url": self.url, "protocol": self.protocol, "endpoint_url": self.endpoint_url}
+        return {"url": self.url, "protocol": self.protocol, "endpoint_url": self.endpoint_url,
+                "read_client": self.read_client}
 
     # Thin helpers over fsspec, relative to the root.
     def exists(self, rel: str) -> bool:
@@ -86,6 +97,32 @@ class Backend:
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.fs.cat_file(self.path(rel), start=start, end=end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        """Bytes ``[start, end)`` of ``rel`` into the writable buffer ``out``; returns the count.
+
+        Reads land in the caller's buffer (a loader's reused shard buffer) with one copy at
+        most: local files ``preadv`` straight into it, a fast client copies once out of its
+        own buffer.  A short count means the object ended early.
+        """
+        out = memoryview(out).cast("B")[:end - start]
+        if self.is_local:
+            fd = os.open(self.path(rel), os.O_RDONLY)
+            try:
+                got = 0
+                while got < len(out):
+                    n = os.preadv(fd, [out[got:]], start + got)
+                    if n <= 0:
+                        break
+                    got += n
+                return got
+            finally:
+                os.close(fd)
+        data = self.reader.get_range(self.path(rel), start, end) if self.reader is not None \
+            else self.fs.cat_file(self.path(rel), start=start, end=end)
+        n = min(len(data), len(out))
+        out[:n] = memoryview(data)[:n]
+        return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
@@ -156,8 +193,87 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     return opts
 
 
+class ObstoreReader:
+    """Ranged GETs through obstore's Rust client (connection pool, GIL released while waiting).
+
+    One store per bucket, made on first use (a worker process makes its own).  Its bytes
+    come back in a Rust-owned buffer that ``Backend.cat_into`` copies once into the caller's.
+    """
+
+    name = "obstore"
+
+    def __init__(self, opts: dict) -> None:
+        import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
+
+        ck = opts.get("client_kwargs", {})
+        self._config = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
+                                          ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
+                                          ("session_token", opts.get("token"))) if v}
+        self._stores: dict = {}
+
+    def __getstate__(self) -> dict:  # stores hold a runtime handle: each process builds its own
+        return {"_config": self._config, "_stores": {}}
+
+    def store(self, bucket: str):
+        global _OBSTORE_PID
+        if _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+            # obstore's Rust runtime does not survive fork(): its threads are gone in the child.
+            raise ConfigError("s3 client", "obstore was used in a parent process before this one was forked",
+                              "use --s3-client s3fs or the spawn/forkserver start method")
+        _OBSTORE_PID = os.getpid()
+        st = self._stores.get(bucket)
+        if st is None:
+            from obstore.store import S3Store
+
+            endpoint = self._config.get("endpoint", "")
+            st = S3Store(bucket, config={**self._config, "virtual_hosted_style_request": False},
+                         client_options={"allow_http": endpoint.startswith("http://")})
+            self._stores[bucket] = st
+        return st
+
+    def get_range(self, path: str, start: int | None, end: int | None):
+        import obstore
+
+        bucket, _, key = path.partition("/")
+        from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
+
+        try:
+            if start is None and end is None:
+                return obstore.get(self.store(bucket), key).bytes()
+            return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
+        # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows
+        # (missing and forbidden are final; the rest, I/O errors that may pass, are retried).
+        except NotFoundError as e:
+            raise FileNotFoundError(f"s3://{path}: not found") from e
+        except (PermissionDeniedError, UnauthenticatedError) as e:
+            raise PermissionError(f"s3://{path}: access denied") from e
+        except Exception as e:
+            raise OSError(f"GET s3://{path}: {type(e).__name__}") from e
+
+
+_OBSTORE_PID: int | None = None   # the process whose runtime obstore started in (None: not yet)
+
+
+def _s3_reader(client: str, opts: dict, field_name: str):
+    if client not in S3_CLIENTS:
+        from .config import nearest
+
+        raise ConfigError(f"{field_name} (s3 client)", f"unknown client {client!r}", nearest(client, S3_CLIENTS))
+    if client == "s3fs":
+        return None
+    try:
+        import obstore  # noqa: F401
+    except ImportError as e:
+        if client == "auto":
+            return None
+        raise MissingDependencyError("s3 client obstore", "obstore", extra="s3fast") from e
+    if client == "auto" and _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+        return None   # forked from a process that ran obstore: its runtime would hang here
+    return ObstoreReader(opts)
+
+
 def open_backend(url: str, endpoint_url: str | None = None, storage_options: dict | None = None,
-                 field_name: str = "url", check: bool = False) -> Backend:
+                 field_name: str = "url", check: bool = False, s3_client: str = "s3fs") -> Backend:
     """Open the storage at ``url`` (local path, file://, s3://bucket/prefix, memory://)."""
     if not url:
         raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
@@ -186,7 +302,8 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     fs = s3fs.S3FileSystem(**opts)
     root = (parsed.netloc + parsed.path).rstrip("/")
     backend = Backend(url=str(url), protocol="s3", root=root, fs=fs,
-                      endpoint_url=opts["client_kwargs"].get("endpoint_url"))
+                      endpoint_url=opts["client_kwargs"].get("endpoint_url"),
+                      reader=_s3_reader(s3_client, opts, field_name))
     if check:
         check_reachable(backend, field_name)
     return backend

@@ -46,3 +46,17 @@ def detect_world() -> World:
         raise MissingDependencyError("running under mpirun", "mpi4py", extra="mpi") from None
     comm = MPI.COMM_WORLD
     return World(rank=comm.Get_rank(), size=comm.Get_size(), _comm=comm)
+
+
+def default_parallelism(items: int) -> int:
+    """Writers/copiers to run when the user names none: this process's cores, at most one per item.
+
+    Under mpirun the ranks on one node share its cores (OMPI/MPICH say how many are local).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    local = next((int(os.environ[k]) for k in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+                  if os.environ.get(k, "").isdigit()), 1)
+    return max(1, min(max(1, cores // max(1, local)), items))

@@ -228,6 +228,13 @@ class BackendWrapper(Backend):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.cat(rel, start, end)
 
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self.inner.cat_into(rel, start, end, out)
+
+    @property
+    def read_client(self) -> str:
+        return self.inner.read_client
+
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
 
@@ -355,6 +362,9 @@ class EmulatedBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._request(self.inner.cat, rel, start, end)
 
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self._request(self.inner.cat_into, rel, start, end, out, counts_result=True)
+
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
         return _FileProxy(f, self._on_read)
@@ -431,6 +441,9 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._timed("read", self.inner.cat, rel, start, end, reads=True)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self._timed("read", self.inner.cat_into, rel, start, end, out, counts_result=True, reads=True)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._timed("open", lambda: self.inner.open(rel, mode, **kw))
@@ -523,6 +536,10 @@ class FaultyBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         self._maybe_fail(rel)
         return self.inner.cat(rel, start, end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        self._maybe_fail(rel)
+        return self.inner.cat_into(rel, start, end, out)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         self._maybe_fail(rel)

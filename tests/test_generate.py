@@ -80,7 +80,7 @@ def test_checksum_algorithms(tmp_path):
     ({"token_dtype": "uint16", "vocab_size": 100000}, "gen.token_dtype"),
     ({"num_sampels": 3}, "gen.num_sampels"),
     ({"compression": "lz4"}, "gen.compression"),
-    ({"workers": 0}, "gen.workers"),
+    ({"workers": -1}, "gen.workers"),
 ])
 def test_bad_spec_names_the_field(mapping, field):
     with pytest.raises(ConfigError) as e:

@@ -95,15 +95,19 @@ class BackendSource:
     error_rate: float = 0.0
     timeout_rate: float = 0.0
     odirect: bool = False             # local files: O_DIRECT reads into aligned buffers (no page cache)
+    s3_client: str = "auto"           # auto | s3fs | obstore (iobench.storage.S3_CLIENTS)
     backend: object = field(default=None, repr=False)   # set by open()
 
     def open(self, worker_id: int = 0) -> None:
         from iobench.storage import open_backend
         from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
-        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None)
+        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None,
+                         s3_client=self.s3_client)
         if b.protocol == "s3":
             b.fs.connect()  # the client and its session: start-up, before the loader's clock starts
+            if b.reader is not None:
+                b.reader.store(b.root.split("/", 1)[0])
         seed = self.seed * 1_000_003 + worker_id
         if self.error_rate or self.timeout_rate:
             b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)
@@ -118,6 +122,15 @@ class BackendSource:
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
         return self.retry.call(lambda: self.backend.cat(rel, start, end), where, self._rng)
 
+    def _get_into(self, rel: str, start: int, end: int, out) -> None:
+        """One ranged GET straight into ``out`` (retried); a short read is an integrity error."""
+        where = lambda: f"GET {self.backend.path(rel)} bytes {start}-{end}"  # noqa: E731
+        n = self.retry.call(lambda: self.backend.cat_into(rel, start, end, out), where, self._rng)
+        if n != end - start:
+            from iobench.errors import IntegrityError
+
+            raise IntegrityError(f"{rel}: offset {start}: short read ({n} of {end - start} bytes)")
+
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
         if self.backend is None:
             self.open()
@@ -125,28 +138,26 @@ class BackendSource:
             return self._read_direct(shard)
         if self.backend.is_local and self.backend.inner is self.backend.base:
             return self._read_into_pool(shard)
-        ranged = self.backend.protocol == "s3" and shard.bytes > self.block_size and self.concurrency > 1
-        if not ranged:
+        if self.backend.protocol != "s3":
             return self._get(shard.path, None, None)
-        from concurrent.futures import ThreadPoolExecutor
-
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+        # Object stores: GETs of up to block_size, `concurrency` in flight, each landing in its
+        # place in one reused buffer (no per-shard allocation, no join of the parts).
         buf = self._direct_buffer(shard.bytes)
         out = memoryview(buf)
         starts = range(0, shard.bytes, self.block_size)
+        if len(starts) == 1 or self.concurrency == 1:
+            for s in starts:
+                e = min(s + self.block_size, shard.bytes)
+                self._get_into(shard.path, s, e, out[s:e])
+        else:
+            from concurrent.futures import ThreadPoolExecutor
 
-        def fetch(start: int) -> None:
-            end = min(start + self.block_size, shard.bytes)
-            data = self._get(shard.path, start, end)
-            if len(data) != end - start:
-                from iobench.errors import IntegrityError
-
-                raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {end - start} bytes)")
-            out[start:end] = data
-
-        for f in [self._pool.submit(fetch, s) for s in starts]:
-            f.result()  # re-raises the original error of the first failed range
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+            futs = [self._pool.submit(self._get_into, shard.path, s, min(s + self.block_size, shard.bytes),
+                                      out[s:min(s + self.block_size, shard.bytes)]) for s in starts]
+            for f in futs:
+                f.result()  # re-raises the original error of the first failed range
         del out
         return memoryview(buf[:shard.bytes])
 
@@ -223,6 +234,15 @@ class BackendSource:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def _planned_client(self) -> str:
+        """The client the workers will read with (describe() runs in the parent, before open())."""
+        if not str(self.url).startswith("s3://"):
+            return "fsspec"
+        from iobench.storage import _s3_reader, s3_options
+
+        r = _s3_reader(self.s3_client, s3_options(self.endpoint_url, self.storage_options or None), "load.s3_client")
+        return r.name if r is not None else "s3fs"
+
     def describe(self) -> dict:
         from iobench.wrappers import resolve_emulation
 
@@ -232,4 +252,5 @@ class BackendSource:
                 "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
                 if (self.error_rate or self.timeout_rate) else None,
                 "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
+                "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
                 "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}
