@@ -64,7 +64,10 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
                           for s in block.shards])
     if job.synthetic:
         return _BlockData(None, None, ids)
-    datas = [(m.shards[s], source.read_shard(m.shards[s])) for s in block.shards]
+    shards = [m.shards[s] for s in block.shards]
+    # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
+    read_many = getattr(source, "read_shards", None)
+    datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
     if m.modality == "tokens" and hasattr(reader, "tokens"):
         # A reader's tokens() may return None for a shard it cannot vectorise: per-sample path then.
         arrays = [reader.tokens(d, sh) for sh, d in datas]
