@@ -156,7 +156,7 @@ def rss_check(work: Path, size: int, workers: int) -> dict:
 
 def images_breakdown(work: Path, n: int, workers: int) -> dict:
     from iobench.formats import get_format
-    from iobench.generate import ChecksumWriter
+    from iobench.io.checksum import ChecksumWriter
     from iobench.storage import open_backend
 
     spec = GenSpec.from_mapping({"format": "tar", "modality": "images", "num_samples": n, "shard_size": "8MiB"})

@@ -71,7 +71,8 @@ def bench_overhead(work: Path, scale: float) -> list[dict]:
     url = "memory://bench-overhead/tok"
     generate(GenSpec(format="raw", modality="tokens", num_samples=n, seq_len=512, vocab_size=32000,
                      shard_size="4MiB", fsync=False), url, progress=False)
-    base = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0)
+    base = LoadConfig(dataset=url, access="block",
+                      workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0)
     fast = [load_rate(base) for _ in range(REPEATS)]
     top = max(fast, key=lambda r: r["steady_samples_per_s"])
     paced = [load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300})) for _ in range(REPEATS)]
@@ -102,7 +103,7 @@ def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path) -> 
 
 def bench_fio(work: Path, scale: float) -> list[dict]:
     """Raw tokens from local files: warm page cache vs fio --invalidate=0; cold vs fio --direct=1."""
-    from iobench.cache import drop_pages, warm_file
+    from iobench.io.pagecache import drop_pages, warm_file
 
     if not shutil.which("fio"):
         return [{"section": "fio", "skipped": "fio not installed"}]
@@ -112,7 +113,8 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
                          vocab_size=32000, shard_size=f"{shard}B", fsync=True), url, progress=False)
     files = [os.path.join(url, s.path) for s in m.shards]
     W = 1  # one stream each: the consumer is one process, as fio's job is
-    base = LoadConfig(dataset=url, workers=W, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0,
+    base = LoadConfig(dataset=url, access="block",
+                      workers=W, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0,
                       read_ahead=1)
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
@@ -255,8 +257,8 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
         paths = [f"iobench/bench/raw-tokens/{s.path}" for s in m.shards]
         total = sum(s.bytes for s in m.shards)
         for emulate in (None, "object"):
-            cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, workers=2, prefetch=4, batch_size=256,
-                             shuffle_buffer=8192, s3_block_size="2MiB", s3_concurrency=4, monitor_interval_s=1.0,
+            cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, access="block", workers=2, prefetch=4,
+                             batch_size=256, shuffle_buffer=8192, s3_block_size="2MiB", s3_concurrency=4, monitor_interval_s=1.0,
                              read_ahead=1, emulate=emulate or "none")
             sides = {"iobench (obstore)": lambda: load_rate(LoadConfig(**{**cfg.__dict__, "s3_client": "obstore"}),
                                                            storage_options=opts),
@@ -312,7 +314,7 @@ def bench_tar(work: Path, scale: float) -> list[dict]:
     m = generate(GenSpec(format="tar", modality="images", num_samples=int(3000 * scale), image_width=160,
                          image_height=120, shard_size="4MiB", fsync=False, workers=2), url, progress=False)
     files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=64, shuffle_buffer=0, cache="warm",
+    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=64, shuffle_buffer=0, cache="warm",
                      monitor_interval_s=1.0)
 
     def peer_run():
@@ -340,7 +342,7 @@ def bench_parquet(work: Path, scale: float) -> list[dict]:
     m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
                          vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
     files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
+    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
                      monitor_interval_s=1.0)
 
     def peer_run():
@@ -377,7 +379,7 @@ def bench_tfrecord(work: Path, scale: float) -> list[dict]:
     m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(32768 * scale), seq_len=512,
                          vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
     files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
+    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
                      monitor_interval_s=1.0)
 
     def peer_run():
@@ -399,7 +401,7 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
     generate(GenSpec(format="raw", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
                      vocab_size=32000, shard_size="4MiB", fsync=False), url, progress=False)
     Q, B, E = 4, 256, 4
-    r = run_load(LoadConfig(dataset=url, workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
+    r = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
                             shuffle_buffer=8192, monitor_interval_s=0.1))
     m = r.metrics
     series, steps_t = m["system"]["series"], m["series"]["t_s"]

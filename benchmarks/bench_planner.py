@@ -43,7 +43,8 @@ def machine() -> dict:
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
-    cfg = LoadConfig(dataset=url, workers=1, prefetch=prefetch, batch_size=16, steps=steps, shuffle=False,
+    cfg = LoadConfig(dataset=url, access="block",
+                     workers=1, prefetch=prefetch, batch_size=16, steps=steps, shuffle=False,
                      shuffle_buffer=0, compute=f"{compute_ms}ms", emulate=emulate, monitor_interval_s=5.0)
     return run_load(cfg).metrics
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from iobench import cache as pagecache
+from iobench.io import pagecache
 from iobench.probe import fio_engine, py_engine
 from iobench.probe.file_probe import _layout
 from iobench.probe.jobs import Job

@@ -32,7 +32,7 @@ from .local_writer import copy_file, copy_files_local, write_buffer, write_buffe
 from .retention import RetentionPolicy, apply_retention
 from .snapshot import LiveState, Staging
 from .state import StateSpec
-from .throttle import Throttle
+from iobench.io.ratelimit import RateLimiter
 
 MODES = ("sync", "async")
 POLICIES = ("block", "skip", "coalesce")
@@ -81,6 +81,7 @@ class SaveRecord:
     t_durable: float | None = None
     error: str | None = None
     conditional_publish: bool | None = None
+    commit_info: dict = field(default_factory=dict)
     deleted: list = field(default_factory=list)
 
     @property
@@ -102,11 +103,18 @@ class Checkpointer:
     """Saves a ``LiveState`` to a local tier and/or a durable tier; see the module docstring."""
 
     def __init__(self, spec: StateSpec, ranks: list[int], local: Backend | None, durable: Backend | None,
-                 config: EngineConfig = EngineConfig(), on_commit: Callable[[SaveRecord], None] | None = None):
+                 config: EngineConfig = EngineConfig(), on_commit: Callable[[SaveRecord], None] | None = None,
+                 commit: Callable[..., dict] | None = None, retain_durable: bool = True):
+        """``commit(tier, manifest, fsync=)`` publishes the durable tier's manifest (default
+        ``commit_point.publish``); several processes saving one checkpoint pass one that first
+        gathers every process's files (checkpointing.world).  ``retain_durable`` False leaves
+        the durable tier's retention to another process."""
         if local is None and durable is None:
             raise ConfigError("--durable", "no tier to save to", "give --local and/or --durable")
         self.spec, self.ranks, self.local, self.durable, self.config = spec, list(ranks), local, durable, config
         self.on_commit = on_commit
+        self.commit = commit or cp.publish
+        self.retain_durable = retain_durable
         self.staging = Staging(spec, ranks)
         self.records: list[SaveRecord] = []
         self.first = local if local is not None else durable
@@ -118,8 +126,8 @@ class Checkpointer:
         self._error: BaseException | None = None
         self._error_step: int | None = None
         self._closed = False
-        self._local_throttle = Throttle(config.local_bw) if config.local_bw else None
-        self._durable_throttle = Throttle(config.durable_bw) if config.durable_bw else None
+        self._local_throttle = RateLimiter(config.local_bw) if config.local_bw else None
+        self._durable_throttle = RateLimiter(config.durable_bw) if config.durable_bw else None
         self._threads: list[threading.Thread] = []
         for tier in (local, durable):
             if tier is not None:
@@ -259,8 +267,13 @@ class Checkpointer:
             rec.local_bytes += int(buf.nbytes)
         manifest = cp.CheckpointManifest(step=rec.step, spec=self.spec, files=tuple(files))
         crashpoint("before_local_manifest")
-        info = cp.publish(tier, manifest, fsync=self.config.fsync)
-        rec.local_write_s = time.perf_counter() - t0
+        publish = self.commit if tier is self.durable else cp.publish
+        t_files = time.perf_counter()
+        info = publish(tier, manifest, fsync=self.config.fsync)
+        rec.commit_info = info
+        # A shared commit waits for the other processes: that wait is commit latency, not this
+        # process's write time.
+        rec.local_write_s = (t_files if publish is not cp.publish else time.perf_counter()) - t0
         rec.t_local_done = time.perf_counter()
         if tier is self.durable:
             rec.conditional_publish = info.get("conditional")
@@ -272,7 +285,8 @@ class Checkpointer:
             self._durable_throttle.start()
         t0 = time.perf_counter()
         info = upload_step(self.local, self.durable, manifest, fsync=self.config.fsync,
-                           throttle=self._durable_throttle)
+                           throttle=self._durable_throttle, publish=self.commit)
+        rec.commit_info = info
         rec.conditional_publish = info.get("conditional")
         rec.upload_s = time.perf_counter() - t0
 
@@ -286,7 +300,7 @@ class Checkpointer:
             self._cv.notify_all()
         # Retention runs only now that this step is durable; in-flight steps are protected.
         try:
-            if self.durable is not None:
+            if self.durable is not None and self.retain_durable:
                 rec.deleted += apply_retention(self.durable, RetentionPolicy(self.config.keep_durable,
                                                                              self.config.keep_every), protect)
             if self.local is not None:
@@ -376,7 +390,7 @@ def _refuse_committed(tier: Backend, step: int) -> None:
 
 
 def upload_step(local: Backend, durable: Backend, manifest: cp.CheckpointManifest, fsync: bool = True,
-                throttle: Throttle | None = None) -> dict:
+                throttle: RateLimiter | None = None, publish: Callable[..., dict] = cp.publish) -> dict:
     """Copy a locally committed step's rank files to ``durable``, then publish its manifest there."""
     d = cp.step_dir(manifest.step)
     _refuse_committed(durable, manifest.step)
@@ -394,7 +408,7 @@ def upload_step(local: Backend, durable: Backend, manifest: cp.CheckpointManifes
     else:
         for f in manifest.files:
             copy_file(local, f"{d}/{f.path}", durable, f"{d}/{f.path}", fsync=fsync, throttle=throttle)
-    return cp.publish(durable, manifest, fsync=fsync)
+    return publish(durable, manifest, fsync=fsync)
 
 
 def _probe_tcp(endpoint_url: str, field_name: str) -> None:

@@ -19,10 +19,9 @@ import errno
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 
-from iobench.atomic import fsync_dir
+from iobench.io.atomic import fsync_dir, publish_new
 from iobench.errors import IntegrityError, StorageError
 from iobench.results import now_iso
 from iobench.storage import Backend
@@ -58,7 +57,11 @@ class RankFile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RankFile":
-        return cls(rank=int(d["rank"]), path=d["path"], bytes=int(d["bytes"]), checksum=d["checksum"],
+        from iobench.paths import contained_rel
+
+        # A manifest is data: its file path must stay inside the step directory.
+        return cls(rank=int(d["rank"]), path=contained_rel(d["path"], "checkpoint manifest files[].path"),
+                   bytes=int(d["bytes"]), checksum=d["checksum"],
                    shards=tuple((Shard.from_list(v[:6]), int(v[6])) for v in d["shards"]))
 
 
@@ -83,7 +86,7 @@ class CheckpointManifest:
     @classmethod
     def from_json(cls, raw: bytes) -> "CheckpointManifest":
         d = json.loads(raw)
-        if d.get("format") != FORMAT:
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("not an iobench checkpoint manifest")
         if int(d.get("version", 0)) > VERSION:
             raise ValueError(f"manifest version {d['version']} is newer than this iobench reads")
@@ -143,27 +146,13 @@ def publish(backend: Backend, manifest: CheckpointManifest, fsync: bool = True) 
 def _publish_local(backend: Backend, rel: str, data: bytes, fsync: bool) -> dict:
     final = backend.local_path(rel)
     d = os.path.dirname(final)
-    if os.path.exists(final):
-        raise StorageError(f"{final}: step already committed")
-    fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=d)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        crashpoint("mid_manifest_publish")
-        os.replace(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+        publish_new(final, data, fsync=fsync, before_publish=lambda: crashpoint("mid_manifest_publish"))
+    except FileExistsError as e:
+        raise StorageError(f"{final}: step already committed") from e
     if fsync:
-        fsync_dir(d)
         fsync_dir(os.path.dirname(d))
-    return {"conditional": False, "fsync": fsync}
+    return {"conditional": True, "fsync": fsync}
 
 
 def _publish_s3(backend: Backend, rel: str, data: bytes) -> dict:

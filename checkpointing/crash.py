@@ -285,7 +285,7 @@ def _write_report(out: str, outs: list[Outcome], cmd: str) -> None:
                "trials_detail": rows}
     Path(out + ".json").parent.mkdir(parents=True, exist_ok=True)
     Path(out + ".json").write_text(json.dumps(summary, indent=1) + "\n")
-    lines = [f"# Checkpoint crash campaign\n", f"Command: `{cmd}` on {summary['machine']}.\n",
+    lines = ["# Checkpoint crash campaign\n", f"Command: `{cmd}` on {summary['machine']}.\n",
              f"{summary['trials']} trials ({summary['named_point_trials']} at named points, "
              f"{summary['random_time_trials']} at random times), {summary['killed']} saver processes SIGKILLed, "
              f"**{summary['violations']} violations** (a restore older than a reported commit, a step never saved, "

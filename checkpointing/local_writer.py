@@ -1,7 +1,7 @@
 """Writing rank files: staging buffer → file on a tier, checksummed on the way, fsynced.
 
 Local files go to a temp name, are fsynced, renamed into the step directory, and the
-directory is fsynced (iobench.atomic).  Object stores get a streamed (multipart when
+directory is fsynced (iobench.io.atomic).  Object stores get a streamed (multipart when
 large) upload that only becomes visible when it completes.  A full disk or any other
 I/O error leaves no partial file under the final name and is raised as ``StorageError``
 naming the file.
@@ -13,22 +13,23 @@ import errno
 import time
 
 import numpy as np
-import xxhash
 
 from iobench.errors import StorageError
+from iobench.io.checksum import checksum_of
 from iobench.storage import Backend
 
 from .hooks import crashpoint
-from .throttle import Throttle
+from iobench.io.ratelimit import RateLimiter
 
 CHUNK = 8 * 1024 * 1024
 
 
 def checksum(buf) -> str:
-    return "xxh3_64:" + xxhash.xxh3_64_hexdigest(buf)
+    """Rank files carry xxh3_64 (the fastest of the algorithms iobench.io.checksum knows)."""
+    return checksum_of(buf, "xxh3_64")
 
 
-def _write_chunks(f, mv: memoryview, throttle: Throttle | None, crash_mid: str) -> None:
+def _write_chunks(f, mv: memoryview, throttle: RateLimiter | None, crash_mid: str) -> None:
     n = len(mv)
     half = max(1, n // 2)
     pos = 0
@@ -43,7 +44,7 @@ def _write_chunks(f, mv: memoryview, throttle: Throttle | None, crash_mid: str) 
 
 
 def write_buffer(backend: Backend, rel: str, buf: np.ndarray, fsync: bool = True,
-                 throttle: Throttle | None = None) -> tuple[str, float]:
+                 throttle: RateLimiter | None = None) -> tuple[str, float]:
     """Publish ``buf`` as ``rel``; returns (checksum, seconds)."""
     t0 = time.perf_counter()
     mv = memoryview(buf).cast("B")
@@ -61,7 +62,7 @@ def write_buffer(backend: Backend, rel: str, buf: np.ndarray, fsync: bool = True
 
 
 def copy_file(src: Backend, src_rel: str, dst: Backend, dst_rel: str, fsync: bool = True,
-              throttle: Throttle | None = None) -> float:
+              throttle: RateLimiter | None = None) -> float:
     """Copy one committed file between tiers (upload to the durable tier); returns seconds."""
     t0 = time.perf_counter()
     try:
@@ -92,7 +93,7 @@ def copy_file(src: Backend, src_rel: str, dst: Backend, dst_rel: str, fsync: boo
 
 
 def write_buffers_local(backend: Backend, items: list[tuple[str, np.ndarray]], fsync: bool = True,
-                        throttle: Throttle | None = None) -> list[str]:
+                        throttle: RateLimiter | None = None) -> list[str]:
     """Write several files into one local step directory, fsync each, then fsync the directory once.
 
     Files go straight to their final names: the step directory is not a checkpoint until its
@@ -103,7 +104,7 @@ def write_buffers_local(backend: Backend, items: list[tuple[str, np.ndarray]], f
     """
     import os
 
-    from iobench.atomic import fsync_dir
+    from iobench.io.atomic import fsync_dir
 
     written: list[str] = []
     digests = []
@@ -142,12 +143,12 @@ def _unlink_and_raise(written: list[str], e: OSError, where: str, verb: str) -> 
 
 
 def copy_files_local(src: Backend, dst: Backend, rels: list[str], fsync: bool = True,
-                     throttle: Throttle | None = None) -> None:
+                     throttle: RateLimiter | None = None) -> None:
     """Copy files of an uncommitted step to a local/PFS tier: each fsynced, then one directory fsync
     (the same reasoning as ``write_buffers_local``: the manifest, published after, is the commit)."""
     import os
 
-    from iobench.atomic import fsync_dir
+    from iobench.io.atomic import fsync_dir
 
     written: list[str] = []
     first = True

@@ -10,14 +10,14 @@ buffer ``dst`` with the file's bytes — plain reads by default; a GPU-direct re
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from iobench.errors import IntegrityError, NoCheckpointError
+from iobench.errors import ConfigError, IntegrityError, NoCheckpointError
+from iobench.paths import check_inside
 from iobench.storage import Backend
 
 from . import commit_point as cp
@@ -63,19 +63,24 @@ def reader_read_fn(open_reader: Callable[[str], object]) -> ReadFn:
     return read
 
 
-def drop_page_cache(backend: Backend, rel: str) -> bool:
-    """Best effort cold cache for a local file (POSIX_FADV_DONTNEED); False where not possible."""
-    if not backend.is_local or not hasattr(os, "posix_fadvise"):
-        return False
-    try:
-        fd = os.open(backend.local_path(rel), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        return True
-    finally:
-        os.close(fd)
+def _prepare_cache(backend: Backend, rel: str, cold: bool, pages: list[int]) -> None:
+    """Drop a local file's pages when ``cold`` (iobench.io.pagecache: fdatasync, then DONTNEED) and add
+    its measured (resident, total) pages, just before the read, to ``pages``; [-1] marks unmeasurable."""
+    from iobench.io.pagecache import drop_pages, resident_pages
+
+    base = getattr(backend, "base", backend)
+    if not base.is_local:
+        pages[:] = [-1, -1]
+        return
+    path = base.local_path(rel)
+    if cold:
+        drop_pages(path)
+    r = resident_pages(path) if pages[0] >= 0 else None
+    if r is None:
+        pages[:] = [-1, -1]
+    else:
+        pages[0] += r[0]
+        pages[1] += r[1]
 
 
 @dataclass
@@ -91,6 +96,21 @@ class Restored:
     verified: bool
     cold: bool
     skipped: list[str] = field(default_factory=list)
+    files_read: list[int] = field(default_factory=list)   # source ranks whose files were read
+    resident_ratio: float | None = None    # measured (mincore) just before each file was read; None: not measurable
+
+    @property
+    def cache(self) -> dict:
+        """Cache state as declared and as measured (measurement rule 3)."""
+        out: dict = {"declared": "cold" if self.cold else "as-is",
+                     "method": "fdatasync + posix_fadvise(DONTNEED)" if self.cold else "none",
+                     "measured_residency": self.resident_ratio}
+        if self.resident_ratio is None:
+            out["note"] = "residency not measurable here (not a local file system, or mincore failed)"
+        elif self.cold and self.resident_ratio > 0.05:
+            out["note"] = (f"{self.resident_ratio:.0%} of the files stayed in memory after DONTNEED "
+                           "(tmpfs, or pages pinned elsewhere): not a cold-cache restore")
+        return out
 
     @property
     def bytes_per_s(self) -> float:
@@ -104,22 +124,32 @@ def _candidates(tiers: list[tuple[str, Backend]]) -> list[int]:
     return sorted(steps, reverse=True)
 
 
-def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: ReadFn, cold: bool):
+def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: ReadFn, cold: bool,
+          only: set[int] | None = None, pages: list[int] | None = None):
+    """Read (and verify) the step's rank files; ``only``: just these source ranks' files;
+    ``pages`` accumulates the measured page-cache residency before each read."""
     d = cp.step_dir(m.step)
     missing = set(range(m.spec.ranks)) - {f.rank for f in m.files}
     if missing:
         raise IntegrityError(f"{d}: manifest lacks ranks {sorted(missing)[:8]} (incomplete commit)")
     bufs, total = {}, 0
     for f in m.files:
+        if only is not None and f.rank not in only:
+            continue
         rel = f"{d}/{f.path}"
+        base = getattr(backend, "base", backend)
+        if base.is_local:
+            try:
+                check_inside(base.root, rel, "checkpoint manifest")
+            except ConfigError as e:
+                raise IntegrityError(f"{rel}: {e.problem}") from None
         try:
             size = backend.size(rel)
         except FileNotFoundError:
             raise IntegrityError(f"{rel}: missing") from None
         if size != f.bytes:
             raise IntegrityError(f"{rel}: {size} bytes, manifest says {f.bytes} (truncated or overwritten)")
-        if cold:
-            drop_page_cache(backend, rel)
+        _prepare_cache(backend, rel, cold, pages if pages is not None else [0, 0])
         buf = np.empty(f.bytes, dtype=np.uint8)
         read_fn(backend, rel, memoryview(buf))
         total += f.bytes
@@ -129,13 +159,31 @@ def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: Rea
     return bufs, total
 
 
+def needed_sources(m: cp.CheckpointManifest, target: StateSpec | None, ranks: list[int] | None) -> set[int] | None:
+    """The source ranks whose files hold the boxes of target ``ranks`` (None: every file)."""
+    if ranks is None:
+        return None
+    if target is None or target == m.spec:
+        return set(ranks)
+    layout = rank_shards(target)
+    sources = {f.rank: [s for s, _ in f.shards] for f in m.files}
+    return {p.src_rank for r in ranks for _, pieces in plan(sources, layout[r]) for p in pieces}
+
+
 def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None, ranks: list[int] | None = None,
-            verify: bool = True, read_fn: ReadFn | None = None, cold: bool = True) -> Restored:
-    """Load the newest committed, verified checkpoint; reshard to ``target`` when given."""
+            verify: bool = True, read_fn: ReadFn | None = None, cold: bool = True,
+            max_step: int | None = None) -> Restored:
+    """Load the newest committed, verified checkpoint; reshard to ``target`` when given.
+
+    With ``ranks``, only those target ranks are assembled, and only the rank files that hold
+    their boxes are read (one process of a multi-process restore).  ``max_step``: ignore newer steps.
+    """
     tiers = [(n, b) for n, b in tiers if b is not None]
     read_fn = read_fn or plain_read
     skipped: list[str] = []
     for step in _candidates(tiers):
+        if max_step is not None and step > max_step:
+            continue
         found = False
         for name, backend in tiers:
             if not cp.is_committed(backend, step):
@@ -144,12 +192,13 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
             t0 = time.perf_counter()
             try:
                 m = cp.load_manifest(backend, step)
-                bufs, total = _load(backend, m, verify, read_fn, cold)
+                pages = [0, 0]
+                bufs, total = _load(backend, m, verify, read_fn, cold, needed_sources(m, target, ranks), pages)
             except (IntegrityError, OSError) as e:
                 skipped.append(f"step {step} on {name}: {e}")
                 continue
             src = {f.rank: dict(((s.key, s.offsets), shard_array(bufs[f.rank], off, s)) for s, off in f.shards)
-                   for f in m.files}
+                   for f in m.files if f.rank in bufs}
             if target is None or target == m.spec:
                 spec = m.spec
                 want = ranks if ranks is not None else [f.rank for f in m.files]
@@ -171,7 +220,8 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
                     continue
             return Restored(step=step, tier=name, url=backend.url, spec=spec, arrays=arrays, shards=shards,
                             bytes_read=total, seconds=time.perf_counter() - t0, verified=verify, cold=cold,
-                            skipped=skipped)
+                            skipped=skipped, files_read=sorted(bufs),
+                            resident_ratio=None if pages[0] < 0 else (pages[0] / pages[1] if pages[1] else 0.0))
         if not found:
             skipped.append(f"step {step}: no manifest on any tier (incomplete save)")
     where = ", ".join(b.url for _, b in tiers)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from iobench.config import check_choice
-from iobench.errors import ConfigError
+from iobench.errors import ConfigError, IntegrityError
 from iobench.metrics import summarize_seconds
 from iobench.storage import Backend, open_backend
 
@@ -120,9 +120,23 @@ def _rss() -> int:
 
 
 def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, world_rank: int = 0,
-              world_size: int = 1, progress: bool = True) -> dict:
-    """Run the saves; returns the metrics dict (``metrics.checkpoint`` in the results)."""
+              world_size: int = 1, progress: bool = True, world=None) -> dict:
+    """Run the saves; returns the metrics dict (``metrics.checkpoint`` in the results).
+
+    With an MPI ``world`` of several processes, each saves the checkpoint ranks it holds and
+    world rank 0 commits each step once every process has reported its files durable
+    (checkpointing.world); ``local`` is then this process's own directory.
+    """
     spec = cfg.spec()
+    if world is not None:
+        world_rank, world_size = world.rank, world.size
+    multi = world is not None and world.size > 1
+    if multi and durable is None:
+        raise ConfigError("--durable", "a multi-process save commits on a shared durable tier",
+                          "give --durable on a path or bucket every rank can reach")
+    if spec.ranks < world_size:
+        raise ConfigError("--ranks", f"{spec.ranks} checkpoint rank(s) for {world_size} processes",
+                          f"give --dp (or --tp/--pp) so that TP×PP×DP is at least {world_size}")
     ranks = local_ranks(spec, world_rank, world_size)
     live = LiveState(spec, ranks)
     per_save = live.nbytes
@@ -131,7 +145,13 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
     live.fill(cfg.seed, 0)
     interval = cfg.interval_ms / 1e3
     rss = []
-    ck = Checkpointer(spec, ranks, local, durable, cfg.engine())
+    commit = None
+    if multi:
+        from .world import WorldCommit
+
+        commit = WorldCommit(world)
+    ck = Checkpointer(spec, ranks, local, durable, cfg.engine(), commit=commit,
+                      retain_durable=world_rank == 0)   # one process deletes old steps on the shared tier
     bar = None
     if progress:
         from rich.progress import Progress
@@ -141,6 +161,9 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
         task = bar.add_task("checkpoint saves", total=cfg.count)
     # a rerun into the same tiers continues after their newest step instead of clashing with it
     first = 1 + max([0] + [s for t in (local, durable) if t is not None for s in cp.list_steps(t)])
+    if multi:   # every process must save the same step numbers
+        first = max(world.allgather(first, what="checkpoint first step"))
+        world.barrier("checkpoint start")
     try:
         t_next = time.perf_counter()
         for i in range(cfg.count):
@@ -159,7 +182,12 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
     finally:
         if bar is not None:
             bar.stop()
-    return save_metrics(cfg, spec, ck, per_save, rss)
+    m = save_metrics(cfg, spec, ck, per_save, rss)
+    if multi:
+        m["world_ranks"] = ranks
+        m["commits"] = commit.history     # rank 0: every rank's durable time and the commit time per step
+        world.barrier("checkpoint saves done")
+    return m
 
 
 def save_metrics(cfg: CkptConfig, spec: StateSpec, ck: Checkpointer, per_save: int, rss: list[int]) -> dict:
@@ -203,25 +231,56 @@ def save_metrics(cfg: CkptConfig, spec: StateSpec, ck: Checkpointer, per_save: i
 
 def run_restore(local: Backend | None, durable: Backend | None, target_ranks: int | None = None,
                 tp: int | None = None, pp: int | None = None, dp: int | None = None, verify: bool = True,
-                read_fn=None) -> tuple[Restored, dict]:
+                read_fn=None, world=None) -> tuple[Restored, dict]:
+    """Restore the newest committed checkpoint (resharded to ``target_ranks`` / TP, PP, DP if given).
+
+    With an MPI ``world`` of several processes, each restores the target ranks it holds
+    (every world_size-th one) and reads only the rank files that hold their boxes; the
+    processes agree on one step (the newest that every one of them could verify).
+    """
     tiers = [("local", local), ("durable", durable)]
     target = None
-    if target_ranks is not None or tp or pp or dp:
-        # reshard target: the newest manifest's layout with the parallelism asked for
-        probe = None
-        for _, b in tiers:
-            if b is not None:
-                steps = cp.committed_steps(b)
-                if steps:
-                    probe = cp.load_manifest(b, steps[-1]).spec
-                    break
-        if probe is not None:
-            target = _target_layout(probe, target_ranks, tp, pp, dp)
-    got = restore(tiers, target=target, verify=verify, read_fn=read_fn)
+    probe = None
+    for _, b in tiers:
+        if b is not None:
+            steps = cp.committed_steps(b)
+            if steps:
+                probe = cp.load_manifest(b, steps[-1]).spec
+                break
+    if probe is not None and (target_ranks is not None or tp or pp or dp):
+        target = _target_layout(probe, target_ranks, tp, pp, dp)
+    multi = world is not None and world.size > 1
+    mine = None
+    if multi:
+        layout = target or probe
+        mine = local_ranks(layout, world.rank, world.size) if layout is not None else []
+        world.barrier("restore start")
+    got = restore(tiers, target=target, verify=verify, read_fn=read_fn, ranks=mine)
+    if multi:
+        steps = world.allgather(got.step, what="restore step")
+        if len(set(steps)) > 1:   # a file only some ranks read failed to verify: all take an older step
+            got = restore(tiers, target=target, verify=verify, read_fn=read_fn, ranks=mine, max_step=min(steps))
+            steps = world.allgather(got.step, what="restore step")
+            if len(set(steps)) > 1:
+                raise IntegrityError(f"ranks restored different steps {steps}: no step verifies on every rank")
     m = {"step": got.step, "tier": got.tier, "url": got.url, "restore_s": got.seconds, "restore_bytes": got.bytes_read,
-         "restore_bytes_per_s": got.bytes_per_s, "verified": got.verified, "cache": "cold" if got.cold else "warm",
-         "ranks": len(got.arrays), "resharded": target is not None, "skipped": got.skipped}
+         "restore_bytes_per_s": got.bytes_per_s, "verified": got.verified, "cache": "cold" if got.cold else "as-is",
+         "resident_ratio": got.resident_ratio,
+         "ranks": len(got.arrays), "resharded": target is not None, "skipped": got.skipped,
+         "target_ranks": sorted(got.arrays), "files_read": got.files_read}
     return got, m
+
+
+def merge_restore_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
+    """World restore: as long as the slowest process, bytes summed, throughput = total / that."""
+    from iobench.dist.aggregate import MergeSpec, merge
+
+    out = merge(per_rank, MergeSpec(duration="restore_s", sums=("restore_bytes", "ranks"),
+                                    spreads=("restore_bytes_per_s", "restore_bytes"),
+                                    rates={"restore_bytes_per_s": "restore_bytes"}), hosts)
+    out["timing"] = "max across ranks (as MLPerf Storage reports checkpoint loads)"
+    out["verified"] = all(m["verified"] for m in per_rank)
+    return out
 
 
 def _target_layout(spec: StateSpec, ranks: int | None, tp, pp, dp) -> StateSpec:

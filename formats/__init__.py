@@ -16,10 +16,11 @@ from .base import FormatSpec, Reader, Sample, Writer
 # name -> (module, optional third-party package it imports, pip extra that provides it)
 _REGISTRY: dict[str, tuple[str, str | None, str | None]] = {
     "raw": ("iobench.formats.raw", None, None),
-    "parquet": ("iobench.formats.parquet", "pyarrow", None),
+    "parquet": ("iobench.formats.parquet", "pyarrow", "parquet"),
     "tfrecord": ("iobench.formats.tfrecord", "crc32c", None),
     "tar": ("iobench.formats.tar", None, None),
     "files": ("iobench.formats.files", None, None),
+    "npz": ("iobench.formats.npz", None, None),
 }
 
 

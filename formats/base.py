@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from iobench.manifest import Manifest, ShardEntry
 
-MODALITIES = ("tokens", "images")
+MODALITIES = ("tokens", "images", "records")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +25,8 @@ class Sample:
     """One training sample: a token array (tokens) or encoded image bytes plus a label (images)."""
 
     index: int                         # global sample index within the dataset
-    data: "np.ndarray | bytes"         # tokens: 1-D integer array; images: JPEG bytes
-    label: int | None = None           # images only
+    data: "np.ndarray | bytes"         # tokens: 1-D integer array; images: JPEG bytes; records: opaque bytes
+    label: int | None = None           # images and records only
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,23 +71,64 @@ class ParquetReader(Reader):
     def iter_samples(self, data, shard) -> Iterator[Sample]:
         pf = pq.ParquetFile(pa.BufferReader(data))
         index = shard.first_sample
-        tokens = self.manifest.modality == "tokens"
         for rg in range(pf.num_row_groups):
-            table = pf.read_row_group(rg)
-            if tokens:
-                col = table.column(_pick(table, ("tokens", "input_ids", "ids"))).combine_chunks()
-                values = col.values.to_numpy(zero_copy_only=False)
-                offs = col.offsets.to_numpy()
-                for j in range(len(col)):
-                    yield Sample(index=index, data=values[offs[j]:offs[j + 1]])
-                    index += 1
-            else:
-                images = table.column(_pick(table, ("image", "jpg", "image/encoded"))).to_pylist()
-                lname = next((n for n in ("label", "cls", "image/class/label") if n in table.column_names), None)
-                labels = table.column(lname).to_pylist() if lname else [None] * len(images)
-                for img, lab in zip(images, labels):
-                    yield Sample(index=index, data=img, label=None if lab is None else int(lab))
-                    index += 1
+            samples = self._table_samples(pf.read_row_group(rg), index)
+            index += len(samples)
+            yield from samples
+
+    def _table_samples(self, table, index: int) -> list[Sample]:
+        out = []
+        if self.manifest.modality == "tokens":
+            col = table.column(_pick(table, ("tokens", "input_ids", "ids"))).combine_chunks()
+            values = col.values.to_numpy(zero_copy_only=False)
+            offs = col.offsets.to_numpy()
+            for j in range(len(col)):
+                out.append(Sample(index=index + j, data=values[offs[j]:offs[j + 1]]))
+            return out
+        images = table.column(_pick(table, ("image", "jpg", "image/encoded"))).to_pylist()
+        lname = next((n for n in ("label", "cls", "image/class/label") if n in table.column_names), None)
+        labels = table.column(lname).to_pylist() if lname else [None] * len(images)
+        for j, (img, lab) in enumerate(zip(images, labels)):
+            out.append(Sample(index=index + j, data=img, label=None if lab is None else int(lab)))
+        return out
+
+    def row_group_pieces(self, shard, read) -> Iterator[tuple[list[Sample], float, int, float]]:
+        """A streaming reader's view of the shard: the footer (one request), then each row group's
+        byte range in order.  ``read(offset, length, first)`` returns (bytes, seconds, requests);
+        yields (samples, storage seconds, requests, parse seconds) per row group."""
+        import struct
+        import time
+
+        from iobench.errors import IntegrityError
+
+        tail, t_io, n_req = read(shard.bytes - 8, 8, True)
+        if bytes(tail[4:]) != b"PAR1":
+            raise IntegrityError(f"{shard.path}: offset {shard.bytes - 4}: not a Parquet file (no PAR1 trailer)")
+        flen = struct.unpack("<I", bytes(tail[:4]))[0]
+        foot, t, n = read(shard.bytes - 8 - flen, flen, False)
+        t_io, n_req = t_io + t, n_req + n
+        buf = np.zeros(shard.bytes, dtype=np.uint8)   # sparse: only the footer and the row groups read so far
+        buf[-8:] = np.frombuffer(tail, dtype=np.uint8)
+        buf[shard.bytes - 8 - flen:-8] = np.frombuffer(foot, dtype=np.uint8)
+        pf = pq.ParquetFile(pa.py_buffer(buf))
+        md = pf.metadata
+        index = shard.first_sample
+        for rg in range(md.num_row_groups):
+            g = md.row_group(rg)
+            spans = []
+            for c in range(g.num_columns):
+                col = g.column(c)
+                start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
+                    else col.data_page_offset
+                spans.append((start, start + col.total_compressed_size))
+            a, b = min(x for x, _ in spans), max(y for _, y in spans)
+            data, t, n = read(a, b - a, False)
+            buf[a:b] = np.frombuffer(data, dtype=np.uint8)
+            t0 = time.perf_counter()
+            samples = self._table_samples(pf.read_row_group(rg), index)
+            index += len(samples)
+            yield samples, t_io + t, n_req + n, time.perf_counter() - t0
+            t_io, n_req = 0.0, 0
 
     def count_samples(self, data, shard) -> int:
         return pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows

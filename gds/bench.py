@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import xxhash
 
 from iobench.config import check_choice
 from iobench.errors import ConfigError, IntegrityError
+from iobench.io.checksum import new_hasher
+from iobench.io.pagecache import prepare_file
 from iobench.metrics import LatencyHistogram
 from iobench.units import parse_size
 
-from . import cache as cache_mod
 from .base import DEVICE_PATHS, PATH_NAMES, aligned_host
 
 GB = 1e9
@@ -89,7 +89,7 @@ class GdsBenchConfig:
 
 def create_file(path: str, size: int, seed: int = 0, block: int = 16 << 20) -> None:
     """Random bytes (seeded), written to a temp name, fsynced and renamed into place."""
-    from iobench.atomic import atomic_open
+    from iobench.io.atomic import atomic_open
 
     rng = np.random.default_rng(seed)
     with atomic_open(path, "wb", fsync=True) as f:
@@ -140,7 +140,7 @@ class _Dst:
 
 
 def _file_hash(path: str, limit: int) -> str:
-    h = xxhash.xxh64()
+    h = new_hasher("xxh64")
     with open(path, "rb", buffering=0) as f:
         left = limit
         buf = bytearray(8 << 20)
@@ -161,7 +161,7 @@ def run_cell(path_name: str, files: list[str], io_size: int, threads: int, cache
              cfg: GdsBenchConfig, ref_hashes: dict, make: Callable[..., Any]) -> dict:
     limit = parse_size(cfg.max_bytes, "gds.max_bytes") if cfg.max_bytes else None
     step = io_size * threads
-    cache_info = [cache_mod.prepare(f, cache_state) for f in files]
+    cache_info = [prepare_file(f, cache_state) for f in files]
     t0 = time.perf_counter_ns()
     dst = _Dst(path_name, step)
     setup_ns = time.perf_counter_ns() - t0
@@ -178,7 +178,7 @@ def run_cell(path_name: str, files: list[str], io_size: int, threads: int, cache
         t_open = time.perf_counter_ns()
         reader = make(path_name, f, threads=threads, task_size=io_size, odirect=cfg.odirect)
         setup_ns += time.perf_counter_ns() - t_open
-        h = xxhash.xxh64()
+        h = new_hasher("xxh64")
         size = os.path.getsize(f)
         end = min(size, limit) if limit else size
         off = 0
@@ -251,7 +251,7 @@ def qd1_latency(path_name: str, f: str, io_size: int, cache_state: str, cfg: Gds
                 make: Callable[..., Any], dst: _Dst) -> dict:
     """Single reads of ``io_size`` at random aligned offsets, one at a time (queue depth 1)."""
     size = os.path.getsize(f)
-    cache_mod.prepare(f, cache_state)
+    prepare_file(f, cache_state)
     rng = np.random.default_rng(cfg.seed)
     slots = max(1, size // io_size)
     hist = LatencyHistogram()

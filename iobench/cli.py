@@ -12,7 +12,9 @@ Exit codes: 0 success; 1 a measured failure (corruption, a failed check); 2 bad 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -29,7 +31,19 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", metavar="PATH", help="write the results (schema in README) to this file")
+    p.add_argument("--json", metavar="PATH",
+                   help="write the results (schema in README) to this file; '-': to stdout (the text goes to stderr)")
+
+
+def add_progress_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action="store_true", default=None, help="show progress even when stderr is not a TTY")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress display")
+
+
+def want_progress(args) -> bool:
+    """Progress on stderr: on by default on a terminal, off in logs; --progress/--no-progress decide."""
+    flag = getattr(args, "progress", None)
+    return sys.stderr.isatty() if flag is None else bool(flag)
 
 
 def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
@@ -37,15 +51,47 @@ def add_endpoint_flag(p: argparse.ArgumentParser) -> None:
                    help="S3-compatible endpoint (default: $AWS_ENDPOINT_URL, then AWS)")
 
 
+def add_storage_option_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="fsspec storage option for the URL's filesystem (repeatable), e.g. anon=true; "
+                        "credentials belong in the environment or profiles, not here")
+
+
 def add_set_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override any config key (repeatable)")
+
+
+class _PipeSafeStdout:
+    """stdout that survives a reader going away (`iobench compare ... --json x.json | head -1`):
+    later output is dropped instead of a BrokenPipeError aborting the command before it has
+    written its files."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        try:
+            return self._stream.write(s)
+        except BrokenPipeError:
+            self._stream = open(os.devnull, "w")
+            return len(s)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._stream = open(os.devnull, "w")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="iobench", description="Storage and data-pipeline benchmarking for ML training.",
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"iobench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -54,27 +100,114 @@ def build_parser() -> Parser:
     return parser
 
 
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EROFS, errno.ENOENT, errno.ELOOP,
+                errno.ENAMETOOLONG, errno.EEXIST}
+
+
+def _one_line(msg: str) -> str:
+    """An error line as printed: credentials in URLs masked, newlines (YAML errors) folded."""
+    from .results import redact_text
+
+    return " ".join(redact_text(msg).split())
+
+
+def _mask_secrets_in_logs() -> None:
+    """Every log record (warnings on stderr included) is made with URL credentials masked."""
+    import logging
+
+    old = logging.getLogRecordFactory()
+    if getattr(old, "_iobench_redacts", False):
+        return
+
+    def factory(*a, **kw):
+        from .results import redact_text
+
+        record = old(*a, **kw)
+        msg = record.getMessage()
+        clean = redact_text(msg)
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return record
+
+    factory._iobench_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _mask_secrets_in_logs()
+    import contextlib
+
+    from . import results
+
+    if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is sys.__stdout__:
+        sys.stdout = _PipeSafeStdout(sys.stdout)
+    results.begin()
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        # rich wraps tables at 80 columns when stdout is a pipe (CI logs): give them room instead
+        os.environ["COLUMNS"] = "200"
+    json_to_stdout = getattr(args, "json", None) == "-"
     try:
-        return int(args.func(args) or 0)
+        with contextlib.ExitStack() as stack:
+            if json_to_stdout:
+                # `--json -`: the results document is the only thing on stdout; every other line goes to stderr
+                results.set_json_stream(sys.stdout)
+                stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+            return int(args.func(args) or 0)
     except UsageError as e:
         if args.debug:
             raise
-        sys.stderr.write(f"iobench {args.command}: error: {e}\n")
+        sys.stderr.write(_one_line(f"iobench {args.command}: error: {e}") + "\n")
+        _end_world(e)
         return 2
     except IobenchError as e:
         if args.debug:
             raise
-        sys.stderr.write(f"iobench {args.command}: {type(e).__name__}: {e}\n")
+        sys.stderr.write(_one_line(f"iobench {args.command}: {type(e).__name__}: {e}") + "\n")
+        _end_world(e)
         return e.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except SystemExit:
+        raise
+    except OSError as e:
+        # A safety net under the up-front checks: a path the user gave that cannot be used is
+        # still one line, never a traceback; exit 2 when the cause is the path (permissions, kind).
+        if args.debug:
+            raise
+        what = f"{e.strerror or e}: {e.filename}" if e.filename else f"{type(e).__name__}: {e}"
+        sys.stderr.write(_one_line(f"iobench {args.command}: error: {what}") + "\n")
+        _end_world(e)
+        return 2 if e.errno in _PATH_ERRNOS else 1
+    except BaseException as e:
+        if _in_mpi_world():
+            import traceback
+
+            traceback.print_exc()   # the abort below ends this process before Python could print it
+            _end_world(e)
+        raise
+
+
+def _in_mpi_world() -> bool:
+    if "iobench.dist.world" not in sys.modules:
+        return False
+    from .dist.world import current_world
+
+    w = current_world()
+    return w is not None and w.is_mpi and w.size > 1
+
+
+def _end_world(err: BaseException) -> None:
+    """Under MPI, a rank that fails alone takes the job down instead of leaving the others waiting."""
+    if "iobench.dist.world" in sys.modules:
+        from .dist.world import abort_on_error
+
+        abort_on_error(err)
 
 
 if __name__ == "__main__":

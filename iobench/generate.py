@@ -29,19 +29,21 @@ from typing import Callable
 
 from .config import build, check_choice, to_dict
 from .errors import ConfigError, IobenchError, StorageError
+from .io.checksum import DATASET_ALGOS, ChecksumWriter
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
 from .units import parse_size
 
-CHECKSUMS = ("xxh64", "crc32c")
+CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
 TOKEN_DTYPES = ("auto", "uint16", "uint32")
-MODALITIES = ("tokens", "images")
+MODALITIES = ("tokens", "images", "records")
 # Per-sample framing beyond the payload, to plan size-based shards (close enough for rotation).
 _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900, ("tar", "images"): 1800,
              ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
-             ("tfrecord", "images"): 80}
+             ("tfrecord", "images"): 80, ("raw", "records"): 12, ("tfrecord", "records"): 80,
+             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class GenSpec:
     compression: str = "none"          # none | zstd:LEVEL
     checksum: str = "xxh64"            # xxh64 | crc32c
     seed: int = 0
-    workers: int = 0                   # 0: the machine's cores, at most one per shard (iobench.world)
+    workers: int = 0                   # 0: the machine's cores, at most one per shard (iobench.dist.world)
     # tokens
     seq_len: int = 2048
     vocab_size: int = 50257
@@ -69,6 +71,10 @@ class GenSpec:
     image_grain: int = 48
     jpeg_quality: int = 90
     num_classes: int = 1000
+    # records (opaque byte samples, MLPerf Storage / DLIO style): size ~ normal(mean, stdev) * scale
+    record_bytes: int = 4096
+    record_bytes_stdev: int = 0
+    scale: float = 1.0                 # shrinks record sizes (scaled-down MLPerf workloads for tests)
     # durability
     fsync: bool = True
 
@@ -77,15 +83,23 @@ class GenSpec:
 
         check_choice("gen.format", self.format, format_names())
         check_choice("gen.modality", self.modality, MODALITIES)
+        if self.modality == "images":
+            from .extras import require
+
+            require("PIL", "gen.modality images")
         check_choice("gen.checksum", self.checksum, CHECKSUMS)
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
-        for name in ("num_samples", "seq_len", "vocab_size", "image_width", "image_height", "num_classes"):
+        for name in ("num_samples", "seq_len", "vocab_size", "image_width", "image_height",
+                     "num_classes", "record_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
         if self.workers < 0:
             raise ConfigError("gen.workers", f"must be zero (one per core) or more, got {self.workers}",
                               "give a number of writers, or 0 for one per core")
+        if self.record_bytes_stdev < 0 or not 0 < self.scale <= 1:
+            raise ConfigError("gen.record_bytes_stdev/scale", "stdev must be >= 0 and scale within (0, 1]",
+                              "e.g. --scale 0.001 for a scaled-down MLPerf workload")
         if self.seed < 0:
             raise ConfigError("gen.seed", f"must be zero or more, got {self.seed}", "give a non-negative seed")
         if not 1 <= self.jpeg_quality <= 100:
@@ -148,8 +162,11 @@ class ShardPlan:
 
 
 def make_synth(spec: GenSpec):
-    from .synth import ImageParams, ImageSynth, TokenParams, TokenSynth
+    from .synth import ImageParams, ImageSynth, RecordParams, RecordSynth, TokenParams, TokenSynth
 
+    if spec.modality == "records":
+        return RecordSynth(spec.seed, RecordParams(max(1, round(spec.record_bytes * spec.scale)),
+                                                   round(spec.record_bytes_stdev * spec.scale), spec.num_classes))
     if spec.modality == "tokens":
         return TokenSynth(spec.seed, TokenParams(spec.seq_len, spec.vocab_size, spec.dtype, spec.distribution,
                                                  spec.zipf_a))
@@ -176,78 +193,6 @@ def plan_shards(spec: GenSpec, nominal_sample_bytes: int | None = None) -> list[
     for k, first in enumerate(range(0, spec.num_samples, per)):
         plans.append(ShardPlan(k, first, min(per, spec.num_samples - first), f"shard-{k:06d}{ext}"))
     return plans
-
-
-class _Tally:
-    """Wraps a shard's output file: counts and checksums every byte on its way to the backend."""
-
-    def __init__(self, f, algo: str) -> None:
-        self.f = f
-        self.algo = algo
-        self.count = 0
-        if algo == "xxh64":
-            import xxhash
-
-            self._h = xxhash.xxh64()
-            self._update = self._h.update
-        else:
-            import crc32c
-
-            self._crc = 0
-            self._fn = crc32c.crc32c
-            self._update = self._crc_update
-
-    def _crc_update(self, b) -> None:
-        self._crc = self._fn(b, self._crc)
-
-    def write(self, b) -> int:
-        self.f.write(b)
-        n = len(b) if not isinstance(b, memoryview) else b.nbytes
-        self._update(b)
-        self.count += n
-        return n
-
-    def tell(self) -> int:
-        return self.count
-
-    def flush(self) -> None:
-        self.f.flush()
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
-
-    @property
-    def closed(self) -> bool:
-        return False
-
-    def close(self) -> None:  # the generator publishes and closes the real file
-        pass
-
-    def digest(self) -> str:
-        if self.algo == "xxh64":
-            return f"xxh64:{self._h.hexdigest()}"
-        return f"crc32c:{self._crc:08x}"
-
-
-ChecksumWriter = _Tally   # public name, for tools that write shards themselves (benchmarks)
-
-
-def new_hasher(algo: str) -> _Tally:
-    """A checksum accumulator for ``algo`` (the same one the generator uses), writing nowhere."""
-    class _Null:
-        def write(self, b):
-            return len(b)
-
-        def flush(self):
-            pass
-
-    return _Tally(_Null(), algo)
 
 
 class _Stopped(Exception):
@@ -280,7 +225,7 @@ def write_shards(spec: GenSpec, backend: Backend, plans: list[ShardPlan], *,
 
 def _write_one(spec, backend, fmt, synth, plan, defer_fsync, report, should_stop) -> ShardEntry:
     with backend.open_output(plan.path, fsync=spec.fsync and not defer_fsync) as f:
-        tally = _Tally(f, spec.checksum)
+        tally = ChecksumWriter(f, spec.checksum)
         writer = fmt.writer(tally, modality=spec.modality, compression=spec.compression,
                             token_dtype=spec.dtype, vocab_size=spec.vocab_size, seq_len=spec.seq_len,
                             num_samples=plan.count)
@@ -321,7 +266,7 @@ def make_durable(backend: Backend, paths: list[str]) -> None:
     """fsync each file, then the directories that hold them."""
     import os
 
-    from .atomic import fsync_dir
+    from .io.atomic import fsync_dir
 
     dirs = set()
     for rel in paths:
@@ -444,7 +389,7 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     if backend.exists(MANIFEST_NAME):
         backend.rm(MANIFEST_NAME)
         if backend.is_local:
-            from .atomic import fsync_dir
+            from .io.atomic import fsync_dir
 
             fsync_dir(backend.root)
     return previous
@@ -461,15 +406,15 @@ def _remove_temp_files(backend: Backend, rels) -> None:
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
         by_dir.setdefault(d, set()).add(name)
-    pattern = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp")
+    from .io.atomic import final_name_of
+
     for d, names in by_dir.items():
         try:
             entries = os.listdir(d)
         except OSError:
             continue
         for e in entries:
-            m = pattern.fullmatch(e)
-            if m and m.group(1) in names:
+            if final_name_of(e) in names:
                 try:
                     os.unlink(os.path.join(d, e))
                 except OSError:
@@ -508,7 +453,7 @@ def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
         if backend.is_local:
             dirs.add(os.path.dirname(backend.path(rel)))
     if backend.is_local and dirs:
-        from .atomic import fsync_dir
+        from .io.atomic import fsync_dir
 
         root = os.path.normpath(backend.root)
         synced = set()
@@ -572,10 +517,14 @@ def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[st
 
 
 def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-             progress: bool = True, stats: dict | None = None) -> Manifest:
+             progress: bool = True, stats: dict | None = None, world=None) -> Manifest | None:
     """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
 
     ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
+    With an MPI ``world`` (iobench.dist) of several ranks, each rank writes a disjoint,
+    contiguous range of shards, and rank 0 publishes the manifest only after every rank has
+    reported its shards durable; the manifest is returned on rank 0 only.  The dataset is
+    byte-identical to a single-process run of the same spec.
     """
     from .formats import get_format
 
@@ -584,8 +533,10 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                            field_name="--out", check=True)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    if world is not None and world.size > 1:
+        return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
-    from .world import default_parallelism
+    from .dist.world import default_parallelism
 
     workers = min(spec.workers, len(plans)) if spec.workers else default_parallelism(len(plans))
     if backend.protocol == "memory":
@@ -623,6 +574,15 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                     raise ConfigError("--out", msg) from e
                 raise StorageError(f"generation failed, no manifest written: {msg}") from e
             raise
+    manifest = _publish(spec, fmt, backend, entries)
+    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+    if stats is not None:
+        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) -> Manifest:
     entries = sorted(entries, key=lambda e: e.first_sample)
     manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
                         seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
@@ -630,10 +590,72 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                                "checksum": spec.checksum, "generator": "iobench.generate",
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     write_manifest(backend, manifest)
-    removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
-    if stats is not None:
-        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
-                     samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
+    return manifest
+
+
+def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
+    """World view of a multi-rank generate: shards written per rank, slowest rank's time to durable."""
+    from .dist.aggregate import MergeSpec, merge
+
+    return merge(per_rank, MergeSpec(duration="write_s", sums=("bytes", "samples", "shards", "workers"),
+                                     spreads=("bytes",), rates={"write_bytes_per_s": "bytes"}), hosts)
+
+
+def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0):
+    """One rank's part of a multi-rank ``generate`` (see its docstring)."""
+    pending = [p.path for p in plans] + [p.path + ".index" for p in plans]
+    # Rank 0 withdraws the old manifest before any rank writes a shard over a listed file.
+    previous = world.all_ok(lambda: prepare_target(backend, pending=pending) if world.rank == 0 else set(),
+                            what="gen output")
+    world.barrier("gen start")
+    t_start = time.perf_counter_ns()
+    ranges = _split(plans, world.size)
+    mine = ranges[world.rank] if world.rank < len(ranges) else []
+    workers = min(spec.workers, len(mine))
+    entries: list[ShardEntry] = []
+    pids: list[int] = []
+    problem = None
+    try:
+        if mine and workers <= 1:
+            entries = write_shards(spec, backend, mine)
+        elif mine and backend.protocol == "s3":
+            entries = _run_threads(spec, backend, mine, workers, lambda s, b: None)
+        elif mine:
+            entries, pids = _run_workers(spec, backend, mine, workers, endpoint_url, storage_options,
+                                         lambda s, b: None)
+    except (OSError, _WorkerError, IobenchError) as e:
+        if isinstance(e, OSError):
+            problem = _describe_error(e, out_url)[1]
+        else:
+            problem = getattr(e, "message", None) or str(e)
+    t_durable = time.perf_counter_ns()
+    # Every rank learns whether every rank's shards are durable: the commit is all or nothing.
+    problems = world.allgather(problem, what="gen shards durable")
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if bad:
+        _remove_quietly(backend, [p for pl in mine for p in (pl.path, pl.path + ".index")])
+        if world.rank == 0 and previous:
+            _remove_temp_files(backend, previous)
+            if not _remove_files(backend, previous)[1]:
+                _remove_files(backend, [SUPERSEDED_NAME])
+        err = StorageError(f"generation failed on rank {bad[0][0]}, no manifest written: {bad[0][1]}")
+        err.collective = True
+        raise err
+    mine_stats = {"write_s": (t_durable - t_start) / 1e9, "bytes": sum(e.bytes for e in entries),
+                  "samples": sum(e.samples for e in entries), "shards": len(entries), "workers": max(1, workers),
+                  "first_sample": entries[0].first_sample if entries else None}
+    gathered = world.gather((entries, mine_stats), what="gen manifest")
+    manifest = None
+    if world.rank == 0:
+        manifest = _publish(spec, fmt, backend, [e for es, _ in gathered for e in es])
+        removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+        if stats is not None:
+            per_rank = [st for _, st in gathered]
+            stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t_start) / 1e9,
+                         setup_s=(t_start - t0) / 1e9, bytes=manifest.total_bytes, samples=manifest.total_samples,
+                         shards=len(manifest.shards), workers=sum(st["workers"] for st in per_rank), pids=pids,
+                         per_rank=per_rank)
+    world.barrier("gen manifest published")   # no rank reports success before the dataset exists
     return manifest
 
 
@@ -728,64 +750,3 @@ def _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, r
     if failure is not None:
         raise failure
     return entries, [p.pid for p in procs]
-
-
-# ---------------------------------------------------------------------------------------------
-# `iobench run` stage
-
-
-SUITE_FORMATS = ("raw", "parquet", "tfrecord", "tar")
-# Small enough for the embedded suite (< ~20 s for all 16 datasets on a laptop).
-SUITE_SPECS = {
-    "tokens": {"modality": "tokens", "num_samples": 512, "seq_len": 256, "vocab_size": 50257,
-               "shard_size": "128 samples", "distribution": "zipf"},
-    "images": {"modality": "images", "num_samples": 16, "shard_size": "4 samples"},
-}
-
-
-def suite_stage(ctx) -> dict:
-    """`iobench run` stage: tokens and images in every format, locally and on S3, each verified."""
-    from .results import Results
-    from .units import format_bytes
-    from .verify import verify_dataset
-
-    locations = [("local", str(ctx.local_dir("datasets")), None, None)]
-    if ctx.s3_url:
-        locations.append(("s3", ctx.s3_url.rstrip("/") + "/datasets", ctx.endpoint_url, ctx.s3_storage_options))
-    datasets, per_dataset = [], {}
-    res = Results(command="gen", config={"suite_specs": SUITE_SPECS})
-    for fmt in SUITE_FORMATS:
-        ok_count, total, nbytes, secs = 0, 0, 0, 0.0
-        for location, root, endpoint, opts in locations:
-            for modality, base in SUITE_SPECS.items():
-                name = f"{fmt}-{modality}"
-                url = f"{root.rstrip('/')}/{name}"
-                spec = GenSpec.from_mapping({**base, "format": fmt, "seed": 0})
-                stats: dict = {}
-                m = generate(spec, url, endpoint_url=endpoint, storage_options=opts, progress=False, stats=stats)
-                rep = verify_dataset(url, endpoint_url=endpoint, storage_options=opts)
-                total += 1
-                ok_count += rep.ok
-                rate = m.total_bytes / max(stats["seconds"], 1e-9)
-                nbytes += m.total_bytes
-                secs += stats["seconds"] + rep.seconds
-                per_dataset[f"{location}/{name}"] = {
-                    "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
-                    "seconds": stats["seconds"], "throughput": {"bytes_per_s": rate},
-                    "verify": {"ok": rep.ok, "seconds": rep.seconds,
-                               "first_bad": str(rep.first_bad) if rep.first_bad else None}}
-                if not rep.ok:
-                    ctx.warnings.append(f"generate: {location}/{name} failed verification: {rep.first_bad}")
-                datasets.append({"name": name, "format": fmt, "modality": modality, "url": url,
-                                 "location": location, "storage_options": opts if location == "s3" else None,
-                                 "endpoint_url": endpoint})
-        ctx.row("generate", f"{fmt}: tokens+images, {'/'.join(loc for loc, *_ in locations)}",
-                f"{ok_count}/{total} verified; {format_bytes(nbytes)} written and checked in {secs:.1f} s")
-    ctx.state["datasets"] = datasets
-    res.metrics = {"datasets": per_dataset, "verified": sum(d["verify"]["ok"] for d in per_dataset.values()),
-                   "total": len(per_dataset)}
-    path = ctx.out_dir / "generate.json"
-    res.write(path)
-    ctx.results_files.append(path)
-    return {"datasets": len(per_dataset), "verified": res.metrics["verified"],
-            "bytes": sum(d["bytes"] for d in per_dataset.values())}

@@ -9,9 +9,12 @@ listing or stat-ing files on the hot path.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
+from .paths import check_inside, contained_rel
 from .storage import Backend
 
 MANIFEST_NAME = "manifest.json"
@@ -38,11 +41,43 @@ class ShardEntry:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ShardEntry":
+    def from_dict(cls, d: dict, field: str = "manifest.shards[?]") -> "ShardEntry":
+        """A shard entry checked field by field: ConfigError (exit 2) naming the bad one."""
+        if not isinstance(d, dict):
+            raise ConfigError(field, f"must be an object, got {_kind(d)}", _REGEN)
+        for key in ("path", "bytes", "samples", "checksum"):
+            if key not in d:
+                raise ConfigError(f"{field}.{key}", "is missing", _REGEN)
         offs = d.get("offsets")
-        return cls(path=d["path"], bytes=int(d["bytes"]), samples=int(d["samples"]), checksum=d["checksum"],
-                   offsets=tuple(offs) if offs is not None else None, index_path=d.get("index_path"),
-                   first_sample=int(d.get("first_sample", 0)))
+        if offs is not None:
+            if not isinstance(offs, list) or not all(_is_count(o) for o in offs):
+                raise ConfigError(f"{field}.offsets", "must be a list of byte offsets (integers >= 0)", _REGEN)
+        index_path = d.get("index_path")
+        if not isinstance(d["checksum"], str) or ":" not in d["checksum"]:
+            raise ConfigError(f"{field}.checksum", f"{d['checksum']!r} is not '<algo>:<hex>'", _REGEN)
+        return cls(path=contained_rel(d["path"], f"{field}.path"),
+                   bytes=_count(d["bytes"], f"{field}.bytes"), samples=_count(d["samples"], f"{field}.samples"),
+                   checksum=d["checksum"], offsets=tuple(offs) if offs is not None else None,
+                   index_path=contained_rel(index_path, f"{field}.index_path") if index_path is not None else None,
+                   first_sample=_count(d.get("first_sample", 0), f"{field}.first_sample"))
+
+
+_REGEN = "regenerate the dataset with `iobench gen` (or `iobench index`)"
+
+
+def _kind(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(v), type(v).__name__)
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _count(v, field: str) -> int:
+    if not _is_count(v):
+        raise ConfigError(field, f"must be an integer >= 0, got {v!r}", _REGEN)
+    return int(v)
 
 
 @dataclass(frozen=True)
@@ -77,14 +112,38 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Manifest":
-        version = int(d.get("version", 0))
+        """A manifest checked field by field: ConfigError (exit 2) naming the first bad field."""
+        if not isinstance(d, dict):
+            raise ConfigError("manifest", f"must be a JSON object, got {_kind(d)}", _REGEN)
+        version = d.get("version", 0)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ConfigError("manifest.version", f"must be an integer >= 1, got {version!r}", _REGEN)
         if version > MANIFEST_VERSION:
             raise ConfigError("manifest.version", f"{version} is newer than this iobench reads ({MANIFEST_VERSION})",
                               "upgrade iobench")
+        for key in ("format", "modality"):
+            if not isinstance(d.get(key), str) or not d.get(key):
+                raise ConfigError(f"manifest.{key}", f"must be a non-empty string, got {d.get(key)!r}", _REGEN)
+        if not isinstance(d.get("compression", "none"), str):
+            raise ConfigError("manifest.compression", f"must be a string, got {d['compression']!r}", _REGEN)
+        seed = d.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ConfigError("manifest.seed", f"must be an integer, got {seed!r}", _REGEN)
+        for key in ("spec", "extra"):
+            if not isinstance(d.get(key, {}), dict):
+                raise ConfigError(f"manifest.{key}", f"must be an object, got {_kind(d[key])}", _REGEN)
+        raw = d.get("shards")
+        if not isinstance(raw, list):
+            raise ConfigError("manifest.shards", f"must be a list of shard entries, got {_kind(raw)}", _REGEN)
+        shards = tuple(ShardEntry.from_dict(s, f"manifest.shards[{i}]") for i, s in enumerate(raw))
+        seen: set[str] = set()
+        for i, s in enumerate(shards):
+            if s.path in seen:
+                raise ConfigError(f"manifest.shards[{i}].path", f"{s.path!r} is listed twice", _REGEN)
+            seen.add(s.path)
         return cls(format=d["format"], modality=d["modality"], compression=d.get("compression", "none"),
-                   seed=int(d["seed"]), spec=d.get("spec", {}),
-                   shards=tuple(ShardEntry.from_dict(s) for s in d["shards"]), version=version,
-                   created_at=d.get("created_at", ""), extra=d.get("extra", {}))
+                   seed=seed, spec=d.get("spec", {}), shards=shards, version=version,
+                   created_at=str(d.get("created_at", "")), extra=d.get("extra", {}))
 
 
 def write_manifest(backend: Backend, manifest: Manifest) -> None:
@@ -92,14 +151,83 @@ def write_manifest(backend: Backend, manifest: Manifest) -> None:
     backend.write_bytes(MANIFEST_NAME, manifest.to_json(), fsync=True)
 
 
-def read_manifest(backend: Backend) -> Manifest:
+MAX_MANIFEST_BYTES = 1 << 30   # 1 GiB: millions of shards; anything bigger is not a manifest
+
+
+def _read_local_regular(path: str, url: str) -> bytes:
+    """Bytes of a local manifest, opened without blocking and only if it is a regular file.
+
+    A FIFO, device or socket at ``manifest.json`` would block ``open``/``read`` forever;
+    ``O_NONBLOCK`` makes the open return at once and ``fstat`` refuses anything not regular."""
     try:
-        raw = backend.cat(MANIFEST_NAME)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is a directory", _REGEN) from None
+    except PermissionError:
+        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is not readable (permission denied)",
+                          "fix its permissions or run as a user who may read it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (FIFO, device or socket)"
+            raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is {kind}", _REGEN)
+        if st.st_size > MAX_MANIFEST_BYTES:
+            raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is {st.st_size} bytes, too big for a manifest",
+                              _REGEN)
+        chunks, left = [], st.st_size + 1
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    except IsADirectoryError:
+        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is a directory", _REGEN) from None
+    finally:
+        os.close(fd)
+
+
+def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
+    """A local dataset root must be a directory (not a file, not missing): exit 2 otherwise."""
+    base = getattr(backend, "base", backend)
+    if base.is_local and not os.path.isdir(base.root):
+        what = "is a file, not a dataset directory" if os.path.exists(base.root) else "does not exist"
+        raise ConfigError(field, f"{backend.url} {what}", "give the root directory of a dataset made by `iobench gen`")
+
+
+def read_manifest(backend: Backend) -> Manifest:
+    """The dataset's manifest, validated: every shard path stays inside the dataset root."""
+    base = getattr(backend, "base", backend)   # wrappers (instrumented, emulated) keep the real one here
+    try:
+        if base.is_local:
+            check_dataset_root(backend)
+            raw = _read_local_regular(base.path(MANIFEST_NAME), backend.url)
+        else:
+            raw = backend.cat(MANIFEST_NAME)
     except FileNotFoundError:
         raise ConfigError("dataset", f"no {MANIFEST_NAME} at {backend.url}",
                           "generate a dataset there with `iobench gen`, or give the dataset's root URL") from None
+    except PermissionError:
+        raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is not readable (permission denied)",
+                          "fix its permissions or the credentials") from None
+    except IsADirectoryError:
+        raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is a directory", _REGEN) from None
     try:
-        return Manifest.from_dict(json.loads(raw))
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is malformed ({e})",
-                          "regenerate the dataset") from e
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is not JSON ({e})", _REGEN) from None
+    manifest = Manifest.from_dict(data)
+    if base.is_local:
+        check_manifest_inside(base.root, manifest)
+    return manifest
+
+
+def check_manifest_inside(root: str, manifest: Manifest) -> None:
+    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``."""
+    for i, s in enumerate(manifest.shards):
+        check_inside(root, s.path, f"manifest.shards[{i}].path")
+        if s.index_path:
+            check_inside(root, s.index_path, f"manifest.shards[{i}].index_path")

@@ -37,6 +37,17 @@ class LatencyHistogram:
     def record_s(self, seconds: float) -> None:
         self.record_ns(int(seconds * 1e9))
 
+    def record_many_ns(self, values) -> None:
+        """Many durations at once (a hot path's log): one hdrh call per distinct value, after
+        rounding to 3 significant digits — within the histogram's own resolution."""
+        a = np.clip(np.asarray(values, dtype=np.int64), _LOWEST_NS, _HIGHEST_NS)
+        if not len(a):
+            return
+        mag = 10 ** np.maximum(0, np.floor(np.log10(a)).astype(np.int64) - (_SIGFIGS - 1))
+        vals, counts = np.unique(a // mag * mag, return_counts=True)
+        for v, c in zip(vals.tolist(), counts.tolist()):
+            self._h.record_value(v, c)
+
     @contextmanager
     def time(self) -> Iterator[None]:
         t0 = now_ns()

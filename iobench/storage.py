@@ -22,10 +22,12 @@ from urllib.parse import urlparse
 
 import fsspec
 
-from .atomic import atomic_open
+from .io.atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
-SUPPORTED_PROTOCOLS = ("file", "s3", "memory")
+SUPPORTED_PROTOCOLS = ("file", "s3", "memory")  # built in; any other installed fsspec protocol works too
+# Protocols without directories: prefixes appear with their objects.
+_NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hf", "oss")
 # Clients for S3 reads: "s3fs" (fsspec's, always there with the s3 extra), "obstore" (Rust
 # object_store client, the s3fast extra; ~2x s3fs per GET here, see reports/reference/load.md),
 # "auto" (obstore when installed).  Everything but reads goes through s3fs either way.
@@ -51,6 +53,10 @@ class Backend:
         return True
 
     @property
+    def supports_writes(self) -> bool:
+        return self.protocol not in ("http", "https", "hf")
+
+    @property
     def supports_rename(self) -> bool:
         return self.protocol in ("file", "memory")
 
@@ -63,8 +69,16 @@ class Backend:
         return self.protocol == "file"
 
     def path(self, rel: str = "") -> str:
-        """Full path (as the filesystem names it) of ``rel`` under the root."""
+        """Full path (as the filesystem names it) of ``rel`` under the root; never outside it.
+
+        A leading '/' is taken as relative to the root; a '..' component is refused (exit 2),
+        so no caller — whatever manifest, catalog or config its path came from — can join its
+        way out of the root.  (Symlinks are checked where the file system is consulted:
+        ``iobench.paths.check_inside``, e.g. when a manifest is read or a tier file deleted.)"""
         rel = rel.lstrip("/")
+        if ".." in rel and ".." in rel.replace("\\", "/").split("/"):
+            raise ConfigError("path", f"{rel!r} has a '..' component: it would leave {self.url}",
+                              "paths must stay inside their root")
         if not rel:
             return self.root
         return f"{self.root.rstrip('/')}/{rel}" if self.root else rel
@@ -85,7 +99,10 @@ class Backend:
         return self.reader.name if self.reader is not None else ("s3fs" if self.protocol == "s3" else self.protocol)
 
     def describe(self) -> dict:
-        return {"url": self.url, "protocol": self.protocol, "endpoint_url": self.endpoint_url,
+        from .results import redact_text
+
+        return {"url": redact_text(self.url), "protocol": self.protocol,
+                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None,
                 "read_client": self.read_client}
 
     # Thin helpers over fsspec, relative to the root.
@@ -96,6 +113,8 @@ class Backend:
         return int(self.fs.size(self.path(rel)))
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
+            return self.reader.get_range(self.path(rel), start, end).to_bytes()
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
@@ -127,6 +146,12 @@ class Backend:
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
 
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        """Bytes ``start:end`` as the next piece of a sequential stream over ``rel`` (a loader's
+        streaming reader).  Real backends serve it as a ranged read; the emulation wrapper
+        charges its per-request latency only on the stream's ``first`` piece."""
+        return self.cat(rel, start, end)
+
     def ls(self, rel: str = "", detail: bool = False) -> list:
         try:
             return self.fs.ls(self.path(rel), detail=detail)
@@ -134,16 +159,28 @@ class Backend:
             return []
 
     def rm(self, rel: str, recursive: bool = False) -> None:
-        self.fs.rm(self.path(rel), recursive=recursive)
+        full = self.path(rel)
+        if self.is_local and rel.strip("/"):
+            # Never delete through a symlinked directory that leads out of the root.
+            from .paths import check_inside
+
+            head, _, name = rel.strip("/").rpartition("/")
+            check_inside(self.root, head, "path")
+            if recursive:
+                check_inside(self.root, rel.strip("/"), "path")
+        self.fs.rm(full, recursive=recursive)
 
     def makedirs(self, rel: str = "") -> None:
-        if self.protocol != "s3":  # S3 has no directories; prefixes appear with their objects
+        if self.protocol not in _NO_DIRS:  # object stores have no directories; prefixes appear with objects
             self.fs.makedirs(self.path(rel), exist_ok=True)
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         """A writable file that becomes visible under ``rel`` only when the block succeeds."""
         if self.is_local:
+            from .paths import check_inside
+
+            check_inside(self.root, rel.strip("/").rpartition("/")[0], "path")   # no symlinked dir out of the root
             with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
                 yield f
             return
@@ -282,8 +319,7 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     if len(protocol) == 1:  # a Windows drive letter is not a protocol
         protocol = "file"
     if protocol not in SUPPORTED_PROTOCOLS:
-        raise ConfigError(field_name, f"unsupported URL scheme {protocol!r}",
-                          "use a local path, file://, s3:// or memory://")
+        return _open_fsspec(str(url), protocol, storage_options, field_name)
     if protocol == "file":
         root = os.path.abspath(parsed.path if parsed.scheme else str(url))
         fs = fsspec.filesystem("file", skip_instance_cache=True)
@@ -309,12 +345,89 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     return backend
 
 
+def _open_fsspec(url: str, protocol: str, storage_options: dict | None, field_name: str) -> Backend:
+    """Any other fsspec protocol (gs, az, hf, http(s), sftp, ...), with fsspec's caches off.
+
+    Credentials come from ``storage_options`` (``--storage-option KEY=VALUE``) or the
+    protocol's usual places (environment, profiles, gcloud/az logins); we never log them."""
+    from fsspec.registry import known_implementations, registry
+
+    if protocol not in registry and protocol not in known_implementations:
+        raise ConfigError(field_name, f"unknown URL scheme {protocol!r}",
+                          "use a local path, s3://, memory://, or a protocol an installed fsspec package provides")
+    opts = dict(storage_options or {})
+    opts.setdefault("skip_instance_cache", True)
+    if protocol not in ("http", "https"):
+        opts.setdefault("use_listings_cache", False)
+    try:
+        fs = fsspec.filesystem(protocol, **opts)
+    except ImportError as e:
+        hint = (known_implementations.get(protocol) or {}).get("err") or f"install the fsspec package for {protocol}://"
+        raise ConfigError(field_name, f"{protocol}:// needs a package that is not installed", hint) from e
+    except TypeError as e:
+        raise ConfigError("--storage-option", f"{protocol}:// does not take these options ({e})",
+                          "check the KEY names against the filesystem's documentation") from None
+    if protocol in ("http", "https"):
+        root = url.rstrip("/")
+    else:
+        root = fs._strip_protocol(url).rstrip("/")
+    return Backend(url=url, protocol=protocol, root=root, fs=fs)
+
+
+def parse_storage_options(items: list[str] | None, field_name: str = "--storage-option") -> dict:
+    """``KEY=VALUE`` strings into fsspec storage options; values parse as YAML scalars
+    (``anon=true`` -> True, ``block_size=1048576`` -> int), dotted keys nest (``client_kwargs.region_name=x``)."""
+    import yaml
+
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(field_name, f"{item.split('=')[0]!r}... is not KEY=VALUE", "e.g. --storage-option anon=true")
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            parsed = value
+        if not isinstance(parsed, (str, int, float, bool)) and parsed is not None:
+            parsed = value
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = parsed
+    return out
+
+
 def check_reachable(backend: Backend, field_name: str = "url") -> None:
     """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing."""
+    if backend.protocol not in ("s3", "file", "memory"):
+        try:
+            backend.fs.info(backend.root)
+        except FileNotFoundError:
+            raise EndpointError(field_name, f"nothing at {backend.url}", "check the URL") from None
+        except PermissionError:
+            raise EndpointError(field_name, f"access to {backend.url} was denied",
+                                "check the credentials in the environment or profile (never put them in flags)") from None
+        except Exception as e:  # noqa: BLE001 - connection refused, DNS, timeouts, auth libraries' own errors
+            raise EndpointError(field_name, f"cannot reach {backend.url} ({type(e).__name__})",
+                                "check the URL and that the server is running") from e
+        return
     if backend.protocol != "s3":
         return
     bucket = backend.root.split("/", 1)[0]
     where = backend.endpoint_url or "the default AWS endpoint"
+    if backend.endpoint_url:
+        # One TCP connect first: a refused or silent endpoint is named in seconds, not after the
+        # S3 client's and s3fs's retry ladders (~20 s for a refused port).
+        import socket
+
+        u = urlparse(backend.endpoint_url)
+        port = u.port or (443 if u.scheme == "https" else 80)
+        try:
+            socket.create_connection((u.hostname or "", port), timeout=5).close()
+        except OSError as e:
+            raise EndpointError(field_name, f"cannot reach {where} ({e.strerror or type(e).__name__})",
+                                "check --endpoint-url and that the server is running") from None
     try:
         backend.fs.ls(bucket, refresh=True)
     except FileNotFoundError:
@@ -323,6 +436,10 @@ def check_reachable(backend: Backend, field_name: str = "url") -> None:
     except PermissionError:
         raise EndpointError(field_name, f"access to bucket {bucket!r} at {where} was denied",
                             "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
-    except Exception as e:  # connection refused, DNS, timeouts
-        raise EndpointError(field_name, f"cannot reach {where} ({type(e).__name__})",
+    except Exception as e:  # connection refused, DNS, timeouts -- or no credentials at all
+        name = type(e).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in str(e).lower():
+            raise EndpointError(field_name, f"no usable credentials for {where} ({name})",
+                                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)") from e
+        raise EndpointError(field_name, f"cannot reach {where} ({name})",
                             "check --endpoint-url and that the server is running") from e

@@ -148,6 +148,9 @@ class ImageSynth:
         self._texture = None
 
     def texture(self):
+        from .extras import require  # the install hint when Pillow is missing
+
+        require("PIL.Image", "images")
         from PIL import Image, ImageChops
 
         if self._texture is None:
@@ -203,3 +206,62 @@ class ImageSynth:
         """Mean JPEG size of a few probe images (deterministic for the seed), to plan shard sizes."""
         sizes = [len(self.sample(i).data) for i in range(probes)]
         return int(np.mean(sizes))
+
+
+_RECORDS_STREAM = 0x726563
+_RECORD_POOL_BYTES = 1 << 24
+
+
+@dataclass(frozen=True)
+class RecordParams:
+    mean_bytes: int                # MLPerf Storage / DLIO ``record_length_bytes``
+    stdev_bytes: int = 0           # ``record_length_bytes_stdev`` (sizes ~ normal, clipped to >= 1)
+    num_classes: int = 1000
+
+
+class RecordSynth:
+    """Opaque byte records of normally distributed size, like DLIO's synthetic samples.
+
+    Sample i's size is drawn from (seed, i) alone; its bytes are a window of one seeded pool
+    of random (incompressible) bytes at an offset drawn from (seed, i), repeated when the
+    record is longer than the pool (16 MiB: beyond zstd's match window below its ultra levels).
+    """
+
+    def __init__(self, seed: int, p: RecordParams) -> None:
+        self.seed = seed
+        self.p = p
+        self._pool: np.ndarray | None = None
+
+    def pool(self) -> np.ndarray:
+        if self._pool is None:
+            bits = np.random.SFC64(np.random.SeedSequence([self.seed, _RECORDS_STREAM, 2**62]))
+            self._pool = bits.random_raw(_RECORD_POOL_BYTES // 8).view(np.uint8)
+        return self._pool
+
+    def size_and_label(self, i: int) -> tuple[int, int]:
+        rng = np.random.default_rng([self.seed, _RECORDS_STREAM, i])
+        size = self.p.mean_bytes
+        if self.p.stdev_bytes > 0:
+            size = int(round(rng.normal(self.p.mean_bytes, self.p.stdev_bytes)))
+        return max(1, size), int(rng.integers(0, self.p.num_classes))
+
+    def record(self, i: int) -> tuple[np.ndarray, int]:
+        size, label = self.size_and_label(i)
+        pool = self.pool()
+        start = int(np.random.default_rng([self.seed, _RECORDS_STREAM, i, 1]).integers(0, pool.size))
+        if start + size <= pool.size:
+            return pool[start:start + size], label
+        out = np.empty(size, dtype=np.uint8)
+        pos, off = 0, start
+        while pos < size:
+            n = min(size - pos, pool.size - off)
+            out[pos:pos + n] = pool[off:off + n]
+            pos, off = pos + n, 0
+        return out, label
+
+    def sample(self, i: int) -> Sample:
+        data, label = self.record(i)
+        return Sample(index=i, data=data.tobytes(), label=label)
+
+    def nominal_bytes(self) -> int:
+        return self.p.mean_bytes

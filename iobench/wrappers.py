@@ -35,9 +35,10 @@ from typing import IO, Any, Iterator
 
 from .config import nearest
 from .errors import ConfigError
+from .io.ratelimit import RateLimiter, parse_rate
 from .metrics import LatencyHistogram, now_ns
 from .storage import Backend
-from .units import parse_duration, parse_size
+from .units import parse_duration
 
 _Z99 = 2.3263478740408408  # standard normal quantile at 0.99
 
@@ -182,11 +183,8 @@ def parse_emulation(spec: str) -> EmulationSpec:
             if not 0 <= prob <= 1:
                 raise ConfigError(_FIELD, f"{term!r}: p must be within 0..1", "give 0 <= p <= 1")
             out = replace(out, spike_p=prob, spike_s=_duration(p["extra"]))
-        else:  # bw
-            body = body.strip()
-            if body.lower().endswith("/s"):
-                body = body[:-2]
-            out = replace(out, bandwidth_bytes_per_s=float(parse_size(body, _FIELD)))
+        else:  # bw: the rate vocabulary of iobench.io.ratelimit
+            out = replace(out, bandwidth_bytes_per_s=parse_rate(body, _FIELD))
     return out
 
 
@@ -237,6 +235,9 @@ class BackendWrapper(Backend):
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
+
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        return self.inner.cat_stream(rel, start, end, first)
 
     def ls(self, rel: str = "", detail: bool = False) -> list:
         return self.inner.ls(rel, detail)
@@ -327,6 +328,7 @@ class EmulatedBackend(BackendWrapper):
         self.seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._limit = RateLimiter(self.spec.bandwidth_bytes_per_s)
 
     def _wrap_child(self, inner_child: Backend) -> "EmulatedBackend":
         return EmulatedBackend(inner_child, self.spec, self.seed)
@@ -345,9 +347,7 @@ class EmulatedBackend(BackendWrapper):
         t0 = now_ns()
         result = fn(*args)
         n = nbytes_in if nbytes_in is not None else _nbytes(result, counts_result)
-        rest = self.spec.transfer_s(n) - (now_ns() - t0) / 1e9
-        if rest > 0:
-            time.sleep(rest)
+        self._limit.hold(n, t0)
         return result
 
     def exists(self, rel: str) -> bool:
@@ -365,6 +365,17 @@ class EmulatedBackend(BackendWrapper):
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         return self._request(self.inner.cat_into, rel, start, end, out, counts_result=True)
 
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        """One streamed GET: its latency is the first piece's; every piece moves at the bandwidth cap."""
+        if first:
+            return self._request(self.inner.cat_stream, rel, start, end, first)
+        t0 = now_ns()
+        result = self.inner.cat_stream(rel, start, end, first)
+        rest = self.spec.transfer_s(_nbytes(result, False)) - (now_ns() - t0) / 1e9
+        if rest > 0:
+            time.sleep(rest)
+        return result
+
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
         return _FileProxy(f, self._on_read)
@@ -379,9 +390,7 @@ class EmulatedBackend(BackendWrapper):
         with _counted_output(self.inner, rel, fsync, written) as f:
             yield f
         self._latency()
-        rest = self.spec.transfer_s(written[0]) - (now_ns() - t0) / 1e9
-        if rest > 0:
-            time.sleep(rest)
+        self._limit.hold(written[0], t0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -417,6 +426,13 @@ class InstrumentedBackend(BackendWrapper):
         """Count an operation done on this backend's files by other means (e.g. O_DIRECT preads)."""
         self._record(op, ns, nread, nwritten)
 
+    def record_many(self, op: str, ns_values, nread: int = 0) -> None:
+        """Count ``len(ns_values)`` operations done by other means, in one call (a hot path's log)."""
+        with self._lock:
+            self.hist[op].record_many_ns(ns_values)
+            self.calls[op] += len(ns_values)
+            self.bytes_read += nread
+
     def _record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
         with self._lock:
             self.hist[op].record_ns(ns)
@@ -444,6 +460,15 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         return self._timed("read", self.inner.cat_into, rel, start, end, out, counts_result=True, reads=True)
+
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        t0 = now_ns()
+        result = self.inner.cat_stream(rel, start, end, first)
+        ns = now_ns() - t0
+        self._record("read", ns, nread=_nbytes(result, False))
+        if first:
+            self._record("ttfb", ns)
+        return result
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._timed("open", lambda: self.inner.open(rel, mode, **kw))
@@ -540,6 +565,10 @@ class FaultyBackend(BackendWrapper):
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         self._maybe_fail(rel)
         return self.inner.cat_into(rel, start, end, out)
+
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        self._maybe_fail(rel)
+        return self.inner.cat_stream(rel, start, end, first)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         self._maybe_fail(rel)

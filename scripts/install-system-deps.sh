@@ -2,10 +2,13 @@
 # System packages iobench's tests and benchmarks use: fio (the reference I/O engine) and
 # Chromium (renders the HTML report in tests).  Installed with apt when missing and we are
 # root; otherwise we say what is missing and the tests that need it skip.
+# IOBENCH_SYSDEPS="fio" limits the list (`make run` needs no browser).
 set -u
+want=${IOBENCH_SYSDEPS:-fio chromium}
 need=()
-command -v fio >/dev/null 2>&1 || need+=(fio)
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
+for tool in $want; do
+    command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing system packages: ${need[*]}"

@@ -12,6 +12,10 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # every test that starts the embedded server carries the `s3` marker (`-m "not s3"` skips them all)
+    for item in items:
+        if "s3_server" in getattr(item, "fixturenames", ()) and "s3" not in item.keywords:
+            item.add_marker(pytest.mark.s3)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine")
@@ -53,3 +57,26 @@ def s3_prefix(s3_server, request):
         fs.rm(prefix, recursive=True)
     except FileNotFoundError:
         pass
+
+
+@pytest.fixture
+def read_throttle():
+    """Factory: ``read_throttle(path, bytes_per_s)`` -> a ReadThrottle (context manager) on path's disk.
+
+    Kernel-throttled reads for this process and the workers it forks (iobench.throttle);
+    the test is skipped, with the reason, where no cgroup throttle or block device exists.
+    """
+    from iobench.blockdev import device_of
+    from iobench.throttle import ReadThrottle, available
+
+    ok, why = available()
+    if not ok:
+        pytest.skip(f"no kernel read throttle here: {why}")
+
+    def make(path: str, bytes_per_s: int) -> ReadThrottle:
+        dev = device_of(path)
+        if dev is None:
+            pytest.skip(f"{path} is not on a block device (tmpfs/overlay): nothing to throttle")
+        return ReadThrottle(dev, bytes_per_s, tag=f"test{os.getpid()}")
+
+    return make

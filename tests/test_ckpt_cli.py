@@ -62,7 +62,7 @@ def test_unreachable_durable_tier_exits_2(tmp_path, capsys, monkeypatch):
 
 
 def test_suite_stage_against_embedded_s3(tmp_path, s3_server):
-    from iobench.checkpointing.suite import suite_stage
+    from iobench.suite.checkpoint import suite_stage
     from iobench.suite import SuiteContext
 
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work", s3_url="s3://iobench/t/suite-ckpt",

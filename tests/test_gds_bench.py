@@ -181,7 +181,7 @@ def test_cli_strict_on_unavailable_path_exits_2(data_file, capsys):
 
 
 def test_suite_stage(tmp_path):
-    from iobench.gds.suite import suite_stage
+    from iobench.suite.gds import suite_stage
     from iobench.suite import SuiteContext
 
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")

@@ -86,7 +86,7 @@ def test_missing_optional_package_exits_2_with_install_hint(tmp_path, capsys, mo
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     monkeypatch.delitem(sys.modules, "iobench.formats.parquet", raising=False)
     assert _gen("--format", "parquet", "--num-samples", "4", "--out", str(tmp_path / "x")) == 2
-    assert "pip install pyarrow" in capsys.readouterr().err
+    assert "pip install 'iobench[parquet]'" in capsys.readouterr().err
 
 
 def test_gen_and_verify_on_s3_from_environment(s3_env, s3_prefix, capsys):

@@ -163,7 +163,7 @@ def test_generate_to_s3_with_parallel_writers(s3_server, s3_prefix):
 def test_suite_stage_generates_and_verifies_every_format(tmp_path, s3_server, s3_prefix):
     import json
 
-    from iobench.generate import SUITE_FORMATS, suite_stage
+    from iobench.suite.generate import SUITE_FORMATS, suite_stage
     from iobench.suite import SuiteContext
 
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work", s3_url=s3_prefix,
@@ -172,7 +172,7 @@ def test_suite_stage_generates_and_verifies_every_format(tmp_path, s3_server, s3
     (tmp_path / "out").mkdir()
     metrics = suite_stage(ctx)
     assert metrics["datasets"] == metrics["verified"] == 4 * 2 * 2
-    ds = ctx.state["datasets"]
+    ds = [vars(d) for d in ctx.state.datasets]
     assert {(d["format"], d["modality"], d["location"]) for d in ds} == {
         (f, m, loc) for f in SUITE_FORMATS for m in ("tokens", "images") for loc in ("local", "s3")}
     assert all(d["url"].startswith("s3://") == (d["location"] == "s3") for d in ds)

@@ -13,7 +13,7 @@ import pytest
 from iobench.errors import ConfigError, EndpointError, StorageError
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
-from iobench.loader.sampler import epoch_plan, sample_order
+from iobench.loader.sampler import delivery_order, epoch_plan, sample_order
 
 
 @pytest.fixture(scope="module")
@@ -53,29 +53,33 @@ def test_sampler_is_pure_and_complete():
     assert flat.tolist() == list(range(500))
 
 
-def test_every_sample_once_per_epoch_same_order_across_runs_and_worker_counts(tokens_ds):
+@pytest.mark.parametrize("access", ["map", "stream", "block"])
+def test_every_sample_once_per_epoch_same_order_across_runs_and_worker_counts(tokens_ds, access):
     url, manifest = tokens_ds
     from iobench.formats import get_format
     from iobench.storage import open_backend
 
-    cfg = LoadConfig(dataset=url, workers=1, prefetch=2, batch_size=16, epochs=2, shuffle_buffer=120, seed=5)
+    cfg = LoadConfig(dataset=url, workers=1, prefetch=2, batch_size=16, epochs=2, shuffle_buffer=120, seed=5,
+                     access=access)
     runs = {}
     for w in (1, 3, 3):
         seen, deliver = _recorder()
         r = run_load(replace(cfg, workers=w), deliver=deliver)
         runs.setdefault(w, []).append(seen)
-        assert r.metrics["samples"] == 1000
+        assert r.metrics["samples"] == 1000 and r.metrics["access"] == access
+        for epoch in (0, 1):
+            ids = np.concatenate([i for e, i, _ in seen if e == epoch])
+            assert sorted(ids.tolist()) == list(range(500))      # exactly once per epoch
+            expect = delivery_order(access, [s.samples for s in manifest.shards], 16, seed=5, epoch=epoch,
+                                    workers=w, shuffle_buffer=120)
+            assert np.array_equal(ids, expect)                   # the pure function's order
     ref = runs[1][0]
-    for other in (runs[3][0], runs[3][1]):
-        assert len(other) == len(ref)
-        for (e1, i1, d1), (e2, i2, d2) in zip(ref, other):
+    # same W: the same order run after run; map and block do not depend on W at all (stream does, as in webdataset)
+    for other in ([runs[3][1]] if access == "stream" else [runs[3][0], runs[3][1]]):
+        first = runs[3][0] if access == "stream" else ref
+        assert len(other) == len(first)
+        for (e1, i1, d1), (e2, i2, d2) in zip(first, other):
             assert e1 == e2 and np.array_equal(i1, i2) and np.array_equal(d1, d2)
-    for epoch in (0, 1):
-        ids = np.concatenate([i for e, i, _ in ref if e == epoch])
-        assert sorted(ids.tolist()) == list(range(500))
-        expect = sample_order([s.samples for s in manifest.shards], [s.first_sample for s in manifest.shards],
-                              16, seed=5, epoch=epoch, shuffle_buffer=120)
-        assert np.array_equal(ids, expect)
     # payloads are the samples the format reader yields for those indices
     b = open_backend(url)
     reader = get_format("raw").reader(manifest)
@@ -91,7 +95,7 @@ def test_every_sample_once_per_epoch_same_order_across_runs_and_worker_counts(to
 def test_metrics_schema_and_bytes_counted_at_backend(tokens_ds, tmp_path):
     url, manifest = tokens_ds
     r = run_load(LoadConfig(dataset=url, workers=2, prefetch=2, batch_size=25, epochs=1, compute="1ms",
-                            cache="cold", monitor_interval_s=0.1))
+                            cache="cold", monitor_interval_s=0.1, access="block"))
     m = r.metrics
     assert m["bytes_read"] == manifest.total_bytes          # each shard read exactly once, counted at the backend
     assert m["samples"] == 500 and m["steps"] == 20
@@ -154,7 +158,7 @@ def test_dataset_without_manifest_exits_2(tmp_path, capsys):
 
 
 def test_cache_cold_and_warm_measure_residency(tokens_ds):
-    from iobench.cache import set_cache_state
+    from iobench.io.pagecache import set_cache_state
     from iobench.storage import open_backend
 
     url, manifest = tokens_ds
@@ -211,7 +215,7 @@ def test_s3_ranged_reads_count_every_byte(tokens_ds, s3_server, s3_prefix, clien
                  storage_options=opts, progress=False)
     seen, deliver = _recorder()
     cfg = LoadConfig(dataset=url, endpoint_url=s3_server.endpoint_url, workers=2, batch_size=20,
-                     s3_block_size="16KiB", s3_concurrency=4, cache="cold", s3_client=client)
+                     s3_block_size="16KiB", s3_concurrency=4, cache="cold", access="block", s3_client=client)
     r = run_load(cfg, storage_options=opts, deliver=deliver)
     assert r.environment["source"]["read_client"] == client
     assert r.metrics["bytes_read"] == m.total_bytes
@@ -226,6 +230,14 @@ def test_s3_ranged_reads_count_every_byte(tokens_ds, s3_server, s3_prefix, clien
     per_shard = -(-m.shards[0].bytes // 16384)
     assert r.metrics["read_calls"]["read"] == per_shard * len(m.shards)   # ranged GETs
     assert sorted(int(i) for _, ids, _ in seen for i in ids) == list(range(200))
+    # map: one ranged GET per sample, the sample's record bytes and nothing else
+    seen2, deliver2 = _recorder()
+    r = run_load(replace(cfg, access="map"), storage_options=opts, deliver=deliver2)
+    assert r.metrics["read_calls"]["read"] == 200 and r.metrics["requests"] == 200
+    assert r.metrics["bytes_read"] == 200 * 512 * 2
+    rows = {int(i): row for _, ids, data in seen for i, row in zip(ids, data)}
+    assert all(np.array_equal(rows[int(i)], row) for _, ids, data in seen2 for i, row in zip(ids, data))
+    assert sorted(int(i) for _, ids, _ in seen2 for i in ids) == list(range(200))
     assert r.environment["cache"]["measured_residency"] is None
 
 
@@ -252,7 +264,7 @@ def test_corrupt_shard_fails_with_the_shard_named(tmp_path):
     data[:8] = b"XXXXXXXX"
     victim.write_bytes(bytes(data))
     with pytest.raises(IntegrityError) as e:
-        run_load(LoadConfig(dataset=url, workers=2, batch_size=8, shuffle=False))
+        run_load(LoadConfig(dataset=url, workers=2, batch_size=8, shuffle=False, access="block"))
     assert m.shards[1].path in str(e.value)
 
 
@@ -260,7 +272,7 @@ def test_odirect_reads_the_same_bytes(tokens_ds):
     url, manifest = tokens_ds
     seen_a, deliver_a = _recorder()
     seen_b, deliver_b = _recorder()
-    cfg = LoadConfig(dataset=url, workers=2, batch_size=16, shuffle_buffer=120, seed=1)
+    cfg = LoadConfig(dataset=url, workers=2, batch_size=16, shuffle_buffer=120, seed=1, access="block")
     try:
         a = run_load(replace(cfg, odirect=True), deliver=deliver_a)
     except ConfigError as e:  # tmpfs and some FUSE filesystems refuse O_DIRECT
@@ -273,7 +285,8 @@ def test_odirect_reads_the_same_bytes(tokens_ds):
 def test_read_ahead_keeps_order_and_counts(tokens_ds):
     url, manifest = tokens_ds
     seen, deliver = _recorder()
-    r = run_load(LoadConfig(dataset=url, workers=2, batch_size=16, shuffle_buffer=60, seed=2, read_ahead=2),
+    r = run_load(LoadConfig(dataset=url, workers=2, batch_size=16, shuffle_buffer=60, seed=2, read_ahead=2,
+                            access="block"),
                  deliver=deliver)
     ids = np.concatenate([i for _, i, _ in seen])
     expect = sample_order([s.samples for s in manifest.shards], [s.first_sample for s in manifest.shards], 16,
@@ -313,7 +326,7 @@ def test_load_through_tiers(tokens_ds, tmp_path):
                       catalog=str(tmp_path / "catalog.sqlite"))
     tf = write_tiers_file(cfg, str(tmp_path / "tiers.yaml"))
     out = tmp_path / "t.json"
-    assert main(["load", url, "-W", "2", "-B", "25", "--tiers", str(tf), "--staging", "ondemand",
+    assert main(["load", url, "-W", "2", "-B", "25", "--tiers", str(tf), "--staging", "ondemand", "--access", "stream",
                  "--json", str(out)]) == 0
     res = read_results(out)
     assert res["metrics"]["samples"] == manifest.total_samples

@@ -28,7 +28,7 @@ def ds(tmp_path_factory):
 
 
 def _cfg(url, **kw):
-    base = dict(dataset=url, workers=1, batch_size=B, shuffle_buffer=0, monitor_interval_s=1.0)
+    base = dict(dataset=url, workers=1, batch_size=B, shuffle_buffer=0, monitor_interval_s=1.0, access="block")
     return LoadConfig(**(base | kw))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from iobench.errors import ConfigError, StorageError
 from iobench.loader.compute import Compute, parse_compute
-from iobench.loader.source import RetryPolicy
+from iobench.io.retry import RetryPolicy
 from iobench.metrics import LatencyHistogram
 
 
@@ -156,8 +156,9 @@ def test_delivery_registry():
 
 def test_suite_stage_loads_each_dataset(tmp_path):
     from iobench.generate import GenSpec, generate
-    from iobench.loader.suite import suite_stage
+    from iobench.suite.load import suite_stage
     from iobench.suite import SuiteContext
+    from iobench.suite.state import GeneratedDataset
 
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
     ds = []
@@ -165,9 +166,8 @@ def test_suite_stage_loads_each_dataset(tmp_path):
         url = str(tmp_path / fmt)
         generate(GenSpec(format=fmt, modality="tokens", num_samples=128, shard_size="64 samples", seq_len=32,
                          vocab_size=1000, fsync=False), url, progress=False)
-        ds.append({"name": f"{fmt}-tokens", "format": fmt, "modality": "tokens", "url": url, "location": "local",
-                   "storage_options": None, "endpoint_url": None})
-    ctx.state["datasets"] = ds
+        ds.append(GeneratedDataset(name=f"{fmt}-tokens", format=fmt, modality="tokens", url=url, location="local"))
+    ctx.state.datasets = ds
     out = suite_stage(ctx)
     assert out["datasets"] == 2
     assert len(ctx.results_files) == 4 and all(p.exists() for p in ctx.results_files)

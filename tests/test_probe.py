@@ -10,7 +10,7 @@ import pytest
 
 from iobench.config import build
 from iobench.errors import ConfigError
-from iobench import cache as pagecache
+from iobench.io import pagecache
 from iobench.probe import fio_engine, py_engine
 from iobench.probe.file_probe import FileProbeConfig, run_file_probe
 from iobench.probe.jobs import Job
@@ -284,7 +284,7 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
 
 
 def test_suite_stage_local(tmp_path):
-    from iobench.probe.suite import suite_stage
+    from iobench.suite.probe import suite_stage
     from iobench.suite import SuiteContext
 
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")

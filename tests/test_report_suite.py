@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iobench.report.suite import suite_stage
+from iobench.suite.report import suite_stage
 from iobench.results import Results
 from iobench.suite import SuiteContext
 

@@ -138,7 +138,8 @@ def test_source_unreachable_mid_stage_retries_then_clear_error(tmp_path, s3_serv
 
 def test_suite_stage_on_the_embedded_object_tier(tmp_path, s3_server, s3_prefix):
     from iobench.suite import SuiteContext
-    from iobench.tiers.suite import suite_stage
+    from iobench.suite.stage import suite_stage
+    from iobench.suite.state import GeneratedDataset
 
     url = f"{s3_prefix}/datasets/raw-tokens"
     make_dataset(url, shards=6, shard_bytes=40 * KB, endpoint_url=s3_server.endpoint_url,
@@ -147,14 +148,14 @@ def test_suite_stage_on_the_embedded_object_tier(tmp_path, s3_server, s3_prefix)
                        s3_storage_options=_s3_opts(s3_server), endpoint_url=s3_server.endpoint_url)
     ctx.out_dir.mkdir()
     ctx.work_dir.mkdir()
-    ctx.state["datasets"] = [{"name": "raw-tokens", "format": "raw", "modality": "tokens", "url": url,
-                              "location": "s3", "storage_options": _s3_opts(s3_server),
-                              "endpoint_url": s3_server.endpoint_url}]
+    ctx.state.datasets = [GeneratedDataset(name="raw-tokens", format="raw", modality="tokens", url=url,
+                                           location="s3", storage_options=_s3_opts(s3_server),
+                                           endpoint_url=s3_server.endpoint_url)]
     out = suite_stage(ctx)
     assert out["dataset_bytes"] == 240 * KB
     assert out["bytes_by_tier_pair"].get("object->pfs", 0) > 0
     assert out["simulated_hit_ratio_half"]["pin-once-full"] == pytest.approx(0.25)
-    assert ctx.state["tiers_file"] and (tmp_path / "work" / "tiers.yaml").stat().st_mode & 0o077 == 0
+    assert ctx.state.tiers_file and (tmp_path / "work" / "tiers.yaml").stat().st_mode & 0o077 == 0
     r = json.loads((ctx.out_dir / "stage.json").read_text())
     assert r["metrics"]["prestage"]["staging"]["bytes_by_tier_pair"] == {"object->nvme": 240 * KB}
     assert s3_server.secret_key not in (ctx.out_dir / "stage.json").read_text()

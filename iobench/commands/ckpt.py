@@ -10,7 +10,7 @@ HELP = """checkpoint benchmark: snapshot, local write, async commit, restore
 def register(sub) -> None:
     import argparse
 
-    from ..cli import add_endpoint_flag, add_json_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag
 
     p = sub.add_parser("ckpt", help="checkpoint save/restore benchmark (blocking pause, commit latency, exposure)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +35,7 @@ def register(sub) -> None:
     g.add_argument("--queue-depth", type=int, default=1, metavar="N")
     g.add_argument("--keep-local", type=int, default=2, metavar="K")
     g.add_argument("--keep-durable", type=int, default=3, metavar="K")
-    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier, e.g. 200MB (per second)")
+    g.add_argument("--durable-bw", metavar="RATE", help="emulate a slower durable tier: a rate, e.g. 200MB or bw:200MB/s")
     g.add_argument("--local-bw", metavar="RATE", help="emulate a slower local tier")
     g.add_argument("--no-fsync", action="store_true", help="skip fsync (results say so)")
     g.add_argument("--fail-at", type=float, action="append", default=[], metavar="S",
@@ -50,27 +50,31 @@ def register(sub) -> None:
     g.add_argument("--read-path", default="plain", metavar="PATH",
                    help="restore: plain (default) or a host-memory iobench.gds reader: cpu")
     add_json_flag(p)
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
 def _rate(v, field):
-    if v is None:
-        return None
-    from ..units import parse_size
+    from ..io.ratelimit import parse_rate
 
-    return float(parse_size(str(v).removesuffix("/s"), field))
+    return parse_rate(v, field)
 
 
 def run(args) -> int:
     if args.action == "restore":
         return run_restore(args)
+    import os
+    from dataclasses import replace
+
     from rich.console import Console
 
     from ..checkpointing.runner import CkptConfig, open_tiers, run_saves
     from ..config import to_dict
     from ..results import Results
     from ..units import format_bytes, format_rate, format_seconds
-    from ..world import detect_world
+    from ..dist import detect_world
+    from ..dist.launch import collect, start
+    from ..checkpointing.world import merge_save_ranks
 
     cfg = CkptConfig(preset=args.preset, params=args.params, recipe=args.recipe, tp=args.tp, pp=args.pp, dp=args.dp,
                      zero_stage=args.zero_stage, ranks=args.ranks, scale=args.scale, count=args.count,
@@ -80,16 +84,35 @@ def run(args) -> int:
                      durable_bw=_rate(args.durable_bw, "--durable-bw"), local_bw=_rate(args.local_bw, "--local-bw"),
                      fsync=not args.no_fsync, seed=args.seed, fail_at=tuple(args.fail_at))
     cfg.spec()   # validate the layout before touching storage
-    local, durable = open_tiers(cfg.local, cfg.durable, cfg.endpoint_url)
     world = detect_world()
-    if world.size > 1:
-        from ..errors import ConfigError
+    if world.size > 1 and cfg.local:
+        # node-local tier: each process keeps its own copy; the commit point is on --durable
+        cfg = replace(cfg, local=os.path.join(cfg.local, f"proc-{world.rank:05d}"))
+    start(world, "ckpt", to_dict(replace(cfg, local=args.local)),
+          check=lambda: open_tiers(cfg.local, cfg.durable, cfg.endpoint_url))
+    local, durable = open_tiers(cfg.local, cfg.durable, cfg.endpoint_url, check=False)
+    res = Results(command="ckpt", config=to_dict(cfg))
+    from ..cli import want_progress
 
-        raise ConfigError("ckpt", "multi-process (MPI) saves are not supported yet: one process emulates every rank",
-                          "run iobench ckpt without mpirun")
-    res = Results(command="ckpt", config=to_dict(cfg), world=world.describe())
-    m = run_saves(cfg, local, durable, world.rank, world.size)
-    res.metrics["checkpoint"] = m
+    m = run_saves(cfg, local, durable, progress=want_progress(args) and world.rank == 0, world=world)
+    if not collect(world, res, {"checkpoint": m}, lambda per_rank, hosts: {"checkpoint": {
+            **m, **merge_save_ranks([p["checkpoint"] for p in per_rank], hosts)}}):
+        return 1 if m["saves"]["failed"] else 0
+    c = Console()
+    if world.size > 1:
+        w = res.metrics["checkpoint"]
+        failed = w["saves"]["total"] - w["saves"]["committed"]
+        c.print(f"{m['state']['name']}: {format_bytes(w['bytes_per_save'])} per save from {world.size} processes "
+                f"({m['state']['ranks']} checkpoint ranks); {w['saves']['committed']} of {w['saves']['total']} "
+                "saves committed")
+        c.print(f"per save, max across ranks: local write p50 {format_seconds(w['local_write_s']['p50'] or 0)} "
+                f"({format_rate(w['local_write_bytes_per_s'] or 0)}), blocking p50 "
+                f"{format_seconds(w['blocking_s']['p50'] or 0)}, commit latency p50 "
+                f"{format_seconds(w['commit_latency_s']['p50'] or 0)}; committed "
+                f"{format_seconds(w['commit_after_slowest_rank_s']['p50'] or 0)} after the slowest rank was durable")
+        c.print(w["world"]["straggler"]["line"])
+    else:
+        failed = m["saves"]["failed"]
     res.environment["staging"] = m["staging_kind"]
     res.environment["fsync"] = cfg.fsync
     if cfg.durable_bw or cfg.local_bw:
@@ -98,23 +121,27 @@ def run(args) -> int:
         res.warn("fsync disabled: local write times do not include making the data durable")
     if m["staging_kind"] == "host":
         res.warn("staging buffers are pageable host memory (pinned memory needs torch or cupy)")
-    failed = m["saves"]["failed"]
-    c = Console()
-    c.print(f"{m['state']['name']}: {format_bytes(m['state']['bytes_per_save'])} per save over "
-            f"{m['state']['local_ranks']} rank(s); saves {m['saves']}")
-    c.print(f"blocking p50 {format_seconds(m['blocking_s']['p50'] or 0)}, "
-            f"local write {format_rate(m['local_write_bytes_per_s'] or 0)}, "
-            f"commit latency p50 {format_seconds(m['commit_latency_s']['p50'] or 0)}, backlog max {m['backlog_max']}")
+    if world.size == 1:
+        c.print(f"{m['state']['name']}: {format_bytes(m['state']['bytes_per_save'])} per save over "
+                f"{m['state']['local_ranks']} rank(s); saves {m['saves']}")
+        c.print(f"blocking p50 {format_seconds(m['blocking_s']['p50'] or 0)}, "
+                f"local write {format_rate(m['local_write_bytes_per_s'] or 0)}, "
+                f"commit latency p50 {format_seconds(m['commit_latency_s']['p50'] or 0)}, "
+                f"backlog max {m['backlog_max']}")
     if args.json:
         res.write(args.json)
     return 1 if failed else 0
 
 
 def run_restore(args) -> int:
+    import os
+
     from rich.console import Console
 
-    from ..checkpointing.runner import open_tiers
+    from ..checkpointing.runner import merge_restore_ranks, open_tiers
     from ..checkpointing.runner import run_restore as restore_run
+    from ..dist import detect_world
+    from ..dist.launch import collect, start
     from ..errors import ConfigError
     from ..results import Results
     from ..units import format_bytes, format_rate, format_seconds
@@ -136,14 +163,27 @@ def run_restore(args) -> int:
 
         read_fn = reader_read_fn(lambda path: make_reader(args.read_path, path))
         res.environment["read_path"] = args.read_path
-    got, m = restore_run(local, durable, args.ranks, args.tp, args.pp, args.dp, verify=args.verify, read_fn=read_fn)
-    res.metrics["checkpoint"] = m
-    res.environment["cache"] = {"declared": "cold", "method": "posix_fadvise DONTNEED (local files)"}
+    world = detect_world()
+    if world.size > 1 and args.local:   # the same per-process directory as the save
+        local, _ = open_tiers(os.path.join(args.local, f"proc-{world.rank:05d}"), None)
+    start(world, "ckpt restore", res.config)
+    got, m = restore_run(local, durable, args.ranks, args.tp, args.pp, args.dp, verify=args.verify, read_fn=read_fn,
+                         world=world)
+    res.environment["cache"] = got.cache   # declared and measured (mincore), never just declared
     for s in got.skipped:
         res.warn(f"skipped {s}")
-    Console().print(f"restored step {got.step} from {got.tier} ({got.url}): {format_bytes(got.bytes_read)} in "
-                    f"{format_seconds(got.seconds)} ({format_rate(got.bytes_per_s)}), "
-                    f"{'verified' if got.verified else 'NOT verified'}, {len(got.arrays)} rank(s)")
+    if not collect(world, res, {"checkpoint": m}, lambda per_rank, hosts: {"checkpoint": {
+            **m, **merge_restore_ranks([p["checkpoint"] for p in per_rank], hosts)}}):
+        return 0
+    w = res.metrics["checkpoint"]
+    Console().print(f"restored step {got.step} from {got.tier} ({got.url}): {format_bytes(w['restore_bytes'])} in "
+                    f"{format_seconds(w['restore_s'])} ({format_rate(w['restore_bytes_per_s'])}), "
+                    f"{'verified' if w['verified'] else 'NOT verified'}, "
+                    f"{w['ranks']} rank(s)" + (f" on {world.size} processes" if world.size > 1 else "") + ", "
+                    + (f"page cache {got.resident_ratio:.0%} resident before the reads (measured)"
+                       if got.resident_ratio is not None else "page-cache residency not measurable"))
+    if world.size > 1:
+        Console().print(w["world"]["straggler"]["line"])
     if args.json:
         res.write(args.json)
     return 0

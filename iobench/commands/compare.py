@@ -23,11 +23,14 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
     from ..errors import ConfigError
     from ..report.build import check
-    from ..report.compare import HIGHER_IS_BETTER, LOWER_IS_BETTER, compare_runs, markdown, regressions
-    from ..report.html import fmt
+    from rich.markup import escape
+
+    from ..report.build import check_line
+    from ..report.compare import (HIGHER_IS_BETTER, LOWER_IS_BETTER, change, compare_runs, markdown, regressions,
+                                  with_ci)
     from ..results import Results
     from .report import threshold_limits
 
@@ -41,33 +44,38 @@ def run(args) -> int:
     rows = compare_runs(docs_a, docs_b)
     checks = check(docs_b, threshold_limits(args))
     if args.max_regression is not None:
-        checks += regressions(rows, args.max_regression)
-    shown = rows if args.all else [r for r in rows if r.a != r.b]
-    t = Table(title=f"{a.get('command')} {Path(args.a).name}  vs  {b.get('command')} {Path(args.b).name}")
-    for col in ("metric", "A", "B", "B − A", "B / A"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    for r in shown:
-        ratio = r.ratio
-        better = 1 if r.path.endswith(HIGHER_IS_BETTER) else -1 if r.path.endswith(LOWER_IS_BETTER) else 0
-        style = "" if ratio is None or not better or abs(ratio - 1) < 0.05 else (
-            "green" if (ratio > 1) == (better > 0) else "red")
-        t.add_row(r.path, "-" if r.a is None else fmt(r.path, r.a), "-" if r.b is None else fmt(r.path, r.b),
-                  "-" if r.diff is None else f"{r.diff:+.4g}", "-" if ratio is None else f"[{style}]{ratio:.3f}×[/]"
-                  if style else f"{ratio:.3f}×")
-    con = Console()
-    con.print(t)
-    if len(shown) < len(rows):
-        con.print(f"({len(rows) - len(shown)} unchanged metrics hidden; --all shows them)")
-    failed = [c for c in checks if not c["ok"]]
-    for c in failed:
-        con.print(f"[red]FAIL[/]: {c['check']} — {c['path']} = {fmt(c['path'], c['value']) if c['value'] is not None else '-'}")
-    if checks:
-        con.print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
+        checks += [c | {"where": f"B: {args.b} vs A: {args.a}"} for c in regressions(rows, args.max_regression)]
     if args.markdown:
         atomic_write_bytes(args.markdown, markdown(rows, Path(args.a).name, Path(args.b).name, checks).encode(),
                            fsync=False)
+    # files first: a reader that stops early (| head) must not cost them
     if args.json:
         Results(command="compare", config={"a": args.a, "b": args.b, "max_regression": args.max_regression},
                 metrics={"rows": [r.to_dict() for r in rows], "checks": checks,
                          "passed": all(c["ok"] for c in checks)}).write(args.json)
+    shown = rows if args.all else [r for r in rows if r.a != r.b and not r.within_noise]
+    noise = sum(1 for r in rows if r.a != r.b and r.within_noise)
+    t = Table(title=f"A: {args.a} ({a.get('command')})  vs  B: {args.b} ({b.get('command')})")
+    for col in ("metric", "A", "B", "change (B − A)", "B / A"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for r in shown:
+        ratio = r.ratio
+        better = 1 if r.path.endswith(HIGHER_IS_BETTER) else -1 if r.path.endswith(LOWER_IS_BETTER) else 0
+        style = "" if ratio is None or not better or r.within_noise or abs(ratio - 1) < 0.05 else (
+            "green" if (ratio > 1) == (better > 0) else "red")
+        t.add_row(escape(r.path), escape(with_ci(r.path, r.a, r.ci_a)), escape(with_ci(r.path, r.b, r.ci_b)), change(r),
+                  "-" if ratio is None else f"[{style}]{ratio:.3f}×[/]" if style else f"{ratio:.3f}×")
+    con = Console()
+    if shown:
+        con.print(t)
+    else:
+        con.print(f"A: {args.a}  B: {args.b}: no metric changed beyond the runs' noise")
+    if len(shown) < len(rows):
+        con.print(f"({len(rows) - len(shown)} metrics hidden: unchanged"
+                  f"{f', or within the confidence intervals ({noise})' if noise else ''}; --all shows them)")
+    failed = [c for c in checks if not c["ok"]]
+    for c in failed:
+        con.print(escape(check_line(c)), style="red")
+    if checks:
+        con.print(f"{len(checks) - len(failed)} of {len(checks)} checks passed")
     return 0 if all(c["ok"] for c in checks) else 1

@@ -10,19 +10,26 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
           "s3_client": "s3_client",
           "retries": "retries", "retry_budget": "retry_budget_s", "error_rate": "error_rate",
           "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method",
-          "read_ahead": "read_ahead"}
+          "read_ahead": "read_ahead", "access": "access", "stream_read_size": "stream_read_size"}
 
 
 def register(sub) -> None:
-    from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag, add_storage_option_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
                        description="Read a dataset through its manifest with a prefetching multi-worker loader, "
                                    "emulate the training step, and measure data stall, throughput and latency "
                                    "percentiles.  See README: Loader.")
     p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
+    p.add_argument("--access", choices=("map", "stream", "block", "auto"),
+                   help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
+                        "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy); "
+                        "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")
+    p.add_argument("--stream-read-size", metavar="SIZE", help="stream: bytes of whole samples per read (64KiB)")
     p.add_argument("--workers", "-W", type=int, help="worker processes (default 2)")
-    p.add_argument("--prefetch", "-Q", type=int, help="prefetch slots: batches ready ahead of the consumer (default 2)")
+    p.add_argument("--prefetch", "-Q", type=int,
+                   help="batches in flight per worker for map/stream (DataLoader's prefetch_factor), in all for "
+                        "block (default 2)")
     p.add_argument("--batch-size", "-B", type=int, help="samples per batch (default 32)")
     p.add_argument("--epochs", type=int, help="epochs to read (default 1)")
     p.add_argument("--steps", type=int, help="stop after this many steps instead (epochs repeat as needed)")
@@ -44,6 +51,7 @@ def register(sub) -> None:
     p.add_argument("--odirect", action="store_true", help="local shards: O_DIRECT reads into aligned buffers")
     p.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
     add_endpoint_flag(p)
+    add_storage_option_flag(p)
     p.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
     p.add_argument("--s3-concurrency", type=int, help="ranged GETs in flight per worker (default 4)")
     p.add_argument("--s3-client", choices=("auto", "s3fs", "obstore"),
@@ -66,7 +74,7 @@ def register(sub) -> None:
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
     add_set_flag(p)
     add_json_flag(p)
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_progress_flag(p)
     p.set_defaults(func=run)
 
 
@@ -88,6 +96,9 @@ def build_config(args):
     if args.drop_last:
         section["drop_last"] = True
     if args.decode:
+        from ..extras import require
+
+        require("PIL", "--decode")  # before workers start: a worker's ImportError would be a hang or a traceback
         section["decode"] = True
     if args.odirect:
         section["odirect"] = True
@@ -114,15 +125,24 @@ def run(args) -> int:
     from ..config import to_dict
     from ..results import Results
     from ..units import format_rate, format_seconds
-    from ..world import detect_world
+    from ..dist import detect_world
+    from ..dist.launch import collect, start
     from ..loader.analysis import analyze, recommend, validate
     from ..loader.core import run_load
 
     cfg = build_config(args)
     world = detect_world()
     source = _tiers_source(args, cfg) if args.tiers else None
-    kw = dict(rank=world.rank, world=world.size, progress=args.progress)
-    world.barrier()  # ranks start together: world throughput is total bytes / the longest wall time
+    from ..cli import want_progress
+    from ..storage import parse_storage_options
+
+    # storage options travel beside the config, never in it: results must not carry credentials
+    kw = dict(rank=world.rank, world=world.size, progress=want_progress(args) and world.rank == 0,
+              storage_options=parse_storage_options(args.storage_option) or None)
+    # ranks agree on the config, every rank can read the manifest, then they start together:
+    # world throughput is total bytes / the longest wall time
+    start(world, "load", to_dict(cfg) | {"tiers": args.tiers, "staging": args.staging, "analyze": args.analyze},
+          check=(lambda: _check_dataset(cfg)) if world.is_mpi else None)
     analysis = None
     if args.analyze:
         if source is not None:
@@ -144,44 +164,46 @@ def run(args) -> int:
         metrics["prefetch_recommendation"] = rec
     results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging}
                                                              if args.tiers else {}),
-                      environment=run_.environment, world=world.describe(), metrics=metrics)
+                      environment=run_.environment)
     for w in run_.warnings:
         results.warn(w)
-    gathered = world.gather({k: v for k, v in metrics.items() if k not in ("series", "system")})
-    if world.size > 1 and world.rank == 0:
-        from ..loader.ranks import merge_ranks
+    from ..loader.ranks import merge_ranks
 
-        results.per_rank = gathered
-        merged = merge_ranks(gathered)
+    if not collect(world, results, metrics, merge_ranks):
+        return 0
+    if world.size > 1:
         if "prefetch_recommendation" in metrics:
-            merged["prefetch_recommendation"] = recommend(merged, cfg.compute_model().nominal_s, consumers=world.size)
-        results.metrics = {**metrics, **merged, "rank0": {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}}
+            results.metrics["prefetch_recommendation"] = recommend(results.metrics, cfg.compute_model().nominal_s,
+                                                                   consumers=world.size)
+        results.metrics["rank0"] = {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}
         metrics = results.metrics
-    if args.json and world.rank == 0:
+    if args.json:
         results.write(args.json)
-    if world.rank == 0:
-        m = metrics
-        line = (f"stall {m['stall_ratio']:.1%}  AU {m['accelerator_utilization']:.1%}  "
-                f"{m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
-                f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  "
-                f"wait p99 {format_seconds(m['batch_wait_s']['p99'] or 0)}  "
-                f"batch I/O p99 {format_seconds(m['batch_io_s']['p99'] or 0)}  ({m['steps']} steps, first excluded)")
-        print(line)
-        if analysis is not None:
-            print(f"prep stall {analysis['prep_stall_ratio']:.1%}  fetch stall {analysis['fetch_stall_ratio']:.1%}")
-        rec = metrics.get("prefetch_recommendation")
-        if rec:
-            if rec.get("depth_recommended"):
-                print(f"prefetch: depth >= {rec['depth_min']} (ceil P99 I/O / compute), recommended "
-                      f"{rec['depth_recommended']}, host memory {rec['host_bytes_total'] / 2**20:.1f} MiB")
-            else:
-                print(f"prefetch: {rec.get('note')}")
-            if rec.get("validation"):
-                v = rec["validation"]
-                print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
-                      f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
-        if args.json:
-            print(f"results: {args.json}")
+    m = metrics
+    line = (f"stall {m['stall_ratio']:.1%}  AU {m['accelerator_utilization']:.1%}  "
+            f"{m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
+            f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  "
+            f"wait p99 {format_seconds(m['batch_wait_s']['p99'] or 0)}  "
+            f"batch I/O p99 {format_seconds(m['batch_io_s']['p99'] or 0)}  ({m['steps']} steps, first excluded)")
+    print(line)
+    if world.size > 1:
+        print(f"world: {world.size} ranks on {len(world.nodes)} node(s); "
+              f"{m['world']['straggler']['line']}")
+    if analysis is not None:
+        print(f"prep stall {analysis['prep_stall_ratio']:.1%}  fetch stall {analysis['fetch_stall_ratio']:.1%}")
+    rec = metrics.get("prefetch_recommendation")
+    if rec:
+        if rec.get("depth_recommended"):
+            print(f"prefetch: depth >= {rec['depth_min']} (ceil P99 I/O / compute), recommended "
+                  f"{rec['depth_recommended']}, host memory {rec['host_bytes_total'] / 2**20:.1f} MiB")
+        else:
+            print(f"prefetch: {rec.get('note')}")
+        if rec.get("validation"):
+            v = rec["validation"]
+            print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
+                  f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
+    if args.json and args.json != "-":
+        print(f"results: {args.json}")
     return 0
 
 
@@ -198,3 +220,12 @@ def _tiers_source(args, cfg):
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
     manifest = read_manifest(backend)
     return loader_source(args.tiers, args.staging, manifest, backend)
+
+
+def _check_dataset(cfg):
+    """Run on every rank before the start barrier: this rank can open the dataset's manifest."""
+    from ..manifest import read_manifest
+    from ..storage import open_backend
+
+    return read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset",
+                                      check=True))

@@ -82,6 +82,7 @@ def print_plan(result: dict) -> None:
     from ..planner.models import get_model
 
     model = get_model(result["model"])
+    tables: list = []
     for k, v in result["inputs"].items():
         t.add_row("input", k, format_input(model.param(k).kind, v), result["inputs_from"][k])
     for k, v in result["outputs"].items():
@@ -90,9 +91,19 @@ def print_plan(result: dict) -> None:
                 t.add_row("output", f"overhead at {format_value('x_s', row['interval_s'])}",
                           format_value("x_ratio", row["total_ratio"]), "")
             continue
+        if isinstance(v, list) and v and all(isinstance(r, dict) for r in v):
+            tables.append((k, v))   # printed as their own tables below
+            continue
         t.add_row("output", k, format_value(k, v), "")
     con = Console()
     con.print(t)
+    for name, rows in tables:
+        sub = Table(title=name)
+        for col in rows[0]:
+            sub.add_column(col, justify="right")
+        for r in rows:
+            sub.add_row(*[format_value(c, r.get(c)) for c in rows[0]])
+        con.print(sub)
     if result["recommendation"]:
         con.print(f"[bold]recommendation:[/bold] {result['recommendation']}")
 

@@ -19,7 +19,8 @@ _FLAGS = {
              ("--runtime", "runtime", "seconds per point, e.g. 1s"),
              ("--file-size", "file_size", "size of the test file (capped by --size)"),
              ("--engine", "engine", "auto (fio when installed), fio or python"),
-             ("--qd-model", "qd_model", "async (fio libaio iodepth) or threads (psync numjobs, like the built-in)")],
+             ("--qd-model", "qd_model", "async (fio libaio iodepth) or threads (psync numjobs, like the built-in)"),
+             ("--layout", "layout", "under mpirun: n-n (file per rank), n-1 (one shared file, strided), or both")],
     "metadata": [("--files", "files", "small files (objects) in all"),
                  ("--workers", "workers", "parallel workers (requests in flight on S3)"),
                  ("--dirs", "dirs", "directories (prefixes) per worker"),
@@ -113,6 +114,11 @@ def run(args) -> int:
                         mapping[key] = v
             configs[probe] = build_config(probe, mapping, quick=args.quick, protocol=protocol)
         plans.append((t, probes, configs))
+    from ..dist import detect_world
+
+    world = detect_world()
+    if world.size > 1:
+        return _run_world(args, world, results, plans, size_cap)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as progress:
@@ -122,6 +128,50 @@ def run(args) -> int:
     Console().print(table(results.metrics["summary"]))
     for w in results.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+    if args.json:
+        results.write(args.json)
+        print(f"results: {args.json}")
+    return 0
+
+
+def _run_world(args, world, results, plans, size_cap) -> int:
+    """Under MPI: the aggregate (IOR/mdtest-style) probes of iobench.probe.world_probe."""
+    from dataclasses import asdict
+
+    from ..config import to_dict
+    from ..dist.launch import collect, start
+    from ..errors import ConfigError
+    from ..units import parse_size
+    from ..probe import world_probe as wp
+
+    if args.probe not in ("file", "metadata", "s3"):
+        raise ConfigError("probe", f"`probe {args.probe}` has no multi-rank form",
+                          "under mpirun use probe file, probe metadata or probe s3")
+    t, _, configs = plans[0]
+    cfg = configs[args.probe]
+    start(world, "probe", results.config | {"url": t.url, "cfg": to_dict(cfg) if hasattr(cfg, "__dataclass_fields__")
+                                            else str(cfg)})
+    area = wp.open_world_area(world, t.url, size_cap, args.force, args.endpoint_url)
+    try:
+        if args.probe == "file":
+            transfer = wp.parse_one(cfg.bs, "1MiB", "probe.bs")
+            per_rank = min(int(parse_size(cfg.file_size, "probe.file_size")), area.size_cap)
+            layouts = tuple(getattr(cfg, "layout", None) or ("n-n", "n-1"))
+            body = wp.file_probe(world, area, transfer, per_rank, layouts)
+        elif args.probe == "metadata":
+            body = wp.metadata_probe(world, area, max(1, cfg.files // world.size), cfg.file_bytes)
+        else:
+            size = wp.parse_one(cfg.sizes, "1MiB", "probe.sizes")
+            conc = cfg.concurrency[0] if len(cfg.concurrency) == 1 else 4
+            objects = max(1, min(64, area.size_cap // max(1, size)))
+            body = wp.s3_probe(world, area, size, objects, conc)
+    finally:
+        wp.close_world_area(world, area)
+    results.environment["probe"] = {"mode": "aggregate (MPI)", "engine": "python", "area": area.describe()}
+    if not collect(world, results, {"aggregate": {args.probe: body}}, wp.merge_probe_ranks):
+        return 0
+    for line in wp.summary_lines(results.metrics["aggregate"]):
+        print(line)
     if args.json:
         results.write(args.json)
         print(f"results: {args.json}")

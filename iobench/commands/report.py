@@ -38,6 +38,8 @@ def run(args) -> int:
     rep = build_report(args.results, args.out, args.title, threshold_limits(args))
     print(f"report: {rep.html}")
     print(f"summary: {rep.markdown}")
+    from ..report.build import check_line
+
     for c in rep.checks:
-        print(f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {c['path']} = {c['value']}")
+        print(check_line(c))
     return 0 if rep.ok else 1

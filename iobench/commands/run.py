@@ -6,6 +6,9 @@ def register(sub) -> None:
     p.add_argument("--out", default="reports/latest", metavar="DIR", help="where results and the report go")
     p.add_argument("--config", metavar="FILE", help="cluster YAML (tiers, object store) instead of the embedded default")
     p.add_argument("--stages", metavar="LIST", help="comma-separated subset of stages to run")
+    from ..cli import add_progress_flag
+
+    add_progress_flag(p)
     p.add_argument("--keep-data", action="store_true", help="keep the generated data in the work directory")
     p.set_defaults(func=run)
 
@@ -26,6 +29,9 @@ def run(args) -> int:
                 from ..config import nearest
 
                 raise ConfigError("--stages", f"unknown stage {s!r}", nearest(s, known))
-    path = run_suite(Path(args.out), config=config, stages=stages, keep_data=args.keep_data)
+    from ..cli import want_progress
+
+    path = run_suite(Path(args.out), config=config, stages=stages, keep_data=args.keep_data,
+                     progress=want_progress(args))
     print(f"results: {path}")
     return 0

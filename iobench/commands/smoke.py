@@ -19,7 +19,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from rich.console import Console
 
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
     from ..errors import ConfigError
     from ..results import Results
     from ..smoke import junit_xml, run_smoke

@@ -35,7 +35,9 @@ def run(args) -> int:
     from ..tiers.config import load_tiers
     from ..tiers.run import run_stage
     from ..units import format_bytes, format_rate, format_seconds
-    from ..world import detect_world
+    from ..dist import detect_world
+    from ..dist.launch import collect, start
+    from ..tiers.run import merge_stage_ranks, open_dataset
 
     cfg = load_tiers(args.tiers)
     if args.concurrency is not None:
@@ -47,18 +49,23 @@ def run(args) -> int:
         raise ConfigError("--epochs" if epochs < 0 else "--readers", "must not be negative" if epochs < 0
                           else "must be at least 1", "give a whole number")
     world = detect_world()
-    res = Results(command="stage", world=world.describe(), config={"dataset": args.dataset, "tiers_file": args.tiers, "to": args.to,
+    res = Results(command="stage", config={"dataset": args.dataset, "tiers_file": args.tiers, "to": args.to,
                                            "mode": args.mode, "epochs": epochs, "readers": args.readers,
                                            "seed": args.seed, "tiers": cfg.describe()})
+    start(world, "stage", res.config | {"endpoint_url": args.endpoint_url, "evict_first": args.evict_first},
+          check=(lambda: open_dataset(cfg, args.dataset, args.endpoint_url)) if world.is_mpi else None)
+    # one trace per rank: ranks must not interleave lines in one file
+    trace = f"{args.trace}.rank-{world.rank}" if args.trace and world.size > 1 else args.trace
     m = run_stage(cfg, args.dataset, mode=args.mode, to=args.to, epochs=epochs, readers=args.readers, seed=args.seed,
-                  endpoint_url=args.endpoint_url, trace_path=args.trace, evict_first=args.evict_first,
+                  endpoint_url=args.endpoint_url, trace_path=trace, evict_first=args.evict_first,
                   tiers_file=args.tiers, progress=world.rank == 0, results=res, rank=world.rank, world=world.size)
+    if not collect(world, res, dict(res.metrics), merge_stage_ranks):
+        return 0
+    m = res.metrics
     if world.size > 1:
-        gathered = world.gather(m)
-        if world.rank == 0:
-            res.per_rank = gathered
-        if world.rank != 0:
-            return 0
+        con_line = f"world: {world.size} ranks; {m['world']['straggler']['line']}"
+    else:
+        con_line = None
     con = Console()
     st = m.get("staging")
     if st:
@@ -70,6 +77,8 @@ def run(args) -> int:
     for e in m.get("epochs", []):
         con.print(f"epoch {e['epoch']}: {format_seconds(e['seconds'])}, {format_rate(e['bytes_per_s'])}, "
                   f"hit ratio {e['hit_ratio']:.2f}")
+    if con_line:
+        con.print(con_line)
     if args.json:
         res.write(args.json)
     return 0

@@ -177,24 +177,32 @@ def _lifecycle(args) -> int:
     import json
     import re
 
+    from ..errors import ConfigError
     from ..results import Results
     from ..tiers.config import load_tiers
     from ..tiers.lifecycle import apply_lifecycle, plan_lifecycle
     from ..tiers.manager import TierManager
 
+    from ..paths import contained_rel
+    from ..tiers.lifecycle import check_lifecycle_tiers, lifecycle_items
+
     cfg = load_tiers(args.tiers)
     cfg.tier(args.hot, "--hot")
     cfg.tier(args.archive, "--archive")
+    prefix = contained_rel(args.prefix, "--prefix", allow_empty=True)
+    if args.keep_last < 1:
+        raise ConfigError("--keep-last", f"must be at least 1, got {args.keep_last}", "keep at least the newest item")
     mgr = TierManager(cfg).open()
     try:
+        check_lifecycle_tiers(mgr, args.hot, args.archive)
         hot = mgr.backend(args.hot)
-        names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in hot.ls(args.prefix)),
+        names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in hot.ls(prefix)),
                        key=lambda s: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s)])
-        names = [n for n in names if not n.startswith(".")]
+        names = lifecycle_items(mgr, args.hot, prefix, [n for n in names if not n.startswith(".")])
         plan = plan_lifecycle(names, args.keep_last, args.every_nth)
         out = {"plan": plan.to_dict()}
         if not args.dry_run:
-            out["applied"] = apply_lifecycle(mgr, plan, args.hot, args.archive, args.prefix).to_dict()
+            out["applied"] = apply_lifecycle(mgr, plan, args.hot, args.archive, prefix).to_dict()
     finally:
         mgr.close()
     print(json.dumps({k: {kk: (len(v) if isinstance(v, list) else v) for kk, v in d.items()} for k, d in out.items()}))

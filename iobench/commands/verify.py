@@ -2,12 +2,15 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ..cli import add_endpoint_flag, add_json_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_storage_option_flag
 
     p = sub.add_parser("verify", help="check a dataset's shards against its manifest (exit 1 on corruption)")
     p.add_argument("url", metavar="DATASET_URL", help="dataset root: local path, s3://bucket/prefix, memory://name")
     p.add_argument("--no-samples", action="store_true", help="skip counting samples (size and checksum only)")
+    p.add_argument("--no-checksums", action="store_true",
+                   help="skip checksums (size and sample count only; what a manifest from `iobench index` allows)")
     add_endpoint_flag(p)
+    add_storage_option_flag(p)
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -29,11 +32,16 @@ def run(args) -> int:
         def on_shard(shard, nbytes):
             prog.update(task, advance=nbytes)
 
-        report = verify_dataset(args.url, endpoint_url=args.endpoint_url, count_samples=not args.no_samples,
-                                on_shard=on_shard)
+        from ..storage import parse_storage_options
+
+        report = verify_dataset(args.url, endpoint_url=args.endpoint_url,
+                                storage_options=parse_storage_options(args.storage_option) or None, count_samples=not args.no_samples,
+                                checksums=not args.no_checksums, on_shard=on_shard)
     if report.ok:
         print(f"OK: {report.shards_checked} shards, {report.samples_checked} samples, "
               f"{format_bytes(report.bytes_checked)} match the manifest ({report.seconds:.2f} s)")
+    elif report.shards == 0:
+        print(f"NOT A DATASET: {report.first_bad}")
     else:
         print(f"CORRUPT: first bad shard {report.first_bad}; {len(report.problems)} of {report.shards} shards bad")
     if args.json:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cache import STATES as CACHE_STATES
+from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
-from .sampler import EpochPlan, epoch_plan
+from .sampler import ACCESS_PATTERNS
+from .schedule import Schedule, build_schedule
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _MAX_EPOCHS_FOR_STEPS = 100_000
@@ -56,7 +57,9 @@ class LoadConfig:
     timeout_rate: float = 0.0
     slot_bytes: int = 0               # 0: sized from the manifest
     odirect: bool = False             # local files: O_DIRECT reads (bypass the page cache)
-    read_ahead: int = 0               # blocks each worker reads ahead of the one it is collating
+    read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating
+    access: str = "auto"              # map | stream | block | auto (raw, files -> map; others -> stream)
+    stream_read_size: str = "64KiB"   # stream: whole samples per piece of a shard's streamed read
     monitor_interval_s: float = 0.5
     start_method: str = "fork"
 
@@ -83,6 +86,9 @@ class LoadConfig:
         check_choice("load.compute_mode", self.compute_mode, MODES)
         check_choice("load.start_method", self.start_method, START_METHODS)
         parse_size(self.s3_block_size, "load.s3_block_size")
+        parse_size(self.stream_read_size, "load.stream_read_size")
+        if self.access != "auto":
+            check_choice("load.access", self.access, ACCESS_PATTERNS)
         self.compute_model()  # validates the compute spec
         from ..wrappers import parse_emulation
 
@@ -99,28 +105,6 @@ class LoadRun:
     metrics: dict
     environment: dict
     warnings: list[str] = field(default_factory=list)
-
-
-def plan_epochs(cfg: LoadConfig, shard_samples: list[int], rank: int, world: int) -> tuple[list[EpochPlan], int]:
-    """The epoch plans needed and the number of steps to run."""
-    plans: list[EpochPlan] = []
-    total = 0
-    epoch = 0
-    while True:
-        p = epoch_plan(shard_samples, cfg.batch_size, cfg.seed, epoch, rank, world, cfg.shuffle_buffer,
-                       cfg.shuffle, cfg.drop_last)
-        if p.batches == 0:
-            raise ConfigError("load.batch_size", f"no full batch of {cfg.batch_size} on rank {rank}",
-                              "lower --batch-size or drop --drop-last")
-        plans.append(p)
-        total += p.batches
-        epoch += 1
-        if cfg.steps and total >= cfg.steps:
-            return plans, cfg.steps
-        if not cfg.steps and epoch >= cfg.epochs:
-            return plans, total
-        if epoch >= _MAX_EPOCHS_FOR_STEPS:
-            raise ConfigError("load.steps", f"{cfg.steps} steps need over {epoch} epochs", "ask for fewer steps")
 
 
 def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
@@ -148,19 +132,66 @@ def _hist_summary(values_s: list[float]) -> dict:
     return summarize_seconds(values_s)
 
 
-def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
-             progress: bool = False, synthetic: bool = False, manifest=None, deliver=None) -> LoadRun:
-    """Run one load and return its metrics (see module docstring)."""
-    from ..cache import set_cache_state
+@dataclass
+class _Setup:
+    """Everything a load needs before its first step (built by ``_setup``)."""
+
+    cfg: LoadConfig
+    backend: object
+    manifest: object
+    schedule: Schedule
+    source: object
+    compute: Compute
+    deliver: object
+    cache_state: dict
+    emulation: object
+    slot_bytes: int
+    slots: int
+    warnings: list[str]
+
+
+@dataclass
+class _Steps:
+    """What the step loop recorded, one entry per step, in step order."""
+
+    waits: list[float] = field(default_factory=list)
+    computes: list[float] = field(default_factory=list)
+    steps_s: list[float] = field(default_factory=list)
+    t_step: list[float] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    batch_bytes: list[int] = field(default_factory=list)
+    lens: list[int] = field(default_factory=list)
+    io_s: list[float] = field(default_factory=list)        # storage time spent producing the batch
+    prep_s: list[float] = field(default_factory=list)      # parse/decode/collate time of the batch
+    fill_s: list[float] = field(default_factory=list)      # shuffle-buffer fill before it (stream), apart
+    requests: list[int] = field(default_factory=list)
+    worker: list[int] = field(default_factory=list)
+    ready_s: list = field(default_factory=list)            # when its worker finished it (s after clock start)
+    t_spawn: int = 0
+    t_start: int = 0
+    t_end: int = 0
+    system: dict = field(default_factory=dict)
+    done: dict = field(default_factory=dict)
+    overflow: int = 0
+    stopped_early: str | None = None
+    device: object = None                                 # iobench.blockdev.DeviceCounter, local disks
+
+
+def slots_for(access: str, workers: int, prefetch: int) -> int:
+    """Prefetch slots: ``prefetch`` per worker for map/stream (DataLoader's ``prefetch_factor``:
+    W·Q batches in flight), ``prefetch`` in all for block; +1 for the batch the step computes on."""
+    return (prefetch * workers if access in ("map", "stream") else prefetch) + 1
+
+
+def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
+           deliver) -> _Setup:
+    from ..io.pagecache import set_cache_state
     from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
-    from .receiver import Receiver
-    from .slots import SlotPool, batch_from_meta
-    from .source import BackendSource, RetryPolicy
-    from .sysmon import SystemMonitor
-    from .worker import WorkerJob, run_worker
+    from ..io.retry import RetryPolicy
+    from .source import BackendSource
 
     warnings: list[str] = []
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
@@ -169,15 +200,15 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         manifest = read_manifest(backend)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
+    schedule = build_schedule(cfg, manifest, rank, world)
+    if schedule.access == "map" and not synthetic:
+        _check_map_ranges(manifest)
     compute = Compute(cfg.compute_model())
     deliver = deliver or get_delivery(cfg.device)
     if getattr(deliver, "bind", None) is not None:  # a GPU delivery picks its route for this dataset (iobench.gds)
         deliver.bind(manifest, cfg.dataset)
-    plans, total = plan_epochs(cfg, [s.samples for s in manifest.shards], rank, world)
-    my_shards = sorted({s for p in plans for b in p.blocks for s in b.shards})
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
-        set_cache_state(backend, [manifest.shards[s].path for s in my_shards], cfg.cache)
-    emulation = resolve_emulation(cfg.emulate)
+        set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
         source = BackendSource(url=cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
                                emulation=cfg.emulate, seed=cfg.seed,
@@ -187,39 +218,60 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if cfg.odirect and not synthetic:
         _check_odirect(backend, manifest, warnings)
-    slot_bytes = cfg.slot_bytes or estimate_slot_bytes(cfg, manifest)
+    return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
+                  deliver=deliver, cache_state=cache_state, emulation=resolve_emulation(cfg.emulate),
+                  slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
+                  slots=slots_for(schedule.access, cfg.workers, cfg.prefetch), warnings=warnings)
+
+
+def _check_map_ranges(manifest) -> None:
+    """The map pattern reads samples by byte range: refuse, before any work, a dataset without them."""
+    from ..formats import get_format
+
+    reader = get_format(manifest.format).reader(manifest)
+    sh = manifest.shards[0]
+    if sh.samples and reader.sample_range(sh, 0) is None:
+        why = f"compressed ({manifest.compression}) " if manifest.compression != "none" else ""
+        raise ConfigError("load.access", f"map reads samples by byte range, and this {why}{manifest.format} dataset "
+                          "has no per-sample ranges", "use --access stream (or block)")
+
+
+def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _Steps:
+    """Start the workers, run the consumer's steps, stop the workers; returns what each step saw."""
+    import os
+
+    from .receiver import Receiver
+    from .slots import SlotPool, batch_from_meta
+    from .sysmon import SystemMonitor
+    from .worker import WorkerJob, run_worker
+
+    cfg, schedule, total = st.cfg, st.schedule, st.schedule.total
     ctx = mp.get_context(cfg.start_method)
-    pool = SlotPool(ctx, cfg.prefetch + 1, slot_bytes, cfg.workers)  # +1: the batch the step computes on
-    owner = _batch_owners(plans, cfg.workers, total)
+    pool = SlotPool(ctx, st.slots, st.slot_bytes, cfg.workers)
+    owner = schedule.owner
     pipes = [ctx.Pipe(duplex=False) for _ in range(cfg.workers)]
     stop = ctx.Event()
     procs = []
     monitor = SystemMonitor(cfg.monitor_interval_s)
-    waits: list[float] = []
-    computes: list[float] = []
-    steps_s: list[float] = []
-    depths: list[int] = []
-    t_step: list[float] = []
-    batch_bytes: list[int] = []
-    lens: list[int] = []
-    samples = 0
+    rec = _Steps()
     bar = None
     rx = None
-
+    read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
+    lag = cfg.prefetch * cfg.workers if schedule.access in ("map", "stream") else 0
+    rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
     try:
         for wid in range(cfg.workers):
-            job = WorkerJob(wid=wid, workers=cfg.workers, manifest=manifest, plans=plans, total_batches=total,
-                            decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead)
-            p = ctx.Process(target=run_worker, args=(job, source, pool, pipes[wid][1], stop), daemon=True,
+            job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
+                            total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
+                            access=schedule.access, stream_read_size=read_size,
+                            lag=lag)
+            p = ctx.Process(target=run_worker, args=(job, st.source, pool, pipes[wid][1], stop), daemon=True,
                             name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)
-        import os
-
         # Poll for batches before blocking only where a core is left over for the consumer.
         rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent,
                       spin_s=_SPIN_S if (os.cpu_count() or 1) > cfg.workers else 0.0)
-
         monitor.start([os.getpid()] + [p.pid for p in procs])
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -228,15 +280,18 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
                            transient=True)
             bar.start()
             task = bar.add_task("load", total=total)
-        t_spawn = now_ns()
+        rec.t_spawn = now_ns()
         rx.wait_started(cfg.workers)  # connections and imports are start-up, not throughput
-        t_start = now_ns()
+        rec.t_start = now_ns()
+        compute, deliver = st.compute, st.deliver
         for k in range(total):
             t0 = now_ns()
             meta = rx.wait_batch(k)
             batch = deliver(batch_from_meta(meta, pool))
             t1 = now_ns()
-            depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
+            if lag:
+                pool.take(k, int(owner[k + lag]) if k + lag < total else None)
+            rec.depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
             # Like a host thread while the accelerator computes: take worker messages meanwhile.
             try:
                 c = compute(batch, k, idle=rx.idle)
@@ -248,17 +303,27 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             del batch
             pool.release(k, int(owner[k + pool.n]) if k + pool.n < total else None)
             t2 = now_ns()
-            waits.append((t1 - t0) / 1e9)
-            computes.append(c)
-            steps_s.append((t2 - t0) / 1e9)
-            t_step.append((t0 - t_start) / 1e9)
-            batch_bytes.append(meta["nbytes"])
-            samples += meta["n"]
-            lens.append(meta["n"])
+            rec.waits.append((t1 - t0) / 1e9)
+            rec.computes.append(c)
+            rec.steps_s.append((t2 - t0) / 1e9)
+            rec.t_step.append((t0 - rec.t_start) / 1e9)
+            rec.batch_bytes.append(meta["nbytes"])
+            rec.lens.append(meta["n"])
+            rec.io_s.append(meta.get("io_s", 0.0))
+            rec.prep_s.append(meta.get("prep_s", 0.0))
+            rec.fill_s.append(meta.get("fill_s", 0.0))
+            rec.requests.append(meta.get("requests", 0))
+            rec.worker.append(meta["worker"])
+            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9 if "ready_ns" in meta else None)
             if bar is not None:
                 bar.update(task, advance=1)
-        t_end = now_ns()
-        system = monitor.stop()  # before workers exit: their shared pages would turn into the parent's USS
+            if stop_rule is not None and k + 1 < total:
+                why = stop_rule(rec, (now_ns() - rec.t_start) / 1e9)
+                if why:
+                    rec.stopped_early = why
+                    break
+        rec.t_end = now_ns()
+        rec.system = monitor.stop()  # before workers exit: their shared pages would turn into the parent's USS
         stop.set()
         rx.wait_done(cfg.workers, 30.0)
     finally:
@@ -276,105 +341,158 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             r.close()
             w.close()
         pool.close()
+    rec.done, rec.overflow = rx.done, rx.overflow
+    return rec
 
-    wall_s = (t_end - t_start) / 1e9
-    done, io_hist, overflow = rx.done, rx.io_hist, rx.overflow
-    if len(done) < cfg.workers:
-        warnings.append(f"{cfg.workers - len(done)} worker(s) did not report their counters; bytes may be undercounted")
-    if overflow:
-        warnings.append(f"{overflow} batch(es) did not fit a {slot_bytes}-byte slot and were pickled; "
+
+def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
+             progress: bool = False, synthetic: bool = False, manifest=None, deliver=None,
+             stop_rule=None) -> LoadRun:
+    """Run one load and return its metrics (see module docstring): setup, step loop, metrics."""
+    st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver)
+    rec = _step_loop(st, progress, synthetic, stop_rule)
+    return _metrics(st, rec, rank, world, synthetic)
+
+
+def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
+    cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
+    warnings = list(st.warnings)
+    steps = len(rec.waits)
+    wall_s = (rec.t_end - rec.t_start) / 1e9
+    if len(rec.done) < cfg.workers:
+        warnings.append(f"{cfg.workers - len(rec.done)} worker(s) did not report their counters; "
+                        "bytes may be undercounted")
+    if rec.overflow:
+        warnings.append(f"{rec.overflow} batch(es) did not fit a {st.slot_bytes}-byte slot and were pickled; "
                         "raise --slot-bytes")
     read_hists: dict[str, LatencyHistogram] = {}
     calls: dict[str, int] = {}
     bytes_read = 0
     per_worker = []
-    for wid in sorted(done):
-        st = done[wid]
-        src = st.get("source") or {}
+    for wid in sorted(rec.done):
+        d = rec.done[wid]
+        src = d.get("source") or {}
         bytes_read += int(src.get("bytes_read", 0))
         for op, enc in (src.get("hist") or {}).items():
             read_hists.setdefault(op, LatencyHistogram()).merge(LatencyHistogram.decode(enc))
         for op, n in (src.get("calls") or {}).items():
             calls[op] = calls.get(op, 0) + n
-        per_worker.append({"worker": wid, "pid": st["pid"], "batches": st["batches"], "samples": st["samples"],
-                           "bytes_read": int(src.get("bytes_read", 0)), "busy_s": st["busy_s"],
-                           "slot_wait_s": st["slot_wait_s"],
+        per_worker.append({"worker": wid, "pid": d["pid"], "batches": d["batches"], "samples": d["samples"],
+                           "bytes_read": int(src.get("bytes_read", 0)), "busy_s": d["busy_s"],
+                           "io_s": d.get("io_s"), "fill_s": d.get("fill_s"), "slot_wait_s": d["slot_wait_s"],
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
-                           "samples_per_s": st["samples"] / wall_s if wall_s > 0 else None})
-    # Rule 4: the first step includes worker start-up and the first read; it is excluded.
-    w, s = waits[1:], steps_s[1:]
+                           "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
+    # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.
+    w, s = rec.waits[1:], rec.steps_s[1:]
     stall = sum(w) / sum(s) if s and sum(s) > 0 else 0.0
     measured_s = sum(s)
+    io = rec.io_s[1:] if steps > 1 else rec.io_s
+    service = [a + b for a, b in zip(rec.io_s, rec.prep_s)][1:] if steps > 1 else \
+        [a + b for a, b in zip(rec.io_s, rec.prep_s)]
+    startup_s = (rec.t_start - rec.t_spawn) / 1e9
+    total_wall_s = (rec.t_end - rec.t_spawn) / 1e9
+    first_wait = rec.waits[0] if rec.waits else None
+    warmup_s = startup_s + (first_wait or 0.0)
     metrics = {
-        "steps": total,
-        "samples": samples,
-        "epochs_planned": len(plans),
+        "access": schedule.access,
+        "steps": steps,
+        "steps_planned": schedule.total,
+        "stopped_early": rec.stopped_early,
+        "samples": sum(rec.lens),
+        "epochs_planned": schedule.epochs,
         "first_step_excluded": True,
         "stall_ratio": stall,
         "accelerator_utilization": 1.0 - stall,
+        # compute over the whole wall clock, worker start and the first batch included
+        "wall_clock_utilization": sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
         "wall_s": wall_s,
+        "wall_s_with_startup": total_wall_s,
         "wait_s_total": sum(w),
-        "compute_s_total": sum(computes[1:]),
-        "first_step_s": steps_s[0] if steps_s else None,
-        "startup_s": (t_start - t_spawn) / 1e9,
+        "compute_s_total": sum(rec.computes[1:]),
+        "first_step_s": rec.steps_s[0] if rec.steps_s else None,
+        "startup_s": startup_s,
+        "time_to_first_batch_s": first_wait,
+        "warmup_s": warmup_s,
+        "warmup_fraction": warmup_s / total_wall_s if total_wall_s > 0 else None,
+        "fill_io_s_total": sum(rec.fill_s),
         "batch_wait_s": _hist_summary(w),
-        "batch_io_s": io_hist.summary(),
-        "batch_io_hist": io_hist.encode() if io_hist.count else None,
+        "batch_io_s": _hist_summary(io),
+        "batch_io_hist": _encode(io),
+        "batch_prep_s": _hist_summary(rec.prep_s[1:] or rec.prep_s),
+        "batch_service_s": _hist_summary(service),
+        "batch_service_hist": _encode(service),
         "batch_wait_hist": _encode(w),
-        "compute_hist": _encode(computes[1:]),
-        "compute_s": _hist_summary(computes[1:] or computes),
+        "compute_hist": _encode(rec.computes[1:]),
+        "compute_s": _hist_summary(rec.computes[1:] or rec.computes),
         "step_s": _hist_summary(s),
-        "batch_bytes": float(np.mean(batch_bytes)) if batch_bytes else 0.0,
-        "batch_bytes_max": int(max(batch_bytes)) if batch_bytes else 0,
+        "batch_bytes": float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
+        "batch_bytes_max": int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
         "bytes_read": bytes_read,
+        "requests": sum(rec.requests),
         "throughput": {
-            "samples_per_s": samples / wall_s if wall_s > 0 else None,
+            "samples_per_s": sum(rec.lens) / wall_s if wall_s > 0 else None,
             "bytes_per_s": bytes_read / wall_s if wall_s > 0 else None,
-            "batches_per_s": total / wall_s if wall_s > 0 else None,
-            "steady_samples_per_s": sum(lens[1:]) / measured_s if measured_s > 0 else None,
+            "batches_per_s": steps / wall_s if wall_s > 0 else None,
+            "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
         },
         "read_latency_s": {op: h.summary() for op, h in read_hists.items()},
         "read_calls": calls,
-        "queue_depth": {"mean": float(np.mean(depths)) if depths else 0.0, "max": max(depths, default=0),
-                        "slots": cfg.prefetch + 1, "slot_bytes": slot_bytes},
+        "queue_depth": {"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
+                        "slots": st.slots, "slot_bytes": st.slot_bytes},
         "per_worker": per_worker,
-        "series": {"t_s": t_step, "wait_s": waits, "compute_s": computes, "queue_depth": depths},
-        "system": system,
-        "pickled_batches": overflow,
+        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "compute_s": rec.computes, "queue_depth": rec.depths,
+                   "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
+                   # the batch's whole time at its worker (what planner.loader_sim replays)
+                   "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
+                   "worker": rec.worker, "ready_s": rec.ready_s},
+        "system": rec.system,
+        "pickled_batches": rec.overflow,
+        # What the block device read for these requests (read-ahead makes it more); None off local disks.
+        "device_io": rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
     }
-    src_desc = source.describe() if hasattr(source, "describe") else {"kind": type(source).__name__}
+    src_desc = st.source.describe() if hasattr(st.source, "describe") else {"kind": type(st.source).__name__}
     environment = {
-        "cache": cache_state,
-        "storage": "synthetic" if synthetic else ("emulated" if emulation.active else "real"),
-        "emulation": emulation.describe() if emulation.active else None,
+        "cache": st.cache_state,
+        "storage": "synthetic" if synthetic else ("emulated" if st.emulation.active else "real"),
+        "emulation": st.emulation.describe() if st.emulation.active else None,
         "source": src_desc,
         "dataset": {"url": cfg.dataset, "format": manifest.format, "modality": manifest.modality,
                     "compression": manifest.compression, "shards": len(manifest.shards),
                     "samples": manifest.total_samples, "bytes": manifest.total_bytes},
-        "loader": {"workers": cfg.workers, "prefetch": cfg.prefetch, "start_method": cfg.start_method,
-                   "delivery": cfg.device, "compute": cfg.compute_model().describe()},
+        "loader": {"access": schedule.access, "access_semantics": ACCESS_SEMANTICS[schedule.access],
+                   "workers": cfg.workers, "prefetch": cfg.prefetch, "slots": st.slots,
+                   "start_method": cfg.start_method, "delivery": cfg.device,
+                   "compute": cfg.compute_model().describe()},
         "world": {"rank": rank, "size": world},
-        "delivery": _describe_delivery(deliver, cfg.device),
+        "delivery": _describe_delivery(st.deliver, cfg.device),
         "first_step_excluded": "stall and utilization exclude step 0, as MLPerf Storage does; worker start-up "
-                               "(processes, storage connections) happens before the clock starts (startup_s)",
+                               "(processes, storage connections) happens before the clock starts (startup_s); "
+                               "wall_clock_utilization includes both",
     }
-    for reason in getattr(deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
+    for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
 
 
-def _batch_owners(plans: list[EpochPlan], workers: int, total: int) -> np.ndarray:
-    """Which worker produces each batch (block b belongs to worker b % W)."""
-    out = np.empty(total, dtype=np.int32)
-    k = 0
-    for p in plans:
-        for b in p.blocks:
-            n = min(len(b.batch_sizes), total - k)
-            if n <= 0:
-                return out
-            out[k:k + n] = b.index % workers
-            k += n
-    return out
+ACCESS_SEMANTICS = {
+    "map": "PyTorch map-style: seeded permutation of global sample indices per epoch (rank::world); batch j of an "
+           "epoch made by worker j % W from one ranged read per sample; prefetch_factor Q batches per worker",
+    "stream": "webdataset/tf.data: shards rank::world then worker::W, each worker streams its shards in order "
+              "(one streamed request per shard, pieces of whole samples) through its own shuffle buffer (fill, then "
+              "one out per one in); batches cut as samples leave; consumer takes workers' batches round-robin",
+    "block": "full-window shuffle: shards grouped into blocks of >= shuffle_buffer samples, each block read whole "
+             "and shuffled; its reads land on its first batch (lumpy by design); Q batches in all",
+}
+
+
+def _device_counter(backend, manifest, synthetic: bool):
+    """Device bytes read during the run (iobench.blockdev), for datasets on a local block device."""
+    if synthetic or not backend.is_local:
+        return None
+    from ..blockdev import DeviceCounter
+
+    c = DeviceCounter(backend.local_path(manifest.shards[0].path))
+    return c if c.dev is not None else None
 
 
 def _check_odirect(backend, manifest, warnings: list[str]) -> None:

@@ -1,44 +1,35 @@
-"""One load's metrics across MPI ranks (measurement rule 5).
+"""Which of a load's metrics add up across MPI ranks and which do not (merged by iobench.dist).
 
-Ranks start together (a barrier before the load) and a data-parallel step waits for the
-slowest rank, so: durations and the stall ratio are the maximum over ranks, counts and
-bytes are summed, throughput is total / the longest wall time, and HDR histograms are
-merged from their encodings — never averaged.
+A data-parallel step waits for the slowest rank, so the world stall ratio is the worst
+rank's; its spread (min/mean/max) is kept beside it.  Samples and bytes add up; rates are
+the total over the slowest rank's wall time; batch wait, batch I/O and compute histograms
+are merged.
 """
 
 from __future__ import annotations
 
-from ..metrics import LatencyHistogram
+from ..dist.aggregate import MergeSpec, merge
 
-_HISTS = {"batch_wait_s": "batch_wait_hist", "batch_io_s": "batch_io_hist", "compute_s": "compute_hist"}
+LOAD_SPEC = MergeSpec(
+    duration="wall_s",
+    sums=("samples", "bytes_read", "wait_s_total", "compute_s_total", "read_calls"),
+    maxes=("steps", "stall_ratio", "batch_bytes_max", "startup_s", "first_step_s"),
+    spreads=("stall_ratio", "accelerator_utilization", "throughput.samples_per_s", "throughput.bytes_per_s",
+             "throughput.steady_samples_per_s", "startup_s"),
+    hists={"batch_wait_s": "batch_wait_hist", "batch_io_s": "batch_io_hist", "compute_s": "compute_hist"},
+    rates={"throughput.samples_per_s": "samples", "throughput.bytes_per_s": "bytes_read"},
+)
 
 
-def merge_ranks(per_rank: list[dict]) -> dict:
+def merge_ranks(per_rank: list[dict], hosts: list[str] | None = None) -> dict:
     ranks = [m for m in per_rank if m]
-    wall = max(m["wall_s"] for m in ranks)
-    samples = sum(m["samples"] for m in ranks)
-    nbytes = sum(m["bytes_read"] for m in ranks)
-    stall = max(m["stall_ratio"] for m in ranks)
-    out = {
-        "ranks": len(ranks),
-        "steps": max(m["steps"] for m in ranks),
-        "samples": samples,
-        "bytes_read": nbytes,
-        "wall_s": wall,
-        "stall_ratio": stall,
-        "accelerator_utilization": 1.0 - stall,
-        "stall_ratio_by_rank": [m["stall_ratio"] for m in ranks],
-        "first_step_excluded": True,
-        "throughput": {"samples_per_s": samples / wall if wall > 0 else None,
-                       "bytes_per_s": nbytes / wall if wall > 0 else None},
-        "batch_bytes": sum(m["batch_bytes"] for m in ranks) / len(ranks),
-    }
-    for name, key in _HISTS.items():
-        encs = [m.get(key) for m in ranks if m.get(key)]
-        if encs:
-            h = LatencyHistogram()
-            for e in encs:
-                h.merge(LatencyHistogram.decode(e))
-            out[name] = h.summary()
-            out[key] = h.encode()
+    out = merge(ranks, LOAD_SPEC, hosts)
+    out["ranks"] = len(ranks)
+    out["accelerator_utilization"] = 1.0 - out["stall_ratio"]
+    out["stall_ratio_by_rank"] = [m["stall_ratio"] for m in ranks]
+    out["first_step_excluded"] = True
+    out["batch_bytes"] = sum(m["batch_bytes"] for m in ranks) / len(ranks)
+    steady = [m.get("throughput", {}).get("steady_samples_per_s") for m in ranks]
+    # ranks run concurrently: the world's steady rate is the sum of theirs
+    out["throughput"]["steady_samples_per_s"] = sum(steady) if all(v is not None for v in steady) else None
     return out

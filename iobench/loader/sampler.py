@@ -100,3 +100,184 @@ def sample_order(shard_samples: list[int] | tuple[int, ...], first_sample: list[
         ids = np.concatenate([np.arange(first_sample[s], first_sample[s] + shard_samples[s]) for s in b.shards])
         out.append(ids[b.order])
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------
+# Access patterns (``load.access``).  ``block`` is ``epoch_plan`` above.  ``map`` and
+# ``stream`` follow the loaders people train with; their orders are pure functions too.
+
+ACCESS_PATTERNS = ("map", "stream", "block")
+_MAP_STREAM = 0x4D50     # map: the one permutation of global sample indices per epoch
+_BUF_STREAM = 0x4255     # stream: each worker's shuffle-buffer draws
+
+
+def default_access(fmt: str) -> str:
+    """What the field uses per format: indexable raw arrays and one file per sample (files, npz) → map;
+    archives (tar, parquet, tfrecord) → stream."""
+    return "map" if fmt in ("raw", "files", "npz") else "stream"
+
+
+def batch_sizes(n: int, batch_size: int, drop_last: bool) -> tuple[int, ...]:
+    full, rest = divmod(int(n), batch_size)
+    return tuple([batch_size] * full + ([rest] if rest and not drop_last else []))
+
+
+@dataclass(frozen=True)
+class MapEpoch:
+    """PyTorch map-style: a sampler's global sample indices for this rank, cut into batches.
+
+    Batch ``j`` of the epoch goes to worker ``j % W`` (DataLoader deals batch indices
+    round-robin and restarts the cycle at worker 0 each epoch).
+    """
+
+    epoch: int
+    ids: np.ndarray                 # global sample indices in delivery order (this rank)
+    batch_sizes: tuple[int, ...]
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_sizes)
+
+    @property
+    def samples(self) -> int:
+        return sum(self.batch_sizes)
+
+
+def map_indices(n_samples: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
+                shuffle: bool = True) -> np.ndarray:
+    """One seeded permutation of all global indices per epoch, dealt ``rank::world``.
+
+    Like ``DistributedSampler`` (seed + epoch, interleaved split) but without padding: padding
+    repeats samples, and every sample is read exactly once per epoch here; ranks' counts
+    differ by at most one.
+    """
+    order = np.arange(n_samples, dtype=np.int64)
+    if shuffle:
+        order = np.random.default_rng([seed, _MAP_STREAM, epoch]).permutation(n_samples).astype(np.int64)
+    return order[rank::world]
+
+
+def map_epoch(n_samples: int, batch_size: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
+              shuffle: bool = True, drop_last: bool = False) -> MapEpoch:
+    ids = map_indices(n_samples, seed, epoch, rank, world, shuffle)
+    sizes = batch_sizes(len(ids), batch_size, drop_last)
+    return MapEpoch(epoch=epoch, ids=ids[:sum(sizes)], batch_sizes=sizes)
+
+
+def buffer_shuffle(n: int, buffer: int, rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+    """(output order, fill) of webdataset's shuffle buffer over a stream of ``n`` samples.
+
+    Each incoming sample is appended; once the buffer holds ``buffer`` samples, a uniformly
+    chosen one leaves (swapped to the end and popped): fill, then one out per one in; at the
+    end of the stream the rest leave the same way.  Output ``j`` needs ``min(n, fill + j)``
+    samples read in (``fill`` = the buffer size; 1 without shuffling).
+    """
+    if rng is None or buffer <= 1:
+        return np.arange(n, dtype=np.int64), 1
+    buf: list[int] = []
+    out = np.empty(n, dtype=np.int64)
+    u = rng.random(n)
+    o = 0
+    for i in range(n):
+        buf.append(i)
+        if len(buf) >= buffer:
+            k = int(u[o] * len(buf))
+            buf[k], buf[-1] = buf[-1], buf[k]
+            out[o] = buf.pop()
+            o += 1
+    while buf:
+        k = int(u[o] * len(buf))
+        buf[k], buf[-1] = buf[-1], buf[k]
+        out[o] = buf.pop()
+        o += 1
+    return out, int(buffer)
+
+
+@dataclass(frozen=True)
+class StreamWorker:
+    """One worker's part of a streaming epoch: its shards in order, its buffer's output order."""
+
+    worker: int
+    shards: tuple[int, ...]         # manifest shard indices, read in this order
+    order: np.ndarray               # positions in the worker's concatenated stream, in output order
+    fill: int                       # samples read in before the first one leaves
+    batch_sizes: tuple[int, ...]
+    n: int = 0                      # samples in the worker's stream (all read, even with drop_last)
+
+    def need(self, j: int) -> int:
+        """Samples read in before output ``j`` can leave the buffer."""
+        return min(self.n, self.fill + j) if self.fill > 1 else j + 1
+
+    @property
+    def samples(self) -> int:
+        return sum(self.batch_sizes)
+
+
+@dataclass(frozen=True)
+class StreamEpoch:
+    """webdataset / tf.data streaming on one rank: ``sequence[k] = (worker, its batch r)``."""
+
+    epoch: int
+    workers: tuple[StreamWorker, ...]
+    sequence: np.ndarray            # (batches, 2): which worker's which batch the consumer gets k-th
+
+    @property
+    def batches(self) -> int:
+        return int(len(self.sequence))
+
+    @property
+    def samples(self) -> int:
+        return sum(w.samples for w in self.workers)
+
+
+def stream_epoch(shard_samples: list[int] | tuple[int, ...], batch_size: int, seed: int, epoch: int,
+                 rank: int = 0, world: int = 1, workers: int = 1, shuffle_buffer: int = 1000,
+                 shuffle: bool = True, drop_last: bool = False) -> StreamEpoch:
+    """Shards dealt to ranks (``rank::world``) then to workers (``worker::W``), as
+    ``split_by_node`` / ``split_by_worker`` do; each worker streams its shards in order through
+    its own shuffle buffer and cuts batches as samples leave (a short last batch per worker
+    unless ``drop_last``).  The consumer takes the workers' batches round-robin, skipping
+    workers that have run dry (DataLoader over an IterableDataset).  The order depends on
+    W and the buffer size as well as (seed, epoch, rank, world) — as it does in those loaders.
+    """
+    mine = shard_order(len(shard_samples), seed, epoch, rank, world, shuffle)
+    plans = []
+    for w in range(workers):
+        shards = tuple(int(s) for s in mine[w::workers])
+        n = sum(int(shard_samples[s]) for s in shards)
+        rng = np.random.default_rng([seed, _BUF_STREAM, epoch, rank, w]) if shuffle and shuffle_buffer > 1 else None
+        order, fill = buffer_shuffle(n, shuffle_buffer, rng)
+        sizes = batch_sizes(n, batch_size, drop_last)
+        plans.append(StreamWorker(worker=w, shards=shards, order=order[:sum(sizes)], fill=fill, batch_sizes=sizes,
+                                 n=n))
+    seq = []
+    r = 0
+    while True:
+        row = [(w.worker, r) for w in plans if r < len(w.batch_sizes)]
+        if not row:
+            break
+        seq.extend(row)
+        r += 1
+    return StreamEpoch(epoch=epoch, workers=tuple(plans),
+                       sequence=np.array(seq, dtype=np.int64).reshape(-1, 2))
+
+
+def delivery_order(access: str, shard_samples: list[int] | tuple[int, ...], batch_size: int, seed: int, epoch: int,
+                   rank: int = 0, world: int = 1, workers: int = 1, shuffle_buffer: int = 1000,
+                   shuffle: bool = True, drop_last: bool = False) -> np.ndarray:
+    """Global sample indices in the order the consumer receives them, for any access pattern."""
+    first = np.concatenate([[0], np.cumsum(shard_samples)]).astype(np.int64)
+    if access == "map":
+        return map_epoch(int(first[-1]), batch_size, seed, epoch, rank, world, shuffle, drop_last).ids
+    if access == "block":
+        return sample_order(shard_samples, first[:-1].tolist(), batch_size, seed, epoch, rank, world,
+                            shuffle_buffer, shuffle)
+    ep = stream_epoch(shard_samples, batch_size, seed, epoch, rank, world, workers, shuffle_buffer, shuffle, drop_last)
+    out = []
+    for w, r in ep.sequence:
+        wp = ep.workers[int(w)]
+        ids = np.concatenate([np.arange(first[s], first[s + 1]) for s in wp.shards]) if wp.shards else \
+            np.zeros(0, dtype=np.int64)
+        a = sum(wp.batch_sizes[:int(r)])
+        out.append(ids[wp.order[a:a + wp.batch_sizes[int(r)]]])
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)

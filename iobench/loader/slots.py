@@ -32,6 +32,9 @@ class SlotPool:
         # the message itself still travels through the pipe).  A consumer that is polling is not
         # asleep, so the worker's pipe write wakes nobody (~0.1 ms per batch on a VM).
         self.sent = ctx.Array("q", max(1, workers), lock=False)
+        # Batches the consumer has taken so far (map/stream: DataLoader hands a worker its next
+        # index when a batch is returned to the training loop; see ``wait_taken``).
+        self.taken = ctx.Value("q", 0, lock=False)
         self.wake = []
         for _ in range(workers):
             r, w = os.pipe()
@@ -56,6 +59,31 @@ class SlotPool:
                 except BlockingIOError:
                     pass
         return s
+
+    def wait_taken(self, n: int, stop, wid: int = 0) -> bool:
+        """Block until the consumer has taken ``n`` batches; False if the run is stopping."""
+        r = self.wake[wid][0] if self.wake else None
+        while self.taken.value < n:
+            if stop.is_set():
+                return False
+            if r is None:
+                time.sleep(0.001)
+                continue
+            if select.select([r], [], [], 0.05)[0]:
+                try:
+                    os.read(r, 4096)
+                except BlockingIOError:
+                    pass
+        return True
+
+    def take(self, k: int, next_worker: int | None = None) -> None:
+        """The consumer has batch ``k``: wake the worker whose next batch waited for it."""
+        self.taken.value = k + 1
+        if next_worker is not None and self.wake:
+            try:
+                os.write(self.wake[next_worker][1], b"x")
+            except BlockingIOError:
+                pass
 
     def release(self, k: int, next_worker: int | None = None) -> None:
         """Batch ``k`` is done with its slot; wake the worker that fills it next."""

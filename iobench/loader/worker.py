@@ -1,11 +1,21 @@
-"""A loader worker process: read its blocks' shards, parse, shuffle, collate into slots.
+"""A loader worker process: read samples, collate batches into slots, per access pattern.
 
-Worker ``w`` of ``W`` takes blocks ``b`` with ``b % W == w``.  Per batch it reports
-``io_s``, the time it spent making that batch ready — the "batch I/O time" of the
-prefetch model: the block's read + parse for the block's first batch (the others were
-read with it), plus the batch's own prep (gather, decode, copy into the slot).  A block's
-read is latency every batch behind it waits for, so it is not spread over them.  Waiting
-for a free slot is back-pressure, not I/O, and is reported apart.
+Which batches a worker makes, and from which reads (``load.access``; orders in ``sampler``):
+
+- ``map``: batch ``j`` of an epoch is worker ``j % W``'s; it reads each of the batch's
+  samples with one ranged request (one file per sample for ``files``), like a PyTorch
+  map-style Dataset's ``__getitem__`` called per index.
+- ``stream``: the worker streams its shards in order — one streamed request per shard, read
+  in pieces of whole samples of about ``stream_read_size`` bytes (Parquet: a row group per
+  piece) — into its shuffle buffer, and cuts a batch each time ``batch_size`` samples left.
+- ``block``: worker ``w`` takes blocks ``b % W == w``, reads every shard of the block, then
+  cuts the block into batches (the block's reads all land on its first batch: lumpy).
+
+Per batch it reports ``io_s`` — storage time spent producing that batch (the requests made
+for it) — and ``prep_s`` (parse, decode, gather, copy into the slot).  ``fill_s`` is the
+storage time of a stream's shuffle-buffer fill (the first ``buffer`` samples of each epoch),
+reported apart so that warm-up never enters the batch I/O percentiles.  Waiting for a free
+slot is back-pressure, not I/O, and is reported apart too.
 """
 
 from __future__ import annotations
@@ -33,7 +43,10 @@ class WorkerJob:
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
-    read_ahead: int = 0           # blocks a worker reads ahead of the one it is collating
+    read_ahead: int = 0           # block: blocks a worker reads ahead of the one it is collating
+    access: str = "block"         # map | stream | block
+    stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
+    lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
 
 
 def open_source(source, wid: int) -> None:
@@ -45,7 +58,7 @@ def open_source(source, wid: int) -> None:
 
 
 def _decode_jpeg(data) -> np.ndarray:
-    from PIL import Image
+    from PIL import Image  # present: LoadConfig checks for Pillow before workers start
 
     with Image.open(io.BytesIO(bytes(data))) as im:
         return np.asarray(im.convert("RGB"))
@@ -54,8 +67,10 @@ def _decode_jpeg(data) -> np.ndarray:
 class _BlockData:
     """The block's samples, either one (samples, ...) array (fast path) or a list of Samples."""
 
-    def __init__(self, array: np.ndarray | None, samples: list | None, ids: np.ndarray) -> None:
+    def __init__(self, array: np.ndarray | None, samples: list | None, ids: np.ndarray,
+                 read_s: float = 0.0, parse_s: float = 0.0) -> None:
         self.array, self.samples, self.ids = array, samples, ids
+        self.read_s, self.parse_s = read_s, parse_s
 
 
 def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
@@ -64,10 +79,19 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
                           for s in block.shards])
     if job.synthetic:
         return _BlockData(None, None, ids)
+    t0 = now_ns()
     shards = [m.shards[s] for s in block.shards]
     # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
     read_many = getattr(source, "read_shards", None)
     datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
+    t1 = now_ns()
+    bd = _parse_block(job, reader, block, datas, ids)
+    bd.read_s, bd.parse_s = (t1 - t0) / 1e9, (now_ns() - t1) / 1e9
+    return bd
+
+
+def _parse_block(job: WorkerJob, reader, block, datas, ids) -> _BlockData:
+    m = job.manifest
     if m.modality == "tokens" and hasattr(reader, "tokens"):
         # A reader's tokens() may return None for a shard it cannot vectorise: per-sample path then.
         arrays = [reader.tokens(d, sh) for sh, d in datas]
@@ -132,11 +156,60 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
     return meta, write
 
 
+class _Emitter:
+    """Collates one batch into its slot and sends the consumer its metadata (all patterns)."""
+
+    def __init__(self, job: WorkerJob, pool, conn, stop, stats: dict) -> None:
+        self.job, self.pool, self.conn, self.stop, self.stats = job, pool, conn, stop, stats
+        self.per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
+
+    def gate(self, k: int) -> None:
+        """map/stream: start batch ``k`` only once its index would have reached the worker —
+        DataLoader keeps ``prefetch_factor × W`` indices out and sends the next one each time
+        the training loop takes a batch (so nothing is read further ahead than that)."""
+        if self.stop.is_set():
+            raise _Stopped
+        lag = self.job.lag
+        if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
+            raise _Stopped
+
+    def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
+                 fill_s: float = 0.0, requests: int = 0) -> None:
+        job, pool, stats = self.job, self.pool, self.stats
+        bs = len(sel)
+        tp = now_ns()
+        meta, write = _collate(job, bd, sel, self.per_sample * bs)
+        tw = now_ns()
+        slot = pool.acquire(k, self.stop, job.wid)
+        if slot is None:
+            raise _Stopped
+        tw2 = now_ns()
+        if meta["nbytes"] <= pool.slot_bytes:
+            write(pool.buf(slot))
+            meta["inline"] = None
+        else:  # larger than a slot: falls back to pickling, and the results say so
+            tmp = bytearray(meta["nbytes"])
+            write(memoryview(tmp))
+            meta["inline"] = bytes(tmp)
+        te = now_ns()
+        prep_s += ((tw - tp) + (te - tw2)) / 1e9
+        stats["busy_s"] += prep_s + io_s + fill_s
+        stats["slot_wait_s"] += (tw2 - tw) / 1e9
+        stats["batches"] += 1
+        stats["samples"] += bs
+        stats["payload_bytes"] += meta["nbytes"]
+        _pack(meta)
+        meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
+                    indices=bd.ids[sel].astype("<i8").tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
+                    fill_s=fill_s, requests=requests, ready_ns=te)
+        self.conn.send(("batch", meta))
+        pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
+
+
 def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
     """Process entry point; always ends with a 'done' or an 'error' message."""
-    ahead = None
     stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
-                   "slot_wait_s": 0.0, "payload_bytes": 0}
+                   "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
     import gc
 
     # Objects inherited from the parent (e.g. its S3 sessions) must not be finalized here,
@@ -149,72 +222,8 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
             open_source(source, job.wid)
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(("ready", job.wid))
-        per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
-        mine = []
-        k_base = 0
-        for plan in job.plans:
-            for block in plan.blocks:
-                if block.index % job.workers == job.wid and k_base < job.total_batches:
-                    mine.append((plan.epoch, block, k_base))
-                k_base += len(block.batch_sizes)
-
-        def read(item):
-            t0 = now_ns()
-            bd = _read_block(job, source, reader, item[1])
-            return bd, (now_ns() - t0) / 1e9
-
-        # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
-        ahead = ThreadPoolExecutor(1, thread_name_prefix="iobench-readahead") if job.read_ahead else None
-        pending = []
-        for idx, (epoch, block, k_base) in enumerate(mine):
-            if stop.is_set():
-                raise _Stopped
-            if ahead is None:
-                bd, block_s = read(mine[idx])
-            else:
-                while len(pending) <= job.read_ahead and idx + len(pending) < len(mine):
-                    pending.append(ahead.submit(read, mine[idx + len(pending)]))
-                bd, block_s = pending.pop(0).result()
-            stats["busy_s"] += block_s
-            if bd.array is not None and len(block.order) and not (
-                    0 <= int(block.order.min()) and int(block.order.max()) < len(bd.array)):
-                from ..errors import IntegrityError
-
-                raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")
-            pos = 0
-            for j, bs in enumerate(block.batch_sizes):
-                k = k_base + j
-                if k >= job.total_batches:
-                    break
-                sel = block.order[pos:pos + bs]
-                pos += bs
-                tp = now_ns()
-                meta, write = _collate(job, bd, sel, per_sample * bs)
-                tw = now_ns()
-                slot = pool.acquire(k, stop, job.wid)
-                if slot is None:
-                    raise _Stopped
-                tw2 = now_ns()
-                if meta["nbytes"] <= pool.slot_bytes:
-                    write(pool.buf(slot))
-                    meta["inline"] = None
-                else:  # larger than a slot: falls back to pickling, and the results say so
-                    tmp = bytearray(meta["nbytes"])
-                    write(memoryview(tmp))
-                    meta["inline"] = bytes(tmp)
-                te = now_ns()
-                prep_s = ((tw - tp) + (te - tw2)) / 1e9
-                stats["busy_s"] += prep_s
-                stats["slot_wait_s"] += (tw2 - tw) / 1e9
-                stats["batches"] += 1
-                stats["samples"] += bs
-                stats["payload_bytes"] += meta["nbytes"]
-                _pack(meta)
-                meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
-                            indices=bd.ids[sel].astype("<i8").tobytes(),
-                            worker=job.wid, io_s=(block_s if j == 0 else 0.0) + prep_s, ready_ns=te)
-                conn.send(("batch", meta))
-                pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
+        emit = _Emitter(job, pool, conn, stop, stats)
+        {"map": _produce_map, "stream": _produce_stream}.get(job.access, _produce_block)(job, source, reader, emit)
     except _Stopped:
         pass
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
@@ -222,14 +231,274 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
         conn.send(("error", job.wid, _picklable(e), traceback.format_exc()))
         return
     finally:
-        if ahead is not None:
-            ahead.shutdown(wait=True, cancel_futures=True)
         try:
             source.close()
         except Exception:  # noqa: BLE001
             pass
     stats["source"] = _source_stats(source)
     conn.send(("done", job.wid, stats))
+
+
+def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
+    """``block``: whole blocks read, then cut into batches; the reads land on the block's first batch."""
+    mine = []
+    k_base = 0
+    for plan in job.plans:
+        for block in plan.blocks:
+            if block.index % job.workers == job.wid and k_base < job.total_batches:
+                mine.append((plan.epoch, block, k_base))
+            k_base += len(block.batch_sizes)
+
+    def read(item):
+        return _read_block(job, source, reader, item[1])
+
+    # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
+    ahead = ThreadPoolExecutor(1, thread_name_prefix="iobench-readahead") if job.read_ahead else None
+    pending = []
+    try:
+        for idx, (epoch, block, k_base) in enumerate(mine):
+            if emit.stop.is_set():
+                raise _Stopped
+            if ahead is None:
+                bd = read(mine[idx])
+            else:
+                while len(pending) <= job.read_ahead and idx + len(pending) < len(mine):
+                    pending.append(ahead.submit(read, mine[idx + len(pending)]))
+                bd = pending.pop(0).result()
+            if bd.array is not None and len(block.order) and not (
+                    0 <= int(block.order.min()) and int(block.order.max()) < len(bd.array)):
+                from ..errors import IntegrityError
+
+                raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")
+            emit.stats["io_s"] += bd.read_s
+            pos = 0
+            for j, bs in enumerate(block.batch_sizes):
+                k = k_base + j
+                if k >= job.total_batches:
+                    break
+                sel = block.order[pos:pos + bs]
+                pos += bs
+                first = j == 0
+                emit(k, epoch, bd, sel, io_s=bd.read_s if first else 0.0, prep_s=bd.parse_s if first else 0.0,
+                     requests=len(block.shards) if first else 0)
+    finally:
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
+
+
+def _shard_starts(manifest) -> np.ndarray:
+    starts = np.array([s.first_sample for s in manifest.shards], dtype=np.int64)
+    if len(starts) > 1 and not (np.diff(starts) > 0).all():
+        from ..errors import IntegrityError
+
+        raise IntegrityError("manifest: shards' first_sample values are not increasing")
+    return starts
+
+
+_SHARD_CACHE_BYTES = 256 * 2**20
+
+
+class _Ranges:
+    """Per-sample requests: ``source.read_range`` where the source has it; else (e.g. a tiers
+    source) whole shards, kept in a per-worker LRU of up to 256 MiB and sliced."""
+
+    def __init__(self, source, reader) -> None:
+        from collections import OrderedDict
+
+        self.source, self.reader = source, reader
+        self.ranged = callable(getattr(source, "read_range", None))
+        self._cache: OrderedDict = OrderedDict()
+        self._cached = 0
+
+    def read(self, shard, i: int) -> tuple[object, float, int]:
+        """(sample, storage seconds, requests) for sample ``i`` of ``shard``."""
+        r = self.reader.sample_range(shard, i)
+        if r is None:
+            from ..errors import ConfigError
+
+            raise ConfigError("load.access", f"{shard.path}: sample {i} has no byte range for the map pattern",
+                              "use --access stream (or block) for this dataset")
+        t0 = now_ns()
+        if self.ranged:
+            rec = self.source.read_range(shard, r[0], r[1])
+            n = 1
+        else:
+            n = 0
+            data = self._cache.pop(shard.path, None)
+            if data is None:
+                data = self.source.read_shard(shard)
+                n = 1
+                self._cached += len(data)
+                while self._cache and self._cached > _SHARD_CACHE_BYTES:
+                    self._cached -= len(self._cache.popitem(last=False)[1])
+            self._cache[shard.path] = data
+            rec = memoryview(data)[r[0]:r[0] + r[1]]
+        return rec, (now_ns() - t0) / 1e9, n
+
+
+def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
+    """``map``: this worker's batches (``j % W``), each sample one ranged request."""
+    m = job.manifest
+    starts = _shard_starts(m)
+    ranges = _Ranges(source, reader)
+    k_base = 0
+    for plan in job.plans:
+        off = 0
+        for j, bs in enumerate(plan.batch_sizes):
+            k = k_base + j
+            if k >= job.total_batches:
+                return
+            if j % job.workers == job.wid:
+                emit.gate(k)
+                ids = plan.ids[off:off + bs]
+                sel = np.arange(bs)
+                if job.synthetic:
+                    emit(k, plan.epoch, _BlockData(None, None, ids), sel, 0.0, 0.0)
+                else:
+                    io_s = prep_s = 0.0
+                    requests = 0
+                    samples = []
+                    shard_of = np.searchsorted(starts, ids, side="right") - 1
+                    for sid, s in zip(ids.tolist(), shard_of.tolist()):
+                        sh = m.shards[s]
+                        i = sid - sh.first_sample
+                        rec, t, n = ranges.read(sh, i)
+                        io_s += t
+                        requests += n
+                        t1 = now_ns()
+                        samples.append(reader.sample_from_range(sh, i, rec))
+                        prep_s += (now_ns() - t1) / 1e9
+                    emit.stats["io_s"] += io_s
+                    emit(k, plan.epoch, _BlockData(None, samples, ids), sel, io_s, prep_s, requests=requests)
+            off += bs
+        k_base += plan.batches
+
+
+class _ShardStream:
+    """A worker's shards as one sequential stream of samples, read piece by piece on demand.
+
+    ``next()`` returns (sample, storage seconds, requests, parse seconds) — those of the piece
+    the sample opened, zero for the piece's other samples.
+    """
+
+    def __init__(self, job: WorkerJob, source, reader, shards: tuple[int, ...]) -> None:
+        self.job, self.source, self.reader = job, source, reader
+        self.shards = list(shards)
+        self.ready: list = []        # samples of the current piece not yet taken
+        self.pieces = iter(())
+        self.piecewise = callable(getattr(source, "read_piece", None))
+
+    def _open(self, shard) -> "object":
+        return iter(_pieces(self, shard))
+
+    def next(self) -> tuple[object, float, int, float]:
+        t_io, req, parse = 0.0, 0, 0.0
+        while not self.ready:
+            piece = next(self.pieces, None)
+            if piece is None:
+                if not self.shards:
+                    raise IndexError("stream ran out of samples")
+                self.pieces = self._open(self.job.manifest.shards[self.shards.pop(0)])
+                continue
+            samples, t, n, p = piece
+            t_io += t
+            req += n
+            parse += p
+            self.ready = samples[::-1]
+        return self.ready.pop(), t_io, req, parse
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, shard, start: int, length: int, first: bool) -> tuple[object, float, int]:
+        t0 = now_ns()
+        if self.piecewise:
+            data = self.source.read_piece(shard, start, length, first)
+        elif first:
+            self._whole = self.source.read_shard(shard)
+            data = memoryview(self._whole)[start:start + length]
+        else:
+            data = memoryview(self._whole)[start:start + length]
+        return data, (now_ns() - t0) / 1e9, 1 if first else 0
+
+
+def _pieces(st: _ShardStream, shard):
+    """(samples, storage seconds, requests) per piece of one shard, in stored order."""
+    reader, size = st.reader, st.job.stream_read_size
+    ranges = [reader.sample_range(shard, i) for i in range(shard.samples)]
+    first = True
+    if shard.samples and all(r is not None for r in ranges):
+        i = 0
+        while i < shard.samples:
+            j = i
+            a = ranges[i][0]
+            end = ranges[i][0] + ranges[i][1]
+            while j + 1 < shard.samples and ranges[j + 1][0] + ranges[j + 1][1] - a <= size \
+                    and ranges[j + 1][0] >= end:
+                j += 1
+                end = ranges[j][0] + ranges[j][1]
+            data, t, n = st.read(shard, a, end - a, first)
+            first = False
+            t1 = now_ns()
+            mv = memoryview(data)
+            samples = [reader.sample_from_range(shard, x, mv[ranges[x][0] - a:ranges[x][0] - a + ranges[x][1]])
+                       for x in range(i, j + 1)]
+            yield samples, t, n, (now_ns() - t1) / 1e9
+            i = j + 1
+        return
+    rg = getattr(reader, "row_group_pieces", None)
+    if rg is not None:
+        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f))
+        return
+    data, t, n = st.read(shard, 0, shard.bytes, True)   # no record index (e.g. a zstd shard): one piece
+    t1 = now_ns()
+    samples = list(reader.iter_samples(data, shard))
+    yield samples, t, n, (now_ns() - t1) / 1e9
+
+
+def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
+    """``stream``: shards in order through this worker's shuffle buffer; a batch per ``B`` samples out."""
+    m = job.manifest
+    firsts = _shard_starts(m)
+    k_base = 0
+    for plan in job.plans:
+        wp = plan.workers[job.wid]
+        ks = {int(r): k_base + idx for idx, (w, r) in enumerate(plan.sequence.tolist()) if w == job.wid}
+        ids_all = np.concatenate([np.arange(firsts[s], firsts[s] + m.shards[s].samples) for s in wp.shards]) \
+            if wp.shards else np.zeros(0, dtype=np.int64)
+        stream = _ShardStream(job, source, reader, wp.shards)
+        held: dict[int, object] = {}
+        ingested = out = 0
+        for r, bs in enumerate(wp.batch_sizes):
+            k = ks[r]
+            if k >= job.total_batches:
+                return
+            emit.gate(k)
+            picks = wp.order[out:out + bs]
+            sel = np.arange(bs)
+            if job.synthetic:
+                out += bs
+                emit(k, plan.epoch, _BlockData(None, None, ids_all[picks]), sel, 0.0, 0.0)
+                continue
+            need = wp.need(out + bs - 1)
+            io_s = fill_s = prep_s = 0.0
+            requests = 0
+            while ingested < need:
+                smp, t, n, parse = stream.next()
+                if wp.fill > 1 and ingested < wp.fill:
+                    fill_s += t
+                else:
+                    io_s += t
+                prep_s += parse
+                requests += n
+                held[ingested] = smp
+                ingested += 1
+            samples = [held.pop(int(p)) for p in picks]
+            out += bs
+            emit.stats["io_s"] += io_s
+            emit.stats["fill_s"] += fill_s
+            emit(k, plan.epoch, _BlockData(None, samples, ids_all[picks]), sel, io_s, prep_s, fill_s=fill_s,
+                 requests=requests)
+        k_base += plan.batches
 
 
 class _Stopped(Exception):

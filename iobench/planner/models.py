@@ -367,6 +367,42 @@ def _m_endurance(x):
             "recommendation": f"local checkpoints use {e.fraction_of_budget:.1%} of the drive's daily write budget"}
 
 
+def _m_scale(x):
+    from .scale import Point, leave_one_out, parse_points, per_accelerator_demand, straggler_cap, sustained
+
+    pts = parse_points(x["points"], "--set points")
+    if not pts:
+        if not x["accelerators_per_node"] or not x["node_bandwidth"]:
+            raise ConfigError("--set points", "no measured point",
+                              "give points=NODES:ACCELERATORS:RATE,... or --from an `iobench mlperf --find-max` result")
+        pts = [Point(1, x["accelerators_per_node"], x["node_bandwidth"])]
+    d = per_accelerator_demand(pts)
+    node_cap = max(p.accelerators_per_node for p in pts)
+    sample = x["sample_bytes"]
+    ops_per_byte = x["opens_per_sample"] / sample if sample else 0.0
+    cap = straggler_cap(x["p_slow"], x["slow_wait"], x["compute_time"], x["au_threshold"])
+    nodes = [int(v) for v in str(x["nodes"]).split(",") if v.strip()]
+    rows = [sustained(n, node_cap, d, x["aggregate_bandwidth"], x["metadata_rate"], ops_per_byte * d, cap)
+            for n in nodes]
+    loo = leave_one_out(pts, x["aggregate_bandwidth"], x["metadata_rate"], ops_per_byte, cap)
+    worst = max((abs(r["error"]) for r in loo), default=None)
+    out = {"per_accelerator_bytes_per_s": d, "node_cap_accelerators": node_cap,
+           "straggler_world_cap": None if cap == math.inf else cap,
+           "prediction_table": [{"nodes": r.nodes, "per_node": r.per_node, "total": r.total,
+                                 "demand_bytes_per_s": r.demand_bytes_per_s, "limit": r.limit} for r in rows],
+           "leave_one_out_table": loo,
+           "leave_one_out_max_abs_error": worst}
+    last = rows[-1]
+    knee = next((r for r in rows if r.limit != "node"), None)
+    out["recommendation"] = (
+        f"{last.per_node} accelerators per node at {last.nodes} nodes ({last.total} in all, limit: {last.limit})"
+        + (f"; shared storage starts to limit at {knee.nodes} nodes ({knee.limit})" if knee else
+           f"; {node_cap} per node up to {nodes[-1]} nodes")
+        + (f"; leave-one-out error up to {worst} per node over {len(loo)} points" if loo else
+           "; one measured point: no leave-one-out check"))
+    return out
+
+
 # Where `iobench ckpt` and `iobench load` results hold the values a model needs.
 _CKPT_BYTES = ("metrics.checkpoint.state.checkpoint_bytes", "metrics.checkpoint.checkpoint_bytes")
 _CKPT_COST = ("metrics.checkpoint.blocking_s", "metrics.blocking_s")
@@ -457,6 +493,22 @@ MODELS: dict[str, Model] = {m.name: m for m in [
         Param("bandwidth", "rate", REQUIRED, "read bandwidth per drive or tier", ("metrics.throughput.bytes_per_s",)),
         Param("drives", "int", 1, "drives the weights are striped over"),
         Param("replicas", "int", 1, "replicas pulling the model")), _m_cold_start),
+    Model("scale", "accelerators sustained at 8..4096 nodes: per-node demand vs shared bandwidth, metadata "
+                   "rate and stragglers (iobench.planner.scale), leave-one-out on the measured points", (
+        Param("points", "str", "", "measured NODES:ACCELERATORS_PER_NODE:RATE,... (e.g. from --find-max runs)"),
+        Param("accelerators_per_node", "int", 0, "one measured point: accelerators sustained on 1 node",
+              ("metrics.mlperf.max_accelerators_per_node",)),
+        Param("node_bandwidth", "rate", 0.0, "one measured point: bytes/s delivered to them",
+              ("metrics.throughput.bytes_per_s",)),
+        Param("aggregate_bandwidth", "rate", REQUIRED, "shared storage's aggregate read bandwidth (probe)"),
+        Param("metadata_rate", "float", 0.0, "shared storage's aggregate opens/s (probe; 0: no limit)"),
+        Param("sample_bytes", "size", 0.0, "mean bytes per sample", ("metrics.mlperf_run.sample_bytes_mean",)),
+        Param("opens_per_sample", "float", 1.0, "file opens per sample (unet3d 1, resnet50 1/1251)"),
+        Param("compute_time", "duration", 0.0, "compute per step", ("metrics.mlperf_run.compute_s_per_step",)),
+        Param("au_threshold", "ratio", 0.9, "AU pass mark", ("metrics.mlperf_run.au_threshold",)),
+        Param("p_slow", "ratio", 0.0, "synchronous steps: share of one rank's steps that wait"),
+        Param("slow_wait", "duration", 0.0, "synchronous steps: mean wait of those steps"),
+        Param("nodes", "str", "8,16,32,64,128,256,512,1024,2048,4096", "node counts to predict")), _m_scale),
     Model("economics", "stream every epoch vs stage once: cost per year and break-even epochs", (
         Param("dataset_bytes", "size", REQUIRED, "dataset size"),
         Param("epochs", "float", REQUIRED, "epochs per run"),

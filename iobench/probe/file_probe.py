@@ -17,7 +17,7 @@ from ..config import check_choice
 from ..errors import ConfigError
 from ..units import format_bytes, parse_duration, parse_size
 from . import fio_engine, py_engine
-from .. import cache as pagecache
+from ..io import pagecache
 from .jobs import PATTERNS, Job, JobResult
 from .plots import group, plot
 from .safety import ProbeArea
@@ -39,9 +39,12 @@ class FileProbeConfig:
     file_size: str = "1GiB"
     engine: str = "auto"
     qd_model: str = "async"
+    layout: tuple[str, ...] = ("n-n", "n-1")   # under MPI (world_probe): file per rank, one shared file
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for x in self.layout:
+            check_choice("probe.layout", x, ("n-n", "n-1"))
         for r in self.rw:
             check_choice("probe.rw", r, PATTERNS)
         for m in self.io:

@@ -62,6 +62,17 @@ class ProbeArea:
         area._claim(field_name)
         return area
 
+    @classmethod
+    def adopt(cls, url: str, work_url: str, size_cap: int, endpoint_url: str | None = None,
+              storage_options: dict | None = None) -> "ProbeArea":
+        """Work inside a folder another process claimed (MPI ranks share rank 0's), keeping
+        this process's own ledger: it deletes only what it created; the claimer removes the folder."""
+        backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options, field_name="url")
+        work = open_backend(work_url, endpoint_url=endpoint_url, storage_options=storage_options, field_name="url")
+        if not work.url.rstrip("/").startswith(backend.url.rstrip("/") + "/"):
+            raise ConfigError("url", f"{work_url} is not below {url}", "launch every rank with the same URL")
+        return cls(backend=backend, size_cap=size_cap, force=True, work=work)
+
     # -- setup -------------------------------------------------------------------------------
     def _claim(self, field_name: str) -> None:
         b = self.backend

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..manifest import MANIFEST_NAME, Manifest
 from ..metrics import LatencyHistogram
 from ..units import format_bytes, parse_size
-from .. import cache as pagecache
+from ..io import pagecache
 from .safety import ProbeArea
 
 SHARD_FORMATS = ("tar", "raw", "tfrecord", "parquet")

@@ -69,22 +69,54 @@ def check(docs: list[tuple[str, dict]], limits: dict[str, float | None]) -> list
         if limit is None:
             continue
         suffix, op, label = THRESHOLDS[name]
-        found = [(n, p, v) for n, d in docs for p, v in data.find(d.get("metrics", {}) or {}, suffix)]
+        from .html import fmt
+
+        text = f"{label} {fmt(suffix, float(limit))}"
+        found = [(n, d, p, v) for n, d in docs for p, v in data.find(d.get("metrics", {}) or {}, suffix)]
         if not found:
-            out.append({"check": f"{label} {limit:g}", "path": f"(no metric ending in {suffix})", "value": None,
+            out.append({"check": text, "path": f"(no metric ending in {suffix})", "value": None,
                         "ok": False, "results": ""})
-        for n, p, v in found:
+        for n, d, p, v in found:
             ok = v >= limit if op == ">=" else v <= limit
-            out.append({"check": f"{label} {limit:g}", "path": p, "value": v, "ok": ok, "results": n})
+            out.append({"check": text, "path": p, "value": v, "ok": ok, "results": n, "where": where(n, d, p)})
     return out
+
+
+def where(name: str, doc: dict, path: str) -> str:
+    """What a check judged, in words a CI log reader can act on: the results file, its command,
+    the dataset (or target) it measured and the rank when the value is one rank's."""
+    cfg = doc.get("config") or {}
+    parts = [name, str(doc.get("command") or "?")]
+    target = cfg.get("dataset") or cfg.get("url") or cfg.get("target") or cfg.get("durable")
+    if target:
+        parts.append(f"dataset {target}" if cfg.get("dataset") else str(target))
+    import re
+
+    m = re.search(r"per_rank\.\[?(\d+)\]?", path)
+    if m:
+        parts.append(f"rank {m.group(1)}")
+    elif (doc.get("world") or {}).get("size", 1) > 1:
+        parts.append(f"{doc['world']['size']} ranks")
+    return " · ".join(parts)
+
+
+def check_line(c: dict) -> str:
+    """``FAIL: data stall ≤ 5.00% — load.json · load · dataset s3://b/d: stall_ratio = 42.75%``"""
+    from .html import fmt
+
+    value = "-" if c.get("value") is None else fmt(c["path"], c["value"])
+    subject = c.get("where") or c.get("results") or ""
+    return f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {subject + ': ' if subject else ''}{c['path']} = {value}"
 
 
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
                  limits: dict[str, float | None] | None = None) -> Report:
-    from ..atomic import atomic_write_bytes
+    from ..extras import require
+    from ..io.atomic import atomic_write_bytes
     from ..results import now_iso
     from . import html, markdown
 
+    require("matplotlib", "report plots")  # before any work, not as a per-plot failure in the page
     docs = load(inputs)
     checks = check(docs, limits or {})
     out = Path(out_dir)
@@ -95,6 +127,4 @@ def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench repor
     hp, mp = out / "report.html", out / "report.md"
     atomic_write_bytes(hp, page.encode("utf-8"), fsync=False)
     atomic_write_bytes(mp, md.encode("utf-8"), fsync=False)
-    for f in (hp, mp):
-        f.chmod(0o644)   # temp files are created private; a report is meant to be shared
     return Report(hp, mp, checks)

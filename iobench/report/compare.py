@@ -16,6 +16,21 @@ class Row:
     path: str
     a: float | None
     b: float | None
+    ci_a: tuple[float, float] | None = None   # the run's own confidence interval, where it has one
+    ci_b: tuple[float, float] | None = None
+
+    @property
+    def within_noise(self) -> bool:
+        """True when the runs' intervals overlap: the difference is not evidence of a change."""
+        if self.a is None or self.b is None:
+            return False
+        if self.a == self.b:
+            return True
+        lo_a, hi_a = self.ci_a or (self.a, self.a)
+        lo_b, hi_b = self.ci_b or (self.b, self.b)
+        if self.ci_a is None and self.ci_b is None:
+            return False
+        return lo_a <= hi_b and lo_b <= hi_a
 
     @property
     def diff(self) -> float | None:
@@ -26,13 +41,50 @@ class Row:
         return None if self.a in (None, 0) or self.b is None else self.b / self.a
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "a": self.a, "b": self.b, "diff": self.diff, "ratio": self.ratio}
+        return {"path": self.path, "a": self.a, "b": self.b, "diff": self.diff, "ratio": self.ratio,
+                "ci_a": list(self.ci_a) if self.ci_a else None, "ci_b": list(self.ci_b) if self.ci_b else None,
+                "within_noise": self.within_noise}
+
+
+_CI_SUFFIXES = ("_ci95", "_ci")
+
+
+def _pair(v) -> tuple[float, float] | None:
+    if isinstance(v, dict):
+        v = [v.get("lo", v.get("low")), v.get("hi", v.get("high"))]
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(data.is_number(x) for x in v):
+        return float(v[0]), float(v[1])
+    return None
+
+
+def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]:
+    """Confidence intervals a results file carries, by the path of the number they bound:
+    ``stall_ratio_ci95: [lo, hi]`` (or ``_ci``) bounds ``stall_ratio``; ``{value|mean, ci95|ci}``
+    bounds ``<path>.value`` / ``<path>.mean``."""
+    out: dict[str, tuple[float, float]] = {}
+    if not isinstance(metrics, dict):
+        return out
+    for k, v in metrics.items():
+        path = f"{prefix}{k}"
+        if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and _pair(v):
+            out[path[: path.rindex("_ci")]] = _pair(v)
+        elif isinstance(v, dict):
+            for key in ("ci95", "ci"):
+                if _pair(v.get(key)):
+                    for base in ("value", "mean", "ratio"):
+                        if data.is_number(v.get(base)):
+                            out[f"{path}.{base}"] = _pair(v[key])
+            out.update(intervals(v, path + "."))
+    return out
 
 
 def compare(a: dict, b: dict) -> list[Row]:
-    fa, fb = data.flat_numbers(a.get("metrics", {}) or {}), data.flat_numbers(b.get("metrics", {}) or {})
-    paths = list(dict.fromkeys([*fa, *fb]))
-    return [Row(p, fa.get(p), fb.get(p)) for p in paths]
+    ma, mb = a.get("metrics", {}) or {}, b.get("metrics", {}) or {}
+    fa, fb = data.flat_numbers(ma), data.flat_numbers(mb)
+    ia, ib = intervals(ma), intervals(mb)
+    paths = [p for p in dict.fromkeys([*fa, *fb]) if not any(p.startswith(c) for c in
+                                                           (*(f"{k}_ci" for k in ia), *(f"{k}_ci" for k in ib)))]
+    return [Row(p, fa.get(p), fb.get(p), ia.get(p), ib.get(p)) for p in paths]
 
 
 def compare_runs(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, dict]]) -> list[Row]:
@@ -53,7 +105,7 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
     """Checks on metrics where B is worse than A by more than ``max_regression`` (a fraction)."""
     out = []
     for r in rows:
-        if r.a is None or r.b is None:
+        if r.a is None or r.b is None or r.within_noise:
             continue
         if r.path.endswith(HIGHER_IS_BETTER) and r.a > 0:
             ok = r.b >= r.a * (1 - max_regression)
@@ -66,16 +118,38 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
     return out
 
 
-def markdown(rows: list[Row], name_a: str, name_b: str, checks: list[dict]) -> str:
+def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
     from .html import fmt
 
-    lines = [f"# iobench compare: {name_a} vs {name_b}", "", f"| metric | A: {name_a} | B: {name_b} | B − A | B / A |",
-             "|---|---|---|---|---|"]
+    if v is None:
+        return "-"
+    if ci is None:
+        return fmt(path, v)
+    return f"{fmt(path, v)} [{fmt(path, ci[0])}, {fmt(path, ci[1])}]"
+
+
+def change(r: Row) -> str:
+    """B − A in the metric's unit, signed; "within noise" when the runs' intervals overlap."""
+    from .html import fmt
+
+    if r.diff is None:
+        return "-"
+    if r.diff == 0:
+        return "0"
+    text = ("+" if r.diff > 0 else "−") + fmt(r.path, abs(r.diff))
+    if r.path.endswith("_ratio") or r.path.endswith("utilization"):
+        text = text.replace("%", " pp")
+    return text + (" (within noise)" if r.within_noise else "")
+
+
+def markdown(rows: list[Row], name_a: str, name_b: str, checks: list[dict]) -> str:
+    from .build import check_line
+
+    lines = [f"# iobench compare: {name_a} vs {name_b}", "",
+             f"| metric | A: {name_a} | B: {name_b} | change (B − A) | B / A |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.path} | {'-' if r.a is None else fmt(r.path, r.a)} | "
-                     f"{'-' if r.b is None else fmt(r.path, r.b)} | "
-                     f"{'-' if r.diff is None else f'{r.diff:+.4g}'} | {'-' if r.ratio is None else f'{r.ratio:.3f}×'} |")
+        lines.append(f"| {r.path} | {with_ci(r.path, r.a, r.ci_a)} | {with_ci(r.path, r.b, r.ci_b)} | "
+                     f"{change(r)} | {'-' if r.ratio is None else f'{r.ratio:.3f}×'} |")
     if checks:
-        lines += ["", "| check | metric | value | result |", "|---|---|---|---|"]
-        lines += [f"| {c['check']} | {c['path']} | {c['value']} | {'pass' if c['ok'] else '**FAIL**'} |" for c in checks]
+        lines += ["", *(f"- {check_line(c)}" for c in checks)]
     return "\n".join(lines) + "\n"

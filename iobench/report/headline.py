@@ -6,6 +6,7 @@ from . import data
 
 # (suffix of a metric path, label); the first results' matches are listed in this order.
 HEADLINE = (
+    ("mlperf.max_accelerators_per_node", "simulated accelerators sustained per node (MLPerf Storage)"),
     ("accelerator_utilization", "accelerator utilization"),
     ("stall_ratio", "data stall"),
     ("throughput.bytes_per_s", "throughput"),

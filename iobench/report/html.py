@@ -43,9 +43,25 @@ def fmt(path: str, v) -> str:
         return format_seconds(v)
     if isinstance(v, float) and (last.endswith("utilization") or last.endswith("_ratio")):
         return f"{v:.2%}"
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in parent and "per_s" not in path:
+        from ..units import format_bytes
+
+        return format_bytes(v)  # peak_rss_bytes.parent: the unit is in the parent's name
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and last.endswith("_per_s") and "bytes" not in last:
+        return f"{plain(v)} {last[: -len('_per_s')]}/s"  # samples_per_s -> "10,180 samples/s"
     if isinstance(v, float) and not last.endswith(("_s", "bytes_per_s")) and "bytes" not in last:
-        return f"{v:.4g}"
+        return plain(v)
     return format_value(last, v)
+
+
+def plain(v: float) -> str:
+    """A number without exponent notation where people read it (CI logs): 10,180 · 3.14 · 0.0012."""
+    a = abs(v)
+    if a == 0 or a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 1e-4:
+        return f"{v:.4g}"
+    return f"{v:.2e}"
 
 
 def _table(headers: list[str], rows: list[list], num_cols: set[int] | None = None) -> str:
@@ -289,8 +305,9 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
     if head:
         body.append("<h2>Headline</h2>" + _table(["results", "metric", "value"], head, {2}))
     if checks:
-        rows = [[c["check"], c["path"], fmt(c["path"], c["value"]), "pass" if c["ok"] else "FAIL"] for c in checks]
-        body.append("<h2>Checks</h2>" + _table(["check", "metric", "value", "result"], rows, {2}).replace(
+        rows = [[c["check"], c.get("where") or c.get("results") or "", c["path"],
+                 "-" if c["value"] is None else fmt(c["path"], c["value"]), "pass" if c["ok"] else "FAIL"] for c in checks]
+        body.append("<h2>Checks</h2>" + _table(["check", "results", "metric", "value", "result"], rows, {3}).replace(
             "<td>FAIL</td>", '<td class="fail">FAIL</td>').replace("<td>pass</td>", '<td class="pass">pass</td>'))
     recs = recommendations(docs)
     if recs:

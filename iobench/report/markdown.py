@@ -26,8 +26,9 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
     if head:
         out += ["## Headline", "", _md_table(["results", "metric", "value"], head), ""]
     if checks:
-        out += ["## Checks", "", _md_table(["check", "metric", "value", "result"],
-                                           [[c["check"], c["path"], fmt(c["path"], c["value"]),
+        out += ["## Checks", "", _md_table(["check", "results", "metric", "value", "result"],
+                                           [[c["check"], c.get("where") or c.get("results") or "", c["path"],
+                                             "-" if c["value"] is None else fmt(c["path"], c["value"]),
                                              "pass" if c["ok"] else "**FAIL**"] for c in checks]), ""]
     recs = recommendations(docs)
     if recs:

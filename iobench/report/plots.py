@@ -13,7 +13,9 @@ _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 
 
 def _plt():
-    import matplotlib
+    from ..extras import require
+
+    matplotlib = require("matplotlib", "report plots")
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt

@@ -32,7 +32,7 @@ class TierSpec:
     url: str
     capacity: str | int | None = None      # bytes or "64GiB"; None = unbounded
     policy: str = "lru"
-    emulation: str = "none"                # a named profile of iobench.wrappers
+    emulation: str = "none"                # a profile (nvme, pfs, object) or spec, e.g. pfs+bw:1GB/s
     endpoint_url: str | None = None
     storage_options: dict = field(default_factory=dict, repr=False)
 
@@ -44,7 +44,15 @@ class TierSpec:
         if not self.url:
             raise ConfigError(f"{field_}.url", "is empty", "give a local path, s3://bucket/prefix or memory://name")
         check_choice(f"{field_}.policy", self.policy, POLICIES)
-        check_choice(f"{field_}.emulation", self.emulation, EMULATION_PROFILES)
+        if self.emulation not in EMULATION_PROFILES:   # a spec in --emulate's vocabulary, e.g. bw:1GB/s
+            from ..wrappers import parse_emulation
+
+            try:
+                parse_emulation(self.emulation)
+            except ConfigError as e:
+                raise ConfigError(f"{field_}.emulation", e.problem,
+                                  f"use a profile ({', '.join(p for p in EMULATION_PROFILES if p != 'none')}) "
+                                  "or a spec such as pfs+bw:1GB/s") from None
         if self.capacity is not None and str(self.capacity).lower() not in ("unbounded", "none", "inf"):
             object.__setattr__(self, "capacity", parse_size(self.capacity, f"{field_}.capacity"))
         else:
@@ -90,8 +98,15 @@ class TiersConfig:
             if not local:
                 raise ConfigError("catalog", "no local tier to keep the catalog beside",
                                   "set catalog: /path/to/catalog.sqlite")
-            root = local[0].url[len("file://"):] if local[0].url.startswith("file://") else local[0].url
-            object.__setattr__(self, "catalog", os.path.join(os.path.abspath(root), ".iobench", "catalog.sqlite"))
+            object.__setattr__(self, "catalog", default_catalog(local))
+        cat = os.path.abspath(self.catalog)
+        for t in self.tiers:
+            if t.bounded and ("://" not in t.url or t.url.startswith("file://")):
+                root = _local_root(t)
+                if cat.startswith(root.rstrip(os.sep) + os.sep):
+                    raise ConfigError("catalog", f"{self.catalog} is inside tier {t.name!r}, whose capacity "
+                                      "would not count it", "put the catalog outside every bounded tier "
+                                      "(or omit it: the default is outside)")
         if not self.trace_dir:
             object.__setattr__(self, "trace_dir", os.path.join(os.path.dirname(self.catalog), "traces"))
 
@@ -111,6 +126,25 @@ class TiersConfig:
     def describe(self) -> dict:
         return {"catalog": self.catalog, "concurrency": self.concurrency, "retries": self.retries,
                 "verify": self.verify, "tiers": [t.describe() for t in self.tiers]}
+
+
+def _local_root(t: TierSpec) -> str:
+    return os.path.abspath(t.url[len("file://"):] if t.url.startswith("file://") else t.url)
+
+
+def default_catalog(local: list[TierSpec]) -> str:
+    """Where the catalog lives when the tiers file names none: never inside a bounded tier.
+
+    A catalog (SQLite + WAL) inside a tier with a capacity is bytes the capacity does not
+    see.  So it goes into the first *unbounded* local tier (``<tier>/.iobench/``), or, when
+    every local tier is bounded, into a hidden sibling of the first one
+    (``<parent>/.<name>.iobench/``), outside every tier."""
+    for t in local:
+        if not t.bounded:
+            return os.path.join(_local_root(t), ".iobench", "catalog.sqlite")
+    root = _local_root(local[0])
+    parent, name = os.path.split(root.rstrip(os.sep))
+    return os.path.join(parent, f".{name}.iobench", "catalog.sqlite")
 
 
 def tiers_from_mapping(data: dict, section: str = "") -> TiersConfig:
@@ -166,7 +200,7 @@ def write_tiers_file(cfg: TiersConfig, path: str, with_secrets: bool = False) ->
     """Write ``cfg`` as YAML (mode 0600 when it holds credentials)."""
     import yaml
 
-    from ..atomic import atomic_write_bytes
+    from ..io.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, yaml.safe_dump(tiers_to_yaml_dict(cfg, with_secrets), sort_keys=False).encode())
     if with_secrets:

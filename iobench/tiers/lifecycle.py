@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError
 
 _MANIFEST_NAMES = ("manifest.json", "MANIFEST", "index.json", "COMMITTED")
 
@@ -83,35 +83,56 @@ def _files_under(backend, rel: str) -> list[tuple[str, int]]:
 
 
 def _copy_item(src, dst, rel: str) -> int:
-    import xxhash
-
-    from .staging import iter_chunks
+    """Copy a file or a directory's files (manifests last), each read back from the archive."""
+    from ..io.copy import copy_verified
 
     total = 0
     for path, size in _files_under(src, rel):
-        h = xxhash.xxh64()
-        with dst.open_output(path) as f:
-            for data in iter_chunks(src, path, size):
-                f.write(data)
-                h.update(data)
-        got = dst.size(path)
-        if got != size:
-            raise StorageError(f"archive copy of {path} has {got} bytes, the source {size}")
-        back = xxhash.xxh64()
-        for data in iter_chunks(dst, path, size):
-            back.update(data)
-        if back.hexdigest() != h.hexdigest():
-            raise StorageError(f"archive copy of {path} does not match its source (xxh64)")
+        copy_verified(src, path, dst, path, size, None, retries=1, read_back=True)
         total += size
     return total
 
 
+def check_lifecycle_tiers(manager, hot: str, archive: str) -> None:
+    """Refuse a lifecycle whose archive is the hot tier itself (or overlaps it): the "archive copy"
+    would be the item, and expiring would delete the only copy."""
+    if hot == archive:
+        raise ConfigError("--archive", f"is the hot tier {hot!r}: archiving onto itself then expiring deletes "
+                          "the only copy", "give a different tier as --archive")
+    from .manager import _norm_url
+
+    h, a = _norm_url(manager.spec(hot).url), _norm_url(manager.spec(archive).url)
+    if h == a or h.startswith(a + "/") or a.startswith(h + "/"):
+        raise ConfigError("--archive", f"tier {archive!r} ({a}) overlaps hot tier {hot!r} ({h})",
+                          "give an archive tier stored somewhere else")
+
+
+def lifecycle_items(manager, hot: str, prefix: str, names: Sequence[str]) -> list[str]:
+    """``names`` (listed under ``prefix`` on ``hot``) less what belongs to others: the catalog's copy
+    directories and any item holding, or inside, a registered dataset's origin."""
+    from .manager import _norm_url
+
+    ids, origins = manager.owned_paths(hot)
+    base = _norm_url(manager.spec(hot).url)
+    out = []
+    for n in names:
+        if n in ids and not prefix:
+            continue
+        full = _norm_url(f"{base}/{prefix.strip('/')}/{n}" if prefix.strip("/") else f"{base}/{n}")
+        if any(o == full or o.startswith(full + "/") or full.startswith(o + "/") for o in origins):
+            continue
+        out.append(n)
+    return out
+
+
 def apply_lifecycle(manager, plan: LifecyclePlan, hot: str = "pfs", archive: str = "object",
                     prefix: str = "") -> LifecycleReport:
-    """Carry out ``plan`` on ``manager``'s tiers; item names are paths under ``prefix`` on each tier."""
+    """Carry out ``plan`` on ``manager``'s tiers; item names are paths under ``prefix`` on each tier.
+
+    Every archive copy is made and verified first; if any fails, nothing is dropped or expired."""
+    check_lifecycle_tiers(manager, hot, archive)
     src, dst = manager.backend(hot), manager.backend(archive)
     rep = LifecycleReport()
-    failed = set()
 
     def rel(name: str) -> str:
         return f"{prefix.strip('/')}/{name}" if prefix else name
@@ -122,10 +143,9 @@ def apply_lifecycle(manager, plan: LifecyclePlan, hot: str = "pfs", archive: str
             rep.archived.append(name)
         except Exception as e:  # keep the hot copy; report and go on
             rep.errors[name] = f"{type(e).__name__}: {e}"
-            failed.add(name)
+    if rep.errors:
+        return rep   # an archive copy is not verified: expire nothing, drop nothing
     for name in plan.drop:
-        if name in failed:
-            continue
         try:
             src.rm(rel(name), recursive=True)
         except FileNotFoundError:

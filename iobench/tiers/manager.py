@@ -25,7 +25,8 @@ from ..storage import Backend, open_backend
 from .catalog import Catalog
 from .config import TiersConfig, TierSpec
 from .policies import get_policy
-from .staging import copy_verified, fetch_verified, write_copy
+from ..io.atomic import final_name_of
+from ..io.copy import copy_verified, fetch_verified, write_copy
 
 SOURCE_TIER = "source"   # the pseudo-tier of a dataset that lives outside every configured tier
 STAGING_MODES = ("prestage", "ondemand", "stream")
@@ -142,9 +143,9 @@ class TierManager:
                 if b.is_local:
                     os.makedirs(b.root, exist_ok=True)
                 if spec.emulation != "none":
-                    from ..wrappers import PROFILES, EmulatedBackend
+                    from ..wrappers import EmulatedBackend
 
-                    b = EmulatedBackend(b, PROFILES[spec.emulation])
+                    b = EmulatedBackend(b, spec.emulation)
                 self._backends[tier] = b
             return b
 
@@ -169,9 +170,9 @@ class TierManager:
             so = storage_options or (origin.storage_options if origin else None) or None
             backend = open_backend(url, endpoint_url=ep, storage_options=so, field_name="dataset")
             if origin is not None and origin.emulation != "none":
-                from ..wrappers import PROFILES, EmulatedBackend
+                from ..wrappers import EmulatedBackend
 
-                backend = EmulatedBackend(backend, PROFILES[origin.emulation])
+                backend = EmulatedBackend(backend, origin.emulation)
         if manifest is None:
             manifest = read_manifest(backend)
         ds = DatasetRef(id=dataset_id(url, manifest), url=url,
@@ -300,7 +301,7 @@ class TierManager:
         sel = list(shards if shards is not None else ds.manifest.shards)
         self.check_fits(ds, to, sel, whole=True)
         rep = StageReport(dataset=ds.id, to=to, shards=len(sel))
-        from ..world import default_parallelism
+        from ..dist.world import default_parallelism
 
         n = concurrency or self.config.concurrency or default_parallelism(len(sel))
         rep.concurrency = max(1, min(n, len(sel)))
@@ -442,19 +443,30 @@ class TierManager:
 
     def reconcile(self, tier: str) -> dict:
         """Clean up after crashed stagers on a local tier: forget their reservations and remove
-        files the catalog does not know (orphans, temp files).  Safe while others stage: the
-        directory is listed *before* the catalog is read, and temp files of live stagers stay."""
+        files the catalog does not know (orphans, temp files) — but only inside the copy
+        directories the catalog created (``<tier>/<dataset id>/``).  Anything else on the tier
+        (a dataset that lives there, with or without registration; the user's own files; the
+        catalog) is never touched.  Safe while others stage: the directory is listed *before*
+        the catalog is read, and temp files of live stagers stay."""
         b = self.backend(tier)
         base = getattr(b, "base", b)
         if not base.is_local:
             return {"removed_files": 0}
         root = base.root
+        ids = {d["id"] for d in self.catalog.datasets()}
+        origins = [_norm_url(d["source_url"]) for d in self.catalog.datasets() if d["source_url"]]
         seen = []
-        for dirpath, _dirs, files in os.walk(root):
+        for dirpath, dirs, files in os.walk(root):
+            if dirpath == root:
+                dirs[:] = [d for d in dirs if d in ids]   # descend only into copy directories we made
+                continue
             for name in files:
-                rel = os.path.relpath(os.path.join(dirpath, name), root)
-                if not rel.startswith(".iobench" + os.sep) and not os.path.join(root, rel).startswith(self.config.catalog):
-                    seen.append(rel)
+                full = os.path.join(dirpath, name)
+                if any(full == o or full.startswith(o + "/") for o in origins):
+                    continue   # an origin inside a copy directory's name space: never ours to delete
+                if full.startswith(self.config.catalog):
+                    continue
+                seen.append(os.path.relpath(full, root))
         with self.catalog.tx() as c:
             self.catalog._drop_stale(c, tier)
         keep = {f"{r['dataset']}/{r['shard']}" for r in self.catalog.copies(tier=tier, state=None)}
@@ -462,16 +474,23 @@ class TierManager:
         for rel in seen:
             head, name = os.path.split(rel)
             final = rel
-            if name.startswith(".") and name.endswith(".tmp"):   # atomic_open's ".<name>.<random>.tmp"
-                final = os.path.join(head, name[1:-4].rsplit(".", 1)[0])
+            stands_for = final_name_of(name)
+            if stands_for is not None:   # a stager's temp file: kept while that copy is wanted
+                final = os.path.join(head, stands_for)
             if final in keep:
                 continue
             try:
-                os.unlink(os.path.join(root, rel))
+                b.rm(rel)   # Backend.rm: refuses a path that a symlink leads out of the tier
                 removed += 1
             except FileNotFoundError:
                 pass
         return {"removed_files": removed}
+
+    def owned_paths(self, tier: str) -> tuple[set[str], list[str]]:
+        """What on ``tier`` belongs to someone else's bookkeeping: (copy directories the catalog
+        created, absolute roots of registered origins).  Lifecycle leaves both alone."""
+        ds = self.catalog.datasets()
+        return {d["id"] for d in ds}, [_norm_url(d["source_url"]) for d in ds if d["source_url"]]
 
     def usage(self) -> dict:
         return {t.name: self.catalog.usage(t.name) for t in self.config.tiers}

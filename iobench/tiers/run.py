@@ -118,3 +118,29 @@ def _count(path: str, result: str) -> int:
     except FileNotFoundError:
         pass
     return n
+
+
+def merge_stage_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
+    """World view of a multi-rank stage: each rank staged and read its own shards."""
+    from ..dist.aggregate import MergeSpec, merge
+
+    spec = MergeSpec(duration="total_s",
+                     sums=("rank_shards", "staging.bytes", "staging.staged_shards", "staging.already_present_shards",
+                           "staging.evictions", "staging.refetches"),
+                     maxes=("staging.seconds",), spreads=("staging.bytes_per_s", "staging.seconds"))
+    out = merge(per_rank, spec, hosts)
+    st = out.get("staging")
+    if st and st.get("seconds"):
+        st["bytes_per_s"] = st["bytes"] / st["seconds"]   # total over the slowest rank's staging time
+    epochs = []
+    for e in range(min(len(m.get("epochs", [])) for m in per_rank)):
+        rows = [m["epochs"][e] for m in per_rank]
+        sec = max(r["seconds"] for r in rows)
+        nbytes = sum(r["bytes"] for r in rows)
+        shards = [m.get("rank_shards", 0) for m in per_rank]
+        hits = sum(r["hit_ratio"] * n for r, n in zip(rows, shards))
+        epochs.append({"epoch": e, "seconds": sec, "bytes": nbytes, "bytes_per_s": nbytes / sec if sec > 0 else 0.0,
+                       "hit_ratio": hits / sum(shards) if sum(shards) else 0.0,
+                       "seconds_by_rank": [r["seconds"] for r in rows]})
+    out["epochs"] = epochs
+    return out

@@ -9,7 +9,7 @@ def suite_stage(ctx) -> dict:
     from iobench.results import Results
     from iobench.units import format_bytes, format_rate, format_seconds
 
-    from .runner import CkptConfig, open_tiers, run_restore, run_saves
+    from iobench.checkpointing.runner import CkptConfig, open_tiers, run_restore, run_saves
 
     scale = float(ctx.config.get("checkpoint", {}).get("scale", 1e-4 if ctx.quick else 1e-3))
     durable_url = (ctx.s3_url.rstrip("/") + "/ckpt") if ctx.s3_url else str(ctx.local_dir("ckpt-durable"))

@@ -10,8 +10,8 @@ def suite_stage(ctx) -> dict:
     from iobench.results import Results
     from iobench.units import format_rate, format_seconds
 
-    from . import GdsFallbackWarning, detect
-    from .bench import GdsBenchConfig, run_bench
+    from iobench.gds import GdsFallbackWarning, detect
+    from iobench.gds.bench import GdsBenchConfig, run_bench
 
     work = ctx.local_dir("gds")
     target = str(work / "gds-cpu.bin")

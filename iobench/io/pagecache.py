@@ -16,8 +16,8 @@ import mmap
 import os
 from typing import Iterable
 
-from .config import check_choice
-from .storage import Backend
+from ..config import check_choice
+from ..storage import Backend
 
 STATES = ("cold", "warm", "as-is")
 _libc = None
@@ -153,4 +153,24 @@ def set_cache_state(backend: Backend, rels: Iterable[str], state: str, field: st
             warm_file(p)
     out.update(measured_residency=residency(base, rels),
                method={"cold": "posix_fadvise(DONTNEED)", "warm": "pre-read", "as-is": "none"}[state])
+    return out
+
+
+def prepare_file(path: str, state: str) -> dict:
+    """Put ``path`` in cache ``state`` ('cold' | 'warm') and measure what that achieved."""
+    if state not in ("cold", "warm"):
+        raise ValueError(f"unknown cache state {state!r}")
+    r = set_file_state(path, state)
+    out: dict = {"declared": state, "resident_ratio": r}
+    if r is None:
+        out.update(verified=False, note="mincore unavailable: residency unknown")
+    elif state == "cold":
+        out["verified"] = r <= 0.05
+        if not out["verified"]:
+            out["note"] = (f"{r:.0%} of the file stayed in memory after DONTNEED "
+                           "(tmpfs, or pages pinned elsewhere): these are not cold-cache numbers")
+    else:
+        out["verified"] = r >= 0.95
+        if not out["verified"]:
+            out["note"] = f"only {r:.0%} of the file is resident after pre-reading (memory pressure)"
     return out

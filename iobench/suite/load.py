@@ -14,12 +14,12 @@ _BUDGET_S = 30.0
 def suite_stage(ctx) -> dict:
     from ..config import to_dict
     from ..results import Results
-    from .analysis import recommend
-    from .core import LoadConfig, run_load
+    from iobench.loader.analysis import recommend
+    from iobench.loader.core import LoadConfig, run_load
 
     out_dir = ctx.out_dir / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
-    datasets = ctx.state.get("datasets") or []
+    datasets = ctx.state.datasets
     if not datasets:
         ctx.warnings.append("load: no datasets from the generate stage; nothing loaded")
         ctx.row("load", "datasets", "none (generate stage not run)")
@@ -29,22 +29,22 @@ def suite_stage(ctx) -> dict:
     skipped = []
     for d in datasets:
         if time.perf_counter() - t_start > _BUDGET_S:
-            skipped.append(f"{d['location']}/{d['name']}")
+            skipped.append(f"{d.location}/{d.name}")
             continue
-        base = LoadConfig(dataset=d["url"], endpoint_url=d.get("endpoint_url"),
-                          **(_IMAGES if d["modality"] == "images" else _TOKENS), monitor_interval_s=2.0)
-        key = f"{d['location']}/{d['name']}"
+        base = LoadConfig(dataset=d.url, endpoint_url=d.endpoint_url,
+                          **(_IMAGES if d.modality == "images" else _TOKENS), monitor_interval_s=2.0)
+        key = f"{d.location}/{d.name}"
         entry: dict = {}
         for cache in ("cold", "warm"):
             cfg = replace(base, cache=cache)
-            run = run_load(cfg, storage_options=d.get("storage_options"))
+            run = run_load(cfg, storage_options=d.storage_options)
             m = run.metrics
             if cache == "cold":
                 m["prefetch_recommendation"] = recommend(m, cfg.compute_model().nominal_s)
             res = Results(command="load", config=to_dict(cfg), environment=run.environment, metrics=m)
             for w in run.warnings:
                 res.warn(w)
-            path = out_dir / f"{d['location']}-{d['name']}-{cache}.json"
+            path = out_dir / f"{d.location}-{d.name}-{cache}.json"
             res.write(path)
             ctx.results_files.append(path)
             entry[cache] = {"stall_ratio": m["stall_ratio"],
@@ -62,35 +62,35 @@ def suite_stage(ctx) -> dict:
                              f"prefetch depth {entry['prefetch']['depth_recommended']}")
     if skipped:
         ctx.warnings.append(f"load: time budget ({_BUDGET_S:.0f} s) spent; skipped {', '.join(skipped)}")
-    tiered = _tiered_load(ctx, datasets, out_dir) if ctx.state.get("tiers_file") else None
+    tiered = _tiered_load(ctx, datasets, out_dir) if ctx.state.tiers_file else None
     return {"datasets": len(summary), "skipped": skipped, "per_dataset": summary, "tiered": tiered}
 
 
-def _tiered_load(ctx, datasets: list[dict], out_dir) -> dict | None:
+def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
     """Two epochs of the staged dataset through the tiers (on-demand into nvme): the hot tier's hit ratio."""
     from ..config import to_dict
     from ..manifest import read_manifest
     from ..results import Results
     from ..storage import open_backend
     from ..tiers import loader_source
-    from .core import LoadConfig, run_load
+    from iobench.loader.core import LoadConfig, run_load
 
-    d = next((x for x in datasets if x["url"] == ctx.state.get("tiers_dataset")), None)
+    d = next((x for x in datasets if x.url == ctx.state.tiers_dataset), None)
     if d is None:
         return None
-    backend = open_backend(d["url"], endpoint_url=d.get("endpoint_url"), storage_options=d.get("storage_options"))
-    source = loader_source(ctx.state["tiers_file"], "ondemand", read_manifest(backend), backend)
-    cfg = LoadConfig(dataset=d["url"], endpoint_url=d.get("endpoint_url"), epochs=2,
-                     **{k: v for k, v in (_IMAGES if d["modality"] == "images" else _TOKENS).items() if k != "steps"})
-    run = run_load(cfg, storage_options=d.get("storage_options"), source=source)
+    backend = open_backend(d.url, endpoint_url=d.endpoint_url, storage_options=d.storage_options)
+    source = loader_source(ctx.state.tiers_file, "ondemand", read_manifest(backend), backend)
+    cfg = LoadConfig(dataset=d.url, endpoint_url=d.endpoint_url, epochs=2,
+                     **{k: v for k, v in (_IMAGES if d.modality == "images" else _TOKENS).items() if k != "steps"})
+    run = run_load(cfg, storage_options=d.storage_options, source=source)
     m = dict(run.metrics)
     m["tiers"] = source.metrics()
     res = Results(command="load", config=to_dict(cfg) | {"staging": "ondemand"}, environment=run.environment,
                   metrics=m)
-    path = out_dir / f"tiered-{d['name']}.json"
+    path = out_dir / f"tiered-{d.name}.json"
     res.write(path)
     ctx.results_files.append(path)
     hit = m["tiers"].get("hit_ratio", 0.0)
-    ctx.row("load", f"tiered/{d['name']} (ondemand after prestage, 2 epochs)",
+    ctx.row("load", f"tiered/{d.name} (ondemand after prestage, 2 epochs)",
             f"stall {m['stall_ratio']:.0%}, hot-tier hit ratio {hit:.0%}")
-    return {"dataset": d["url"], "stall_ratio": m["stall_ratio"], "hit_ratio": hit}
+    return {"dataset": d.url, "stall_ratio": m["stall_ratio"], "hit_ratio": hit}

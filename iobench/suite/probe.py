@@ -10,8 +10,8 @@ def suite_stage(ctx) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from ..results import Results
-    from .runner import Target, build_config, run_tier
-    from .summary import table
+    from iobench.probe.runner import Target, build_config, run_tier
+    from iobench.probe.summary import table
 
     results = Results(command="probe", config={"probe": "suite", "quick": True})
     size_cap = 256 * 2**20

@@ -18,59 +18,16 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 from dataclasses import dataclass
-from typing import Callable
 
-from ..errors import ConfigError, IntegrityError, StorageError
+from ..errors import IntegrityError
 from ..metrics import now_ns
 from ..storage import Backend
+from .checksum import matches, new_hasher
+from .retry import RetryPolicy, any_failure
 
 CHUNK = 8 * 1024 * 1024
 _NO_KERNEL_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF)
-
-
-class _Crc32c:
-    def __init__(self) -> None:
-        import crc32c
-
-        self._fn = crc32c.crc32c
-        self.value = 0
-
-    def update(self, data) -> None:
-        self.value = self._fn(data, self.value)
-
-    def hexdigest(self) -> str:
-        return f"{self.value:08x}"
-
-
-def new_hasher(checksum: str):
-    """A hasher for a manifest checksum ``"<algo>:<hex>"`` (xxh64, xxh3_64, xxh128, crc32c, sha256, md5)."""
-    algo = checksum.partition(":")[0].lower()
-    if algo in ("xxh64", "xxh3_64", "xxh3", "xxh128", "xxh3_128", "xxh32"):
-        import xxhash
-
-        return {"xxh64": xxhash.xxh64, "xxh32": xxhash.xxh32, "xxh3_64": xxhash.xxh3_64, "xxh3": xxhash.xxh3_64,
-                "xxh128": xxhash.xxh3_128, "xxh3_128": xxhash.xxh3_128}[algo]()
-    if algo == "crc32c":
-        return _Crc32c()
-    if algo in ("sha256", "md5", "sha1"):
-        import hashlib
-
-        return hashlib.new(algo)
-    raise ConfigError("manifest.checksum", f"unknown checksum algorithm {algo!r}",
-                      "use xxh64, xxh3_64, xxh128, crc32c or sha256")
-
-
-def checksum_of(data, like: str) -> str:
-    """``data``'s checksum in the same ``algo:hex`` form as ``like``."""
-    h = new_hasher(like)
-    h.update(data)
-    return f"{like.partition(':')[0]}:{h.hexdigest()}"
-
-
-def matches(checksum: str, hexdigest: str) -> bool:
-    return checksum.partition(":")[2].lower() == hexdigest.lower()
 
 
 def iter_chunks(backend: Backend, rel: str, nbytes: int, chunk: int = CHUNK):
@@ -184,40 +141,40 @@ class CopyResult:
     refetches: int          # attempts repeated because the bytes failed their checksum
 
 
-def _retrying(what: str, src_url: str, retries: int, backoff_s: float, attempt_fn: Callable[[], int],
-              on_retry: Callable[[int, BaseException], None] | None = None) -> tuple[int, int, int]:
-    refetches = 0
-    last: BaseException | None = None
-    for attempt in range(1, retries + 1):
-        try:
-            return attempt_fn(), attempt, refetches
-        except (ConfigError, KeyboardInterrupt):
-            raise
-        except IntegrityError as e:
-            refetches += 1
-            last = e
-        except Exception as e:  # source unreachable, timeouts, vanished files: retry
-            last = e
-        if on_retry is not None:
-            on_retry(attempt, last)
-        if attempt < retries:
-            time.sleep(backoff_s * (2 ** (attempt - 1)))
-    kind = "failed its checksum" if isinstance(last, IntegrityError) else "failed"
-    raise StorageError(f"{what} from {src_url} {kind} after {retries} attempts: "
-                       f"{type(last).__name__}: {last}") from last
+def _policy(retries: int, backoff_s: float) -> RetryPolicy:
+    """Tier copies: ``retries`` tries, the back-off doubling from ``backoff_s``, no jitter or budget."""
+    return RetryPolicy(attempts=retries, base_delay_s=backoff_s, max_delay_s=float("inf"),
+                       budget_s=float("inf"), jitter=False)
 
 
-def copy_verified(src: Backend, src_rel: str, dst: Backend, dst_rel: str, nbytes: int, checksum: str, *,
+def copy_verified(src: Backend, src_rel: str, dst: Backend, dst_rel: str, nbytes: int, checksum: str | None, *,
                   retries: int = 3, backoff_s: float = 0.2, verify: bool = True, fsync: bool = True,
-                  chunk: int = CHUNK, on_retry=None) -> CopyResult:
-    """Copy one shard; the destination appears only whole and verified."""
+                  chunk: int = CHUNK, on_retry=None, read_back: bool = False) -> CopyResult:
+    """Copy one file; the destination appears only whole and verified.
+
+    ``checksum`` is the source's manifest checksum; with None (a file no manifest names,
+    e.g. a checkpoint being archived) the bytes are hashed with xxh64 as they pass and
+    ``read_back`` re-reads the published copy and compares: the archive then proves it holds
+    what was sent.
+    """
     t0 = now_ns()
+    if checksum is None:
+        read_back = True
 
     direct = _plain_local(src) and _plain_local(dst)
     use_kernel = [direct and not verify and hasattr(os, "copy_file_range")]
 
     def attempt() -> int:
-        h = new_hasher(checksum) if verify else None
+        n = _attempt()
+        if read_back:
+            _check_read_back(dst, dst_rel, n, sent[0], checksum or "xxh64")
+        return n
+
+    sent: list = [None]
+
+    def _attempt() -> int:
+        h = new_hasher(checksum or "xxh64") if (verify or read_back) else None
+        sent[0] = h
         n = 0
         if direct and h is not None:
             with dst.open_output(dst_rel, fsync=fsync) as f:
@@ -243,9 +200,9 @@ def copy_verified(src: Backend, src_rel: str, dst: Backend, dst_rel: str, nbytes
             _check(src, src_rel, n, nbytes, h, checksum)  # raising here discards the temp copy
         return n
 
-    n, attempts, refetches = _retrying(f"copy of {src_rel} to {dst.url}", src.path(src_rel), retries, backoff_s,
-                                       attempt, on_retry)
-    return CopyResult(n, (now_ns() - t0) / 1e9, attempts, refetches)
+    out = _policy(retries, backoff_s).run(attempt, lambda: f"copy of {src_rel} to {dst.url} from {src.path(src_rel)}",
+                                          retry_if=any_failure, on_retry=on_retry)
+    return CopyResult(int(out.value), (now_ns() - t0) / 1e9, out.attempts, out.refetches)
 
 
 def fetch_verified(src: Backend, rel: str, nbytes: int, checksum: str, *, retries: int = 3,
@@ -263,14 +220,27 @@ def fetch_verified(src: Backend, rel: str, nbytes: int, checksum: str, *, retrie
         out[:] = [data]
         return len(data)
 
-    _, attempts, refetches = _retrying(f"read of {rel}", src.path(rel), retries, backoff_s, attempt, on_retry)
-    return out[0], attempts, refetches
+    res = _policy(retries, backoff_s).run(attempt, lambda: f"read of {rel} from {src.path(rel)}",
+                                          retry_if=any_failure, on_retry=on_retry)
+    return out[0], res.attempts, res.refetches
 
 
-def _check(src: Backend, rel: str, got: int, nbytes: int, h, checksum: str) -> None:
+def _check_read_back(dst: Backend, rel: str, nbytes: int, sent, algo: str) -> None:
+    """Re-read a published copy and compare it with the hash of the bytes that were sent."""
+    got = dst.size(rel)
+    if got != nbytes:
+        raise IntegrityError(f"copy {dst.path(rel)} has {got} bytes, the source {nbytes}")
+    back = new_hasher(algo)
+    for data in iter_chunks(dst, rel, nbytes):
+        back.update(data)
+    if back.hexdigest() != sent.hexdigest():
+        raise IntegrityError(f"copy {dst.path(rel)} does not match its source")
+
+
+def _check(src: Backend, rel: str, got: int, nbytes: int, h, checksum: str | None) -> None:
     if got != nbytes:
         raise IntegrityError(f"{src.path(rel)}: {got} bytes arrived, the manifest says {nbytes}")
-    if h is not None and not matches(checksum, h.hexdigest()):
+    if checksum and h is not None and not matches(checksum, h.hexdigest()):
         raise IntegrityError(f"{src.path(rel)}: checksum {h.hexdigest()} does not match the manifest's {checksum}")
 
 

@@ -41,7 +41,7 @@ def _plans(docs: list[tuple[str, dict]], assumptions: dict) -> list[tuple[str, d
 def suite_stage(ctx) -> dict:
     from ..errors import ConfigError
     from ..results import Results, read_results
-    from .build import build_report
+    from iobench.report.build import build_report
 
     docs, seen = [], set()
     for f in map(Path, ctx.results_files):
@@ -63,7 +63,7 @@ def suite_stage(ctx) -> dict:
         ctx.results_files.append(path)
         plan_docs.append((path.name, res.to_dict()))
         ctx.row("plan", p["model"], p["recommendation"])
-    stage_metrics = dict(ctx.state.get("stage_metrics") or {})
+    stage_metrics = dict(ctx.state.stage_metrics)
     summary = {"command": "run (so far)", "metrics": {"summary": [
         {"stage": s, "what": w, "value": v} for s, w, v in ctx.rows], "stages": stage_metrics},
         "warnings": list(ctx.warnings), "environment": {"object_tier": ctx.s3_url, "endpoint_url": ctx.endpoint_url,

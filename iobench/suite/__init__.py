@@ -1,34 +1,39 @@
 """`iobench run`: the default suite, stage by stage, on the embedded default or a cluster config.
 
-A stage is a function ``stage(ctx: SuiteContext) -> dict`` listed in ``STAGES`` as
-"module:function".  It reads what earlier stages left in ``ctx.state``, writes its own
-results files under ``ctx.out_dir``, adds rows to the summary with ``ctx.row(...)`` and
-returns its metrics, which land under ``metrics.<stage name>`` in ``run.json``.
+One module per stage in this package (``iobench.suite.<stage>``), each with
+``suite_stage(ctx: SuiteContext) -> dict``, listed in ``STAGES`` as "module:function"
+(a lazy registry: a stage's dependencies load only when it runs).  A stage calls its
+area's public API (generate, tiers, loader, checkpointing, gds, planner, report): the
+areas know nothing of the suite.  It reads what earlier stages left in ``ctx.state`` (a
+typed ``SuiteState``), writes its own results files under ``ctx.out_dir``, adds rows to
+the summary with ``ctx.row(...)`` and returns its metrics, which land under
+``metrics.<stage name>`` in ``run.json``.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .config import build, load_yaml_file, to_dict
-from .errors import ConfigError
-from .results import Results
+from ..config import build, load_yaml_file, to_dict
+from ..errors import ConfigError
+from ..results import Results, begin
+from .state import SuiteState
 
 # Order matters: later stages read what earlier ones put in ctx.state.
 STAGES: list[tuple[str, str]] = [
-    ("generate", "iobench.generate:suite_stage"),        # gen + verify; sets state["datasets"]
-    ("probe", "iobench.probe.suite:suite_stage"),        # short probe of each tier
-    ("stage", "iobench.tiers.suite:suite_stage"),        # staging across nvme/pfs/object
-    ("load", "iobench.loader.suite:suite_stage"),        # cold/warm loads + prefetch recommendation
-    ("checkpoint", "iobench.checkpointing.suite:suite_stage"),
-    ("gds", "iobench.gds.suite:suite_stage"),            # probe + CPU path numbers
-    ("report", "iobench.report.suite:suite_stage"),      # HTML + Markdown from the run's results
+    ("generate", "iobench.suite.generate:suite_stage"),      # gen + verify; fills state.datasets
+    ("probe", "iobench.suite.probe:suite_stage"),            # short probe of each tier
+    ("stage", "iobench.suite.stage:suite_stage"),            # staging across nvme/pfs/object; fills state.tiers_file
+    ("load", "iobench.suite.load:suite_stage"),              # cold/warm loads + prefetch recommendation
+    ("checkpoint", "iobench.suite.checkpoint:suite_stage"),
+    ("gds", "iobench.suite.gds:suite_stage"),                # probe + CPU path numbers
+    ("report", "iobench.suite.report:suite_stage"),          # HTML + Markdown from the run's results
 ]
 
 
@@ -36,6 +41,7 @@ STAGES: list[tuple[str, str]] = [
 class ObjectTierConfig:
     url: str
     endpoint_url: str | None = None
+    storage_options: dict | None = None  # fsspec options (no secrets: those come from AWS_* / profiles)
 
     def __post_init__(self) -> None:
         if not self.url.startswith("s3://"):
@@ -84,9 +90,7 @@ class SuiteContext:
     endpoint_url: str | None = None
     quick: bool = True                  # the embedded default: small sizes, a few minutes in all
     config: dict = field(default_factory=dict)
-    # Shared between stages.  state["datasets"]: list of dicts with keys name, format,
-    # modality, url, location ("local" | "s3"), storage_options (for s3), endpoint_url.
-    state: dict[str, Any] = field(default_factory=dict)
+    state: SuiteState = field(default_factory=SuiteState)    # what stages hand to each other
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     results_files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -101,22 +105,29 @@ class SuiteContext:
 
 
 def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | None = None,
-              keep_data: bool = False) -> Path:
+              keep_data: bool = False, progress: bool = True) -> Path:
     """Run the suite; returns the path of run.json."""
     from rich.console import Console
     from rich.table import Table
 
-    from .s3server import S3Server
+    from ..s3server import S3Server
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, quiet=not progress)  # stage rules and spinners are the run's progress
     out_dir.mkdir(parents=True, exist_ok=True)
     results = Results(command="run", config=config or {})
-    work_dir = Path(tempfile.mkdtemp(prefix="iobench-run-", dir=(config or {}).get("work_dir")))
+    parent = (config or {}).get("work_dir")
+    if parent and not os.path.isdir(parent):  # before any work; mkdtemp would give a traceback
+        raise ConfigError("work_dir", f"{parent} is not a directory",
+                          "create it, or drop work_dir to use the system temp dir")
+    work_dir = Path(tempfile.mkdtemp(prefix="iobench-run-", dir=parent))
     server = None
+    created_s3 = None  # the run's own prefix on a cluster store: removed at the end, nothing else
     try:
         cluster = (config or {}).get("object")
         if cluster:
-            s3_url, endpoint, opts = cluster["url"], cluster.get("endpoint_url"), {}
+            s3_url = f"{cluster['url'].rstrip('/')}/{work_dir.name}"
+            endpoint, opts = cluster.get("endpoint_url"), dict(cluster.get("storage_options") or {})
+            created_s3 = (s3_url, endpoint, opts)
         else:
             with console.status("starting the embedded S3 server (SeaweedFS)"):
                 server = S3Server(bucket="iobench").start()
@@ -132,12 +143,13 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             module, func = target.split(":")
             console.rule(f"[bold]{name}")
             t0 = time.perf_counter_ns()
+            begin()  # the stage's results files carry their own start time
             metrics = getattr(importlib.import_module(module), func)(ctx)
             metrics = dict(metrics or {})
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
             results.metrics[name] = metrics
             # Later stages (the report) see what earlier ones returned; run.json is written only at the end.
-            ctx.state.setdefault("stage_metrics", {})[name] = metrics
+            ctx.state.stage_metrics[name] = metrics
         for w in ctx.warnings:
             results.warn(w)
         results.environment["results_files"] = [str(p) for p in ctx.results_files]
@@ -150,7 +162,21 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
         Console().print(table)
         return path
     finally:
+        if created_s3 is not None and not keep_data:
+            _remove_prefix(*created_s3, console)
         if server is not None:
             server.stop()
         if not keep_data:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _remove_prefix(url: str, endpoint: str | None, opts: dict, console) -> None:
+    """Remove the run's own prefix (iobench-run-XXXX under the configured URL) from the object store."""
+    from ..storage import open_backend
+
+    try:
+        backend = open_backend(url, endpoint_url=endpoint, storage_options=opts, field_name="object.url")
+        if backend.fs.exists(backend.root):
+            backend.fs.rm(backend.root, recursive=True)
+    except Exception as e:  # cleanup must not hide the run's own error; say what is left
+        console.print(f"[yellow]warning[/]: could not remove {url} ({type(e).__name__}); remove it by hand")

@@ -5,27 +5,28 @@
    the access trace;
 3. replay that trace against every policy at 25/50/100 % of the dataset.
 
-Leaves the tiers file in ``ctx.state["tiers_file"]`` for the load stage.
+Leaves the tiers file in ``ctx.state.tiers_file`` for the load stage.
 """
 
 from __future__ import annotations
 
+from .state import GeneratedDataset
 
-def _pick(datasets: list[dict]) -> dict | None:
-    order = sorted(datasets, key=lambda d: (d.get("location") != "s3", d.get("format") != "raw",
-                                            d.get("modality") != "tokens"))
+
+def _pick(datasets: list[GeneratedDataset]) -> GeneratedDataset | None:
+    order = sorted(datasets, key=lambda d: (d.location != "s3", d.format != "raw", d.modality != "tokens"))
     return order[0] if order else None
 
 
 def suite_stage(ctx) -> dict:
     from ..results import Results
     from ..units import format_bytes, format_rate, format_seconds
-    from .config import TiersConfig, TierSpec, write_tiers_file
-    from .manager import TierManager
-    from .run import open_dataset, run_stage
-    from .simulate import compare, distinct_bytes, read_trace
+    from iobench.tiers.config import TiersConfig, TierSpec, write_tiers_file
+    from iobench.tiers.manager import TierManager
+    from iobench.tiers.run import open_dataset, run_stage
+    from iobench.tiers.simulate import compare, distinct_bytes, read_trace
 
-    ds = _pick(ctx.state.get("datasets") or [])
+    ds = _pick(ctx.state.datasets)
     if ds is None:
         ctx.warnings.append("stage: no dataset from the generate stage; skipped")
         return {"skipped": True}
@@ -35,7 +36,7 @@ def suite_stage(ctx) -> dict:
         tiers.append(TierSpec(name="object", url=ctx.s3_url, endpoint_url=ctx.endpoint_url,
                               storage_options=dict(ctx.s3_storage_options or {})))
     probe_cfg = TiersConfig(tiers=tuple(tiers), catalog=str(ctx.work_dir / "tiers-catalog.sqlite"))
-    _backend, manifest = open_dataset(probe_cfg, ds["url"], ds.get("endpoint_url"))
+    _backend, manifest = open_dataset(probe_cfg, ds.url, ds.endpoint_url)
     total = manifest.total_bytes
     biggest = max(s.bytes for s in manifest.shards)
     # nvme holds the whole dataset twice over (the load stage pre-stages into it); pfs holds half.
@@ -45,27 +46,27 @@ def suite_stage(ctx) -> dict:
     cfg = TiersConfig(tiers=tuple(tiers), catalog=probe_cfg.catalog, concurrency=4)
     tiers_file = str(ctx.work_dir / "tiers.yaml")
     write_tiers_file(cfg, tiers_file, with_secrets=True)   # 0600: the load stage's workers need the credentials
-    ctx.state["tiers_file"] = tiers_file
-    ctx.state["tiers_dataset"] = ds["url"]
+    ctx.state.tiers_file = tiers_file
+    ctx.state.tiers_dataset = ds.url
 
-    res = Results(command="stage", config={"dataset": ds["url"], "tiers": cfg.describe()})
+    res = Results(command="stage", config={"dataset": ds.url, "tiers": cfg.describe()})
     trace = str(ctx.out_dir / "stage-trace.jsonl")
-    ond = run_stage(cfg, ds["url"], mode="ondemand", to="pfs", epochs=2, readers=2, tiers_file=tiers_file,
-                    endpoint_url=ds.get("endpoint_url"), trace_path=trace)
+    ond = run_stage(cfg, ds.url, mode="ondemand", to="pfs", epochs=2, readers=2, tiers_file=tiers_file,
+                    endpoint_url=ds.endpoint_url, trace_path=trace)
     mgr = TierManager(cfg).open()
     try:  # so that the pre-stage below copies from the object tier, not from pfs
-        mgr.evict("pfs", mgr.register(ds["url"], manifest, _backend))
+        mgr.evict("pfs", mgr.register(ds.url, manifest, _backend))
     finally:
         mgr.close()
-    pre = run_stage(cfg, ds["url"], mode="prestage", to="nvme", epochs=0, tiers_file=tiers_file,
-                    endpoint_url=ds.get("endpoint_url"))
+    pre = run_stage(cfg, ds.url, mode="prestage", to="nvme", epochs=0, tiers_file=tiers_file,
+                    endpoint_url=ds.endpoint_url)
     st = pre["staging"]
     _, reads = read_trace(trace)
     accesses = [(r["shard"], int(r["bytes"])) for r in reads]
     dist = distinct_bytes(accesses)
     caps = [max(1, dist // 4), max(1, dist // 2), dist]
     sim = [r.to_dict() for r in compare(accesses, ["lru", "fifo", "pin-once-full"], caps)]
-    ctx.row("stage", f"prestage {ds['name']}: " + ", ".join(st["bytes_by_tier_pair"]),
+    ctx.row("stage", f"prestage {ds.name}: " + ", ".join(st["bytes_by_tier_pair"]),
             f"{format_bytes(st['bytes'])} in {format_seconds(st['seconds'])}, {format_rate(st['bytes_per_s'])}")
     hr = [e["hit_ratio"] for e in ond["epochs"]]
     ctx.row("stage", "ondemand into pfs (½ dataset, LRU), 2 epochs",

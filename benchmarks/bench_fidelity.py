@@ -1,0 +1,408 @@
+"""Loader fidelity: iobench's stall against ground truth three ways, on the same bytes, in one run.
+
+    .venv/bin/python benchmarks/bench_fidelity.py [--sections grid,throttled,fio,wds] [--quick]
+                                                  [--out reports/reference/fidelity] [--venv DIR]
+
+- ``grid``: the discrete-event model (iobench.planner.loader_sim) replays each real run on
+  emulated storage: pattern × W {1,2,4} × Q {1,2,4} × storage {const, lognormal, spike, bw}
+  × compute {const, normal}; measured − predicted (target within 2 pp).
+- ``throttled``: the kernel caps reads of the dataset's disk (cgroup blkio / io.max,
+  iobench.throttle) for iobench and for the peers alike, cold cache before every run:
+  iobench ``--access map`` vs a torch DataLoader (map-style Dataset, one ranged read per
+  sample, ``num_workers`` W, ``prefetch_factor`` Q) on raw token shards, and iobench
+  ``--access stream`` vs a webdataset pipeline on tar shards; alternating rounds, median;
+  iobench stall − peer stall (target within 3 pp), the bandwidth formula, and the device
+  bytes each read (read-ahead amplification).
+- ``fio``: map-style small random reads vs ``fio --rw=randread`` at the same request size
+  and queue depth (target ≥ 0.8x).
+- ``wds``: stream-mode tar vs webdataset, samples/s over the whole process's wall time
+  (imports and start-up included), 10k+ samples (target ≥ 1.5x).
+
+The peers run in a benchmark-only venv (``--venv``, default ``benchmarks/.venv-torch``,
+git-ignored), created on first use with ``pip install torch==2.13.0 webdataset``; torch is
+never installed into the project's venv.  Absolute times on a shared machine are noise:
+compare within a row; the load average is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+from iobench.blockdev import DeviceCounter, device_of
+from iobench.io.pagecache import drop_pages, file_residency
+from iobench.generate import GenSpec, generate
+from iobench.loader import fidelity
+from iobench.loader.core import LoadConfig, run_load
+from iobench.manifest import read_manifest
+from iobench.planner.loader_sim import bandwidth_stall, consumer_busy_s
+from iobench.storage import open_backend
+
+MiB = 2**20
+HERE = Path(__file__).resolve().parent
+PEERS = HERE / "fidelity_peers.py"
+
+
+def has_access() -> bool:
+    return "access" in {f.name for f in fields(LoadConfig)}
+
+
+# ------------------------------------------------------------------ the peers' venv
+
+def peer_python(venv: Path) -> str:
+    py = venv / "bin" / "python"
+    if not py.exists():
+        print(f"creating the peers' venv {venv} (torch==2.13.0, webdataset)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "webdataset", "numpy"], check=True)
+    return str(py)
+
+
+def run_peer(py: str, spec: dict) -> dict:
+    out = subprocess.run([py, str(PEERS), json.dumps(spec)], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"peer {spec['kind']} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ stall, computed one way for everyone
+
+def stalls(wait: list[float], t_s: list[float], busy: list[float]) -> dict:
+    """Stall with step 0 excluded (iobench's, MLPerf's) and steady-state stall (from the first step that
+    waited and not before the second half: the batches read while the loader started drain first)."""
+    n = len(t_s) - 1
+    steps = [t_s[k + 1] - t_s[k] for k in range(n)]
+    first = sum(wait[1:n]) / sum(steps[1:]) if n > 1 and sum(steps[1:]) > 0 else None
+    k_wait = next((k for k in range(1, n) if wait[k] > 0.001), n)
+    k0 = max(k_wait, n // 2) if k_wait < n else n // 2   # never waited: the second half
+    span = t_s[n] - t_s[k0] if n > k0 else 0.0
+    steady = sum(wait[k0:n]) / span if span > 0 else None
+    b = busy[k0:n]
+    return {"stall_ratio": first, "steady_stall_ratio": steady, "steady_from_step": k0,
+            "steady_busy_s": sum(b) / len(b) if b else None}
+
+
+def iobench_series(m: dict) -> dict:
+    s = m["series"]
+    return stalls(s["wait_s"], s["t_s"], consumer_busy_s(s))
+
+
+def peer_series(p: dict) -> dict:
+    busy = [c for c in p["compute_s"]]
+    return stalls(p["wait_s"], p["t_s"], busy)
+
+
+def cold(paths: list[str]) -> float:
+    for p in paths:
+        drop_pages(p)
+    res = [file_residency(p) for p in paths]
+    return max((r for r in res if r is not None), default=0.0)
+
+
+# ------------------------------------------------------------------ sections
+
+def bench_grid(work: Path, quick: bool) -> list[dict]:
+    url = str(work / "grid-tok")
+    B, SEQ = 8, 512
+    generate(GenSpec(format="raw", modality="tokens", num_samples=B * 64, shard_size=f"{B} samples", seq_len=SEQ,
+                     vocab_size=1000, fsync=False), url, progress=False)
+    patterns = fidelity.PATTERNS if has_access() else ("block",)
+    cells = fidelity.grid(patterns=patterns)
+    if quick:
+        cells = [c for c in cells if c.prefetch != 2 and c.workers != 2]
+    rows = []
+    for c in cells:
+        r = fidelity.run_cell(url, c, batch_size=B, shard_samples=B, sample_bytes=SEQ * 2, steps=24, compute_s=0.06)
+        if abs(r["diff_pp"]) > 2.0:   # one re-run, as the test does: a descheduled process is not the loader
+            r2 = fidelity.run_cell(url, c, batch_size=B, shard_samples=B, sample_bytes=SEQ * 2, steps=24,
+                                   compute_s=0.06)
+            r2["first_try_diff_pp"] = r["diff_pp"]
+            r = r2
+        print(f"[grid] {r['cell']}: measured {r['measured_stall']:.3f} predicted {r['predicted_stall']:.3f} "
+              f"({r['diff_pp']:+.2f} pp)", flush=True)
+        rows.append(r)
+    return [{"section": "grid", "cells": rows, "within_2pp": sum(abs(r["diff_pp"]) <= 2 for r in rows),
+             "total": len(rows), "max_abs_diff_pp": max(abs(r["diff_pp"]) for r in rows)}]
+
+
+def _throttle(path: str, bw: int):
+    from iobench.throttle import ReadThrottle, available
+
+    ok, why = available()
+    if not ok:
+        return None, why
+    dev = device_of(path)
+    if dev is None:
+        return None, f"{path} is not on a block device"
+    return ReadThrottle(dev, bw, tag="bench"), None
+
+
+def bench_throttled(work: Path, quick: bool, py: str) -> list[dict]:
+    bw = 50 * MiB
+    rounds = 1 if quick else 3
+    W, Q = 2, 2
+    out = []
+    # raw tokens, 4 KiB samples, 128-sample (512 KiB) batches: 10 ms of transfer, 8 ms compute -> 20 %
+    raw = str(work / "raw")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=131072, shard_size="64MiB", seq_len=2048,
+                     vocab_size=50000, fsync=True), raw, progress=False)
+    tar = str(work / "tar")
+    generate(GenSpec(format="tar", modality="tokens", num_samples=40960, shard_size="8MiB", seq_len=2048,
+                     vocab_size=50000, fsync=True), tar, progress=False)
+    for name, url, pattern, peer_kind in (("map: raw tokens, random ranged reads", raw, "map", "torch-map"),
+                                          ("stream: tar tokens, shards in order", tar, "stream", "wds-stream")):
+        backend = open_backend(url)
+        man = read_manifest(backend)
+        paths = [backend.local_path(s.path) for s in man.shards]
+        batch, steps = 128, (60 if quick else 120)
+        per_sample = 2048 * 2 if pattern == "map" else man.total_bytes / man.total_samples
+        batch_bytes = batch * per_sample
+        compute_s = 0.8 * batch_bytes / bw
+        thr, why = _throttle(url, bw)
+        if thr is None:
+            out.append({"section": f"throttled {name}", "skipped": why})
+            continue
+        kw = dict(dataset=url, workers=W, prefetch=Q, batch_size=batch, steps=steps, cache="cold",
+                  compute=f"{compute_s * 1000:.3f}ms", monitor_interval_s=1.0, seed=1)
+        if has_access():
+            kw["access"] = pattern
+            if pattern == "stream":
+                kw["shuffle_buffer"] = 1000
+        else:
+            kw["shuffle_buffer"] = 0 if pattern == "stream" else 1000
+            kw["shuffle"] = pattern != "stream"
+        cfg = LoadConfig(**kw)
+        peer_spec = {"kind": peer_kind, "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
+                     "compute_s": compute_s, "seed": 1}
+        if peer_kind == "torch-map":
+            peer_spec.update(shards=[{"path": p, "first_sample": s.first_sample, "samples": s.samples}
+                                     for p, s in zip(paths, man.shards)], sample_bytes=2048 * 2, dtype="<u2")
+        else:
+            peer_spec.update(urls=paths, shuffle_buffer=1000, key="npy")
+        iob, peer = [], []
+        for rnd in range(rounds):
+            order = ("iobench", "peer") if rnd % 2 == 0 else ("peer", "iobench")
+            for who in order:
+                if who == "iobench":
+                    with thr:
+                        r = run_load(cfg)
+                    m = r.metrics
+                    row = {"stall_ratio_reported": m["stall_ratio"], **iobench_series(m),
+                           "device_io": m.get("device_io"), "residency": r.environment["cache"].get(
+                               "measured_residency"), "samples_per_s": m["throughput"]["samples_per_s"]}
+                    iob.append(row)
+                else:
+                    res = cold(paths)
+                    with thr:
+                        dc = DeviceCounter(paths[0])
+                        p = run_peer(py, peer_spec)
+                        dev = dc.stop(p["bytes"], p["bytes"])
+                    row = {**peer_series(p), "device_io": dev, "residency": res,
+                           "samples_per_s": p["samples"] / p["wall_s"]}
+                    peer.append(row)
+                print(f"[throttled] {pattern} {who} round {rnd}: stall {row['stall_ratio']} steady "
+                      f"{row['steady_stall_ratio']} amplification "
+                      f"{(row['device_io'] or {}).get('read_amplification')}", flush=True)
+        def med(rows, k):
+            vals = [r[k] for r in rows if r.get(k) is not None]
+            return statistics.median(vals) if vals else float("nan")
+
+        amp = lambda rows: statistics.median((r["device_io"] or {}).get("read_amplification") or 0 for r in rows)  # noqa: E731
+        busy = med(iob, "steady_busy_s")
+        formula = bandwidth_stall(busy, batch_bytes, bw)
+        out.append({
+            "section": f"throttled {name}", "pattern": pattern if has_access() else cfg.shuffle and "block",
+            "peer": peer_kind, "bandwidth_bytes_per_s": bw, "batch_bytes": batch_bytes, "compute_s": compute_s,
+            "workers": W, "prefetch": Q, "steps": steps, "rounds": rounds,
+            "iobench_stall": med(iob, "stall_ratio"), "peer_stall": med(peer, "stall_ratio"),
+            "iobench_steady_stall": med(iob, "steady_stall_ratio"), "peer_steady_stall": med(peer, "steady_stall_ratio"),
+            "diff_pp": 100 * (med(iob, "stall_ratio") - med(peer, "stall_ratio")),
+            "steady_diff_pp": 100 * (med(iob, "steady_stall_ratio") - med(peer, "steady_stall_ratio")),
+            "formula_stall": formula, "formula_note": "1 - consumer time per step / (batch bytes / bandwidth)",
+            "iobench_read_amplification": amp(iob), "peer_read_amplification": amp(peer),
+            "iobench_runs": iob, "peer_runs": peer})
+    return out
+
+
+def bench_fio(work: Path, quick: bool) -> list[dict]:
+    """Map-style 4 KiB random reads (warm page cache) vs fio randread, same size and queue depth."""
+    if not has_access():
+        return [{"section": "fio randread", "skipped": "this loader has no --access map yet"}]
+    if not shutil.which("fio"):
+        return [{"section": "fio randread", "skipped": "fio not installed (scripts/install-system-deps.sh)"}]
+    url = str(work / "fio-raw")
+    if not Path(url, "manifest.json").exists():
+        generate(GenSpec(format="raw", modality="tokens", num_samples=16384, shard_size="16MiB", seq_len=2048,
+                         vocab_size=50000, fsync=False), url, progress=False)
+    backend = open_backend(url)
+    man = read_manifest(backend)
+    paths = [backend.local_path(s.path) for s in man.shards]
+    W, steps, batch = 2, (200 if quick else 600), 64
+    cfg = LoadConfig(dataset=url, access="map", workers=W, prefetch=2, batch_size=batch, steps=steps, cache="warm",
+                     monitor_interval_s=1.0)
+    iob, peer = [], []
+    for rnd in range(1 if quick else 3):
+        m = run_load(cfg).metrics
+        iob.append(m["throughput"]["steady_samples_per_s"])
+        fj = work / "fio.json"
+        args = ["fio", "--output-format=json", f"--output={fj}", "--group_reporting", "--name=randread",
+                "--rw=randread", "--bs=4k", "--ioengine=psync", "--iodepth=1", f"--numjobs={W}", "--invalidate=0",
+                "--time_based", "--runtime=2", "--filename=" + ":".join(p.replace(":", "\\:") for p in paths)]
+        subprocess.run(args, check=True, capture_output=True)
+        peer.append(json.loads(fj.read_text())["jobs"][0]["read"]["iops"])
+    i, p = statistics.median(iob), statistics.median(peer)
+    return [{"section": "fio randread", "metric": "samples (4 KiB reads) per s",
+             "note": f"warm page cache; iobench map W={W} (one read per sample, queue depth {W}) vs fio "
+                     f"randread bs=4k psync numjobs={W} iodepth=1 over the same shard files",
+             "iobench": i, "peer": p, "ratio": i / p, "target": 0.8, "met": i / p >= 0.8,
+             "iobench_runs": iob, "peer_runs": peer}]
+
+
+def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
+    """Stream-mode tar vs webdataset: samples/s over the whole process (imports included), 1 worker, no compute."""
+    if not has_access():
+        return [{"section": "stream tar vs webdataset", "skipped": "this loader has no --access stream yet"}]
+    url = str(work / "wds-tar")
+    n = 12000 if quick else 24000
+    generate(GenSpec(format="tar", modality="tokens", num_samples=n, shard_size="8MiB", seq_len=512,
+                     vocab_size=50000, fsync=False), url, progress=False)
+    backend = open_backend(url)
+    man = read_manifest(backend)
+    paths = [backend.local_path(s.path) for s in man.shards]
+    batch = 64
+    steps = n // batch
+    iob_cmd = [str(Path(sys.executable).parent / "iobench"), "load", url, "--access", "stream", "-W", "1",
+               "-Q", "2", "--batch-size", str(batch), "--steps", str(steps), "--cache", "warm", "--no-progress"]
+    spec = {"kind": "wds-stream", "urls": paths, "batch": batch, "workers": 0, "prefetch": 2, "steps": steps,
+            "compute_s": 0.0, "shuffle_buffer": 1000, "key": "npy"}
+    iob, peer = [], []
+    for rnd in range(1 if quick else 3):
+        for p in paths:
+            file_residency(p)
+        t0 = time.perf_counter()
+        r = subprocess.run(iob_cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return [{"section": "stream tar vs webdataset", "skipped": f"iobench load failed: {r.stderr[-500:]}"}]
+        iob.append(steps * batch / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        pr = run_peer(py, spec)
+        peer.append(pr["samples"] / (time.perf_counter() - t0))
+    i, p = statistics.median(iob), statistics.median(peer)
+    return [{"section": "stream tar vs webdataset", "metric": "samples/s, whole-process wall",
+             "note": f"{steps * batch} samples of 1 KiB tokens in tar shards, warm cache, one process each "
+                     "(iobench -W 1: one worker process + consumer; webdataset in the consumer), shuffle buffer "
+                     "1000, batch 64, no compute; wall time of the whole command, imports included",
+             "iobench": i, "peer": p, "ratio": i / p, "target": 1.5, "met": i / p >= 1.5,
+             "iobench_runs": iob, "peer_runs": peer}]
+
+
+# ------------------------------------------------------------------ report
+
+def machine() -> dict:
+    import psutil
+
+    return {"cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+            "os": f"{platform.system()} {platform.release()}", "python": sys.version.split()[0],
+            "load_avg_at_start": os.getloadavg()}
+
+
+def to_markdown(results: list[dict], meta: dict) -> str:
+    m = meta["machine"]
+    la = ", ".join(f"{x:.1f}" for x in m["load_avg_at_start"])
+    lae = ", ".join(f"{x:.1f}" for x in meta["load_avg_at_end"])
+    L = ["# Loader fidelity: iobench's stall against ground truth", "",
+         f"Command: `{meta['command']}`  ", f"Machine: {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, "
+         f"{m['os']}, Python {m['python']}; shared with ~8 agents' builds and tests (load average {la} at start, "
+         f"{lae} at end). Run took {meta['seconds']:.0f} s.", ""]
+    for r in results:
+        if "skipped" in r:
+            L += [f"## {r['section']}", "", f"Skipped: {r['skipped']}", ""]
+            continue
+        if r["section"] == "grid":
+            L += ["## Discrete-event model vs the real loader (emulated storage)", "",
+                  f"{r['within_2pp']} of {r['total']} cells within 2 pp (max |diff| {r['max_abs_diff_pp']:.2f} pp). "
+                  "The model (iobench.planner.loader_sim) replays each run's recorded per-batch worker times "
+                  "and consumer times; batch I/O ≈ 1.25 × W × compute, split over the pattern's requests.", "",
+                  "| cell | emulate | measured | predicted | diff (pp) |", "|---|---|---|---|---|"]
+            for c in r["cells"]:
+                L.append(f"| {c['cell']} | `{c['emulate']}` | {c['measured_stall']:.3f} | {c['predicted_stall']:.3f} "
+                         f"| {c['diff_pp']:+.2f} |")
+            L.append("")
+        elif r["section"].startswith("throttled"):
+            L += [f"## Kernel-throttled disk: {r['section'][10:]}", "",
+                  f"cgroup read cap {r['bandwidth_bytes_per_s'] / MiB:.0f} MiB/s on the dataset's disk, cold cache "
+                  f"before every run, W={r['workers']} Q={r['prefetch']}, batch {r['batch_bytes'] / 1024:.0f} KiB, "
+                  f"compute {r['compute_s'] * 1000:.1f} ms, {r['steps']} steps, median of {r['rounds']} alternating "
+                  f"rounds. Peer: {r['peer']}.", "",
+                  "| | iobench | peer | iobench − peer |", "|---|---|---|---|",
+                  f"| stall (step 0 excluded) | {r['iobench_stall']:.3f} | {r['peer_stall']:.3f} | "
+                  f"{r['diff_pp']:+.2f} pp |",
+                  f"| steady-state stall | {r['iobench_steady_stall']:.3f} | {r['peer_steady_stall']:.3f} | "
+                  f"{r['steady_diff_pp']:+.2f} pp |",
+                  f"| device bytes / requested bytes | {r['iobench_read_amplification']:.2f} | "
+                  f"{r['peer_read_amplification']:.2f} | |", "",
+                  f"Bandwidth formula ({r['formula_note']}): {r['formula_stall']:.3f}.", ""]
+        else:
+            L += [f"## {r['section']}", "", f"{r['note']}.", "",
+                  f"iobench {r['iobench']:,.0f} vs peer {r['peer']:,.0f} {r['metric']}: ratio **{r['ratio']:.2f}** "
+                  f"(target ≥ {r['target']}: {'met' if r['met'] else 'NOT met'}).", ""]
+    return "\n".join(L) + "\n"
+
+
+SECTIONS = ("grid", "throttled", "fio", "wds")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--quick", action="store_true", help="fewer cells, rounds and steps")
+    ap.add_argument("--out", default="reports/reference/fidelity")
+    ap.add_argument("--venv", default=str(HERE / ".venv-torch"), help="the peers' venv (created if missing)")
+    ap.add_argument("--work", help="scratch directory on the disk to throttle (default: a temp dir under /tmp)")
+    args = ap.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        print(f"--sections: unknown {bad}; choose from {','.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="iobench-bench-fidelity-", dir=args.work))
+    meta = {"command": "python benchmarks/bench_fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": machine()}
+    t0 = time.perf_counter()
+    results: list[dict] = []
+    try:
+        py = peer_python(Path(args.venv)) if {"throttled", "wds"} & set(sections) else None
+        for s in sections:
+            if s == "grid":
+                results += bench_grid(work, args.quick)
+            elif s == "throttled":
+                results += bench_throttled(work, args.quick, py)
+            elif s == "fio":
+                results += bench_fio(work, args.quick)
+            else:
+                results += bench_wds(work, args.quick, py)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    meta["seconds"] = time.perf_counter() - t0
+    meta["load_avg_at_end"] = os.getloadavg()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
+    md = to_markdown(results, meta)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

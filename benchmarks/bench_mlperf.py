@@ -1,0 +1,127 @@
+"""MLPerf Storage's unet3d, scaled down, at 1..N simulated accelerators on this machine.
+
+Per accelerator count: ``iobench mlperf run`` (cold page cache before every epoch, since the
+dataset is far under 5x memory; several runs for the spread) gives min/mean AU with the worst
+accelerator's 95% interval, samples/s and MB/s.  Two checks computed another way, in the same
+run on the same bytes:
+
+- model: the discrete-event loader model (iobench.planner.loader_sim) replays each
+  accelerator's recorded per-batch worker times; its AU is set beside the measured one;
+- no I/O: the same count with batches from memory (the harness's own ceiling, rule 7); the
+  gap to it is what storage costs.
+
+Then ``--find-max`` on the same dataset.  DLIO/MLPerf's own tool is not installable here (its
+PyPI install fails on a placeholder package), so no peer runs.  Writes
+reports/reference/mlperf.md and mlperf.json.
+
+    .venv/bin/python benchmarks/bench_mlperf.py [--max 4] [--files 336] [--scale 0.001]
+        [--compute-s 0.02] [--runs 3] [--epochs 2] [--dir DIR] [--out reports/reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from iobench.cli import main as iobench_main
+from iobench.mlperf.findmax import find_max
+from iobench.mlperf.run import MlperfConfig, run_mlperf
+from iobench.results import host_info, now_iso
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--max", type=int, default=4, help="largest accelerator count (default 4)")
+    ap.add_argument("--files", type=int, default=336)
+    ap.add_argument("--scale", type=float, default=0.001)
+    ap.add_argument("--compute-s", type=float, default=0.02)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
+    a = ap.parse_args()
+    work = Path(a.dir or tempfile.mkdtemp(prefix="h16-bench-mlperf-", dir="/tmp"))
+    data = work / "unet3d"
+    try:
+        assert iobench_main(["gen", "--workload", "unet3d", "--scale", str(a.scale), "--num-samples", str(a.files),
+                             "--out", str(data), "--no-progress"]) == 0
+        rows, raw = [], []
+        for n in range(1, a.max + 1):
+            base = MlperfConfig(dataset=str(data), accelerators=n, compute_s=a.compute_s, epochs=a.epochs,
+                                runs=a.runs)
+            load0 = os.getloadavg()[0]
+            r = run_mlperf(base)
+            s = run_mlperf(MlperfConfig(dataset=str(data), accelerators=n, compute_s=a.compute_s, epochs=a.epochs,
+                                        runs=1, synthetic=True))
+            worst = next(p for p in r["per_rank"] if p["rank"] == r["worst_accelerator"])
+            ci = r["au_ci95_worst"]
+            rows.append([n, _pct(r["au_min"]), f"{_pct(ci[0])}..{_pct(ci[1])}" if ci else "-",
+                         _pct(worst["au_model"]), _pct(s["au_min"]),
+                         f"{r['samples_per_s']:.1f}", f"{r['MB_per_s']:.1f}",
+                         f"{_pct(r['spread']['au_min']['min'])}..{_pct(r['spread']['au_min']['max'])}",
+                         "pass" if r["passed"] else "FAIL", f"{load0:.1f}"])
+            raw.append({"accelerators": n, "run": {k: v for k, v in r.items() if k != "per_run"},
+                        "no_io": {"au_min": s["au_min"], "samples_per_s": s["samples_per_s"]}})
+            print(" | ".join(map(str, rows[-1])), flush=True)
+        fm = find_max(MlperfConfig(dataset=str(data), compute_s=a.compute_s, epochs=a.epochs, runs=1),
+                      max_accelerators=a.max, say=print)
+        print(fm["headline"])
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        ds = raw[0]["run"]["dataset"]
+        md = [
+            "# MLPerf Storage unet3d, scaled down: AU and throughput per simulated accelerator count",
+            "",
+            f"**{fm['headline']}** (this 2-core shared VM, local disk, cold cache every epoch).",
+            "",
+            f"Generated {now_iso()} by `.venv/bin/python benchmarks/bench_mlperf.py --max {a.max} --files {a.files} "
+            f"--scale {a.scale} --compute-s {a.compute_s} --runs {a.runs} --epochs {a.epochs}`.",
+            f"Dataset: {ds['files']} npz files, {ds['bytes'] / 1e6:.1f} MB (unet3d sizes x{a.scale}: mean "
+            f"{146600628 * a.scale / 1e3:.0f} kB); batch 7, 4 loader workers per accelerator, compute "
+            f"{a.compute_s * 1e3:g} ms per step; {a.runs} runs x {a.epochs} epochs per count, first step of each "
+            "epoch excluded; not rule-compliant (scaled, and under 5x memory: page cache dropped every epoch).",
+            "",
+            "| accelerators | min AU | worst's 95% interval | model AU (worst) | min AU, no I/O | samples/s | MB/s "
+            "| min AU over runs | verdict (90%) | load avg |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ] + ["| " + " | ".join(map(str, r)) + " |" for r in rows] + [
+            "",
+            "- **model AU**: the discrete-event loader model replaying the worst accelerator's recorded per-batch "
+            "worker times (ground truth computed without the loader's code); it charges nothing for hand-off, so "
+            "the measured AU sits at or slightly below it.",
+            "- **min AU, no I/O**: the same count with batches from memory: the harness's ceiling on this host. "
+            "Where it falls too, the limit is the CPU (2 cores for N consumers x 4 workers), not storage.",
+            "- Absolute numbers on this shared machine are noise; the per-count shape and the agreement with the "
+            "model are the result. MLPerf Storage's own tool (DLIO) does not install here, so there is no peer "
+            "column.",
+            "",
+            "find-max probes: " + ", ".join(f"{p['accelerators']}: {_pct(p['au_min'])}"
+                                            f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])
+            + (f"; next step: {fm['next_step']['explanation']}" if fm["next_step"] else ""),
+            "",
+        ]
+        (out / "mlperf.md").write_text("\n".join(md))
+        (out / "mlperf.json").write_text(json.dumps({"host": host_info(), "args": vars(a), "counts": raw,
+                                                     "find_max": {k: v for k, v in fm.items()
+                                                                  if k != "result_at_max"}},
+                                                    indent=2, default=str) + "\n")
+        print(f"wrote {out / 'mlperf.md'}")
+    finally:
+        if not a.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Peer loaders for benchmarks/bench_fidelity.py; runs in the benchmark's own venv (torch, webdataset).
+
+    PYTHON fidelity_peers.py '{"kind": "torch-map" | "wds-stream" | "wds-count", ...}'
+
+Prints one JSON line: per-step ``wait_s``, ``compute_s``, ``t_s`` (step starts), samples,
+bytes and wall time.  The consumer loop is the one iobench's loader uses: wait for the next
+batch (stall), then sleep the step's compute.  No iobench import: the peers see the same
+bytes (paths from the manifest, resolved by the caller) and nothing else of ours.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+
+class TokenShards:
+    """Map-style Dataset over raw token shards: sample i = one ranged read (os.pread) of seq_len tokens."""
+
+    HEADER = 64
+
+    def __init__(self, shards: list[dict], sample_bytes: int, dtype: str) -> None:
+        self.paths = [s["path"] for s in shards]
+        self.first = [s["first_sample"] for s in shards]
+        self.count = sum(s["samples"] for s in shards)
+        self.sample_bytes, self.dtype = sample_bytes, dtype
+        self.fds: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int):
+        import torch
+
+        s = bisect.bisect_right(self.first, i) - 1
+        fd = self.fds.get(s)
+        if fd is None:  # opened lazily in each worker (fds do not cross the fork usefully)
+            fd = self.fds[s] = os.open(self.paths[s], os.O_RDONLY)
+        off = self.HEADER + (i - self.first[s]) * self.sample_bytes
+        b = os.pread(fd, self.sample_bytes, off)
+        return torch.from_numpy(np.frombuffer(b, dtype=self.dtype).copy())
+
+
+def consume(it, steps: int, compute_s: float, nbytes) -> dict:
+    wait, comp, t_s = [], [], []
+    samples = total_bytes = 0
+    t_start = time.perf_counter()
+    for k in range(steps):
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        n, b = nbytes(batch)
+        samples += n
+        total_bytes += b
+        if compute_s:
+            time.sleep(compute_s)
+        t2 = time.perf_counter()
+        wait.append(t1 - t0)
+        comp.append(t2 - t1)
+        t_s.append(t0 - t_start)
+    return {"wait_s": wait, "compute_s": comp, "t_s": t_s, "samples": samples, "bytes": total_bytes,
+            "wall_s": time.perf_counter() - t_start}
+
+
+def torch_map(spec: dict) -> dict:
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    ds = TokenShards(spec["shards"], spec["sample_bytes"], spec["dtype"])
+    g = torch.Generator()
+    g.manual_seed(spec.get("seed", 0))
+    dl = DataLoader(ds, batch_size=spec["batch"], sampler=RandomSampler(ds, generator=g),
+                    num_workers=spec["workers"], prefetch_factor=spec["prefetch"], persistent_workers=False)
+    return consume(iter(dl), spec["steps"], spec["compute_s"], lambda b: (len(b), b.numel() * b.element_size()))
+
+
+def _wds(spec: dict):
+    import webdataset as wds
+
+    ds = (wds.WebDataset(spec["urls"], shardshuffle=False, workersplitter=wds.split_by_worker,
+                         nodesplitter=None, empty_check=False)
+          .shuffle(spec.get("shuffle_buffer", 0), rng=random.Random(spec.get("seed", 0)))
+          .to_tuple(spec.get("key", "npy"))
+          .batched(spec["batch"], partial=True, collation_fn=lambda xs: [x[0] for x in xs]))
+    if spec["workers"] == 0:
+        return iter(ds)
+    return iter(wds.WebLoader(ds, batch_size=None, num_workers=spec["workers"], prefetch_factor=spec["prefetch"]))
+
+
+def wds_stream(spec: dict) -> dict:
+    return consume(_wds(spec), spec["steps"], spec["compute_s"], lambda b: (len(b), sum(len(x) for x in b)))
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    t0 = time.perf_counter()
+    out = {"torch-map": torch_map, "wds-stream": wds_stream}[spec["kind"]](spec)
+    out["process_s"] = time.perf_counter() - t0
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

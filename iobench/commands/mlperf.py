@@ -1,0 +1,139 @@
+"""`iobench mlperf run|datasize|ckpt`: MLPerf Storage workloads, rules and the accelerators-per-node answer."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from ..cli import add_endpoint_flag, add_json_flag
+
+    p = sub.add_parser("mlperf", help="MLPerf Storage: simulated accelerators, AU, --find-max, datasize, checkpoints",
+                       description="MLPerf Storage's training workloads (unet3d, resnet50, cosmoflow) and rules on "
+                                   "iobench's loader.  See README: MLPerf Storage.")
+    ms = p.add_subparsers(dest="mlperf_command", metavar="ACTION", parser_class=type(p))
+
+    r = ms.add_parser("run", help="simulated accelerators reading a dataset: AU per accelerator, samples/s, MB/s")
+    r.add_argument("dataset", metavar="DATASET_URL", help="made by `iobench gen --workload NAME`")
+    r.add_argument("--workload", default="unet3d", help="unet3d | resnet50 | cosmoflow (default unet3d)")
+    r.add_argument("--accelerator", default="h100", help="a100 | h100 | b200 (step times from the workload)")
+    r.add_argument("--accelerators", type=int, default=1, metavar="N", help="simulated accelerators on this node")
+    r.add_argument("--compute-s", type=float, metavar="SECONDS", help="compute time per step (overrides the table)")
+    r.add_argument("--epochs", type=int, default=0, help="epochs per run (default: the workload's, 5)")
+    r.add_argument("--runs", type=int, default=5, help="runs, for the spread (MLPerf: 5)")
+    r.add_argument("--min-steps", type=int, default=0, metavar="N",
+                   help="at least N steps per accelerator (epochs repeat); --find-max defaults to 30")
+    r.add_argument("--client-memory", metavar="SIZE", help="host memory per client node (default: this host's)")
+    r.add_argument("--cache", choices=("auto", "cold", "as-is"), default="auto",
+                   help="auto: cold every epoch when the dataset is under 5x client memory (default)")
+    r.add_argument("--workers", type=int, default=0, help="loader workers per accelerator (default: read threads)")
+    r.add_argument("--prefetch", type=int, default=2, help="prefetch slots per accelerator (default 2)")
+    r.add_argument("--au-threshold", type=float, default=0.0, help="pass mark (default: the workload's)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--emulate", default="none", metavar="SPEC",
+                   help="emulated storage (as `iobench load --emulate`), e.g. const:50ms or bw:200MB/s")
+    r.add_argument("--find-max", action="store_true",
+                   help="search the most accelerators per node with every AU >= threshold (grow, then bisect)")
+    r.add_argument("--max-accelerators", type=int, default=64, help="--find-max search limit (default 64)")
+    add_endpoint_flag(r)
+    add_json_flag(r)
+    r.set_defaults(func=run)
+
+    d = ms.add_parser("datasize", help="files needed for a rule-compliant dataset (>= 5x the clients' memory)")
+    d.add_argument("--workload", default="unet3d", help="unet3d | resnet50 | cosmoflow")
+    d.add_argument("--accelerators", type=int, default=1, metavar="N", help="accelerators per node")
+    d.add_argument("--client-memory", required=True, metavar="SIZE", help="host memory per client node, e.g. 512GiB")
+    d.add_argument("--nodes", type=int, default=1, help="client nodes (default 1)")
+    add_json_flag(d)
+    d.set_defaults(func=datasize)
+
+    c = ms.add_parser("ckpt", help="MLPerf's llama3 checkpoint workloads through `iobench ckpt` presets")
+    c.add_argument("--model", default="llama3-8b", help="llama3-8b | llama3-70b | llama3-405b | llama3-1t")
+    c.add_argument("--out", required=True, metavar="URL", help="checkpoint directory")
+    c.add_argument("--ranks", type=int, default=0, help="writer ranks (default: the preset's)")
+    c.add_argument("--scale", type=float, default=1.0, help="shrink the state (0 < F <= 1) for tests")
+    c.add_argument("--checkpoints", type=int, default=1, help="checkpoints written (and read back) (default 1)")
+    add_json_flag(c)
+    c.set_defaults(func=ckpt)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _config(args):
+    from ..mlperf.run import MlperfConfig
+    from ..units import parse_size
+
+    return MlperfConfig(dataset=args.dataset, workload=args.workload, accelerator=args.accelerator,
+                        accelerators=args.accelerators, compute_s=args.compute_s, epochs=args.epochs,
+                        min_steps=args.min_steps, runs=args.runs,
+                        client_memory=parse_size(args.client_memory, "--client-memory") if args.client_memory else 0,
+                        cache=args.cache, workers=args.workers, prefetch=args.prefetch,
+                        au_threshold=args.au_threshold, seed=args.seed, endpoint_url=args.endpoint_url,
+                        emulate=args.emulate)
+
+
+def run(args) -> int:
+    from ..errors import ConfigError
+    from ..mlperf.report import print_find_max, print_run, results_for
+    from ..dist.world import detect_world
+
+    cfg = _config(args)
+    cfg.resolve()   # bad workload / accelerator refused before any work
+    if args.max_accelerators < 1:
+        raise ConfigError("--max-accelerators", f"must be at least 1, got {args.max_accelerators}", "give e.g. 16")
+    world = detect_world()
+    if world.is_mpi:
+        from ..config import to_dict
+
+        world.agree("mlperf config", to_dict(cfg))   # every node runs the same workload and counts
+    if args.find_max:
+        from ..mlperf.findmax import find_max
+
+        out = find_max(cfg, args.max_accelerators, world if world.size > 1 else None,
+                       say=print if world.rank == 0 else (lambda s: None))
+        if world.rank == 0:
+            print_find_max(out)
+    else:
+        from ..mlperf.run import run_mlperf
+
+        out = run_mlperf(cfg, world if world.size > 1 else None)
+        if world.rank == 0:
+            print_run(out)
+    if args.json and world.rank == 0:
+        results_for(cfg, out, find_max=args.find_max).write(args.json)
+    if args.find_max:
+        return 0
+    return 0 if out["passed"] else 1
+
+
+def datasize(args) -> int:
+    from ..mlperf.rules import datasize as compute
+    from ..mlperf.workloads import load_mlperf_workload
+    from ..results import Results
+    from ..units import format_bytes, parse_size
+
+    from ..errors import ConfigError
+
+    if args.accelerators < 1 or args.nodes < 1:
+        raise ConfigError("--accelerators/--nodes", "must be at least 1", "give positive counts")
+    wl, gen = load_mlperf_workload(args.workload)
+    mem = parse_size(args.client_memory, "--client-memory")
+    per_file = int(str(gen.get("shard_size", "1 samples")).split()[0])
+    ds = compute(mem, args.nodes, args.accelerators, per_file, int(gen["record_bytes"]))
+    print(f"{ds.files} files ({ds.samples} samples, {format_bytes(ds.bytes)}) for {wl.name}: at least 5x the "
+          f"{format_bytes(mem * args.nodes)} of client memory ({format_bytes(ds.required_bytes)}), a multiple of "
+          f"{args.accelerators * args.nodes} accelerators")
+    print(f"generate: iobench gen --workload {wl.name} --num-samples {ds.samples} --out DATASET_URL")
+    if args.json:
+        Results(command="mlperf datasize", config={"workload": wl.name, "client_memory_bytes": mem,
+                                                   "nodes": args.nodes, "accelerators": args.accelerators},
+                metrics={"mlperf": {"files": ds.files, "samples": ds.samples, "bytes": ds.bytes,
+                                    "required_bytes": ds.required_bytes, "samples_per_file": ds.samples_per_file,
+                                    "sample_bytes": ds.sample_bytes}}).write(args.json)
+    return 0
+
+
+def ckpt(args) -> int:
+    from ..mlperf.checkpoint import CkptWorkload, print_ckpt, run_ckpt_workload
+
+    out = run_ckpt_workload(CkptWorkload(model=args.model, out=args.out, ranks=args.ranks, scale=args.scale,
+                                         checkpoints=args.checkpoints), json_path=args.json)
+    print_ckpt(out)
+    return 0

@@ -1,0 +1,46 @@
+"""The steps every measuring command takes under MPI: agree, check, start together, collect.
+
+``start`` runs before any work: every rank must have resolved the same config and be able to
+reach its inputs, or every rank exits 2 with the same one line; then a barrier aligns the
+start.  ``collect`` sends each rank's metrics to rank 0, which gets the world metrics and
+the per-rank detail in one ``Results``.  With one process both are no-ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .aggregate import tag_ranks
+from .world import World
+
+
+def start(world: World, command: str, resolved: Any, check: Callable[[], Any] | None = None) -> Any:
+    """Config agreement, an all-ranks input check (its value is returned), then the start barrier."""
+    value = None
+    if world.is_mpi:
+        world.agree(f"{command} config", resolved)
+    if check is not None:
+        value = world.all_ok(check, what=f"{command} inputs")
+    world.barrier(f"{command} start")
+    return value
+
+
+def collect(world: World, results, metrics: dict, merge_fn: Callable[[list[dict], list[str]], dict],
+            drop: tuple[str, ...] = ("series", "system")) -> bool:
+    """Gather metrics on rank 0 and fill ``results`` there; True on the rank that writes and prints."""
+    results.world = world.describe()
+    if world.size == 1:
+        results.metrics = metrics
+        return True
+    mine = {k: v for k, v in metrics.items() if k not in drop}
+    gathered = world.gather(mine, what=f"{results.command} results")
+    if world.rank != 0:
+        return False
+    results.per_rank = tag_ranks(gathered, world.hosts)
+    merged = merge_fn(gathered, world.hosts)
+    # Keys the merge does not define (configuration echoes, rank 0's own series) stay rank 0's.
+    results.metrics = {**metrics, **merged}
+    return True
+
+
+__all__ = ["start", "collect"]

@@ -1,0 +1,97 @@
+"""Which batches one load makes, in what order, and which worker makes each (per access pattern).
+
+A ``Schedule`` is built once in the parent from the manifest's shard sizes and the config
+(pure: sampler functions of seed, epoch, rank, world — and W for ``stream``) and handed to
+every worker, so that the consumer and the workers agree on batch ``k`` without talking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from .sampler import ACCESS_PATTERNS, default_access, epoch_plan, map_epoch, stream_epoch
+
+_MAX_EPOCHS = 100_000
+
+
+@dataclass(frozen=True)
+class Schedule:
+    access: str
+    plans: tuple                # per epoch: EpochPlan (block) | MapEpoch (map) | StreamEpoch (stream)
+    total: int                  # batches the run makes
+    owner: np.ndarray           # owner[k]: the worker that makes batch k
+    shards: tuple[int, ...]     # manifest shards this rank reads
+
+    @property
+    def epochs(self) -> int:
+        return len(self.plans)
+
+
+def resolve_access(access: str, fmt: str) -> str:
+    if access == "auto":
+        return default_access(fmt)
+    if access not in ACCESS_PATTERNS:
+        from ..config import nearest
+
+        raise ConfigError("load.access", f"unknown access pattern {access!r}", nearest(access, ACCESS_PATTERNS))
+    return access
+
+
+def _epoch(cfg, access: str, shard_samples: list[int], epoch: int, rank: int, world: int):
+    if access == "map":
+        return map_epoch(sum(shard_samples), cfg.batch_size, cfg.seed, epoch, rank, world, cfg.shuffle, cfg.drop_last)
+    if access == "stream":
+        return stream_epoch(shard_samples, cfg.batch_size, cfg.seed, epoch, rank, world, cfg.workers,
+                            cfg.shuffle_buffer, cfg.shuffle, cfg.drop_last)
+    return epoch_plan(shard_samples, cfg.batch_size, cfg.seed, epoch, rank, world, cfg.shuffle_buffer,
+                      cfg.shuffle, cfg.drop_last)
+
+
+def _owners(access: str, plan, workers: int) -> np.ndarray:
+    if access == "map":
+        return np.arange(plan.batches, dtype=np.int32) % workers
+    if access == "stream":
+        return plan.sequence[:, 0].astype(np.int32)
+    return np.concatenate([np.full(len(b.batch_sizes), b.index % workers, dtype=np.int32) for b in plan.blocks]) \
+        if plan.blocks else np.zeros(0, dtype=np.int32)
+
+
+def _shards(access: str, plan, starts: np.ndarray) -> set[int]:
+    if access == "map":
+        return set((np.searchsorted(starts, plan.ids, side="right") - 1).tolist())
+    if access == "stream":
+        return {s for w in plan.workers for s in w.shards}
+    return {s for b in plan.blocks for s in b.shards}
+
+
+def build_schedule(cfg, manifest, rank: int = 0, world: int = 1) -> Schedule:
+    """The epochs needed for ``cfg.steps`` (or ``cfg.epochs``), the batch count and the batch owners."""
+    access = resolve_access(cfg.access, manifest.format)
+    shard_samples = [s.samples for s in manifest.shards]
+    starts = np.array([s.first_sample for s in manifest.shards], dtype=np.int64)
+    plans, owners = [], []
+    shards: set[int] = set()
+    total = 0
+    epoch = 0
+    while True:
+        p = _epoch(cfg, access, shard_samples, epoch, rank, world)
+        if p.batches == 0:
+            raise ConfigError("load.batch_size", f"no full batch of {cfg.batch_size} on rank {rank}",
+                              "lower --batch-size or drop --drop-last")
+        plans.append(p)
+        owners.append(_owners(access, p, cfg.workers))
+        shards |= _shards(access, p, starts)
+        total += p.batches
+        epoch += 1
+        if cfg.steps and total >= cfg.steps:
+            total = cfg.steps
+            break
+        if not cfg.steps and epoch >= cfg.epochs:
+            break
+        if epoch >= _MAX_EPOCHS:
+            raise ConfigError("load.steps", f"{cfg.steps} steps need over {epoch} epochs", "ask for fewer steps")
+    owner = np.concatenate(owners)[:total]
+    return Schedule(access=access, plans=tuple(plans), total=total, owner=owner, shards=tuple(sorted(shards)))

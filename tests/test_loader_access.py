@@ -1,0 +1,188 @@
+"""Access patterns map / stream / block: order as a pure function, exactly once, and the I/O each
+pattern makes per batch (emulated storage, sleep compute: the numbers hold on a loaded machine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iobench.errors import ConfigError
+from iobench.generate import GenSpec, generate
+from iobench.loader.core import LoadConfig, run_load, slots_for
+from iobench.loader.sampler import (ACCESS_PATTERNS, buffer_shuffle, default_access, delivery_order, map_epoch,
+                                    stream_epoch)
+from iobench.loader.schedule import build_schedule
+
+SIZES = [10, 7, 13, 5, 9, 11]          # shards of uneven sizes
+N = sum(SIZES)
+
+
+@pytest.mark.parametrize("access", ACCESS_PATTERNS)
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_every_sample_exactly_once_per_epoch_over_ranks(access, world, workers):
+    for epoch in (0, 1):
+        parts = [delivery_order(access, SIZES, 4, seed=7, epoch=epoch, rank=r, world=world, workers=workers,
+                                shuffle_buffer=6) for r in range(world)]
+        allids = np.concatenate(parts)
+        assert sorted(allids.tolist()) == list(range(N))
+
+
+@pytest.mark.parametrize("access", ACCESS_PATTERNS)
+def test_order_is_a_pure_function_of_seed_epoch_rank_world(access):
+    def order(**kw):
+        args = dict(seed=3, epoch=0, rank=0, world=2, workers=2, shuffle_buffer=6) | kw
+        return delivery_order(access, SIZES, 4, **args)
+
+    a = order()
+    assert np.array_equal(a, order())
+    for change in ({"seed": 4}, {"epoch": 1}, {"rank": 1}):
+        assert not np.array_equal(a, order(**change))
+    flat = delivery_order(access, SIZES, 4, seed=3, epoch=0, shuffle=False, workers=1)
+    assert np.array_equal(flat, np.arange(N))
+
+
+def test_map_is_a_seeded_permutation_dealt_round_robin_to_ranks_and_batches_to_workers():
+    full = np.random.default_rng([5, 0x4D50, 2]).permutation(N)
+    ep = map_epoch(N, 4, seed=5, epoch=2, rank=1, world=3)
+    assert np.array_equal(ep.ids, full[1::3])
+    assert ep.batch_sizes == (4,) * (len(ep.ids) // 4) + ((len(ep.ids) % 4,) if len(ep.ids) % 4 else ())
+
+    class C:  # the fields build_schedule reads
+        batch_size, seed, shuffle, drop_last, workers = 4, 5, True, False, 3
+        steps, epochs, shuffle_buffer, access = 0, 2, 6, "map"
+
+    class M:
+        format = "raw"
+        shards = [type("S", (), {"samples": n, "first_sample": f})() for n, f in
+                  zip(SIZES, np.concatenate([[0], np.cumsum(SIZES)[:-1]]))]
+
+    sch = build_schedule(C, M)
+    per_epoch = -(-N // 4)
+    # DataLoader: batch j of each epoch goes to worker j % W, the cycle restarting each epoch
+    assert sch.owner.tolist() == [j % 3 for j in range(per_epoch)] * 2
+
+
+def test_stream_buffer_fills_then_one_out_per_one_in():
+    rng = np.random.default_rng(0)
+    order, fill = buffer_shuffle(50, 8, rng)
+    assert fill == 8 and sorted(order.tolist()) == list(range(50))
+    # output j can only be a sample already read in: position < fill + j
+    assert all(order[j] < min(50, fill + j) for j in range(50))
+    # a real shuffle, yet local: nothing leaves more than ~buffer-sized windows early
+    assert not np.array_equal(order, np.arange(50))
+    same, _ = buffer_shuffle(50, 8, np.random.default_rng(0))
+    assert np.array_equal(order, same)
+    assert np.array_equal(buffer_shuffle(50, 0, None)[0], np.arange(50))
+
+
+def test_stream_deals_shards_to_workers_and_interleaves_their_batches():
+    ep = stream_epoch(SIZES, 4, seed=1, epoch=0, workers=2, shuffle_buffer=1, shuffle=False)
+    assert ep.workers[0].shards == (0, 2, 4) and ep.workers[1].shards == (1, 3, 5)
+    n0, n1 = len(ep.workers[0].batch_sizes), len(ep.workers[1].batch_sizes)
+    seq = ep.sequence.tolist()
+    assert seq[:4] == [[0, 0], [1, 0], [0, 1], [1, 1]]          # round-robin
+    assert sum(1 for w, _ in seq if w == 0) == n0 and sum(1 for w, _ in seq if w == 1) == n1
+
+
+def test_default_access_by_format_and_slots_per_worker():
+    assert [default_access(f) for f in ("raw", "files", "tar", "parquet", "tfrecord")] == \
+        ["map", "map", "stream", "stream", "stream"]
+    assert slots_for("map", 4, 2) == 9 and slots_for("stream", 3, 1) == 4 and slots_for("block", 4, 2) == 3
+
+
+# ---------------------------------------------------------------------------------------
+# The I/O each pattern makes, against emulated storage.
+
+B = 8
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    url = str(tmp_path_factory.mktemp("acc") / "tok")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=B * 24, shard_size=f"{4 * B} samples", seq_len=16,
+                     vocab_size=1000, fsync=False), url, progress=False)
+    return url
+
+
+def _cfg(url, **kw):
+    return LoadConfig(**(dict(dataset=url, workers=1, prefetch=1, batch_size=B, shuffle_buffer=0,
+                              monitor_interval_s=1.0) | kw))
+
+
+def _expected(m: dict, compute_s: float) -> float:
+    """One producer, depth 1 (DataLoader gating): stall = 1 - compute / the median batch service time."""
+    return max(0.0, 1 - compute_s / m["batch_service_s"]["p50"])
+
+
+def test_map_reads_one_request_per_sample_and_stalls_as_its_batch_time_says(tok):
+    # 8 samples x 25 ms = 200 ms per batch, compute 160 ms, one worker: stall = 40/200 = 20 %
+    r = run_load(_cfg(tok, access="map", steps=12, compute="160ms", emulate="const:25ms"))
+    m = r.metrics
+    assert m["access"] == "map" and m["requests"] == 12 * B
+    assert m["batch_io_s"]["p50"] == pytest.approx(0.2, abs=0.03)
+    # against the batch time this run really had (sleeps overshoot on a loaded host): 1 - compute / batch time
+    assert m["stall_ratio"] == pytest.approx(_expected(m, 0.16), abs=0.04)
+    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.08)
+    # two workers make two batches per 200 ms: faster than the step, the stall goes
+    r2 = run_load(_cfg(tok, access="map", workers=2, steps=12, compute="160ms", emulate="const:25ms"))
+    assert r2.metrics["stall_ratio"] < 0.05
+
+
+def test_stream_spreads_a_shards_bytes_over_its_batches(tok):
+    # one streamed request per shard (one latency), then 32-byte samples at 1 KiB/s: 250 ms per batch of 8;
+    # compute 200 ms -> stall 20 %; the per-shard latency (40 ms every 4 batches) adds ~4 %
+    r = run_load(_cfg(tok, access="stream", steps=12, compute="200ms", emulate="const:40ms+bw:1KiB/s",
+                      stream_read_size="32B"))
+    m = r.metrics
+    assert m["access"] == "stream"
+    assert m["batch_io_s"]["p50"] == pytest.approx(0.25, abs=0.03)
+    assert m["batch_io_s"]["max"] < 0.4                   # no batch carries a whole shard's read
+    assert m["stall_ratio"] == pytest.approx(0.23, abs=0.08)
+
+
+def test_stream_buffer_fill_is_warmup_not_batch_io(tok):
+    # a 16-sample buffer fills before the first batch leaves: 16 x 31 ms of reads reported apart
+    r = run_load(_cfg(tok, access="stream", shuffle_buffer=16, steps=10, compute="200ms", emulate="bw:1KiB/s",
+                      stream_read_size="32B"))
+    m = r.metrics
+    assert m["fill_io_s_total"] == pytest.approx(0.5, abs=0.08)
+    assert m["batch_io_s"]["max"] < 0.35                  # the fill is not in any batch's I/O
+    assert m["time_to_first_batch_s"] > 0.7               # fill + the first batch's own 8 samples
+    assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.04)
+    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.08)
+
+
+def test_block_is_lumpy_by_design(tok):
+    # a block of >= 32 samples is read whole: its 1 s of reads land on its first batch
+    r = run_load(_cfg(tok, access="block", shuffle_buffer=32, steps=8, compute="10ms", emulate="bw:1KiB/s"))
+    io = r.metrics["series"]["io_s"]
+    assert max(io) > 0.9 and sorted(io)[len(io) // 2] < 0.05
+
+
+def test_map_refuses_a_dataset_without_sample_ranges(tmp_path):
+    url = str(tmp_path / "z")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=64, shard_size="32 samples", seq_len=16,
+                     vocab_size=1000, compression="zstd", fsync=False), url, progress=False)
+    with pytest.raises(ConfigError) as e:
+        run_load(LoadConfig(dataset=url, access="map", batch_size=8))
+    assert "load.access" in str(e.value) and "stream" in str(e.value)
+    r = run_load(LoadConfig(dataset=url, access="stream", batch_size=8, workers=1))   # whole-shard pieces
+    assert r.metrics["samples"] == 64
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tfrecord", "parquet", "files"])
+def test_every_format_loads_exactly_once_in_its_default_pattern(tmp_path, fmt):
+    url = str(tmp_path / fmt)
+    m = generate(GenSpec(format=fmt, modality="tokens", num_samples=60,
+                         shard_size="1 samples" if fmt == "files" else "16 samples", seq_len=8,
+                         vocab_size=100, fsync=False), url, progress=False)
+    seen = []
+
+    def deliver(batch):
+        seen.append(batch.indices.copy())
+        return batch
+
+    r = run_load(LoadConfig(dataset=url, batch_size=8, workers=2, shuffle_buffer=10, epochs=1), deliver=deliver)
+    assert r.metrics["access"] == default_access(fmt)
+    assert sorted(np.concatenate(seen).tolist()) == list(range(m.total_samples))

@@ -1,0 +1,62 @@
+"""Credentials inside URLs never reach an error line, a log line or a results file."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from iobench.cli import main
+from iobench.results import Results, redact, redact_text
+
+SECRET_URL = "http://AKIAEXAMPLEKEY:wJalrXUtnFEMI-SUPERSECRET@127.0.0.1:1"
+
+
+@pytest.mark.parametrize("text, want", [
+    ("http://KEY:SECRET@host:9000/x", "http://***@host:9000/x"),
+    ("cannot reach 'https://tok@h' (x)", "cannot reach 'https://***@h' (x)"),
+    ("s3://b/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=ab12", "s3://b/k?X-Amz-Credential=***&X-Amz-Signature=***"),
+    ("user@example.org wrote 3 shards", "user@example.org wrote 3 shards"),
+    ("/data/ds@v2/shard.bin", "/data/ds@v2/shard.bin"),
+])
+def test_redact_text(text, want):
+    assert redact_text(text) == want
+
+
+def test_results_mask_urls_everywhere_but_keep_data_keys(tmp_path):
+    r = Results(command="x", config={"endpoint_url": SECRET_URL, "token_dtype": "uint16",
+                                     "storage_options": {"secret": "s", "key": "k"}})
+    r.metrics = {"source": {"url": SECRET_URL}, "tokens_per_s": 5.0}
+    r.warn(f"slow endpoint {SECRET_URL}")
+    text = r.write(tmp_path / "r.json").read_text()
+    assert "SUPERSECRET" not in text and "AKIAEXAMPLEKEY" not in text
+    d = json.loads(text)
+    assert d["config"]["token_dtype"] == "uint16" and d["metrics"]["tokens_per_s"] == 5.0
+    assert d["config"]["storage_options"] == {"secret": "***", "key": "***"}
+    assert redact({"a": [SECRET_URL]}) == {"a": ["http://***@127.0.0.1:1"]}
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "s3://iobench/nothing"],
+    ["load", "s3://iobench/nothing", "--steps", "1"],
+    ["gen", "--workload", "llm-tokens-small", "--out", "s3://iobench/nothing"],
+])
+def test_endpoint_secret_never_in_error_line(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.chdir(tmp_path)
+    rc = main([*argv, "--endpoint-url", SECRET_URL])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "SUPERSECRET" not in err and "AKIAEXAMPLEKEY" not in err and "***@127.0.0.1:1" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_log_records_are_masked(caplog):
+    from iobench.cli import _mask_secrets_in_logs
+
+    _mask_secrets_in_logs()
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("iobench.test").warning("fetching %s", SECRET_URL)
+    assert "SUPERSECRET" not in caplog.text and "***@127.0.0.1:1" in caplog.text
