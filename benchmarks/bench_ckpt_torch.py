@@ -2,9 +2,9 @@
 
     .venv-bench/bin/python benchmarks/bench_ckpt_torch.py [--mib 64,256] [--rounds 3] [--out reports/reference/ckpt_torch]
 
-torch is a benchmark-only dependency: make the venv with
-
-    python3 -m venv .venv-bench && .venv-bench/bin/pip install -e '.[s3,server,dev]' torch
+torch is a benchmark-only dependency, never in the project's venv: run from an interpreter
+without torch, the script makes ``benchmarks/.venv-ckpt`` (git-ignored; iobench editable plus
+``torch==2.13.0``) on first use and re-runs itself there.
 
 For each state size, in alternating rounds on the same bytes (the torch tensors are views of
 iobench's live state arrays, so both sides save identical memory):
@@ -56,7 +56,7 @@ def _fsync_path(path: str) -> None:
 
 
 def _drop_tree(root: Path) -> None:
-    from iobench.cache import drop_pages
+    from iobench.io.pagecache import drop_pages
 
     for p in root.rglob("*"):
         if p.is_file():
@@ -83,7 +83,7 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
         "iobench_blocking", "iobench_durable", "torch_save", "torch_save_durable", "dcp_blocking", "dcp_durable",
         "iobench_restore", "dcp_load", "torch_load")}
     # One engine for the whole run, as a training job keeps one: its staging buffers are reused.
-    ours = open_backend(str(work / "iobench"))
+    ours = open_backend(str(work / f"iobench-{mib}"))
     ck = Checkpointer(spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
     times_all = times
     for r in range(-1, rounds):   # round -1 warms every side up (imports, thread pools, first faults)
@@ -121,7 +121,7 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
                 times["dcp_durable"].append(t2 - t0)
         # restore, cold, alternating order; each side reads what it wrote this round
         for side in order:
-            d = work / f"{side}-{r}" if side != "iobench" else work / "iobench"
+            d = work / f"{side}-{r}" if side != "iobench" else work / f"iobench-{mib}"
             _drop_tree(d)
             if side == "iobench":
                 res = restore([("local", open_backend(str(d)))], cold=True, verify=True)
@@ -211,8 +211,16 @@ def main(argv=None) -> int:
     try:
         import torch
     except ImportError:
-        print("torch is not installed in this interpreter: skipped (make the benchmark venv, see --help)")
-        return 0
+        venv = Path(__file__).resolve().parent / ".venv-ckpt"
+        py = venv / "bin" / "python"
+        if not py.exists():
+            import subprocess
+
+            print(f"creating the benchmark venv {venv} (iobench + torch==2.13.0)", flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(Path(__file__).resolve().parents[1]),
+                            "torch==2.13.0"], check=True)
+        os.execv(str(py), [str(py), __file__, *(argv if argv is not None else sys.argv[1:])])
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from summary import machine, write_rows
 

@@ -262,9 +262,15 @@ class ObstoreReader:
         if st is None:
             from obstore.store import S3Store
 
+            from datetime import timedelta
+
             endpoint = self._config.get("endpoint", "")
+            # No retries inside obstore (its default: 10 over up to 3 minutes): the loader's RetryPolicy
+            # owns retries and their time budget.  Timeouts as s3_options gives s3fs.
             st = S3Store(bucket, config={**self._config, "virtual_hosted_style_request": False},
-                         client_options={"allow_http": endpoint.startswith("http://")})
+                         client_options={"allow_http": endpoint.startswith("http://"),
+                                         "connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
+                         retry_config={"max_retries": 0})
             self._stores[bucket] = st
         return st
 
@@ -275,8 +281,9 @@ class ObstoreReader:
         from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
 
         try:
-            if start is None and end is None:
-                return obstore.get(self.store(bucket), key).bytes()
+            if end is None:   # to the end of the object (fsspec's meaning of end=None)
+                opts = {"range": {"offset": start}} if start else None
+                return obstore.get(self.store(bucket), key, options=opts).bytes()
             return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
         # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows
         # (missing and forbidden are final; the rest, I/O errors that may pass, are retried).
