@@ -153,6 +153,15 @@ class RawReader(Reader):
             return HEADER_BYTES + i * n, n
         return super().sample_range(shard, i)
 
+    def fixed_records(self, shard) -> tuple[int, int, np.dtype] | None:
+        """(offset of record 0, record bytes, dtype) when every record is one fixed-size token row:
+        a loader may then cut rows arithmetically instead of asking per sample (same bytes, same values)."""
+        r = self.sample_range(shard, 0) if self.manifest.modality == "tokens" else None
+        if r is None:
+            return None
+        dtype = np.dtype(self.manifest.spec.get("token_dtype", "uint16")).newbyteorder("<")
+        return r[0], r[1], dtype
+
     def sample_from_range(self, shard, i, record) -> Sample:
         if self.manifest.modality == "tokens":
             spec = self.manifest.spec

@@ -46,6 +46,21 @@ _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900
              ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
 
 
+MAX_SHARDS = 10_000_000
+# Upper bounds: beyond them a run cannot finish (or a header field overflows) -- refuse up front.
+_BOUNDS = (
+    ("num_samples", 10**12, "generate at most 10^12 samples"),
+    ("vocab_size", 2**32, "token ids are stored as uint32 at most: use a vocabulary <= 4294967296"),
+    ("seq_len", 2**31 - 1, "use a sequence length below 2^31"),
+    ("workers", 1024, "use at most 1024 writers"),
+    ("image_width", 65500, "JPEG dimensions stop at 65500"),
+    ("image_height", 65500, "JPEG dimensions stop at 65500"),
+    ("record_bytes", 2**31 - 1, "use records below 2 GiB"),
+    ("num_classes", 2**31 - 1, "use fewer classes"),
+    ("seed", 2**63 - 1, "use a seed below 2^63"),
+)
+
+
 @dataclass(frozen=True)
 class GenSpec:
     """What to generate.  Built from a workload's ``gen`` section and flags via ``GenSpec.from_mapping``."""
@@ -97,6 +112,12 @@ class GenSpec:
         if self.workers < 0:
             raise ConfigError("gen.workers", f"must be zero (one per core) or more, got {self.workers}",
                               "give a number of writers, or 0 for one per core")
+        for name, top, fix in _BOUNDS:
+            if getattr(self, name) > top:
+                raise ConfigError(f"gen.{name}", f"{getattr(self, name)} is above the limit {top}", fix)
+        if self.image_size_jitter >= 1:
+            raise ConfigError("gen.image_size_jitter", f"{self.image_size_jitter} would make sizes <= 0",
+                              "use a fraction in [0, 1), e.g. 0.2")
         if self.record_bytes_stdev < 0 or not 0 < self.scale <= 1:
             raise ConfigError("gen.record_bytes_stdev/scale", "stdev must be >= 0 and scale within (0, 1]",
                               "e.g. --scale 0.001 for a scaled-down MLPerf workload")
@@ -189,6 +210,10 @@ def plan_shards(spec: GenSpec, nominal_sample_bytes: int | None = None) -> list[
 
     ext = get_format(spec.format).extension
     per = samples_per_shard(spec, nominal_sample_bytes)
+    if -(-spec.num_samples // per) > MAX_SHARDS:
+        raise ConfigError("gen.shard_size", f"{spec.num_samples} samples at {per} per shard make "
+                          f"{-(-spec.num_samples // per)} shards, more than {MAX_SHARDS}",
+                          "use bigger shards or fewer samples")
     plans = []
     for k, first in enumerate(range(0, spec.num_samples, per)):
         plans.append(ShardPlan(k, first, min(per, spec.num_samples - first), f"shard-{k:06d}{ext}"))
@@ -429,7 +454,7 @@ def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
 
     rels = sorted(set(rels))
     removed, failed = 0, []
-    if backend.protocol == "s3":
+    if backend.supports_bulk_transfer:
         for i in range(0, len(rels), 1000):   # one DeleteObjects request per 1000 keys
             chunk = rels[i:i + 1000]
             try:
@@ -539,7 +564,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     from .dist.world import default_parallelism
 
     workers = min(spec.workers, len(plans)) if spec.workers else default_parallelism(len(plans))
-    if backend.protocol == "memory":
+    if not backend.shared_between_processes:
         workers = 1   # a memory:// filesystem lives in this process only
     total_bytes = [0]
     with _progress(progress) as prog:
@@ -555,7 +580,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
             if workers <= 1:
                 entries = write_shards(spec, backend, plans, report=report)
                 pids = []
-            elif backend.protocol == "s3":
+            elif backend.is_object_store:   # I/O-bound uploads: threads, one client
                 entries, pids = _run_threads(spec, backend, plans, workers, report), []
             else:
                 entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
@@ -618,7 +643,7 @@ def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_op
     try:
         if mine and workers <= 1:
             entries = write_shards(spec, backend, mine)
-        elif mine and backend.protocol == "s3":
+        elif mine and backend.is_object_store:
             entries = _run_threads(spec, backend, mine, workers, lambda s, b: None)
         elif mine:
             entries, pids = _run_workers(spec, backend, mine, workers, endpoint_url, storage_options,

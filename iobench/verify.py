@@ -135,12 +135,9 @@ def stray_files(backend: Backend, manifest: Manifest) -> list[str]:
     root = backend.path("").rstrip("/")
     rels = []
     for full in backend.fs.find(root):
-        full = str(full)
-        if backend.protocol == "memory" and not full.startswith("/"):
-            full = "/" + full
-        if not full.startswith(root + "/"):
-            continue
-        rels.append(full[len(root) + 1:])
+        rel = backend.relative(full)
+        if rel is not None:
+            rels.append(rel)
     nested = {posixpath.dirname(r) for r in rels if posixpath.basename(r) == MANIFEST_NAME} - {""}
     out = []
     for rel in rels:

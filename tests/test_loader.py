@@ -350,10 +350,17 @@ def test_endpoint_stopping_mid_run_fails_within_the_retry_budget(tmp_path):
                  storage_options=opts, progress=False)
         cfg = LoadConfig(dataset=url, endpoint_url=server.endpoint_url, workers=1, prefetch=1, batch_size=10,
                          shuffle_buffer=0, compute="50ms", retries=4, retry_budget_s=3)
-        threading.Timer(1.0, server.stop).start()
+        started = []
+
+        def deliver(batch):  # stop the server once the run is really under way (not during its setup)
+            if not started:
+                started.append(threading.Thread(target=server.stop))
+                started[0].start()
+            return batch
+
         t0 = time.perf_counter()
         with pytest.raises(StorageError) as e:
-            run_load(cfg, storage_options=opts)
+            run_load(cfg, storage_options=opts, deliver=deliver)
         stopped = True
         assert "s3" in str(e.value).lower() or "iobench/stop" in str(e.value)
         assert time.perf_counter() - t0 < 40

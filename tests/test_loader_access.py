@@ -137,8 +137,9 @@ def test_stream_spreads_a_shards_bytes_over_its_batches(tok):
     m = r.metrics
     assert m["access"] == "stream"
     assert m["batch_io_s"]["p50"] == pytest.approx(0.25, abs=0.03)
-    assert m["batch_io_s"]["max"] < 0.4                   # no batch carries a whole shard's read
-    assert m["stall_ratio"] == pytest.approx(0.23, abs=0.08)
+    assert m["batch_io_s"]["max"] < 0.45                  # no batch carries a whole shard's read
+    assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.06)
+    assert m["stall_ratio"] == pytest.approx(0.23, abs=0.1)
 
 
 def test_stream_buffer_fill_is_warmup_not_batch_io(tok):

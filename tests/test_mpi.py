@@ -356,3 +356,23 @@ def test_s3_probe_put_get_from_3_ranks(s3_env, s3_prefix, tmp_path):
     fs = s3fs.S3FileSystem(**s3_env.storage_options())
     found = fs.find(s3_prefix.removeprefix("s3://"), detail=True)
     assert not [k for k, v in found.items() if v.get("type") != "directory"]   # SeaweedFS lists empty folders
+
+
+@mpi
+def test_run_suite_on_3_ranks_needs_a_shared_work_dir_and_writes_one_run_json(tmp_path):
+    cfg = tmp_path / "cluster.yaml"
+    p = ranks(3, iobench("run", "--config", str(cfg), "--out", str(tmp_path / "out")))   # no such file
+    assert p.returncode == 2
+    cfg.write_text("planner:\n  accelerators: 8\n")
+    p = ranks(3, iobench("run", "--config", str(cfg), "--out", str(tmp_path / "out")))
+    assert p.returncode == 2 and len([ln for ln in p.stderr.splitlines() if "work_dir" in ln]) == 3, p.stderr
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cfg.write_text(f"work_dir: {shared}\n")
+    p = ranks(3, iobench("run", "--config", str(cfg), "--stages", "generate,load", "--out", str(tmp_path / "out")))
+    assert p.returncode == 0, p.stderr
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["world"]["size"] == 3 and set(run["metrics"]) >= {"generate", "load"}
+    load = json.loads((tmp_path / "out" / "load-cold.json").read_text())
+    assert len(load["per_rank"]) == 3 and load["metrics"]["bytes_read"] == run["metrics"]["load"]["bytes_read"]
+    assert list(shared.iterdir()) == []           # the run's folder is removed; nothing else touched

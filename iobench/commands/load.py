@@ -10,7 +10,8 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
           "s3_client": "s3_client",
           "retries": "retries", "retry_budget": "retry_budget_s", "error_rate": "error_rate",
           "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method",
-          "read_ahead": "read_ahead", "access": "access", "stream_read_size": "stream_read_size"}
+          "read_ahead": "read_ahead", "access": "access", "stream_read_size": "stream_read_size",
+          "min_steps": "min_steps", "max_time": "max_time_s"}
 
 
 def register(sub) -> None:
@@ -26,6 +27,14 @@ def register(sub) -> None:
                         "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy); "
                         "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")
     p.add_argument("--stream-read-size", metavar="SIZE", help="stream: bytes of whole samples per read (64KiB)")
+    p.add_argument("--until-stable", action="store_true",
+                   help="run until the stall (±--stall-ci pp) and P99 batch time (±25%%) intervals are narrow, "
+                        "or --max-time passes; the results carry the intervals either way")
+    p.add_argument("--min-steps", type=int, help="with --until-stable: at least this many steps (50)")
+    p.add_argument("--max-time", type=float, metavar="SECONDS", help="with --until-stable: time cap (60)")
+    p.add_argument("--stall-ci", type=float, metavar="PP", help="with --until-stable: stall interval half-width "
+                                                               "in percentage points (2)")
+    p.add_argument("--repeat", type=int, metavar="N", help="run the load N times and report the spread")
     p.add_argument("--workers", "-W", type=int, help="worker processes (default 2)")
     p.add_argument("--prefetch", "-Q", type=int,
                    help="batches in flight per worker for map/stream (DataLoader's prefetch_factor), in all for "
@@ -65,12 +74,14 @@ def register(sub) -> None:
                    help="blocks each worker reads ahead while collating (default 0: prefetch is exactly Q)")
     p.add_argument("--slot-bytes", type=int, help="bytes per prefetch slot (default: sized from the manifest)")
     p.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
-    p.add_argument("--recommend", action="store_true", help="add a prefetch-depth recommendation from P99 batch I/O")
-    p.add_argument("--validate", action="store_true", help="with --recommend: run at that depth and at depth 1")
+    p.add_argument("--recommend", action="store_true",
+                   help="recommend workers and prefetch depth (and their host memory) from the batch service times")
+    p.add_argument("--validate", action="store_true",
+                   help="with --recommend: measure depth 1, rec/2, rec, 2*rec and workers +-1 around it")
     p.add_argument("--analyze", action="store_true", help="synthetic / warm / cold passes: prep vs fetch stall")
     p.add_argument("--tiers", metavar="FILE", help="read through storage tiers (iobench.tiers) described in FILE")
-    p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default="ondemand",
-                   help="with --tiers: how shards reach the fast tier")
+    p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
+                   help="with --tiers: how shards reach the fast tier (default ondemand)")
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
     add_set_flag(p)
     add_json_flag(p)
@@ -86,7 +97,13 @@ def build_config(args):
     section: dict = {}
     if args.workload:
         section = dict(load_workload(args.workload).get("load") or {})
-    section = deep_merge(section, parse_set(args.set).get("load", {}))
+    overrides = parse_set(args.set)
+    for key in overrides:
+        if key != "load":
+            raise ConfigError("--set", f"section {key!r} is not read by `iobench load`", "use --set load.KEY=VALUE")
+    if args.staging and not args.tiers:
+        raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
+    section = deep_merge(section, overrides.get("load", {}))
     for flag, key in _FLAGS.items():
         v = getattr(args, flag, None)
         if v is not None:
@@ -113,6 +130,15 @@ def build_config(args):
         if ms < 0:
             raise ConfigError("--compute-ms", f"must be zero or more, got {args.compute_ms}", "give milliseconds >= 0")
         section["compute"] = f"{ms}ms"
+    if args.until_stable:
+        section["until_stable"] = True
+    if args.stall_ci is not None:
+        if not 0 < args.stall_ci < 100:
+            raise ConfigError("--stall-ci", f"must be within 0..100 percentage points, got {args.stall_ci}",
+                              "e.g. --stall-ci 2")
+        section["stall_ci"] = args.stall_ci / 100
+    if args.repeat is not None and args.repeat < 1:
+        raise ConfigError("--repeat", f"must be at least 1, got {args.repeat}", "e.g. --repeat 5")
     section["dataset"] = args.dataset
     if args.validate and not args.recommend:
         raise ConfigError("--validate", "needs --recommend", "add --recommend")
@@ -124,7 +150,7 @@ def run(args) -> int:
 
     from ..config import to_dict
     from ..results import Results
-    from ..units import format_rate, format_seconds
+    from ..units import format_bytes, format_seconds
     from ..dist import detect_world
     from ..dist.launch import collect, start
     from ..loader.analysis import analyze, recommend, validate
@@ -152,7 +178,12 @@ def run(args) -> int:
         analysis, run_ = analyze(cfg, **kw)
     else:
         run_ = run_load(cfg, source=source, **kw)
+        if args.repeat and args.repeat > 1:
+            runs = [run_] + [run_load(cfg, source=source, **kw) for _ in range(args.repeat - 1)]
+            run_ = _median_run(runs)
     metrics = dict(run_.metrics)
+    if args.repeat and args.repeat > 1 and not args.analyze:
+        metrics["repeats"] = repeat_spread([r.metrics for r in runs])
     if source is not None and hasattr(source, "metrics"):
         metrics["tiers"] = source.metrics()  # hit ratios, bytes per tier pair, evictions, time to first batch
     if analysis is not None:
@@ -160,9 +191,9 @@ def run(args) -> int:
     if args.recommend:
         rec = recommend(metrics, cfg.compute_model().nominal_s, consumers=world.size)
         if args.validate and rec.get("depth_recommended"):
-            rec["validation"] = validate(replace(cfg, cache=cfg.cache), rec["depth_recommended"], **kw)
+            rec["validation"] = validate(replace(cfg, cache=cfg.cache), rec, access=metrics["access"], **kw)
         metrics["prefetch_recommendation"] = rec
-    results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging}
+    results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging or "ondemand"}
                                                              if args.tiers else {}),
                       environment=run_.environment)
     for w in run_.warnings:
@@ -180,28 +211,36 @@ def run(args) -> int:
     if args.json:
         results.write(args.json)
     m = metrics
-    line = (f"stall {m['stall_ratio']:.1%}  AU {m['accelerator_utilization']:.1%}  "
-            f"{m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
-            f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  "
-            f"wait p99 {format_seconds(m['batch_wait_s']['p99'] or 0)}  "
-            f"batch I/O p99 {format_seconds(m['batch_io_s']['p99'] or 0)}  ({m['steps']} steps, first excluded)")
-    print(line)
+    print(headline(m))
     if world.size > 1:
         print(f"world: {world.size} ranks on {len(world.nodes)} node(s); "
               f"{m['world']['straggler']['line']}")
+    if m.get("repeats"):
+        r = m["repeats"]
+        print(f"repeats: {r['n']} runs, stall {r['stall_ratio']['min']:.1%}..{r['stall_ratio']['max']:.1%}, "
+              f"samples/s spread {r['steady_samples_per_s']['relative_spread']:.1%} (MLPerf asks <= 5%); "
+              "the median-stall run is reported")
     if analysis is not None:
         print(f"prep stall {analysis['prep_stall_ratio']:.1%}  fetch stall {analysis['fetch_stall_ratio']:.1%}")
     rec = metrics.get("prefetch_recommendation")
     if rec:
         if rec.get("depth_recommended"):
-            print(f"prefetch: depth >= {rec['depth_min']} (ceil P99 I/O / compute), recommended "
-                  f"{rec['depth_recommended']}, host memory {rec['host_bytes_total'] / 2**20:.1f} MiB")
+            print(f"advice: num_workers {rec['workers_recommended']}, prefetch_factor "
+                  f"{rec['prefetch_factor_recommended']} ({rec['depth_total']} batches in flight, host memory "
+                  f"{format_bytes(rec['host_bytes_loader'])}); one producer would need depth >= "
+                  f"{rec['depth_min']} (ceil P99 {format_seconds(rec['p99_batch_service_s'])} / compute "
+                  f"{format_seconds(rec['compute_s'])})" + (f"; {rec['note']}" if rec.get("note") else ""))
         else:
-            print(f"prefetch: {rec.get('note')}")
+            print(f"advice: {rec.get('note')}")
         if rec.get("validation"):
             v = rec["validation"]
-            print(f"validation: stall {v['stall_ratio_at_depth']:.1%} at depth {v['depth']} vs "
-                  f"{v['stall_ratio_at_depth_1']:.1%} at depth 1")
+            runs = ", ".join(f"W{x['workers']}/Q{x['prefetch']} {x['stall_ratio']:.1%}" for x in v["runs"])
+            lm = v["least_memory_within_2pp"]
+            print(f"validation: {runs}; recommended {'is' if v['within_2pp_of_best'] else 'is NOT'} within 2 pp "
+                  f"of the best ({v['best_stall_ratio']:.1%}); least memory within 2 pp: W{lm['workers']}/"
+                  f"Q{lm['prefetch']} ({format_bytes(lm['host_bytes'])})")
+    for w in results.warnings:
+        print(f"warning: {w}")
     if args.json and args.json != "-":
         print(f"results: {args.json}")
     return 0
@@ -219,7 +258,7 @@ def _tiers_source(args, cfg):
                           "drop --tiers, or install an iobench with iobench.tiers.loader_source") from None
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
     manifest = read_manifest(backend)
-    return loader_source(args.tiers, args.staging, manifest, backend)
+    return loader_source(args.tiers, args.staging or "ondemand", manifest, backend)
 
 
 def _check_dataset(cfg):
@@ -229,3 +268,51 @@ def _check_dataset(cfg):
 
     return read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset",
                                       check=True))
+
+
+def headline(m: dict) -> str:
+    """The answer first: steady-state stall with its interval, wall-clock AU, and how much it rests on."""
+    from ..units import format_rate, format_seconds
+
+    ci = (m.get("intervals") or {}).get("stall_ratio") or {}
+    hw = ci.get("half_width")
+    stall = f"stall {m['stall_ratio']:.1%}" + (f" ±{hw * 100:.1f} pp" if hw is not None else " (no interval)")
+    p99 = (m.get("intervals") or {}).get("batch_service_p99_s") or {}
+    p99_txt = format_seconds(m["batch_service_s"]["p99"] or 0) if m.get("batch_service_s") else \
+        format_seconds(m["batch_io_s"]["p99"] or 0)
+    if p99 and p99.get("high") is None:
+        p99_txt += " (too few batches)"
+    wall_au = m.get("wall_clock_utilization")
+    line = (f"{stall}  AU {m['accelerator_utilization']:.1%} steady"
+            + (f", {wall_au:.1%} wall-clock" if wall_au is not None else "")
+            + f"  {m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
+              f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  batch time p99 {p99_txt}  "
+              f"[{m.get('access', 'block')}, {m['steps']} steps, first excluded"
+            + ("" if m.get("stable", True) else ", NOT stable") + "]")
+    wf = m.get("warmup_fraction")
+    if wf is not None and wf > 0.10:
+        line += f"  — warm-up {m['warmup_s']:.2f} s is {wf:.0%} of the wall clock"
+    return line
+
+
+def _median_run(runs):
+    order = sorted(runs, key=lambda r: r.metrics["stall_ratio"])
+    return order[(len(order) - 1) // 2]
+
+
+def repeat_spread(ms: list[dict]) -> dict:
+    """Spread of repeated identical loads (MLPerf Storage asks for runs within 5% of each other)."""
+    import statistics
+
+    def spread(vals):
+        vals = [v for v in vals if v is not None]
+        mean = statistics.fmean(vals) if vals else None
+        return {"values": vals, "mean": mean, "min": min(vals, default=None), "max": max(vals, default=None),
+                "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                "relative_spread": (max(vals) - min(vals)) / mean if vals and mean else 0.0}
+
+    return {"n": len(ms), "stall_ratio": spread([m["stall_ratio"] for m in ms]),
+            "steady_samples_per_s": spread([m["throughput"]["steady_samples_per_s"] for m in ms]),
+            "batch_service_p99_s": spread([(m.get("batch_service_s") or {}).get("p99") for m in ms]),
+            "within_5_percent": spread([m["throughput"]["steady_samples_per_s"] for m in ms])["relative_spread"]
+            <= 0.05}

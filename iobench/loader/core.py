@@ -60,6 +60,11 @@ class LoadConfig:
     read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating
     access: str = "auto"              # map | stream | block | auto (raw, files -> map; others -> stream)
     stream_read_size: str = "64KiB"   # stream: whole samples per piece of a shard's streamed read
+    until_stable: bool = False        # run until the stall and P99 intervals are narrow (or max_time_s)
+    min_steps: int = 50               # until_stable: never stop before this many steps
+    max_time_s: float = 60.0          # until_stable: time cap (the results then say "not stable")
+    stall_ci: float = 0.02            # until_stable: stall interval half-width to reach (0.02 = ±2 pp)
+    p99_ci: float = 0.25              # until_stable: P99 batch-time interval half-width, relative
     monitor_interval_s: float = 0.5
     start_method: str = "fork"
 
@@ -77,6 +82,11 @@ class LoadConfig:
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"load.{name}", f"must be within 0..1, got {getattr(self, name)}",
                                   "give a probability")
+        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not 0 < self.p99_ci:
+            raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
+                              "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
+        if self.min_steps < 2:
+            raise ConfigError("load.min_steps", f"must be at least 2, got {self.min_steps}", "give min_steps >= 2")
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
         check_choice("load.cache", self.cache, CACHE_STATES)
@@ -90,12 +100,13 @@ class LoadConfig:
         if self.access != "auto":
             check_choice("load.access", self.access, ACCESS_PATTERNS)
         self.compute_model()  # validates the compute spec
+        check_workers_fit_fd_limit(self)
         from ..wrappers import parse_emulation
 
         parse_emulation(self.emulate)
 
     def compute_model(self) -> ComputeModel:
-        return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute-ms")
+        return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute")
 
 
 @dataclass
@@ -124,6 +135,58 @@ def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
         jitter = 1 + float(spec.get("image_size_jitter", 0.2))
         per_sample = max(per_sample, int(w * h * 3 * jitter * jitter) + 64)
     return int(cfg.batch_size * per_sample * 2) + 4096
+
+
+# Descriptors per worker process: its pipes and queue ends, the slots' shared-memory handles it
+# maps, the shard files it has open; plus a fixed allowance for the parent.
+_FDS_PER_WORKER, _FDS_BASE = 8, 64
+
+
+def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
+    """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return
+    slots = slots_for("map", cfg.workers, cfg.prefetch)
+    need = _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots
+    if need > soft:
+        top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
+        raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
+                          f"use at most {top} workers, or raise the limit (ulimit -n)")
+
+
+def one_sample_bytes(manifest) -> int:
+    """The largest stored sample (bytes), from the manifest: what one slot must hold at least."""
+    spec = manifest.spec or {}
+    if manifest.modality == "tokens" and "seq_len" in spec and manifest.compression == "none":
+        dt = spec.get("token_dtype", "auto")
+        if dt not in ("uint16", "uint32"):
+            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
+        return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    best = 0
+    for s in manifest.shards:
+        if s.offsets and len(s.offsets) > 1:
+            best = max(best, int(np.max(np.diff(np.asarray(s.offsets, dtype=np.int64)))))
+        else:
+            best = max(best, (s.bytes + s.samples - 1) // max(1, s.samples))
+    return best
+
+
+def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
+    """Flags that only make sense against this dataset: refused before the first worker starts."""
+    total = manifest.total_samples
+    per_rank = total // max(1, world)
+    if cfg.batch_size > per_rank:
+        raise ConfigError("--batch-size", f"{cfg.batch_size} is more than the {per_rank} samples "
+                          f"{'each rank reads' if world > 1 else 'in the dataset'}",
+                          f"use at most {per_rank} (a step must be a whole batch to be measured)")
+    if cfg.slot_bytes:
+        one = one_sample_bytes(manifest)
+        if cfg.slot_bytes < one:
+            raise ConfigError("--slot-bytes", f"{cfg.slot_bytes} bytes cannot hold one sample ({one} bytes)",
+                              f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
 def _hist_summary(values_s: list[float]) -> dict:
@@ -200,6 +263,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         manifest = read_manifest(backend)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
+    check_against_dataset(cfg, manifest, world)
     schedule = build_schedule(cfg, manifest, rank, world)
     if schedule.access == "map" and not synthetic:
         _check_map_ranges(manifest)
@@ -349,9 +413,21 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
              progress: bool = False, synthetic: bool = False, manifest=None, deliver=None,
              stop_rule=None) -> LoadRun:
     """Run one load and return its metrics (see module docstring): setup, step loop, metrics."""
+    if cfg.until_stable and stop_rule is None:
+        from dataclasses import replace
+
+        from .stability import StopRule
+
+        rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
+        stop_rule = rule.check
+        if not cfg.steps:
+            cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
     st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver)
     rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
+
+
+_UNTIL_STABLE_STEPS = 20_000
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
@@ -471,7 +547,39 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     }
     for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
+    _judge(st, rec, metrics, warnings)
     return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
+
+
+def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
+    """Intervals (rule 9), and the warnings that keep the headline honest (too short, idle workers...)."""
+    from .stability import StopRule, service, verdict
+
+    cfg = st.cfg
+    rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
+    v = verdict(rec.waits[1:], rec.steps_s[1:], service(rec)[1:], rule)
+    metrics["intervals"] = {k: v[k] for k in ("stall_ratio", "batch_service_p99_s", "batch_wait_p99_s")}
+    metrics["stable"] = v["stable"]
+    metrics["stability"] = {"rule": rule.describe(), "until_stable": cfg.until_stable,
+                            "stopped": rec.stopped_early or "planned steps done",
+                            "not_stable_because": v["not_stable_because"]}
+    if not v["stable"]:
+        warnings.append(f"not stable after {len(rec.waits)} steps: " + "; ".join(v["not_stable_because"])
+                        + ("" if cfg.until_stable else " (add --until-stable)"))
+    if cfg.compute_model().nominal_s <= 0 and cfg.compute_mode != "callback":
+        warnings.append("no compute time given: the stall is against a zero-time step (give --compute-ms)")
+    if st.schedule.access in ("stream", "block"):
+        mine = len(st.schedule.shards)
+        if mine < cfg.workers:
+            warnings.append(f"{mine} shard(s) for {cfg.workers} workers: {cfg.workers - mine} worker(s) have nothing "
+                            "to read (regenerate with smaller shards, or use --access map)")
+    if st.emulation.active and metrics["requests"] < 100:
+        warnings.append(f"the emulated storage saw only {metrics['requests']} request(s): its latency distribution "
+                        "is barely sampled (run more steps)")
+    wf = metrics.get("warmup_fraction")
+    if wf is not None and wf > 0.10:
+        warnings.append(f"warm-up (worker start + first batch) took {metrics['warmup_s']:.2f} s, {wf:.0%} of the wall "
+                        "clock: wall-clock utilization is below the steady-state one")
 
 
 ACCESS_SEMANTICS = {

@@ -87,6 +87,8 @@ def load_config(url: str, cell: Cell, *, batch_size: int, shard_samples: int, sa
         raise ValueError(f"this loader has no access pattern {cell.pattern!r}")
     if cell.pattern == "block":
         kw["shuffle_buffer"] = 0  # one shard per block: a block read is one request
+    elif cell.pattern == "stream":
+        kw["shuffle_buffer"] = batch_size  # one batch of fill: then each batch out takes its shard in
     return LoadConfig(**kw)
 
 

@@ -69,15 +69,10 @@ class BackendSource:
         from iobench.storage import open_backend
         from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
+        # client_attempts=1: self.retry makes every attempt, so each one is counted (iobench.io.retry)
         b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None,
-                         s3_client=self.s3_client)
-        if b.protocol == "s3":
-            # The read client and its session: start-up, before the loader's clock starts.  With
-            # obstore, s3fs serves no reads; its botocore session (~0.3 CPU-s) is not made at all.
-            if b.reader is not None:
-                b.reader.store(b.root.split("/", 1)[0])
-            else:
-                b.fs.connect()
+                         client_attempts=1, s3_client=self.s3_client)
+        b.connect()  # the read client and its session: start-up, before the loader's clock starts
         seed = self.seed * 1_000_003 + worker_id
         if self.error_rate or self.timeout_rate:
             b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)
@@ -118,7 +113,7 @@ class BackendSource:
             return [self._read_direct(s) for s in shards]
         if self.backend.is_local and self.backend.inner is self.backend.base:
             return [self._read_into_pool(s) for s in shards]
-        if self.backend.protocol != "s3":
+        if not self.backend.parallel_ranged_reads:
             return [self._get(s.path, None, None) for s in shards]
         bufs = [self._direct_buffer(s.bytes) for s in shards]
         jobs = []
@@ -198,7 +193,7 @@ class BackendSource:
         """Bytes ``start:start+length`` of the shard as one request (a ranged GET, one pread)."""
         if self.backend is None:
             self.open()
-        if self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory"):
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
             return self._pread(shard, start, length)
         data = self._get(shard.path, start, start + length)
         if len(data) != length:
@@ -211,7 +206,7 @@ class BackendSource:
         """The next piece of one sequential streamed read of the shard (one request's latency)."""
         if self.backend is None:
             self.open()
-        if self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory"):
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
             return self._pread(shard, start, length)
         where = lambda: f"GET {self.backend.path(shard.path)} bytes {start}-{start + length}"  # noqa: E731
         data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
@@ -222,12 +217,52 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
-    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        """Plain local files: pread on a descriptor kept open per shard (few, LRU-bounded); plain
-        memory:// objects: a copy out of the object's buffer (fsspec's per-call path costs ~50 us)."""
-        import os
+    def read_rows(self, shard: ShardEntry, starts, length: int, out, rows) -> int:
+        """``out[rows[i]] = bytes starts[i]:starts[i]+length`` — one request each (a batch's samples of
+        one shard); plain local and memory:// files in a tight loop, others through ``read_range``.
+        Returns the number of requests."""
+        import numpy as np
 
         from iobench.metrics import now_ns
+
+        if self.backend is None:
+            self.open()
+        if not (self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory")):
+            for st, r in zip(starts, rows):
+                out[r] = np.frombuffer(self.read_range(shard, st, length), dtype=np.uint8)
+            return len(rows)
+        fd = self._handle(shard)
+        log = self._log
+        if isinstance(fd, int):
+            import os
+
+            for st, r in zip(starts, rows):
+                t0 = now_ns()
+                got = os.preadv(fd, [out[r]], st)
+                log.append(now_ns() - t0)
+                if got != length:
+                    from iobench.errors import IntegrityError
+
+                    raise IntegrityError(f"{shard.path}: offset {st}: short read ({got} of {length} bytes)")
+        else:
+            src = np.frombuffer(fd, dtype=np.uint8)
+            if starts and max(starts) + length > len(src):
+                from iobench.errors import IntegrityError
+
+                raise IntegrityError(f"{shard.path}: offset {max(starts)}: short read")
+            for st, r in zip(starts, rows):
+                t0 = now_ns()
+                out[r] = src[st:st + length]
+                log.append(now_ns() - t0)
+        self._log_bytes += length * len(rows)
+        if len(log) >= 65536:
+            self._flush_log()
+        return len(rows)
+
+    def _handle(self, shard: ShardEntry):
+        """Plain local files: a descriptor kept open per shard (few, LRU-bounded); plain memory://
+        objects: the object's buffer (fsspec's per-call path costs ~50 us a request)."""
+        import os
 
         fds = self.__dict__.setdefault("_fds", {})
         fd = fds.pop(shard.path, None)
@@ -242,18 +277,26 @@ class BackendSource:
             else:
                 fd = os.open(base.local_path(shard.path), os.O_RDONLY)
         fds[shard.path] = fd  # most recently used last
-        t0 = now_ns()
-        data = os.pread(fd, length, start) if isinstance(fd, int) else bytes(fd[start:start + length])
-        # Logged here, histogrammed in bulk: an hdrh record per request would cost more than the read.
-        log = self.__dict__.get("_log")
-        if log is None:
+        if "_log" not in self.__dict__:
             from array import array
 
-            log = self._log = array("q")
+            # Request times are logged here and histogrammed in bulk: an hdrh record per request
+            # would cost more than the read itself.
+            self._log = array("q")
             self._log_bytes = 0
-        log.append(now_ns() - t0)
+        return fd
+
+    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
+        import os
+
+        from iobench.metrics import now_ns
+
+        fd = self._handle(shard)
+        t0 = now_ns()
+        data = os.pread(fd, length, start) if isinstance(fd, int) else bytes(fd[start:start + length])
+        self._log.append(now_ns() - t0)
         self._log_bytes += len(data)
-        if len(log) >= 65536:
+        if len(self._log) >= 65536:
             self._flush_log()
         if len(data) != length:
             from iobench.errors import IntegrityError

@@ -311,13 +311,17 @@ class _Ranges:
         self._cached = 0
 
     def read(self, shard, i: int) -> tuple[object, float, int]:
-        """(sample, storage seconds, requests) for sample ``i`` of ``shard``."""
+        """(record, storage seconds, requests) for sample ``i`` of ``shard``."""
         r = self.reader.sample_range(shard, i)
         if r is None:
             from ..errors import ConfigError
 
             raise ConfigError("load.access", f"{shard.path}: sample {i} has no byte range for the map pattern",
                               "use --access stream (or block) for this dataset")
+        return self.read_at(shard, r[0], r[1])
+
+    def read_at(self, shard, start: int, length: int) -> tuple[object, float, int]:
+        r = (start, length)
         t0 = now_ns()
         if self.ranged:
             rec = self.source.read_range(shard, r[0], r[1])
@@ -336,11 +340,22 @@ class _Ranges:
         return rec, (now_ns() - t0) / 1e9, n
 
 
+def _fixed(reader, manifest):
+    """The reader's fixed record layout (offset, bytes, dtype) if every shard has the same one, else None."""
+    fn = getattr(reader, "fixed_records", None)
+    if fn is None or not manifest.shards:
+        return None
+    f = fn(manifest.shards[0])
+    return f if f is not None and all(fn(sh) == f for sh in manifest.shards[1:]) else None
+
+
 def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     """``map``: this worker's batches (``j % W``), each sample one ranged request."""
     m = job.manifest
     starts = _shard_starts(m)
     ranges = _Ranges(source, reader)
+    fixed = _fixed(reader, m)
+    rows_reader = getattr(source, "read_rows", None)
     k_base = 0
     for plan in job.plans:
         off = 0
@@ -354,6 +369,31 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 sel = np.arange(bs)
                 if job.synthetic:
                     emit(k, plan.epoch, _BlockData(None, None, ids), sel, 0.0, 0.0)
+                elif fixed is not None:
+                    # fixed-size token rows: the same one request per sample, rows cut arithmetically
+                    t0 = now_ns()
+                    out = np.empty((bs, fixed[1]), dtype=np.uint8)
+                    shard_of = np.searchsorted(starts, ids, side="right") - 1
+                    io_s, requests = 0.0, 0
+                    if rows_reader is not None:   # the source reads a shard's rows in one call
+                        for s in np.unique(shard_of).tolist():
+                            sh = m.shards[s]
+                            rows = np.flatnonzero(shard_of == s)
+                            offs = (fixed[0] + (ids[rows] - sh.first_sample) * fixed[1]).tolist()
+                            t1 = now_ns()
+                            requests += rows_reader(sh, offs, fixed[1], out, rows.tolist())
+                            io_s += (now_ns() - t1) / 1e9
+                    else:
+                        for j, (sid, s) in enumerate(zip(ids.tolist(), shard_of.tolist())):
+                            sh = m.shards[s]
+                            rec, t, n = ranges.read_at(sh, fixed[0] + (sid - sh.first_sample) * fixed[1], fixed[1])
+                            out[j] = np.frombuffer(rec, dtype=np.uint8)
+                            io_s += t
+                            requests += n
+                    prep_s = (now_ns() - t0) / 1e9 - io_s
+                    emit.stats["io_s"] += io_s
+                    emit(k, plan.epoch, _BlockData(out.view(fixed[2]), None, ids), sel, io_s, prep_s,
+                         requests=requests)
                 else:
                     io_s = prep_s = 0.0
                     requests = 0
@@ -387,6 +427,7 @@ class _ShardStream:
         self.ready: list = []        # samples of the current piece not yet taken
         self.pieces = iter(())
         self.piecewise = callable(getattr(source, "read_piece", None))
+        self.fixed = _fixed(reader, job.manifest)
 
     def _open(self, shard) -> "object":
         return iter(_pieces(self, shard))
@@ -424,8 +465,20 @@ class _ShardStream:
 def _pieces(st: _ShardStream, shard):
     """(samples, storage seconds, requests) per piece of one shard, in stored order."""
     reader, size = st.reader, st.job.stream_read_size
-    ranges = [reader.sample_range(shard, i) for i in range(shard.samples)]
     first = True
+    if st.fixed is not None:
+        # fixed-size token rows: the same pieces, rows cut arithmetically (no per-sample decode)
+        off0, rec, dtype = st.fixed
+        per = max(1, size // rec)
+        for i in range(0, shard.samples, per):
+            k = min(per, shard.samples - i)
+            data, t, n = st.read(shard, off0 + i * rec, k * rec, first)
+            first = False
+            t1 = now_ns()
+            rows = list(np.frombuffer(data, dtype=dtype).reshape(k, -1))
+            yield rows, t, n, (now_ns() - t1) / 1e9
+        return
+    ranges = [reader.sample_range(shard, i) for i in range(shard.samples)]
     if shard.samples and all(r is not None for r in ranges):
         i = 0
         while i < shard.samples:
@@ -496,8 +549,9 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             out += bs
             emit.stats["io_s"] += io_s
             emit.stats["fill_s"] += fill_s
-            emit(k, plan.epoch, _BlockData(None, samples, ids_all[picks]), sel, io_s, prep_s, fill_s=fill_s,
-                 requests=requests)
+            bd = _BlockData(np.stack(samples), None, ids_all[picks]) if stream.fixed is not None else \
+                _BlockData(None, samples, ids_all[picks])
+            emit(k, plan.epoch, bd, sel, io_s, prep_s, fill_s=fill_s, requests=requests)
         k_base += plan.batches
 
 

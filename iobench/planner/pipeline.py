@@ -157,3 +157,52 @@ def token_loader(tokens_per_s: float, seq_len: int, bytes_per_token: int, sequen
     """Sequences per second a text loader must produce, the bytes on the wire and the workers needed."""
     seq = tokens_per_s / seq_len
     return TokenLoader(seq, tokens_per_s * bytes_per_token, math.ceil(seq / sequences_per_s_per_worker - 1e-9))
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """DataLoader settings for a measured per-batch service time (``loader_plan``)."""
+
+    workers_min: int           # throughput floor: ceil(E[S] / C)
+    workers: int               # num_workers: ceil(E[S] / (rho_max × C)), capped by max_workers
+    depth_total: int           # batches in flight W·Q: at least ceil(P99[S] / C) (Eq. 4.3, one producer)
+    prefetch_factor: int       # per worker: ceil(depth_total / W)
+    host_bytes: float          # (W·Q + 1) batches: in flight, plus the one the step holds
+    stall_floor: float         # when capped below workers_min: 1 − W·C / E[S] (no depth helps)
+    utilization_per_worker: float   # rho = E[S] / (W·C)
+
+
+def loader_plan(mean_service_s: float, p99_service_s: float, compute_s: float, batch_bytes: float = 0.0,
+                max_workers: int | None = None, rho_max: float = 0.8) -> LoaderPlan:
+    """Workers and prefetch depth for a loader whose worker spends ``S`` seconds per batch.
+
+    Model (one consumer, step time C; W workers each making whole batches, batches dealt
+    round-robin; PyTorch hands a worker batch k's index once batch k − W·Q was taken):
+
+    - **workers** — throughput: W workers supply W / E[S] batches per second, the step takes
+      1 / C, so W ≥ E[S] / C; a worker busy all the time (rho = E[S]/(W·C) → 1) queues, so
+      W = ceil(E[S] / (rho_max · C)).  Below E[S] / C the stall is at least 1 − W·C / E[S],
+      whatever the depth.
+    - **depth** — the tail: a batch whose index arrives W·Q steps before it is needed has
+      W·Q·C seconds; to hide a P99 batch, W·Q ≥ ceil(P99[S] / C) — the seed's Eq. 4.3 for
+      one producer (W = 1: Q = ceil(P99 / C)); W producers divide it: Q = ceil(that / W).
+    - **memory** — (W·Q + 1) batches of host memory (in flight plus the one in use).
+
+    It assumes S does not grow with W (storage not saturated: a shared bandwidth cap makes
+    S grow with W, and then no setting beats 1 − C / (batch bytes / bandwidth)); ``iobench
+    load --recommend --validate`` measures the neighbourhood to check.
+    """
+    if compute_s <= 0:
+        raise ValueError("compute time must be positive to size a loader")
+    mean_service_s = max(0.0, mean_service_s)
+    need = mean_service_s / compute_s
+    w_min = max(1, math.ceil(need - 1e-9))
+    w = max(1, math.ceil(need / rho_max - 1e-9))
+    if max_workers:
+        w = min(w, max_workers)
+    depth = max(1, math.ceil(p99_service_s / compute_s - 1e-9))
+    q = max(1, math.ceil(depth / w - 1e-9))
+    floor = max(0.0, 1.0 - w * compute_s / mean_service_s) if mean_service_s > 0 else 0.0
+    return LoaderPlan(workers_min=w_min, workers=w, depth_total=w * q, prefetch_factor=q,
+                      host_bytes=(w * q + 1) * batch_bytes, stall_floor=floor,
+                      utilization_per_worker=mean_service_s / (w * compute_s))

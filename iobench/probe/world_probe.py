@@ -223,7 +223,7 @@ def metadata_probe(world, area: ProbeArea, files_per_rank: int, file_size: int) 
 def s3_probe(world, area: ProbeArea, object_size: int, objects: int, concurrency: int) -> dict:
     from .s3ops import OpStats, S3Ops, pool
 
-    if area.backend.protocol != "s3":
+    if not area.backend.speaks_s3:
         raise ConfigError("url", "the s3 probe needs s3://bucket/prefix", "use `iobench probe file` for directories")
     area.reserve(object_size * objects, "this rank's objects")
     ops = S3Ops(area.work)

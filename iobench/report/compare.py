@@ -101,8 +101,24 @@ def compare_runs(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, dict]])
     return compare(merged(docs_a), merged(docs_b))
 
 
+def _interval(by_path: dict, path: str, side: str) -> tuple[float, float] | None:
+    """The 95% interval a load recorded for ``...stall_ratio`` (``...intervals.stall_ratio.low/high``)."""
+    stem = path[: -len("stall_ratio")]
+    lo, hi = by_path.get(f"{stem}intervals.stall_ratio.low"), by_path.get(f"{stem}intervals.stall_ratio.high")
+    if lo is None or hi is None:
+        return None
+    lo, hi = getattr(lo, side), getattr(hi, side)
+    return None if lo is None or hi is None else (lo, hi)
+
+
 def regressions(rows: list[Row], max_regression: float) -> list[dict]:
-    """Checks on metrics where B is worse than A by more than ``max_regression`` (a fraction)."""
+    """Checks on metrics where B is worse than A by more than ``max_regression`` (a fraction).
+
+    A stall ratio that carries its confidence interval in both runs (a load's
+    ``intervals.stall_ratio``) is a regression only when B's interval lies wholly above A's
+    by more than ``max_regression`` points: two runs that agree within their intervals agree.
+    """
+    by_path = {r.path: r for r in rows}
     out = []
     for r in rows:
         if r.a is None or r.b is None or r.within_noise:
@@ -112,6 +128,12 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
             out.append({"check": f"no drop > {max_regression:.0%}", "path": r.path, "value": r.b, "ok": ok,
                         "results": "B"})
         elif r.path.endswith(LOWER_IS_BETTER):
+            ia, ib = _interval(by_path, r.path, "a"), _interval(by_path, r.path, "b")
+            if ia is not None and ib is not None:
+                ok = ib[0] <= ia[1] + max_regression
+                out.append({"check": f"95% intervals overlap, or rise <= {max_regression:.0%} points", "path": r.path,
+                            "value": r.b, "ok": ok, "results": "B", "interval_a": ia, "interval_b": ib})
+                continue
             ok = r.b <= r.a + max_regression
             out.append({"check": f"no rise > {max_regression:.0%} points", "path": r.path, "value": r.b, "ok": ok,
                         "results": "B"})

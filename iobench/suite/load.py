@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-# Short loads: the suite checks the whole path end to end; `iobench load` measures for real.
-_TOKENS = dict(workers=2, prefetch=2, batch_size=32, steps=6, compute="5ms", shuffle_buffer=128)
-_IMAGES = dict(workers=2, prefetch=2, batch_size=4, steps=3, compute="5ms", shuffle_buffer=4, decode=True)
-_BUDGET_S = 30.0
+# Each load runs until its stall and P99 intervals are narrow (``--until-stable``) or for at most
+# max_time_s seconds; the results carry the intervals and say when a load was not stable, so two
+# identical runs can be compared on them (``iobench compare``).
+_STABLE = dict(until_stable=True, min_steps=60, max_time_s=3.0)
+_TOKENS = dict(workers=2, prefetch=2, batch_size=32, compute="5ms", shuffle_buffer=128, **_STABLE)
+_IMAGES = dict(workers=2, prefetch=2, batch_size=4, compute="5ms", shuffle_buffer=4, decode=True, **_STABLE)
+_BUDGET_S = 90.0
 
 
 def suite_stage(ctx) -> dict:
@@ -47,7 +50,11 @@ def suite_stage(ctx) -> dict:
             path = out_dir / f"{d.location}-{d.name}-{cache}.json"
             res.write(path)
             ctx.results_files.append(path)
+            ci = m["intervals"]["stall_ratio"]
             entry[cache] = {"stall_ratio": m["stall_ratio"],
+                            # read by `iobench compare`: runs whose intervals overlap agree
+                            "intervals": {"stall_ratio": {"low": ci["low"], "high": ci["high"]}},
+                            "stable": m["stable"], "steps": m["steps"],
                             "steady_samples_per_s": m["throughput"]["steady_samples_per_s"],
                             "bytes_per_s": m["throughput"]["bytes_per_s"], "batch_io_p99_s": m["batch_io_s"]["p99"],
                             "residency": run.environment["cache"].get("measured_residency")}
@@ -57,13 +64,20 @@ def suite_stage(ctx) -> dict:
                                      "host_bytes_total": rec.get("host_bytes_total")}
         summary[key] = entry
         c, w = entry["cold"], entry["warm"]
-        ctx.row("load", key, f"cold {c['steady_samples_per_s'] or 0:,.0f} samples/s stall {c['stall_ratio']:.0%} | "
-                             f"warm {w['steady_samples_per_s'] or 0:,.0f} samples/s stall {w['stall_ratio']:.0%} | "
+        ctx.row("load", key, f"cold {c['steady_samples_per_s'] or 0:,.0f} samples/s stall {_ci(c)} | "
+                             f"warm {w['steady_samples_per_s'] or 0:,.0f} samples/s stall {_ci(w)} | "
                              f"prefetch depth {entry['prefetch']['depth_recommended']}")
     if skipped:
         ctx.warnings.append(f"load: time budget ({_BUDGET_S:.0f} s) spent; skipped {', '.join(skipped)}")
     tiered = _tiered_load(ctx, datasets, out_dir) if ctx.state.tiers_file else None
     return {"datasets": len(summary), "skipped": skipped, "per_dataset": summary, "tiered": tiered}
+
+
+def _ci(e: dict) -> str:
+    ci = (e.get("intervals") or {}).get("stall_ratio") or {}
+    lo, hi = ci.get("low"), ci.get("high")
+    txt = f"{e['stall_ratio']:.0%}" + (f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else "")
+    return txt + ("" if e.get("stable", True) else " (not stable)")
 
 
 def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
@@ -81,7 +95,8 @@ def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
     backend = open_backend(d.url, endpoint_url=d.endpoint_url, storage_options=d.storage_options)
     source = loader_source(ctx.state.tiers_file, "ondemand", read_manifest(backend), backend)
     cfg = LoadConfig(dataset=d.url, endpoint_url=d.endpoint_url, epochs=2,
-                     **{k: v for k, v in (_IMAGES if d.modality == "images" else _TOKENS).items() if k != "steps"})
+                     **{k: v for k, v in (_IMAGES if d.modality == "images" else _TOKENS).items()
+                        if k not in _STABLE})
     run = run_load(cfg, storage_options=d.storage_options, source=source)
     m = dict(run.metrics)
     m["tiers"] = source.metrics()

@@ -139,7 +139,8 @@ class TierManager:
             if b is None:
                 spec = self.config.tier(tier, "tier")
                 b = open_backend(spec.url, endpoint_url=spec.endpoint_url, storage_options=spec.storage_options or None,
-                                 field_name=f"tiers.{spec.name}.url")
+                                 field_name=f"tiers.{spec.name}.url",
+                                 client_attempts=1)   # copies retry under config.retries (iobench.io.retry)
                 if b.is_local:
                     os.makedirs(b.root, exist_ok=True)
                 if spec.emulation != "none":
@@ -168,7 +169,7 @@ class TierManager:
         if backend is None:
             ep = endpoint_url or (origin.endpoint_url if origin else None)
             so = storage_options or (origin.storage_options if origin else None) or None
-            backend = open_backend(url, endpoint_url=ep, storage_options=so, field_name="dataset")
+            backend = open_backend(url, endpoint_url=ep, storage_options=so, field_name="dataset", client_attempts=1)
             if origin is not None and origin.emulation != "none":
                 from ..wrappers import EmulatedBackend
 
@@ -449,7 +450,7 @@ class TierManager:
         catalog) is never touched.  Safe while others stage: the directory is listed *before*
         the catalog is read, and temp files of live stagers stay."""
         b = self.backend(tier)
-        base = getattr(b, "base", b)
+        base = b.base
         if not base.is_local:
             return {"removed_files": 0}
         root = base.root

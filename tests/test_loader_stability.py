@@ -1,0 +1,119 @@
+"""Intervals, run-until-stable, the workers + depth advice, and the honest headline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iobench.generate import GenSpec, generate
+from iobench.loader.analysis import recommend
+from iobench.loader.core import LoadConfig, run_load
+from iobench.loader.stability import quantile_interval, stall_interval
+from iobench.planner.pipeline import loader_plan, prefetch_depth
+
+
+def test_p99_interval_needs_enough_values_and_covers_the_truth():
+    rng = np.random.default_rng(1)
+    few = quantile_interval(rng.lognormal(0, 1, 100))
+    assert few["high"] is None and "at least 382" in few["note"]
+    truth = float(np.exp(2.3263478740408408))        # lognormal(0, 1) P99
+    covered = 0
+    for seed in range(40):
+        q = quantile_interval(np.random.default_rng(seed).lognormal(0, 1, 2000))
+        covered += q["low"] <= truth <= q["high"]
+    assert covered >= 34                               # ~95% coverage
+
+
+def test_stall_interval_batch_means():
+    rng = np.random.default_rng(0)
+    w = rng.random(400) * 0.1
+    s = w + 0.2
+    iv = stall_interval(w, s)
+    assert iv["groups"] == 20 and iv["low"] < iv["value"] < iv["high"]
+    assert iv["value"] == pytest.approx(w.sum() / s.sum())
+    assert stall_interval(w[:8], s[:8])["half_width"] is None
+
+
+def test_loader_plan_formulas():
+    # the seed's example: P99 600 ms, compute 200 ms -> depth 3 for one producer
+    assert prefetch_depth(0.6, 0.2).depth_min == 3
+    p = loader_plan(0.1, 0.6, 0.2, batch_bytes=1e6)
+    assert (p.workers, p.prefetch_factor, p.depth_total, p.host_bytes) == (1, 3, 3, 4e6)
+    # const 200 ms per batch, 20 ms steps: ten producers at least, then W divides the depth
+    p = loader_plan(0.2, 0.2, 0.02)
+    assert p.workers_min == 10 and p.workers == 13 and p.prefetch_factor == 1 and p.stall_floor == 0
+    capped = loader_plan(0.2, 0.2, 0.02, max_workers=4)
+    assert capped.stall_floor == pytest.approx(1 - 4 * 0.02 / 0.2)
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    url = str(tmp_path_factory.mktemp("st") / "tok")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=2048, shard_size="512 samples", seq_len=16,
+                     vocab_size=1000, fsync=False), url, progress=False)
+    return url
+
+
+def test_until_stable_stops_with_its_intervals(ds):
+    r = run_load(LoadConfig(dataset=ds, workers=1, batch_size=8, compute="1ms", until_stable=True, min_steps=20,
+                            max_time_s=1.5, stall_ci=0.5, p99_ci=10.0, monitor_interval_s=1.0))
+    m = r.metrics
+    assert m["stopped_early"] in ("stable", "time cap 1.5 s")
+    assert m["intervals"]["stall_ratio"]["n"] == m["steps"] - 1
+    assert m["stability"]["until_stable"] is True
+    if m["stopped_early"] == "stable":
+        assert m["stable"] and m["steps"] >= 382       # a P99 interval needs that many batches
+    else:
+        assert not m["stable"] and any("not stable" in w for w in r.warnings)
+
+
+def test_short_run_says_it_is_not_stable_and_warns_about_zero_compute(ds):
+    r = run_load(LoadConfig(dataset=ds, workers=1, batch_size=8, steps=12, monitor_interval_s=1.0))
+    assert r.metrics["stable"] is False
+    assert any(w.startswith("not stable after 12 steps") for w in r.warnings)
+    assert any("zero-time step" in w for w in r.warnings)
+    rec = recommend(r.metrics, 0.0)
+    assert rec["depth_min"] is None and "give --compute-ms" in rec["note"]
+
+
+def test_warnings_for_idle_workers_and_barely_sampled_emulation(ds):
+    r = run_load(LoadConfig(dataset=ds, access="stream", workers=8, batch_size=8, steps=6, compute="1ms",
+                            emulate="const:1ms", monitor_interval_s=1.0))
+    text = " | ".join(r.warnings)
+    assert "4 shard(s) for 8 workers" in text and "emulated storage saw only" in text
+
+
+def test_recommend_uses_service_times_and_divides_depth_over_workers(ds):
+    r = run_load(LoadConfig(dataset=ds, workers=1, prefetch=1, batch_size=8, steps=20, compute="10ms",
+                            emulate="const:5ms", monitor_interval_s=1.0))
+    rec = recommend(r.metrics, 0.01, max_workers=64)
+    s = r.metrics["batch_service_s"]
+    assert rec["p99_batch_service_s"] == s["p99"]
+    lp = loader_plan(s["mean"], s["p99"], 0.01, r.metrics["batch_bytes"])
+    assert (rec["workers_recommended"], rec["prefetch_factor_recommended"]) == (lp.workers, lp.prefetch_factor)
+    assert rec["workers_recommended"] >= 4            # 8 x 5 ms = 40 ms per batch against 10 ms steps
+
+
+def test_headline_says_warmup_and_stability():
+    from iobench.commands.load import headline, repeat_spread
+
+    m = {"stall_ratio": 0.1, "accelerator_utilization": 0.9, "wall_clock_utilization": 0.5, "steps": 12,
+         "throughput": {"samples_per_s": 10.0, "bytes_per_s": 100.0, "steady_samples_per_s": 10.0},
+         "batch_service_s": {"p99": 0.2}, "batch_io_s": {"p99": 0.1}, "access": "map", "stable": False,
+         "warmup_s": 4.2, "warmup_fraction": 0.57,
+         "intervals": {"stall_ratio": {"half_width": None}, "batch_service_p99_s": {"high": None}}}
+    line = headline(m)
+    assert "50.0% wall-clock" in line and "NOT stable" in line and "warm-up 4.20 s is 57%" in line
+    assert "too few batches" in line and "no interval" in line
+    sp = repeat_spread([m, m | {"throughput": {**m["throughput"], "steady_samples_per_s": 10.4}}])
+    assert sp["n"] == 2 and sp["within_5_percent"] and sp["steady_samples_per_s"]["relative_spread"] > 0
+
+
+def test_compare_passes_runs_whose_stall_intervals_overlap():
+    from iobench.report.compare import compare, regressions
+
+    a = {"metrics": {"stall_ratio": 0.10, "intervals": {"stall_ratio": {"low": 0.05, "high": 0.15}}}}
+    b = {"metrics": {"stall_ratio": 0.19, "intervals": {"stall_ratio": {"low": 0.14, "high": 0.24}}}}
+    c = {"metrics": {"stall_ratio": 0.40, "intervals": {"stall_ratio": {"low": 0.35, "high": 0.45}}}}
+    assert [x["ok"] for x in regressions(compare(a, b), 0.05)] == [True]
+    assert [x["ok"] for x in regressions(compare(a, c), 0.05)] == [False]
