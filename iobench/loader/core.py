@@ -230,6 +230,8 @@ class _Steps:
     requests: list[int] = field(default_factory=list)
     worker: list[int] = field(default_factory=list)
     ready_s: list = field(default_factory=list)            # when its worker finished it (s after clock start)
+    handoff_s: list = field(default_factory=list)          # from then (or the step's start) to the step having it
+    start_s: list = field(default_factory=list)            # map/stream: when its worker started it (gate open)
     t_spawn: int = 0
     t_start: int = 0
     t_end: int = 0
@@ -379,6 +381,9 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             rec.requests.append(meta.get("requests", 0))
             rec.worker.append(meta["worker"])
             rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9 if "ready_ns" in meta else None)
+            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
+            # worker done -> step has it (pipe, wake-up, unpickle); only on the critical path when the step waited
+            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9) if "ready_ns" in meta else None)
             if bar is not None:
                 bar.update(task, advance=1)
             if stop_rule is not None and k + 1 < total:
@@ -520,7 +525,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                    "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
                    # the batch's whole time at its worker (what planner.loader_sim replays)
                    "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
-                   "worker": rec.worker, "ready_s": rec.ready_s},
+                   "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
+                   "start_s": rec.start_s},
         "system": rec.system,
         "pickled_batches": rec.overflow,
         # What the block device read for these requests (read-ahead makes it more); None off local disks.
