@@ -115,7 +115,7 @@ class BackendSource:
 
         for f in [self._pool.submit(fetch, s) for s in starts]:
             f.result()  # re-raises the original error of the first failed range
-        del out
+        out.release()   # the buffer is exported no longer (the slice below may copy)
         return memoryview(buf[:shard.bytes])
 
     def _read_direct(self, shard: ShardEntry) -> memoryview:

@@ -141,7 +141,7 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
 
 
 def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
-    from .html import fmt
+    from .format import fmt
 
     if v is None:
         return "-"
@@ -152,7 +152,7 @@ def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
 
 def change(r: Row) -> str:
     """B − A in the metric's unit, signed; "within noise" when the runs' intervals overlap."""
-    from .html import fmt
+    from .format import fmt
 
     if r.diff is None:
         return "-"
