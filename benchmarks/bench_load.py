@@ -1,6 +1,6 @@
 """iobench's loader against peers, side by side on the same bytes, in one run.
 
-    .venv/bin/python benchmarks/bench_load.py [--sections overhead,fio,s3,tar,parquet,tfrecord,memory]
+    .venv/bin/python benchmarks/bench_load.py [--sections overhead,access,fio,s3,tar,parquet,tfrecord,memory]
                                               [--out reports/reference/load] [--scale 1.0] [--merge]
 
 Each section generates one dataset with `iobench gen`, reads it with `iobench load`
@@ -83,6 +83,31 @@ def bench_overhead(work: Path, scale: float) -> list[dict]:
            section_result("overhead: AU at compute 5 ms (memory backend)", au,
                           {"accelerator_utilization": 0.99, "what": "target from the issue"},
                           "accelerator_utilization", 1.0, "300 steps; stall = consumer-side harness cost")]
+    from fsspec.implementations.memory import MemoryFileSystem
+    MemoryFileSystem.store.clear()
+    return out
+
+
+def bench_access(work: Path, scale: float) -> list[dict]:
+    """The harness floor of the map and stream patterns (memory backend, 1 KiB token samples, batch 256):
+    map makes one request per sample, stream one streamed request per shard read in 64 KiB pieces."""
+    n = int(131072 * scale)
+    url = "memory://bench-access/tok"
+    generate(GenSpec(format="raw", modality="tokens", num_samples=n, seq_len=512, vocab_size=32000,
+                     shard_size="4MiB", fsync=False), url, progress=False)
+    out = []
+    for access in ("map", "stream"):
+        base = LoadConfig(dataset=url, access=access, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192,
+                          monitor_interval_s=1.0)
+        fast = max((load_rate(base) for _ in range(REPEATS)), key=lambda r: r["steady_samples_per_s"])
+        paced = max((load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300}))
+                     for _ in range(REPEATS)), key=lambda r: r["accelerator_utilization"])
+        out += [section_result(f"overhead: samples/s, compute 0, W=1, access {access} (memory backend)", fast,
+                               {"steady_samples_per_s": 100_000.0, "what": "target from the issue"},
+                               "steady_samples_per_s", 1.0, "1 KiB samples, batch 256, 1 worker"),
+                section_result(f"overhead: AU at compute 5 ms, access {access} (memory backend)", paced,
+                               {"accelerator_utilization": 0.99, "what": "target from the issue"},
+                               "accelerator_utilization", 1.0, "300 steps")]
     from fsspec.implementations.memory import MemoryFileSystem
     MemoryFileSystem.store.clear()
     return out
@@ -301,7 +326,7 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
                      "into the parent's USS)"}]
 
 
-SECTIONS = {"overhead": bench_overhead, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,
+SECTIONS = {"overhead": bench_overhead, "access": bench_access, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,
             "parquet": bench_parquet, "tfrecord": bench_tfrecord, "memory": bench_memory}
 
 

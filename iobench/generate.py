@@ -46,6 +46,21 @@ _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900
              ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
 
 
+MAX_SHARDS = 10_000_000
+# Upper bounds: beyond them a run cannot finish (or a header field overflows) -- refuse up front.
+_BOUNDS = (
+    ("num_samples", 10**12, "generate at most 10^12 samples"),
+    ("vocab_size", 2**32, "token ids are stored as uint32 at most: use a vocabulary <= 4294967296"),
+    ("seq_len", 2**31 - 1, "use a sequence length below 2^31"),
+    ("workers", 1024, "use at most 1024 writers"),
+    ("image_width", 65500, "JPEG dimensions stop at 65500"),
+    ("image_height", 65500, "JPEG dimensions stop at 65500"),
+    ("record_bytes", 2**31 - 1, "use records below 2 GiB"),
+    ("num_classes", 2**31 - 1, "use fewer classes"),
+    ("seed", 2**63 - 1, "use a seed below 2^63"),
+)
+
+
 @dataclass(frozen=True)
 class GenSpec:
     """What to generate.  Built from a workload's ``gen`` section and flags via ``GenSpec.from_mapping``."""
@@ -94,6 +109,12 @@ class GenSpec:
                      "num_classes", "record_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        for name, top, fix in _BOUNDS:
+            if getattr(self, name) > top:
+                raise ConfigError(f"gen.{name}", f"{getattr(self, name)} is above the limit {top}", fix)
+        if self.image_size_jitter >= 1:
+            raise ConfigError("gen.image_size_jitter", f"{self.image_size_jitter} would make sizes <= 0",
+                              "use a fraction in [0, 1), e.g. 0.2")
         if self.record_bytes_stdev < 0 or not 0 < self.scale <= 1:
             raise ConfigError("gen.record_bytes_stdev/scale", "stdev must be >= 0 and scale within (0, 1]",
                               "e.g. --scale 0.001 for a scaled-down MLPerf workload")
@@ -186,6 +207,10 @@ def plan_shards(spec: GenSpec, nominal_sample_bytes: int | None = None) -> list[
 
     ext = get_format(spec.format).extension
     per = samples_per_shard(spec, nominal_sample_bytes)
+    if -(-spec.num_samples // per) > MAX_SHARDS:
+        raise ConfigError("gen.shard_size", f"{spec.num_samples} samples at {per} per shard make "
+                          f"{-(-spec.num_samples // per)} shards, more than {MAX_SHARDS}",
+                          "use bigger shards or fewer samples")
     plans = []
     for k, first in enumerate(range(0, spec.num_samples, per)):
         plans.append(ShardPlan(k, first, min(per, spec.num_samples - first), f"shard-{k:06d}{ext}"))

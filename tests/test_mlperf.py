@@ -58,7 +58,8 @@ def test_accelerators_share_the_dataset_and_pass(unet3d):
     assert r["au_min"] == min(r["au_per_accelerator"])
     assert r["passed"] == (r["au_min"] >= 0.9)
     for p in r["per_rank"]:
-        assert 0 <= p["au"] <= 1 and p["au_ci95"][0] <= p["au"] <= p["au_ci95"][1]
+        assert 0 <= p["au"] <= 1
+        assert p["au_ci95"] is None or p["au_ci95"][0] <= p["au"] <= p["au_ci95"][1]   # None: too few steps
     assert not r["rule_compliant"]          # scaled down, and far under 5x memory
 
 

@@ -76,8 +76,8 @@ def register(sub) -> None:
                    help="with --recommend: measure depth 1, rec/2, rec, 2*rec and workers +-1 around it")
     p.add_argument("--analyze", action="store_true", help="synthetic / warm / cold passes: prep vs fetch stall")
     p.add_argument("--tiers", metavar="FILE", help="read through storage tiers (iobench.tiers) described in FILE")
-    p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default="ondemand",
-                   help="with --tiers: how shards reach the fast tier")
+    p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
+                   help="with --tiers: how shards reach the fast tier (default ondemand)")
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
     add_set_flag(p)
     add_json_flag(p)
@@ -93,7 +93,13 @@ def build_config(args):
     section: dict = {}
     if args.workload:
         section = dict(load_workload(args.workload).get("load") or {})
-    section = deep_merge(section, parse_set(args.set).get("load", {}))
+    overrides = parse_set(args.set)
+    for key in overrides:
+        if key != "load":
+            raise ConfigError("--set", f"section {key!r} is not read by `iobench load`", "use --set load.KEY=VALUE")
+    if args.staging and not args.tiers:
+        raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
+    section = deep_merge(section, overrides.get("load", {}))
     for flag, key in _FLAGS.items():
         v = getattr(args, flag, None)
         if v is not None:
@@ -183,7 +189,7 @@ def run(args) -> int:
         if args.validate and rec.get("depth_recommended"):
             rec["validation"] = validate(replace(cfg, cache=cfg.cache), rec, access=metrics["access"], **kw)
         metrics["prefetch_recommendation"] = rec
-    results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging}
+    results = Results(command="load", config=to_dict(cfg) | ({"tiers": args.tiers, "staging": args.staging or "ondemand"}
                                                              if args.tiers else {}),
                       environment=run_.environment)
     for w in run_.warnings:
@@ -248,7 +254,7 @@ def _tiers_source(args, cfg):
                           "drop --tiers, or install an iobench with iobench.tiers.loader_source") from None
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
     manifest = read_manifest(backend)
-    return loader_source(args.tiers, args.staging, manifest, backend)
+    return loader_source(args.tiers, args.staging or "ondemand", manifest, backend)
 
 
 def _check_dataset(cfg):

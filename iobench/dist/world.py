@@ -127,7 +127,7 @@ class World:
                                    "cannot reach storage, or runs another command)",
                                    f"check every rank's output; raise {TIMEOUT_ENV} if the ranks are only slow")
             time.sleep(pause)
-            pause = min(pause * 2, 5e-3)
+            pause = min(pause * 2, 1e-3)   # sleep, not spin: oversubscribed ranks share cores
         waited = time.perf_counter() - t0
         self._time(what, "wait_s", waited)
         return waited

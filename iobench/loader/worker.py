@@ -159,6 +159,7 @@ class _Emitter:
     def __init__(self, job: WorkerJob, pool, conn, stop, stats: dict) -> None:
         self.job, self.pool, self.conn, self.stop, self.stats = job, pool, conn, stop, stats
         self.per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
+        self.start_ns: int | None = None
 
     def gate(self, k: int) -> None:
         """map/stream: start batch ``k`` only once its index would have reached the worker —
@@ -169,6 +170,7 @@ class _Emitter:
         lag = self.job.lag
         if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
             raise _Stopped
+        self.start_ns = now_ns()   # the batch's work starts now (its index "arrived")
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
                  fill_s: float = 0.0, requests: int = 0) -> None:
@@ -198,7 +200,8 @@ class _Emitter:
         _pack(meta)
         meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
                     indices=bd.ids[sel].astype("<i8").tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
-                    fill_s=fill_s, requests=requests, ready_ns=te)
+                    fill_s=fill_s, requests=requests, ready_ns=te, start_ns=self.start_ns)
+        self.start_ns = None
         self.conn.send(("batch", meta))
         pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
 

@@ -3,7 +3,9 @@ at or above the workload's threshold -- MLPerf Storage's headline -- and why one
 
 Grow 1, 2, 4, ... until a count fails, then bisect between the last pass and the first
 failure.  Each probe is one run, at least ``min_steps`` steps per accelerator (the AU carries
-its 95% interval; a probe whose interval straddles the threshold is marked marginal).  The
+its batch-means 95% interval; a probe whose interval straddles the threshold is marked
+marginal).  The loader's run-until-stable rule is not used here: accelerators must run the
+same steps together -- one stopping early would free storage for the others.  The
 failing count is run once more with no I/O (batches of the same size from memory): if that
 passes, storage was the limit (fetch-bound); if it fails too, the host could not prepare the
 batches (prep-bound: CPU for N accelerators x read threads, copies, the harness).

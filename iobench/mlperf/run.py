@@ -29,7 +29,6 @@ from .rules import DEFAULT_RUNS, compliance
 from .workloads import MlperfWorkload, load_mlperf_workload
 
 CACHE_MODES = ("auto", "cold", "as-is")
-_Z95 = 1.959963984540054
 MIN_MEASURED_STEPS = 3     # fewer measured steps per accelerator cannot give an AU with an interval
 
 
@@ -167,23 +166,21 @@ def run_accelerators(load_fields: dict, accelerators: int, rank0: int = 0, world
 
 def step_au(steps: list[float], computes: list[float]) -> dict:
     """AU = sum(compute) / sum(step time) over the measured steps (step time: start to next start,
-    as the loader's own stall ratio counts it), with a 95% interval (delta method for a ratio of
-    sums: d_i = c_i - AU * s_i, var(AU) = var(d) / (n * mean(s)^2))."""
+    as the loader's own stall ratio counts it), with the loader's batch-means 95% interval
+    (iobench.loader.stability: contiguous groups absorb correlated neighbouring steps)."""
+    from ..loader.stability import stall_interval
+
     n = min(len(steps), len(computes))
     steps = steps[:n]
     total = sum(steps)
     if n == 0 or total <= 0:
         return {"au": 0.0, "au_ci95": None, "steps": n, "compute_s": 0.0, "step_s_total": 0.0}
     compute = sum(computes[:n])
+    iv = stall_interval([max(0.0, s - c) for s, c in zip(steps, computes)], steps)
     au = compute / total
-    half = None
-    if n > 2:
-        d = [c - au * s for c, s in zip(computes, steps)]
-        mean_d = sum(d) / n
-        var = sum((x - mean_d) ** 2 for x in d) / (n - 1)
-        half = _Z95 * math.sqrt(var / n) / (total / n)
-    return {"au": au, "au_ci95": [max(0.0, au - half), min(1.0, au + half)] if half is not None else None,
-            "steps": n, "compute_s": compute, "step_s_total": total}
+    ci = None if iv.get("half_width") is None else [max(0.0, au - iv["half_width"]), min(1.0, au + iv["half_width"])]
+    return {"au": au, "au_ci95": ci, "steps": n, "compute_s": compute, "step_s_total": total,
+            "au_ci_note": iv.get("note")}
 
 
 def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: int, cold_each_epoch: bool,

@@ -43,6 +43,12 @@ class TierSpec:
                               "use letters, digits, '-' or '_'")
         if not self.url:
             raise ConfigError(f"{field_}.url", "is empty", "give a local path, s3://bucket/prefix or memory://name")
+        scheme = str(self.url).split("://", 1)[0].lower() if "://" in str(self.url) else "file"
+        from fsspec.registry import known_implementations, registry
+
+        if scheme not in registry and scheme not in known_implementations:
+            raise ConfigError(f"{field_}.url", f"unknown URL scheme {scheme!r}",
+                              "use a local path, s3://, memory:// or a protocol an installed fsspec package provides")
         check_choice(f"{field_}.policy", self.policy, POLICIES)
         if self.emulation not in EMULATION_PROFILES:   # a spec in --emulate's vocabulary, e.g. bw:1GB/s
             from ..wrappers import parse_emulation
