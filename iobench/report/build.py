@@ -100,15 +100,6 @@ def where(name: str, doc: dict, path: str) -> str:
     return " · ".join(parts)
 
 
-def check_line(c: dict) -> str:
-    """``FAIL: data stall ≤ 5.00% — load.json · load · dataset s3://b/d: stall_ratio = 42.75%``"""
-    from .format import fmt
-
-    value = "-" if c.get("value") is None else fmt(c["path"], c["value"])
-    subject = c.get("where") or c.get("results") or ""
-    return f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {subject + ': ' if subject else ''}{c['path']} = {value}"
-
-
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
                  limits: dict[str, float | None] | None = None) -> Report:
     from ..extras import require

@@ -72,3 +72,10 @@ def format_input(kind: str, v) -> str:
         return str(v) if v != "" else "-"
     return {"size": format_bytes, "rate": format_rate, "duration": format_duration,
             "ratio": lambda x: f"{x:.2%}"}.get(kind, lambda x: f"{x:,}" if isinstance(x, int) else f"{x:.4g}")(v)
+
+
+def check_line(c: dict) -> str:
+    """``FAIL: data stall ≤ 5.00% — load.json · load · dataset s3://b/d: stall_ratio = 42.75%``"""
+    value = "-" if c.get("value") is None else fmt(c["path"], c["value"])
+    subject = c.get("where") or c.get("results") or ""
+    return f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {subject + ': ' if subject else ''}{c['path']} = {value}"

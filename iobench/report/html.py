@@ -274,9 +274,8 @@ def _is_load(doc: dict) -> bool:
 
 
 def _ci(m: dict, key: str) -> tuple[float, float] | None:
-    from .compare import _pair
 
-    return _pair(m.get(f"{key}_ci95")) or _pair(m.get(f"{key}_ci"))
+    return data.ci_pair(m.get(f"{key}_ci95")) or data.ci_pair(m.get(f"{key}_ci"))
 
 
 def stall_text(m: dict) -> str:
