@@ -454,6 +454,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         per_worker.append({"worker": wid, "pid": d["pid"], "batches": d["batches"], "samples": d["samples"],
                            "bytes_read": int(src.get("bytes_read", 0)), "busy_s": d["busy_s"],
                            "io_s": d.get("io_s"), "fill_s": d.get("fill_s"), "slot_wait_s": d["slot_wait_s"],
+                           "gate_wait_s": d.get("gate_wait_s", 0.0),
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
     # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.
