@@ -29,8 +29,11 @@ test: $(STAMP) sysdeps
 	@$(PY) -m pytest -q -ra; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the setup is broken" >&2; fi; exit $$rc
 
+# Every benchmark against its peers (each writes reports/reference/NAME.json and NAME.rows.json),
+# then one table of every ratio against its target (reports/reference/summary.md).
 bench: $(STAMP) sysdeps
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@$(PY) benchmarks/summary.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info reports/latest

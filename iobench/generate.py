@@ -72,7 +72,7 @@ class GenSpec:
     compression: str = "none"          # none | zstd:LEVEL
     checksum: str = "xxh64"            # xxh64 | crc32c
     seed: int = 0
-    workers: int = 1
+    workers: int = 0                   # 0: the machine's cores, at most one per shard (iobench.dist.world)
     # tokens
     seq_len: int = 2048
     vocab_size: int = 50257
@@ -105,10 +105,13 @@ class GenSpec:
         check_choice("gen.checksum", self.checksum, CHECKSUMS)
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
-        for name in ("num_samples", "workers", "seq_len", "vocab_size", "image_width", "image_height",
+        for name in ("num_samples", "seq_len", "vocab_size", "image_width", "image_height",
                      "num_classes", "record_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        if self.workers < 0:
+            raise ConfigError("gen.workers", f"must be zero (one per core) or more, got {self.workers}",
+                              "give a number of writers, or 0 for one per core")
         for name, top, fix in _BOUNDS:
             if getattr(self, name) > top:
                 raise ConfigError(f"gen.{name}", f"{getattr(self, name)} is above the limit {top}", fix)
@@ -558,7 +561,9 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
-    workers = min(spec.workers, len(plans))
+    from .dist.world import default_parallelism
+
+    workers = min(spec.workers, len(plans)) if spec.workers else default_parallelism(len(plans))
     if not backend.shared_between_processes:
         workers = 1   # a memory:// filesystem lives in this process only
     total_bytes = [0]

@@ -238,6 +238,13 @@ class BackendWrapper(Backend):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.cat(rel, start, end)
 
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self.inner.cat_into(rel, start, end, out)
+
+    @property
+    def read_client(self) -> str:
+        return self.inner.read_client
+
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
 
@@ -367,6 +374,9 @@ class EmulatedBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._request(self.inner.cat, rel, start, end)
 
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self._request(self.inner.cat_into, rel, start, end, out, counts_result=True)
+
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         """One streamed GET: its latency is the first piece's; every piece moves at the bandwidth cap."""
         if first:
@@ -466,6 +476,9 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._timed("read", self.inner.cat, rel, start, end, reads=True)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self._timed("read", self.inner.cat_into, rel, start, end, out, counts_result=True, reads=True)
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         t0 = now_ns()
@@ -574,6 +587,10 @@ class FaultyBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         self._maybe_fail(rel)
         return self.inner.cat(rel, start, end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        self._maybe_fail(rel)
+        return self.inner.cat_into(rel, start, end, out)
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         self._maybe_fail(rel)

@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--shard-size", metavar="SIZE", help="shard rotation: bytes (64MiB) or a count ('1000 samples')")
     p.add_argument("--compression", metavar="C", help="none | zstd:LEVEL")
     p.add_argument("--seed", metavar="N", help="random seed; same seed -> byte-identical dataset")
-    p.add_argument("--workers", metavar="N", help="parallel writer processes")
+    p.add_argument("--workers", metavar="N", help="parallel writers (default 0: one per core, at most one per shard)")
     p.add_argument("--seq-len", metavar="N", help="tokens per sample")
     p.add_argument("--vocab-size", metavar="N", help="vocabulary size (ids < N)")
     p.add_argument("--token-dtype", metavar="T", help="auto | uint16 | uint32")
@@ -90,7 +90,8 @@ def run(args) -> int:
         metrics["setup_s"] = stats["setup_s"]
     print(f"wrote {manifest.total_samples} {spec.modality} samples in {len(manifest.shards)} {spec.format} shards "
           f"({format_bytes(manifest.total_bytes)}) to {args.out} in {secs:.2f} s "
-          f"({format_rate(manifest.total_bytes / secs)})" + (f" from {world.size} ranks" if world.size > 1 else ""))
+          f"({format_rate(manifest.total_bytes / secs)}) with {stats['workers']} "
+          f"writer{'s' if stats['workers'] != 1 else ''}" + (f" per rank, {world.size} ranks" if world.size > 1 else ""))
     if world.size > 1:
         print(f"world: {metrics['world']['straggler']['line']}")
     if args.json:

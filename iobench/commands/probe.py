@@ -144,9 +144,9 @@ def _run_world(args, world, results, plans, size_cap) -> int:
     from ..units import parse_size
     from ..probe import world_probe as wp
 
-    if args.probe not in ("file", "metadata", "s3"):
+    if args.probe not in ("file", "metadata", "s3", "smallfiles"):
         raise ConfigError("probe", f"`probe {args.probe}` has no multi-rank form",
-                          "under mpirun use probe file, probe metadata or probe s3")
+                          "under mpirun name one probe: file, metadata, smallfiles or s3")
     t, _, configs = plans[0]
     cfg = configs[args.probe]
     start(world, "probe", results.config | {"url": t.url, "cfg": to_dict(cfg) if hasattr(cfg, "__dataclass_fields__")
@@ -158,6 +158,8 @@ def _run_world(args, world, results, plans, size_cap) -> int:
             per_rank = min(int(parse_size(cfg.file_size, "probe.file_size")), area.size_cap)
             layouts = tuple(getattr(cfg, "layout", None) or ("n-n", "n-1"))
             body = wp.file_probe(world, area, transfer, per_rank, layouts)
+        elif args.probe == "smallfiles":
+            body = wp.smallfiles_probe(world, area, cfg, endpoint_url=args.endpoint_url)
         elif args.probe == "metadata":
             body = wp.metadata_probe(world, area, max(1, cfg.files // world.size), cfg.file_bytes)
         else:

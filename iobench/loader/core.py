@@ -50,6 +50,7 @@ class LoadConfig:
     endpoint_url: str | None = None
     s3_block_size: str = "8MiB"
     s3_concurrency: int = 4
+    s3_client: str = "auto"           # auto (obstore when installed) | s3fs | obstore
     retries: int = 5
     retry_budget_s: float = 30.0
     error_rate: float = 0.0
@@ -89,6 +90,9 @@ class LoadConfig:
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
         check_choice("load.cache", self.cache, CACHE_STATES)
+        from ..storage import S3_CLIENTS
+
+        check_choice("load.s3_client", self.s3_client, S3_CLIENTS)
         check_choice("load.compute_mode", self.compute_mode, MODES)
         check_choice("load.start_method", self.start_method, START_METHODS)
         parse_size(self.s3_block_size, "load.s3_block_size")
@@ -274,7 +278,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         source = BackendSource(url=cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
                                emulation=cfg.emulate, seed=cfg.seed,
                                block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
-                               concurrency=cfg.s3_concurrency,
+                               concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if cfg.odirect and not synthetic:

@@ -80,7 +80,10 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
     if job.synthetic:
         return _BlockData(None, None, ids)
     t0 = now_ns()
-    datas = [(m.shards[s], source.read_shard(m.shards[s])) for s in block.shards]
+    shards = [m.shards[s] for s in block.shards]
+    # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
+    read_many = getattr(source, "read_shards", None)
+    datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
     t1 = now_ns()
     bd = _parse_block(job, reader, block, datas, ids)
     bd.read_s, bd.parse_s = (t1 - t0) / 1e9, (now_ns() - t1) / 1e9
