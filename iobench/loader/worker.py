@@ -213,6 +213,9 @@ class _Emitter:
 
 def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
     """Process entry point; always ends with a 'done' or an 'error' message."""
+    from ..lifeline import die_with_parent
+
+    die_with_parent()   # a killed `load` takes its workers with it (they would block on slots for ever)
     stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
                    "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
     import gc
