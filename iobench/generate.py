@@ -317,6 +317,9 @@ def _describe_error(e: BaseException, backend_url: str) -> tuple[str, str]:
 
 
 def _worker(spec_dict: dict, url: str, endpoint_url, storage_options, plans, q, stop) -> None:
+    from .lifeline import die_with_parent
+
+    die_with_parent()   # a killed `gen` takes its writers with it, at once
     try:
         spec = GenSpec.from_mapping(spec_dict)
         backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options)
@@ -420,13 +423,14 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     return previous
 
 
-def _remove_temp_files(backend: Backend, rels) -> None:
+def _remove_temp_files(backend: Backend, rels) -> int:
     """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
     beside ``rels``."""
     import os
 
     if not backend.is_local:
-        return
+        return 0
+    removed = 0
     by_dir: dict[str, set[str]] = {}
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
@@ -442,8 +446,38 @@ def _remove_temp_files(backend: Backend, rels) -> None:
             if final_name_of(e) in names:
                 try:
                     os.unlink(os.path.join(d, e))
+                    removed += 1
                 except OSError:
                     pass
+    return removed
+
+
+_SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
+
+
+def _remove_shard_temp_files(backend: Backend) -> int:
+    """Local only: temp files of shards (``.shard-NNNNNN.EXT.XXXXXXXX.tmp``, the names only
+    ``iobench gen`` writes) at the dataset root, whatever run left them; returns how many."""
+    import os
+
+    from .io.atomic import final_name_of
+
+    if not backend.is_local:
+        return 0
+    removed = 0
+    try:
+        entries = os.listdir(backend.root)
+    except OSError:
+        return 0
+    for e in entries:
+        final = final_name_of(e)
+        if final is not None and _SHARD_NAME.fullmatch(final):
+            try:
+                os.unlink(os.path.join(backend.root, e))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
@@ -561,6 +595,14 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
+    # Temp files a killed earlier run left beside the names this run writes (a first generation
+    # killed midway has no superseded record): found, removed and reported.
+    leftovers = _remove_shard_temp_files(backend)
+    if leftovers:
+        import logging
+
+        logging.getLogger("iobench.generate").warning(
+            "removed %d temp file(s) left at %s by an interrupted earlier run", leftovers, backend.url)
     from .dist.world import default_parallelism
 
     workers = min(spec.workers, len(plans)) if spec.workers else default_parallelism(len(plans))
@@ -602,7 +644,8 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     manifest = _publish(spec, fmt, backend, entries)
     removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
     if stats is not None:
-        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+        stats.update(stale_removed=removed, leftover_temp_files_removed=leftovers,
+                     seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
                      samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
     return manifest
 

@@ -20,7 +20,7 @@ CASES = {
     "gen vocab 2^40": (["gen", "--vocab-size", str(2**40), "--out", "{tmp}/g"], "gen.vocab_size"),
     "gen jitter 5": (["gen", "--modality", "images", "--set", "gen.image_size_jitter=5", "--out", "{tmp}/g"],
                      "gen.image_size_jitter"),
-    "gen zero workers": (["gen", "--workers", "0", "--out", "{tmp}/g"], "gen.workers"),
+    "gen negative workers": (["gen", "--workers", "-1", "--out", "{tmp}/g"], "gen.workers"),
     "gen out is a file": (["gen", "--out", "{file}"], "--out"),
     "gen json is a dir": (["gen", "--out", "{tmp}/g", "--json", "{dir}"], "--json"),
     "gen json in /proc": (["gen", "--out", "{tmp}/g", "--json", "/proc/iobench-x.json"], "--json"),

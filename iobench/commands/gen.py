@@ -83,6 +83,7 @@ def run(args) -> int:
         "shards": len(manifest.shards),
         "throughput": {"bytes_per_s": manifest.total_bytes / secs, "samples_per_s": manifest.total_samples / secs},
         "workers": stats["workers"],
+        "leftover_temp_files_removed": stats.get("leftover_temp_files_removed", 0),
         "peak_rss_bytes": {"parent": peak_parent, "largest_writer": peak_child or None},
     }
     if world.size > 1:

@@ -171,9 +171,11 @@ class _Emitter:
         if self.stop.is_set():
             raise _Stopped
         lag = self.job.lag
+        t0 = now_ns()
         if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
             raise _Stopped
         self.start_ns = now_ns()   # the batch's work starts now (its index "arrived")
+        self.stats["gate_wait_s"] = self.stats.get("gate_wait_s", 0.0) + (self.start_ns - t0) / 1e9
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
                  fill_s: float = 0.0, requests: int = 0) -> None:
@@ -211,6 +213,9 @@ class _Emitter:
 
 def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
     """Process entry point; always ends with a 'done' or an 'error' message."""
+    from ..lifeline import die_with_parent
+
+    die_with_parent()   # a killed `load` takes its workers with it (they would block on slots for ever)
     stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
                    "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
     import gc
