@@ -337,6 +337,10 @@ def to_markdown(results: list[dict], meta: dict) -> str:
          f"Command: `{meta['command']}`  ", f"Machine: {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, "
          f"{m['os']}, Python {m['python']}; shared with ~8 agents' builds and tests (load average {la} at start, "
          f"{lae} at end). Run took {meta['seconds']:.0f} s.", ""]
+    for u in meta.get("updates", []):
+        L += [f"Rerun for sections {', '.join(u['sections'])}: `{u['command']}` (load average "
+              f"{u['machine']['load_avg_at_start'][0]:.1f} at start, {u['load_avg_at_end'][0]:.1f} at end, "
+              f"{u['seconds']:.0f} s); those results come from the rerun.", ""]
     for r in results:
         if "skipped" in r:
             L += [f"## {r['section']}", "", f"Skipped: {r['skipped']}", ""]
@@ -384,6 +388,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="reports/reference/fidelity")
     ap.add_argument("--venv", default=str(HERE / ".venv-torch"), help="the peers' venv (created if missing)")
     ap.add_argument("--work", help="scratch directory on the disk to throttle (default: a temp dir under /tmp)")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only these sections' results in an existing OUT.json/OUT.md, keep the rest")
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = [s for s in sections if s not in SECTIONS]
@@ -412,6 +418,14 @@ def main(argv=None) -> int:
     meta["load_avg_at_end"] = os.getloadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.merge and out.with_suffix(".json").exists():
+        old = json.loads(out.with_suffix(".json").read_text())
+        new = {r["section"]: r for r in results}
+        rerun = sorted(new)
+        for r in results:
+            r["rerun"] = meta["command"]
+        results = [new.pop(r["section"], r) for r in old["results"]] + list(new.values())
+        meta = {**old["meta"], "updates": old["meta"].get("updates", []) + [{**meta, "sections": rerun}]}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
     md = to_markdown(results, meta)
     out.with_suffix(".md").write_text(md)
