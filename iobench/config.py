@@ -161,7 +161,8 @@ def load_workload(name_or_path: str) -> dict:
         names = workload_names()
         if name_or_path not in names:
             raise ConfigError("--workload", f"unknown workload {name_or_path!r}", nearest(name_or_path, names))
-        text = resources.files("iobench").joinpath("workloads", name_or_path + ".yaml").read_text()
+        # One name per joinpath call: several at once need Python 3.11.
+        text = resources.files("iobench").joinpath("workloads").joinpath(name_or_path + ".yaml").read_text()
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:

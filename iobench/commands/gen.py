@@ -11,7 +11,8 @@ def register(sub) -> None:
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
-    p.add_argument("--workload", metavar="NAME|FILE", help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
+    p.add_argument("--workload", metavar="NAME|FILE",
+                   help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
     p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | files (one file per sample: the small-file "
                                     "baseline)")
     p.add_argument("--modality", help="tokens | images | records (opaque samples of record_bytes ± stdev, MLPerf-style)")

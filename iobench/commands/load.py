@@ -22,7 +22,7 @@ def register(sub) -> None:
                                    "emulate the training step, and measure data stall, throughput and latency "
                                    "percentiles.  See README: Loader.")
     p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
-    p.add_argument("--access", choices=("map", "stream", "block", "auto"),
+    p.add_argument("--access", metavar="map|stream|block|auto",
                    help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
                         "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy); "
                         "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")

@@ -136,7 +136,6 @@ def run(args) -> int:
 
 def _run_world(args, world, results, plans, size_cap) -> int:
     """Under MPI: the aggregate (IOR/mdtest-style) probes of iobench.probe.world_probe."""
-    from dataclasses import asdict
 
     from ..config import to_dict
     from ..dist.launch import collect, start

@@ -98,8 +98,7 @@ class LoadConfig:
         check_choice("load.start_method", self.start_method, START_METHODS)
         parse_size(self.s3_block_size, "load.s3_block_size")
         parse_size(self.stream_read_size, "load.stream_read_size")
-        if self.access != "auto":
-            check_choice("load.access", self.access, ACCESS_PATTERNS)
+        check_choice("load.access", self.access, ACCESS_PATTERNS + ("auto",))
         self.compute_model()  # validates the compute spec
         check_workers_fit_fd_limit(self)
         from ..wrappers import parse_emulation
@@ -300,11 +299,9 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
 
 def _check_map_ranges(manifest) -> None:
     """The map pattern reads samples by byte range: refuse, before any work, a dataset without them."""
-    from ..formats import get_format
+    from .schedule import has_sample_ranges
 
-    reader = get_format(manifest.format).reader(manifest)
-    sh = manifest.shards[0]
-    if sh.samples and reader.sample_range(sh, 0) is None:
+    if not has_sample_ranges(manifest):
         why = f"compressed ({manifest.compression}) " if manifest.compression != "none" else ""
         raise ConfigError("load.access", f"map reads samples by byte range, and this {why}{manifest.format} dataset "
                           "has no per-sample ranges", "use --access stream (or block)")
@@ -471,6 +468,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         per_worker.append({"worker": wid, "pid": d["pid"], "batches": d["batches"], "samples": d["samples"],
                            "bytes_read": int(src.get("bytes_read", 0)), "busy_s": d["busy_s"],
                            "io_s": d.get("io_s"), "fill_s": d.get("fill_s"), "slot_wait_s": d["slot_wait_s"],
+                           "gate_wait_s": d.get("gate_wait_s", 0.0),
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
     # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.

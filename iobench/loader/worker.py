@@ -171,9 +171,11 @@ class _Emitter:
         if self.stop.is_set():
             raise _Stopped
         lag = self.job.lag
+        t0 = now_ns()
         if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
             raise _Stopped
         self.start_ns = now_ns()   # the batch's work starts now (its index "arrived")
+        self.stats["gate_wait_s"] = self.stats.get("gate_wait_s", 0.0) + (self.start_ns - t0) / 1e9
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
                  fill_s: float = 0.0, requests: int = 0) -> None:
