@@ -480,7 +480,7 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                   "; ".join(u["sections"]) + ". Those rows come from the rerun; the rest from the run above.", ""]
     lines += [
              "Ratios are iobench / peer, measured in the same run on the same bytes (best of "
-             f"{REPEATS} alternating runs each).", "",
+             f"{REPEATS} alternating runs each; the S3 rows: median of the per-round ratios).", "",
              "| comparison | metric | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
     for r in results:
         if "skipped" in r:
@@ -510,10 +510,20 @@ def to_markdown(results: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# How rows written before rows carried their section key begin (for --merge).
+_LEGACY_PREFIX = {"s3": "S3", "fio": "raw tokens", "tar": "tar images", "parquet": "parquet tokens",
+                  "tfrecord": "tfrecord tokens", "memory": "memory:", "overhead": "overhead:"}
+
+
 def merge(old: dict, meta: dict, results: list[dict]) -> tuple[dict, list[dict]]:
     """Old results with this run's rows in place of the rows it reran (matched by section name)."""
     new = {r["section"]: r for r in results}
-    merged = [new.pop(r["section"], r) for r in old["results"]]
+    # A rerun section owns all of its old rows, also those whose label has changed since.
+    rerun_keys = {r.get("bench_section") for r in results}
+    legacy = tuple(_LEGACY_PREFIX[k] for k in rerun_keys if k in _LEGACY_PREFIX)
+    kept = [r for r in old["results"] if r.get("bench_section", "") not in rerun_keys
+            and not (not r.get("bench_section") and legacy and r["section"].startswith(legacy))]
+    merged = [new.pop(r["section"], r) for r in kept]
     merged += list(new.values())
     for r in results:
         r["rerun"] = meta["command"]
@@ -540,7 +550,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.s3_peer:
         s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate)
-        return 0
+        sys.stdout.flush()
+        # Skip interpreter finalisation: obstore's runtime, torn down with asyncio's loop there,
+        # sometimes aborts the process after the measurement is printed.
+        os._exit(0)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     work = Path(tempfile.mkdtemp(prefix="iobench-bench-load-", dir=args.work))
     t0 = time.perf_counter()
@@ -551,6 +564,7 @@ def main(argv=None) -> int:
             res = SECTIONS[s](work, args.scale)
             for r in res:
                 r["section_seconds"] = time.perf_counter() - ts
+                r["bench_section"] = s
                 print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) "
                       f"met={r.get('met')}", flush=True)
             results.extend(res)
@@ -563,6 +577,10 @@ def main(argv=None) -> int:
     if args.merge and out.with_suffix(".json").exists():
         meta, results = merge(json.loads(out.with_suffix(".json").read_text()), meta, results)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from summary import DERIVE, write_rows
+
+    write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
     md = to_markdown(results, meta)
     out.with_suffix(".md").write_text(md)
     print(md)

@@ -11,7 +11,8 @@ def register(sub) -> None:
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
-    p.add_argument("--workload", metavar="NAME|FILE", help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
+    p.add_argument("--workload", metavar="NAME|FILE",
+                   help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
     p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | files (one file per sample: the small-file "
                                     "baseline)")
     p.add_argument("--modality", help="tokens | images | records (opaque samples of record_bytes ± stdev, MLPerf-style)")
@@ -36,7 +37,7 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    from ..config import deep_merge, load_workload, parse_set
+    from ..config import deep_merge, load_workload, set_overrides
     from ..generate import GenSpec
 
     section: dict = {}
@@ -44,12 +45,7 @@ def spec_from_args(args):
         section = dict(load_workload(args.workload).get("gen") or {})
     flags = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
     section = deep_merge(section, flags)
-    overrides = parse_set(args.set)
-    for key in overrides:
-        if key != "gen":
-            from ..errors import ConfigError
-
-            raise ConfigError("--set", f"section {key!r} is not read by `iobench gen`", "use --set gen.KEY=VALUE")
+    overrides = set_overrides(args.set, ("gen",), "iobench gen")
     section = deep_merge(section, overrides.get("gen", {}))
     return GenSpec.from_mapping(section, "gen")
 

@@ -90,17 +90,14 @@ def register(sub) -> None:
 
 
 def build_config(args):
-    from ..config import build, deep_merge, load_workload, parse_set
+    from ..config import build, deep_merge, load_workload, set_overrides
     from ..errors import ConfigError
     from ..loader.core import LoadConfig
 
     section: dict = {}
     if args.workload:
         section = dict(load_workload(args.workload).get("load") or {})
-    overrides = parse_set(args.set)
-    for key in overrides:
-        if key != "load":
-            raise ConfigError("--set", f"section {key!r} is not read by `iobench load`", "use --set load.KEY=VALUE")
+    overrides = set_overrides(args.set, ("load",), "iobench load")
     if args.staging and not args.tiers:
         raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
     section = deep_merge(section, overrides.get("load", {}))

@@ -7,6 +7,7 @@ import html
 import json
 
 from . import data
+from .format import fmt, plain  # noqa: F401  (fmt: other report modules import it from .format)
 from .figures import figures
 from .headline import headline_rows
 
@@ -33,42 +34,6 @@ font-size:1.05em;padding:.3em 0}details.section>summary .muted{font-weight:400}
 
 def esc(v) -> str:
     return html.escape(str(v), quote=True)
-
-
-def fmt(path: str, v) -> str:
-    from ..commands.plan import format_value
-
-    parent, _, last = path.rpartition(".")
-    # An HDR field (p99, mean, ...) of a latency: some part of its path names seconds (read_latency_s.get.p99).
-    if last in data.HDR_KEYS and isinstance(v, (int, float)) and any(x.endswith("_s") for x in parent.split(".")):
-        from ..units import format_seconds
-
-        return f"{v:,}" if last == "count" else format_seconds(v)
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and (last == "seconds" or last.endswith("_seconds")):
-        from ..units import format_seconds
-
-        return format_seconds(v)
-    if isinstance(v, float) and (last.endswith("utilization") or last.endswith("_ratio")):
-        return f"{v:.2%}"
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in parent and "per_s" not in path:
-        from ..units import format_bytes
-
-        return format_bytes(v)  # peak_rss_bytes.parent: the unit is in the parent's name
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and last.endswith("_per_s") and "bytes" not in last:
-        return f"{plain(v)} {last[: -len('_per_s')]}/s"  # samples_per_s -> "10,180 samples/s"
-    if isinstance(v, float) and not last.endswith(("_s", "bytes_per_s")) and "bytes" not in last:
-        return plain(v)
-    return format_value(last, v)
-
-
-def plain(v: float) -> str:
-    """A number without exponent notation where people read it (CI logs): 10,180 · 3.14 · 0.0012."""
-    a = abs(v)
-    if a == 0 or a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 1e-4:
-        return f"{v:.4g}"
-    return f"{v:.2e}"
 
 
 def _table(headers: list[str], rows: list[list], num_cols: set[int] | None = None) -> str:
@@ -101,7 +66,7 @@ def _hdr_table(items: list[tuple[str, dict]]) -> str:
 
 
 def _plan_html(p: dict) -> str:
-    from ..commands.plan import format_input, format_value
+    from .format import format_input, format_value
     from ..planner.models import MODELS
 
     model = MODELS.get(p.get("model", ""))
@@ -309,9 +274,10 @@ def _is_load(doc: dict) -> bool:
 
 
 def _ci(m: dict, key: str) -> tuple[float, float] | None:
-    from .compare import _pair
-
-    return _pair(m.get(f"{key}_ci95")) or _pair(m.get(f"{key}_ci"))
+    iv = (m.get("intervals") or {}).get(key) if isinstance(m.get("intervals"), dict) else None
+    if isinstance(iv, dict) and data.is_number(iv.get("low")) and data.is_number(iv.get("high")):
+        return float(iv["low"]), float(iv["high"])
+    return data.ci_pair(m.get(f"{key}_ci95")) or data.ci_pair(m.get(f"{key}_ci"))
 
 
 def stall_text(m: dict) -> str:
