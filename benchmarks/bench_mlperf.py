@@ -10,12 +10,15 @@ run on the same bytes:
 - no I/O: the same count with batches from memory (the harness's own ceiling, rule 7); the
   gap to it is what storage costs.
 
-Then ``--find-max`` on the same dataset.  DLIO/MLPerf's own tool is not installable here (its
+Then ``--find-max`` on the same dataset, and again with the disk's reads capped by the kernel
+(cgroup blkio throttle, iobench.throttle) at ``--throttle`` bytes/s: there storage is the limit by
+construction, and the count it can feed is known in advance -- N* = floor(B / (0.9 x d)), d = one
+accelerator's bytes per step / compute -- so find-max is checked against it.  DLIO/MLPerf's own tool is not installable here (its
 PyPI install fails on a placeholder package), so no peer runs.  Writes
 reports/reference/mlperf.md and mlperf.json.
 
     .venv/bin/python benchmarks/bench_mlperf.py [--max 4] [--files 336] [--scale 0.001]
-        [--compute-s 0.02] [--runs 3] [--epochs 2] [--dir DIR] [--out reports/reference]
+        [--compute-s 0.1] [--runs 3] [--epochs 2] [--dir DIR] [--out reports/reference]
 """
 
 from __future__ import annotations
@@ -45,9 +48,11 @@ def main() -> int:
     ap.add_argument("--max", type=int, default=4, help="largest accelerator count (default 4)")
     ap.add_argument("--files", type=int, default=336)
     ap.add_argument("--scale", type=float, default=0.001)
-    ap.add_argument("--compute-s", type=float, default=0.02)
+    ap.add_argument("--compute-s", type=float, default=0.1)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--throttle", default="24MB", help="kernel read cap for the throttled find-max (0: skip)")
+    ap.add_argument("--throttle-compute-s", type=float, default=0.1)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     a = ap.parse_args()
@@ -77,6 +82,7 @@ def main() -> int:
         fm = find_max(MlperfConfig(dataset=str(data), compute_s=a.compute_s, epochs=a.epochs, runs=1),
                       max_accelerators=a.max, say=print)
         print(fm["headline"])
+        thr = throttled(data, a)
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         ds = raw[0]["run"]["dataset"]
@@ -110,17 +116,65 @@ def main() -> int:
                                             f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])
             + (f"; next step: {fm['next_step']['explanation']}" if fm["next_step"] else ""),
             "",
-        ]
+        ] + thr["md"]
         (out / "mlperf.md").write_text("\n".join(md))
         (out / "mlperf.json").write_text(json.dumps({"host": host_info(), "args": vars(a), "counts": raw,
                                                      "find_max": {k: v for k, v in fm.items()
-                                                                  if k != "result_at_max"}},
+                                                                  if k != "result_at_max"},
+                                                     "throttled": thr["json"]},
                                                     indent=2, default=str) + "\n")
         print(f"wrote {out / 'mlperf.md'}")
     finally:
         if not a.dir:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def throttled(data: Path, a) -> dict:
+    """find-max with the disk's reads capped by the kernel: the answer is known in advance."""
+    from iobench.blockdev import device_of
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+    from iobench.throttle import ReadThrottle, available
+    from iobench.units import parse_size
+
+    if a.throttle in ("0", "", "none"):
+        return {"md": [], "json": None}
+    bw = parse_size(a.throttle, "--throttle")
+    ok, why = available()
+    dev = device_of(str(data))
+    if not ok or dev is None:
+        why = why if not ok else f"{data} is not on a block device"
+        return {"md": [f"Throttled find-max skipped: {why}.", ""], "json": {"skipped": why}}
+    m = read_manifest(open_backend(str(data)))
+    per_step = 7 * m.total_bytes / m.total_samples
+    demand = per_step / a.throttle_compute_s
+    predicted = int(bw // (0.9 * demand))
+    with ReadThrottle(dev, bw, tag="h16bench") as t:
+        fm = find_max(MlperfConfig(dataset=str(data), compute_s=a.throttle_compute_s, epochs=1, runs=1,
+                                   cache="cold", workers=2), max_accelerators=max(4, 2 * predicted), say=print)
+        desc = t.describe()
+    print(f"[throttled {a.throttle}/s] {fm['headline']} (predicted {predicted})")
+    at = fm["at_max"] or {}
+    md = [
+        f"## With the disk's reads capped at {bw / 1e6:g} MB/s by the kernel (cgroup blkio)",
+        "",
+        f"**{fm['headline']}**; predicted N* = floor(B / (0.9 d)) = floor({bw / 1e6:g} MB/s / (0.9 x "
+        f"{demand / 1e6:.2f} MB/s)) = **{predicted}** (d = 7 x {per_step / 7 / 1e3:.0f} kB per "
+        f"{a.throttle_compute_s * 1e3:g} ms step; 2 loader workers per accelerator, cold cache every epoch).",
+        "",
+        "| accelerators | min AU | worst's 95% interval | MB/s | verdict |",
+        "|---|---|---|---|---|",
+    ] + [f"| {p['accelerators']} | {_pct(p['au_min'])} | "
+         f"{_pct(p['au_ci95_worst'][0]) + '..' + _pct(p['au_ci95_worst'][1]) if p['au_ci95_worst'] else '-'} | "
+         f"{p['throughput_bytes_per_s'] / 1e6:.1f} | {'pass' if p['passed'] else 'FAIL'} |" for p in fm["probes"]] + [
+        "",
+        f"Delivered at the max: {at.get('throughput_bytes_per_s', 0) / 1e6:.1f} MB/s of the {bw / 1e6:g} MB/s cap."
+        + (f" Next step: {fm['next_step']['explanation']}." if fm["next_step"] else ""),
+        "",
+    ]
+    return {"md": md, "json": {"cap_bytes_per_s": bw, "predicted": predicted, "demand_bytes_per_s": demand,
+                               "throttle": desc, "find_max": {k: v for k, v in fm.items() if k != "result_at_max"}}}
 
 
 if __name__ == "__main__":

@@ -395,7 +395,7 @@ def upload_step(local: Backend, durable: Backend, manifest: cp.CheckpointManifes
     d = cp.step_dir(manifest.step)
     _refuse_committed(durable, manifest.step)
     durable.makedirs(d)
-    if durable.protocol == "s3" and throttle is None and len(manifest.files) > 1:
+    if durable.supports_bulk_transfer and throttle is None and len(manifest.files) > 1:
         # One bulk put: s3fs uploads the files concurrently (multipart where large), like a plain put.
         try:
             durable.fs.put([local.local_path(f"{d}/{f.path}") for f in manifest.files],
@@ -431,7 +431,7 @@ def check_durable(backend: Backend, field_name: str = "--durable") -> None:
     """Fail fast (exit 2) when the durable tier cannot be reached."""
     from iobench.storage import check_reachable
 
-    if backend.protocol == "s3" and backend.endpoint_url:
+    if backend.speaks_s3 and backend.endpoint_url:
         _probe_tcp(backend.endpoint_url, field_name)
     check_reachable(backend, field_name)
     if backend.is_local:

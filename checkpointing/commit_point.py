@@ -136,7 +136,7 @@ def publish(backend: Backend, manifest: CheckpointManifest, fsync: bool = True) 
     crashpoint("before_manifest")
     if backend.is_local:
         return _publish_local(backend, rel, data, fsync)
-    if backend.protocol == "s3":
+    if backend.speaks_s3:
         return _publish_s3(backend, rel, data)
     backend.write_bytes(rel, data, fsync=fsync)
     crashpoint("mid_manifest_publish")

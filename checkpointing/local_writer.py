@@ -66,7 +66,7 @@ def copy_file(src: Backend, src_rel: str, dst: Backend, dst_rel: str, fsync: boo
     """Copy one committed file between tiers (upload to the durable tier); returns seconds."""
     t0 = time.perf_counter()
     try:
-        if throttle is None and src.is_local and dst.protocol == "s3":
+        if throttle is None and src.is_local and dst.supports_bulk_transfer:
             # s3fs's put_file does a concurrent multipart upload: the same path a plain put takes.
             dst.fs.put_file(src.local_path(src_rel), dst.path(dst_rel))
             crashpoint("mid_upload")

@@ -68,7 +68,7 @@ def _prepare_cache(backend: Backend, rel: str, cold: bool, pages: list[int]) -> 
     its measured (resident, total) pages, just before the read, to ``pages``; [-1] marks unmeasurable."""
     from iobench.io.pagecache import drop_pages, resident_pages
 
-    base = getattr(backend, "base", backend)
+    base = backend.base
     if not base.is_local:
         pages[:] = [-1, -1]
         return
@@ -137,7 +137,7 @@ def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: Rea
         if only is not None and f.rank not in only:
             continue
         rel = f"{d}/{f.path}"
-        base = getattr(backend, "base", backend)
+        base = backend.base
         if base.is_local:
             try:
                 check_inside(base.root, rel, "checkpoint manifest")

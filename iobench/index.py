@@ -46,11 +46,9 @@ class IndexOptions:
 
 
 def _rel(backend: Backend, full: str) -> str:
-    root = backend.root.rstrip("/")
-    full = full if backend.protocol != "memory" else "/" + full.lstrip("/")
-    if not full.startswith(root + "/"):
+    rel = backend.relative(full)
+    if rel is None:
         raise ConfigError("dataset", f"listing returned {full!r}, outside {backend.url}", "report this as a bug")
-    rel = full[len(root) + 1:]
     # Nothing outside its own data: a path that climbs out of the root is refused, not recorded.
     if rel.startswith("/") or ".." in rel.split("/"):
         raise ConfigError("dataset", f"{rel!r} is not inside {backend.url}", "index a dataset whose files are below its root")

@@ -192,7 +192,7 @@ def _read_local_regular(path: str, url: str) -> bytes:
 
 def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
     """A local dataset root must be a directory (not a file, not missing): exit 2 otherwise."""
-    base = getattr(backend, "base", backend)
+    base = backend.base
     if base.is_local and not os.path.isdir(base.root):
         what = "is a file, not a dataset directory" if os.path.exists(base.root) else "does not exist"
         raise ConfigError(field, f"{backend.url} {what}", "give the root directory of a dataset made by `iobench gen`")
@@ -200,7 +200,7 @@ def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
 
 def read_manifest(backend: Backend) -> Manifest:
     """The dataset's manifest, validated: every shard path stays inside the dataset root."""
-    base = getattr(backend, "base", backend)   # wrappers (instrumented, emulated) keep the real one here
+    base = backend.base   # wrappers (instrumented, emulated) keep the real one here
     try:
         if base.is_local:
             check_dataset_root(backend)

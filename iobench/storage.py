@@ -28,6 +28,10 @@ from .errors import ConfigError, EndpointError, MissingDependencyError
 SUPPORTED_PROTOCOLS = ("file", "s3", "memory")  # built in; any other installed fsspec protocol works too
 # Protocols without directories: prefixes appear with their objects.
 _NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hf", "oss")
+# Clients for S3 reads: "s3fs" (fsspec's, always there with the s3 extra), "obstore" (Rust
+# object_store client, the s3fast extra; ~2x s3fs per GET here, see reports/reference/load.md),
+# "auto" (obstore when installed).  Everything but reads goes through s3fs either way.
+S3_CLIENTS = ("auto", "s3fs", "obstore")
 
 
 @dataclass
@@ -37,11 +41,54 @@ class Backend:
     root: str
     fs: Any = field(repr=False)
     endpoint_url: str | None = None
+    reader: Any = field(default=None, repr=False)   # a faster client for ranged GETs (ObstoreReader), or None
 
-    # Capability flags: callers read these instead of branching on the protocol.
+    # Capability flags: callers read these instead of branching on the protocol.  This class
+    # is the one place that knows what each protocol can do; a new backend sets its flags here
+    # (or in a subclass) and every caller follows.
     @property
     def is_local(self) -> bool:
+        """Files on a local (POSIX) file system: paths, fds, page cache, fsync."""
         return self.protocol == "file"
+
+    @property
+    def is_object_store(self) -> bool:
+        """Object semantics: no directories, objects appear whole on completion (s3, gs, az, ...)."""
+        return self.protocol in _NO_DIRS and self.protocol not in ("http", "https", "hf")
+
+    @property
+    def speaks_s3(self) -> bool:
+        """The S3 API through s3fs (conditional create with If-None-Match, S3 probes, endpoint URL)."""
+        return self.protocol in ("s3", "s3a")
+
+    @property
+    def shared_between_processes(self) -> bool:
+        """Other processes see the same data (false for memory://, which lives in this process)."""
+        return self.protocol != "memory"
+
+    @property
+    def supports_pread(self) -> bool:
+        """Positional reads without a request round trip (local files, in-process memory)."""
+        return self.protocol in ("file", "memory")
+
+    @property
+    def parallel_ranged_reads(self) -> bool:
+        """Ranged reads of one object, in parallel, beat one whole read (object stores)."""
+        return self.is_object_store
+
+    @property
+    def supports_conditional_create(self) -> bool:
+        """Create-if-absent that fails when the name exists (S3 If-None-Match, POSIX link(2))."""
+        return self.speaks_s3 or self.is_local
+
+    @property
+    def supports_bulk_transfer(self) -> bool:
+        """One call moves many files concurrently (s3fs put/rm lists, multipart)."""
+        return self.speaks_s3
+
+    @property
+    def has_directories(self) -> bool:
+        return self.protocol not in _NO_DIRS
 
     @property
     def supports_range_reads(self) -> bool:
@@ -86,13 +133,42 @@ class Backend:
     def child(self, rel: str) -> "Backend":
         """A backend rooted at ``rel`` below this one, sharing the filesystem object."""
         return Backend(url=self.url.rstrip("/") + "/" + rel.strip("/"), protocol=self.protocol,
-                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url)
+                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url, reader=self.reader)
+
+    @property
+    def read_client(self) -> str:
+        """Which client serves reads: 'obstore', 's3fs', or the protocol's fsspec filesystem."""
+        return self.reader.name if self.reader is not None else ("s3fs" if self.protocol == "s3" else self.protocol)
+
+    @property
+    def base(self) -> "Backend":
+        """The innermost real backend (wrappers override; a plain backend is its own)."""
+        return self
+
+    def connect(self) -> None:
+        """Open clients and sessions now, before a measured clock starts (no-op where nothing to open)."""
+        if self.reader is not None:
+            # obstore serves the reads; s3fs's botocore session (~0.3 CPU-s) is made only if needed
+            self.reader.store(self.root.split("/", 1)[0])
+        elif self.speaks_s3:
+            self.fs.connect()
+
+    def relative(self, full: str) -> str | None:
+        """``full`` (as the filesystem lists it) relative to the root; None when it is outside."""
+        full = str(full)
+        if self.protocol == "memory" and not full.startswith("/"):
+            full = "/" + full   # fsspec's memory filesystem lists paths without their leading '/'
+        root = self.root.rstrip("/")
+        if not full.startswith(root + "/"):
+            return None
+        return full[len(root) + 1:]
 
     def describe(self) -> dict:
         from .results import redact_text
 
         return {"url": redact_text(self.url), "protocol": self.protocol,
-                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None}
+                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None,
+                "read_client": self.read_client}
 
     # Thin helpers over fsspec, relative to the root.
     def exists(self, rel: str) -> bool:
@@ -102,7 +178,35 @@ class Backend:
         return int(self.fs.size(self.path(rel)))
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
+            return self.reader.get_range(self.path(rel), start, end).to_bytes()
         return self.fs.cat_file(self.path(rel), start=start, end=end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        """Bytes ``[start, end)`` of ``rel`` into the writable buffer ``out``; returns the count.
+
+        Reads land in the caller's buffer (a loader's reused shard buffer) with one copy at
+        most: local files ``preadv`` straight into it, a fast client copies once out of its
+        own buffer.  A short count means the object ended early.
+        """
+        out = memoryview(out).cast("B")[:end - start]
+        if self.is_local:
+            fd = os.open(self.path(rel), os.O_RDONLY)
+            try:
+                got = 0
+                while got < len(out):
+                    n = os.preadv(fd, [out[got:]], start + got)
+                    if n <= 0:
+                        break
+                    got += n
+                return got
+            finally:
+                os.close(fd)
+        data = self.reader.get_range(self.path(rel), start, end) if self.reader is not None \
+            else self.fs.cat_file(self.path(rel), start=start, end=end)
+        n = min(len(data), len(out))
+        out[:n] = memoryview(data)[:n]
+        return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
@@ -132,7 +236,7 @@ class Backend:
         self.fs.rm(full, recursive=recursive)
 
     def makedirs(self, rel: str = "") -> None:
-        if self.protocol not in _NO_DIRS:  # object stores have no directories; prefixes appear with objects
+        if self.has_directories:  # S3 has none; prefixes appear with their objects
             self.fs.makedirs(self.path(rel), exist_ok=True)
 
     @contextmanager
@@ -169,7 +273,17 @@ class Backend:
             f.write(data)
 
 
-def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None) -> dict:
+# Attempts the S3 client makes per request on its own: botocore's (3, "standard" mode) inside
+# s3fs's retry loop (5).  Paths that retry under an iobench RetryPolicy (loader reads, tier
+# copies) open their backends with client_attempts=1, so the attempts the user asked for are
+# the attempts made and each passes the wrappers (counted, timed, failures in
+# ``failed_calls``) instead of hiding inside one measured latency; elsewhere (writers, checks)
+# the client's own safety net stays.
+CLIENT_ATTEMPTS = 3
+
+
+def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,
+               client_attempts: int | None = None) -> dict:
     """s3fs options from flags, then the standard AWS_* environment variables."""
     opts: dict = {"skip_instance_cache": True, "use_listings_cache": False}
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
@@ -181,7 +295,7 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     client_kwargs["region_name"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
     opts["client_kwargs"] = client_kwargs
     opts["config_kwargs"] = {"connect_timeout": 5, "read_timeout": 60,
-                             "retries": {"max_attempts": 3, "mode": "standard"}}
+                             "retries": {"max_attempts": client_attempts or CLIENT_ATTEMPTS, "mode": "standard"}}
     if storage_options:
         for k, v in storage_options.items():
             if k == "client_kwargs":
@@ -191,8 +305,95 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     return opts
 
 
+class ObstoreReader:
+    """Ranged GETs through obstore's Rust client (connection pool, GIL released while waiting).
+
+    One store per bucket, made on first use (a worker process makes its own).  Its bytes
+    come back in a Rust-owned buffer that ``Backend.cat_into`` copies once into the caller's.
+    """
+
+    name = "obstore"
+
+    def __init__(self, opts: dict) -> None:
+        import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
+
+        ck = opts.get("client_kwargs", {})
+        self._config = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
+                                          ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
+                                          ("session_token", opts.get("token"))) if v}
+        self._stores: dict = {}
+
+    def __getstate__(self) -> dict:  # stores hold a runtime handle: each process builds its own
+        return {"_config": self._config, "_stores": {}}
+
+    def store(self, bucket: str):
+        global _OBSTORE_PID
+        if _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+            # obstore's Rust runtime does not survive fork(): its threads are gone in the child.
+            raise ConfigError("s3 client", "obstore was used in a parent process before this one was forked",
+                              "use --s3-client s3fs or the spawn/forkserver start method")
+        _OBSTORE_PID = os.getpid()
+        st = self._stores.get(bucket)
+        if st is None:
+            from obstore.store import S3Store
+
+            from datetime import timedelta
+
+            endpoint = self._config.get("endpoint", "")
+            # No retries inside obstore (its default: 10 over up to 3 minutes): the loader's RetryPolicy
+            # owns retries and their time budget.  Timeouts as s3_options gives s3fs.
+            st = S3Store(bucket, config={**self._config, "virtual_hosted_style_request": False},
+                         client_options={"allow_http": endpoint.startswith("http://"),
+                                         "connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
+                         retry_config={"max_retries": 0})
+            self._stores[bucket] = st
+        return st
+
+    def get_range(self, path: str, start: int | None, end: int | None):
+        import obstore
+
+        bucket, _, key = path.partition("/")
+        from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
+
+        try:
+            if end is None:   # to the end of the object (fsspec's meaning of end=None)
+                opts = {"range": {"offset": start}} if start else None
+                return obstore.get(self.store(bucket), key, options=opts).bytes()
+            return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
+        # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows
+        # (missing and forbidden are final; the rest, I/O errors that may pass, are retried).
+        except NotFoundError as e:
+            raise FileNotFoundError(f"s3://{path}: not found") from e
+        except (PermissionDeniedError, UnauthenticatedError) as e:
+            raise PermissionError(f"s3://{path}: access denied") from e
+        except Exception as e:
+            raise OSError(f"GET s3://{path}: {type(e).__name__}") from e
+
+
+_OBSTORE_PID: int | None = None   # the process whose runtime obstore started in (None: not yet)
+
+
+def _s3_reader(client: str, opts: dict, field_name: str):
+    if client not in S3_CLIENTS:
+        from .config import nearest
+
+        raise ConfigError(f"{field_name} (s3 client)", f"unknown client {client!r}", nearest(client, S3_CLIENTS))
+    if client == "s3fs":
+        return None
+    try:
+        import obstore  # noqa: F401
+    except ImportError as e:
+        if client == "auto":
+            return None
+        raise MissingDependencyError("s3 client obstore", "obstore", extra="s3fast") from e
+    if client == "auto" and _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+        return None   # forked from a process that ran obstore: its runtime would hang here
+    return ObstoreReader(opts)
+
+
 def open_backend(url: str, endpoint_url: str | None = None, storage_options: dict | None = None,
-                 field_name: str = "url", check: bool = False) -> Backend:
+                 field_name: str = "url", check: bool = False, client_attempts: int | None = None,
+                 s3_client: str = "s3fs") -> Backend:
     """Open the storage at ``url`` (local path, file://, s3://bucket/prefix, memory://)."""
     if not url:
         raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
@@ -216,11 +417,14 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
         raise MissingDependencyError(field_name + " (s3://)", "s3fs", extra="s3") from e
     if not parsed.netloc:
         raise ConfigError(field_name, f"{url!r} names no bucket", "use s3://bucket/prefix")
-    opts = s3_options(endpoint_url, storage_options)
+    opts = s3_options(endpoint_url, storage_options, client_attempts)
     fs = s3fs.S3FileSystem(**opts)
+    if client_attempts is not None:
+        fs.retries = client_attempts   # s3fs's own loop around each call (class default: 5)
     root = (parsed.netloc + parsed.path).rstrip("/")
     backend = Backend(url=str(url), protocol="s3", root=root, fs=fs,
-                      endpoint_url=opts["client_kwargs"].get("endpoint_url"))
+                      endpoint_url=opts["client_kwargs"].get("endpoint_url"),
+                      reader=_s3_reader(s3_client, opts, field_name))
     if check:
         check_reachable(backend, field_name)
     return backend
@@ -293,7 +497,7 @@ def check_reachable(backend: Backend, field_name: str = "url") -> None:
             raise EndpointError(field_name, f"cannot reach {backend.url} ({type(e).__name__})",
                                 "check the URL and that the server is running") from e
         return
-    if backend.protocol != "s3":
+    if not backend.speaks_s3:
         return
     bucket = backend.root.split("/", 1)[0]
     where = backend.endpoint_url or "the default AWS endpoint"

@@ -356,3 +356,38 @@ def test_s3_probe_put_get_from_3_ranks(s3_env, s3_prefix, tmp_path):
     fs = s3fs.S3FileSystem(**s3_env.storage_options())
     found = fs.find(s3_prefix.removeprefix("s3://"), detail=True)
     assert not [k for k, v in found.items() if v.get("type") != "directory"]   # SeaweedFS lists empty folders
+
+
+@mpi
+def test_run_suite_on_3_ranks_needs_a_shared_work_dir_and_writes_one_run_json(tmp_path):
+    cfg = tmp_path / "cluster.yaml"
+    p = ranks(3, iobench("run", "--config", str(cfg), "--out", str(tmp_path / "out")))   # no such file
+    assert p.returncode == 2
+    cfg.write_text("planner:\n  accelerators: 8\n")
+    p = ranks(3, iobench("run", "--config", str(cfg), "--out", str(tmp_path / "out")))
+    assert p.returncode == 2 and len([ln for ln in p.stderr.splitlines() if "work_dir" in ln]) == 3, p.stderr
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cfg.write_text(f"work_dir: {shared}\n")
+    p = ranks(3, iobench("run", "--config", str(cfg), "--stages", "generate,load", "--out", str(tmp_path / "out")))
+    assert p.returncode == 0, p.stderr
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["world"]["size"] == 3 and set(run["metrics"]) >= {"generate", "load"}
+    load = json.loads((tmp_path / "out" / "load-cold.json").read_text())
+    assert len(load["per_rank"]) == 3 and load["metrics"]["bytes_read"] == run["metrics"]["load"]["bytes_read"]
+    assert list(shared.iterdir()) == []           # the run's folder is removed; nothing else touched
+
+
+@mpi
+def test_smallfiles_probe_on_3_ranks_reads_every_sample_of_every_format(tmp_path):
+    target = tmp_path / "sf"
+    out = tmp_path / "sf.json"
+    p = ranks(3, iobench("probe", "smallfiles", str(target), "--samples", "90", "--modality", "tokens",
+                         "--formats", "raw", "--workers", "1", "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    agg = json.loads(out.read_text())["metrics"]["aggregate"]["smallfiles"]
+    assert agg["formats"]["files"]["samples"] == agg["formats"]["raw"]["samples"] == 90
+    assert agg["formats"]["files"]["opens"] == 90 and agg["formats"]["raw"]["opens"] < 90
+    f = agg["formats"]["files"]
+    assert f["samples_per_s"] == pytest.approx(90 / f["seconds"])
+    assert not target.exists()

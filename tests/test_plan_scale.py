@@ -56,7 +56,9 @@ def test_plan_scale_from_a_find_max_result(tmp_path, capsys):
 
 
 def test_bad_points_are_one_line_errors(capsys):
-    assert main(["plan", "scale", "--set", "points=1:x:1GB/s", "--set", "aggregate_bandwidth=1GB/s"]) == 2
+    assert main(["plan", "scale", "--set", "points=2:x:1GB/s", "--set", "aggregate_bandwidth=1GB/s",
+                 "--set", "accelerators_per_node=2", "--set", "node_bandwidth=1GB/s"]) == 2
     assert "points" in capsys.readouterr().err
     assert parse_points("1:2:1MB/s, 2:2:2MB/s") == [Point(1, 2, 1e6), Point(2, 2, 2e6)]
-    assert plan("scale", {"points": "1:2:1MB/s", "aggregate_bandwidth": "10MB/s"})["outputs"]["node_cap_accelerators"] == 2
+    assert plan("scale", {"accelerators_per_node": 2, "node_bandwidth": "1MB/s",
+                          "aggregate_bandwidth": "10MB/s"})["outputs"]["node_cap_accelerators"] == 2

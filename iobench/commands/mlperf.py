@@ -69,6 +69,12 @@ def _config(args):
                         emulate=args.emulate)
 
 
+def _progress(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)   # stdout starts with the answer
+
+
 def run(args) -> int:
     from ..errors import ConfigError
     from ..mlperf.report import print_find_max, print_run, results_for
@@ -87,7 +93,7 @@ def run(args) -> int:
         from ..mlperf.findmax import find_max
 
         out = find_max(cfg, args.max_accelerators, world if world.size > 1 else None,
-                       say=print if world.rank == 0 else (lambda s: None))
+                       say=_progress if world.rank == 0 else (lambda s: None))
         if world.rank == 0:
             print_find_max(out)
     else:

@@ -29,6 +29,22 @@ def run(args) -> int:
                 from ..config import nearest
 
                 raise ConfigError("--stages", f"unknown stage {s!r}", nearest(s, known))
+    from ..dist import detect_world
+
+    world = detect_world()
+    if world.size > 1:
+        from ..suite.world import WORLD_STAGES, run_world_suite
+
+        missing = [s for s in stages or [] if s not in WORLD_STAGES]
+        if missing:
+            err = ConfigError("--stages", f"{', '.join(missing)} has no multi-rank form",
+                              "under mpirun use: " + ", ".join(WORLD_STAGES))
+            err.collective = True
+            raise err
+        path = run_world_suite(Path(args.out), config, stages, args.keep_data, world)
+        if path is not None:
+            print(f"results: {path}")
+        return 0
     from ..cli import want_progress
 
     path = run_suite(Path(args.out), config=config, stages=stages, keep_data=args.keep_data,

@@ -8,6 +8,7 @@ the per-rank detail in one ``Results``.  With one process both are no-ops.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from .aggregate import tag_ranks
@@ -37,9 +38,14 @@ def collect(world: World, results, metrics: dict, merge_fn: Callable[[list[dict]
     if world.rank != 0:
         return False
     results.per_rank = tag_ranks(gathered, world.hosts)
+    t0 = time.perf_counter()
     merged = merge_fn(gathered, world.hosts)
+    merge_s = time.perf_counter() - t0
     # Keys the merge does not define (configuration echoes, rank 0's own series) stay rank 0's.
     results.metrics = {**metrics, **merged}
+    # What the launch model itself cost on rank 0: waits (ranks arriving) apart from transfers.
+    results.metrics.setdefault("world", {})["collectives"] = {**world.timings, "merge": {"calls": 1, "wait_s": 0.0,
+                                                                                       "transfer_s": merge_s}}
     return True
 
 

@@ -69,6 +69,14 @@ class World:
     hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])
     timeout_s: float = DEFAULT_TIMEOUT_S
     _comm: Any = None
+    # seconds spent per collective: "wait" for the last rank to arrive, "transfer" after that
+    timings: dict = field(default_factory=dict)
+
+    def _time(self, what: str, kind: str, seconds: float) -> None:
+        t = self.timings.setdefault(what, {"calls": 0, "wait_s": 0.0, "transfer_s": 0.0})
+        if kind == "wait_s":
+            t["calls"] += 1
+        t[kind] += seconds
 
     # ------------------------------------------------------------------ topology
     @property
@@ -119,8 +127,16 @@ class World:
                                    "cannot reach storage, or runs another command)",
                                    f"check every rank's output; raise {TIMEOUT_ENV} if the ranks are only slow")
             time.sleep(pause)
-            pause = min(pause * 2, 5e-3)
-        return time.perf_counter() - t0
+            pause = min(pause * 2, 1e-3)   # sleep, not spin: oversubscribed ranks share cores
+        waited = time.perf_counter() - t0
+        self._time(what, "wait_s", waited)
+        return waited
+
+    def _timed(self, what: str, call):
+        t0 = time.perf_counter()
+        out = call()
+        self._time(what, "transfer_s", time.perf_counter() - t0)
+        return out
 
     def gather(self, obj: Any, what: str = "gather", comm: Any = None) -> list[Any] | None:
         """Every rank's ``obj`` on rank 0 (None elsewhere)."""
@@ -128,14 +144,14 @@ class World:
         if comm is None:
             return [obj]
         self.barrier(what, comm=comm)
-        return comm.gather(obj, root=0)
+        return self._timed(what, lambda: comm.gather(obj, root=0))
 
     def allgather(self, obj: Any, what: str = "allgather", comm: Any = None) -> list[Any]:
         comm = comm if comm is not None else self._comm
         if comm is None:
             return [obj]
         self.barrier(what, comm=comm)
-        return comm.allgather(obj)
+        return self._timed(what, lambda: comm.allgather(obj))
 
     def bcast(self, obj: Any, what: str = "bcast", comm: Any = None) -> Any:
         """Rank 0's ``obj`` on every rank."""
@@ -143,7 +159,7 @@ class World:
         if comm is None:
             return obj
         self.barrier(what, comm=comm)
-        return comm.bcast(obj, root=0)
+        return self._timed(what, lambda: comm.bcast(obj, root=0))
 
     def channel(self) -> Any:
         """A private communicator (collective call) for a background thread's own collectives,
@@ -251,5 +267,19 @@ def abort_on_error(err: BaseException) -> None:
     w.abort(code)
 
 
-__all__ = ["World", "WorldTimeout", "detect_world", "current_world", "abort_on_error", "config_digest",
+def default_parallelism(items: int) -> int:
+    """Writers/copiers to run when the user names none: this process's cores, at most one per item.
+
+    Ranks on one node share its cores: under MPI each gets its share (world.local_size).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    w = _CURRENT
+    local = w.local_size if w is not None and w.is_mpi else 1
+    return max(1, min(max(1, cores // max(1, local)), items))
+
+
+__all__ = ["World", "default_parallelism", "WorldTimeout", "detect_world", "current_world", "abort_on_error", "config_digest",
            "TIMEOUT_ENV"]

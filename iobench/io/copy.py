@@ -36,7 +36,7 @@ def iter_chunks(backend: Backend, rel: str, nbytes: int, chunk: int = CHUNK):
     Local chunks are views of one reused buffer (a fresh 8 MiB allocation per read costs
     more page faults than the copy itself): use each before asking for the next.
     """
-    if backend.protocol == "s3":
+    if backend.parallel_ranged_reads:   # one ranged GET per chunk, no open file to keep
         for start in range(0, max(nbytes, 1), chunk):
             data = backend.cat(rel, start, min(start + chunk, nbytes))
             if data:

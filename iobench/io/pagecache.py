@@ -120,7 +120,7 @@ def odirect_supported(directory: str) -> tuple[bool, str]:
 
 def residency(backend: Backend, rels: Iterable[str]) -> float | None:
     """Fraction 0-1 of the files' pages in the page cache (local backends only)."""
-    base = getattr(backend, "base", backend)
+    base = backend.base
     if not base.is_local:
         return None
     res = tot = 0
@@ -136,7 +136,7 @@ def set_cache_state(backend: Backend, rels: Iterable[str], state: str, field: st
     """Bring the files to ``state`` and report what was declared and what was measured."""
     check_choice(field, state, STATES)
     rels = list(rels)
-    base = getattr(backend, "base", backend)
+    base = backend.base
     out: dict = {"declared": state, "files": len(rels)}
     if not base.is_local:
         if state == "warm":

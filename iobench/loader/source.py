@@ -62,15 +62,17 @@ class BackendSource:
     error_rate: float = 0.0
     timeout_rate: float = 0.0
     odirect: bool = False             # local files: O_DIRECT reads into aligned buffers (no page cache)
+    s3_client: str = "auto"           # auto | s3fs | obstore (iobench.storage.S3_CLIENTS)
     backend: object = field(default=None, repr=False)   # set by open()
 
     def open(self, worker_id: int = 0) -> None:
         from iobench.storage import open_backend
         from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
-        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None)
-        if b.protocol == "s3":
-            b.fs.connect()  # the client and its session: start-up, before the loader's clock starts
+        # client_attempts=1: self.retry makes every attempt, so each one is counted (iobench.io.retry)
+        b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None,
+                         client_attempts=1, s3_client=self.s3_client)
+        b.connect()  # the read client and its session: start-up, before the loader's clock starts
         seed = self.seed * 1_000_003 + worker_id
         if self.error_rate or self.timeout_rate:
             b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)
@@ -85,37 +87,59 @@ class BackendSource:
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
         return self.retry.call(lambda: self.backend.cat(rel, start, end), where, self._rng)
 
+    def _get_into(self, rel: str, start: int, end: int, out) -> None:
+        """One ranged GET straight into ``out`` (retried); a short read is an integrity error."""
+        where = lambda: f"GET {self.backend.path(rel)} bytes {start}-{end}"  # noqa: E731
+        n = self.retry.call(lambda: self.backend.cat_into(rel, start, end, out), where, self._rng)
+        if n != end - start:
+            from iobench.errors import IntegrityError
+
+            raise IntegrityError(f"{rel}: offset {start}: short read ({n} of {end - start} bytes)")
+
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+        return self.read_shards([shard])[0]
+
+    def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
+        """Several shards' contents (a loader block), in order.
+
+        On object stores every shard is cut into GETs of up to ``block_size`` and all of the
+        block's GETs share one pool of ``concurrency`` in flight, so a block of small shards
+        costs about one round trip per ``concurrency`` GETs, not one per shard; each GET lands
+        in its place in a reused buffer (no per-shard allocation, no join of parts).
+        """
         if self.backend is None:
             self.open()
         if self.odirect and self.backend.base.supports_odirect:
-            return self._read_direct(shard)
+            return [self._read_direct(s) for s in shards]
         if self.backend.is_local and self.backend.inner is self.backend.base:
-            return self._read_into_pool(shard)
-        ranged = self.backend.protocol == "s3" and shard.bytes > self.block_size and self.concurrency > 1
-        if not ranged:
-            return self._get(shard.path, None, None)
-        from concurrent.futures import ThreadPoolExecutor
+            return [self._read_into_pool(s) for s in shards]
+        if not self.backend.parallel_ranged_reads:
+            return [self._get(s.path, None, None) for s in shards]
+        bufs = [self._direct_buffer(s.bytes) for s in shards]
+        jobs = []
+        for s, buf in zip(shards, bufs):
+            out = memoryview(buf)
+            for start in range(0, s.bytes, self.block_size):
+                end = min(start + self.block_size, s.bytes)
+                jobs.append((s.path, start, end, out[start:end]))
+        if len(jobs) == 1 or self.concurrency == 1:
+            for j in jobs:
+                self._get_into(*j)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
 
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
-        buf = self._direct_buffer(shard.bytes)
-        out = memoryview(buf)
-        starts = range(0, shard.bytes, self.block_size)
-
-        def fetch(start: int) -> None:
-            end = min(start + self.block_size, shard.bytes)
-            data = self._get(shard.path, start, end)
-            if len(data) != end - start:
-                from iobench.errors import IntegrityError
-
-                raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {end - start} bytes)")
-            out[start:end] = data
-
-        for f in [self._pool.submit(fetch, s) for s in starts]:
-            f.result()  # re-raises the original error of the first failed range
-        del out
-        return memoryview(buf[:shard.bytes])
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+            futs = [self._pool.submit(self._get_into, *j) for j in jobs]
+            try:
+                for f in futs:
+                    f.result()  # re-raises the original error of the first failed range
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+        del jobs
+        return [memoryview(buf[:s.bytes]) for s, buf in zip(shards, bufs)]
 
     def _read_direct(self, shard: ShardEntry) -> memoryview:
         """The whole shard with O_DIRECT preads of up to ``block_size`` into a page-aligned buffer."""
@@ -169,7 +193,7 @@ class BackendSource:
         """Bytes ``start:start+length`` of the shard as one request (a ranged GET, one pread)."""
         if self.backend is None:
             self.open()
-        if self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory"):
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
             return self._pread(shard, start, length)
         data = self._get(shard.path, start, start + length)
         if len(data) != length:
@@ -182,7 +206,7 @@ class BackendSource:
         """The next piece of one sequential streamed read of the shard (one request's latency)."""
         if self.backend is None:
             self.open()
-        if self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory"):
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
             return self._pread(shard, start, length)
         where = lambda: f"GET {self.backend.path(shard.path)} bytes {start}-{start + length}"  # noqa: E731
         data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
@@ -193,47 +217,64 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
-    def read_rows(self, shard: ShardEntry, starts, length: int, out, rows) -> int:
-        """``out[rows[i]] = bytes starts[i]:starts[i]+length`` — one request each (a batch's samples of
-        one shard); plain local and memory:// files in a tight loop, others through ``read_range``.
-        Returns the number of requests."""
+    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows: "np.ndarray") -> int:
+        """``out[rows[i]]`` = record ``indices[i]`` of a shard of fixed-size records (record r at
+        ``first + r * length``) — one request per record (a batch's samples of one shard).  Plain
+        local files: a pread per record in a tight loop.  Plain memory:// objects: one gather (the
+        null-storage floor; each request's time is then the gather's time / its records).  Others:
+        ``read_range`` per record.  Returns the number of requests."""
         import numpy as np
 
         from iobench.metrics import now_ns
 
         if self.backend is None:
             self.open()
+        n = len(rows)
         if not (self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory")):
-            for st, r in zip(starts, rows):
-                out[r] = np.frombuffer(self.read_range(shard, st, length), dtype=np.uint8)
-            return len(rows)
+            for r, x in zip(rows.tolist(), np.asarray(indices).tolist()):
+                out[r] = np.frombuffer(self.read_range(shard, first + x * length, length), dtype=np.uint8)
+            return n
         fd = self._handle(shard)
         log = self._log
+        idx = np.asarray(indices, dtype=np.int64)
+        if n and (idx.min() < 0 or first + (idx.max() + 1) * length > shard.bytes):
+            from iobench.errors import IntegrityError
+
+            raise IntegrityError(f"{shard.path}: record {int(idx.max())} lies past the shard's {shard.bytes} bytes")
         if isinstance(fd, int):
             import os
 
-            for st, r in zip(starts, rows):
+            for r, x in zip(rows.tolist(), idx.tolist()):
                 t0 = now_ns()
-                got = os.preadv(fd, [out[r]], st)
+                got = os.preadv(fd, [out[r]], first + x * length)
                 log.append(now_ns() - t0)
                 if got != length:
                     from iobench.errors import IntegrityError
 
-                    raise IntegrityError(f"{shard.path}: offset {st}: short read ({got} of {length} bytes)")
+                    raise IntegrityError(f"{shard.path}: offset {first + x * length}: short read "
+                                         f"({got} of {length} bytes)")
         else:
-            src = np.frombuffer(fd, dtype=np.uint8)
-            if starts and max(starts) + length > len(src):
-                from iobench.errors import IntegrityError
+            views = self.__dict__.setdefault("_views", {})
+            view = views.get((shard.path, first, length))
+            if view is None:
+                src = np.frombuffer(fd, dtype=np.uint8)
+                if len(src) < shard.bytes:
+                    from iobench.errors import IntegrityError
 
-                raise IntegrityError(f"{shard.path}: offset {max(starts)}: short read")
-            for st, r in zip(starts, rows):
-                t0 = now_ns()
-                out[r] = src[st:st + length]
-                log.append(now_ns() - t0)
-        self._log_bytes += length * len(rows)
+                    raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
+                                         f"{shard.bytes}")
+                nrec = (len(src) - first) // length
+                if len(views) >= 64:
+                    views.pop(next(iter(views)))
+                view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
+            t0 = now_ns()
+            out[rows] = view[idx]
+            dt = now_ns() - t0
+            log.extend([dt // max(1, n)] * n)
+        self._log_bytes += length * n
         if len(log) >= 65536:
             self._flush_log()
-        return len(rows)
+        return n
 
     def _handle(self, shard: ShardEntry):
         """Plain local files: a descriptor kept open per shard (few, LRU-bounded); plain memory://
@@ -293,7 +334,7 @@ class BackendSource:
             if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
                 return pool[i]
         buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
-        if len(pool) < 8:
+        if len(pool) < 32:   # a block of shards and a block read ahead, reused without page faults
             pool.append(buf)
         return buf
 
@@ -318,6 +359,7 @@ class BackendSource:
         if self.backend is not None:
             self._flush_log()
 
+        self.__dict__.pop("_views", None)   # views of memory:// buffers must go before the buffers are released
         for fd in self.__dict__.pop("_fds", {}).values():
             if isinstance(fd, int):
                 os.close(fd)
@@ -326,6 +368,15 @@ class BackendSource:
         if getattr(self, "_pool", None) is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def _planned_client(self) -> str:
+        """The client the workers will read with (describe() runs in the parent, before open())."""
+        if not str(self.url).startswith("s3://"):
+            return "fsspec"
+        from iobench.storage import _s3_reader, s3_options
+
+        r = _s3_reader(self.s3_client, s3_options(self.endpoint_url, self.storage_options or None), "load.s3_client")
+        return r.name if r is not None else "s3fs"
 
     def describe(self) -> dict:
         from iobench.wrappers import resolve_emulation
@@ -336,4 +387,5 @@ class BackendSource:
                 "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
                 if (self.error_rate or self.timeout_rate) else None,
                 "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
+                "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
                 "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}

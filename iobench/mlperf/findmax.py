@@ -3,7 +3,9 @@ at or above the workload's threshold -- MLPerf Storage's headline -- and why one
 
 Grow 1, 2, 4, ... until a count fails, then bisect between the last pass and the first
 failure.  Each probe is one run, at least ``min_steps`` steps per accelerator (the AU carries
-its 95% interval; a probe whose interval straddles the threshold is marked marginal).  The
+its batch-means 95% interval; a probe whose interval straddles the threshold is marked
+marginal).  The loader's run-until-stable rule is not used here: accelerators must run the
+same steps together -- one stopping early would free storage for the others.  The
 failing count is run once more with no I/O (batches of the same size from memory): if that
 passes, storage was the limit (fetch-bound); if it fails too, the host could not prepare the
 batches (prep-bound: CPU for N accelerators x read threads, copies, the harness).
@@ -67,13 +69,17 @@ def find_max(cfg: MlperfConfig, max_accelerators: int = 64, world=None,
         worst = fail["worst_accelerator"]
         bound = "fetch-bound" if synthetic["passed"] else "prep-bound"
         worst_rank = next(r for r in fail["per_rank"] if r["rank"] == worst)
+        model = worst_rank.get("au_model")
         why = {"accelerators": first_fail, "au_min": fail["au_min"], "worst_accelerator": worst,
-               "bound": bound, "au_min_without_io": synthetic["au_min"],
+               "bound": bound, "au_min_without_io": synthetic["au_min"], "au_model_worst": model,
                "worst_wait_s": worst_rank["wait_s"], "worst_batch_io_p99_s": worst_rank["batch_io_p99_s"],
                "explanation": (f"without I/O the same {first_fail} accelerators reach min AU "
                                f"{synthetic['au_min']:.1%}: " +
                                ("the storage path (fetch) is the limit" if synthetic["passed"] else
-                                "the host cannot prepare batches fast enough (prep), storage aside"))}
+                                "the host cannot prepare batches fast enough (prep), storage aside")
+                               + (f"; the loader model replaying its workers' times gives AU {model:.1%}, so the "
+                                  "batches were ready and the consumer itself was late (host overloaded)"
+                                  if model is not None and model >= fail["au_threshold"] else ""))}
     ref = best or fail
     return {
         "workload": ref["workload"], "accelerator": ref["accelerator"], "au_threshold": ref["au_threshold"],

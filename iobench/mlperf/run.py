@@ -29,7 +29,6 @@ from .rules import DEFAULT_RUNS, compliance
 from .workloads import MlperfWorkload, load_mlperf_workload
 
 CACHE_MODES = ("auto", "cold", "as-is")
-_Z95 = 1.959963984540054
 MIN_MEASURED_STEPS = 3     # fewer measured steps per accelerator cannot give an AU with an interval
 
 
@@ -167,23 +166,21 @@ def run_accelerators(load_fields: dict, accelerators: int, rank0: int = 0, world
 
 def step_au(steps: list[float], computes: list[float]) -> dict:
     """AU = sum(compute) / sum(step time) over the measured steps (step time: start to next start,
-    as the loader's own stall ratio counts it), with a 95% interval (delta method for a ratio of
-    sums: d_i = c_i - AU * s_i, var(AU) = var(d) / (n * mean(s)^2))."""
+    as the loader's own stall ratio counts it), with the loader's batch-means 95% interval
+    (iobench.loader.stability: contiguous groups absorb correlated neighbouring steps)."""
+    from ..loader.stability import stall_interval
+
     n = min(len(steps), len(computes))
     steps = steps[:n]
     total = sum(steps)
     if n == 0 or total <= 0:
         return {"au": 0.0, "au_ci95": None, "steps": n, "compute_s": 0.0, "step_s_total": 0.0}
     compute = sum(computes[:n])
+    iv = stall_interval([max(0.0, s - c) for s, c in zip(steps, computes)], steps)
     au = compute / total
-    half = None
-    if n > 2:
-        d = [c - au * s for c, s in zip(computes, steps)]
-        mean_d = sum(d) / n
-        var = sum((x - mean_d) ** 2 for x in d) / (n - 1)
-        half = _Z95 * math.sqrt(var / n) / (total / n)
-    return {"au": au, "au_ci95": [max(0.0, au - half), min(1.0, au + half)] if half is not None else None,
-            "steps": n, "compute_s": compute, "step_s_total": total}
+    ci = None if iv.get("half_width") is None else [max(0.0, au - iv["half_width"]), min(1.0, au + iv["half_width"])]
+    return {"au": au, "au_ci95": ci, "steps": n, "compute_s": compute, "step_s_total": total,
+            "au_ci_note": iv.get("note")}
 
 
 def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: int, cold_each_epoch: bool,
@@ -273,10 +270,21 @@ def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
     rules = compliance(manifest.total_bytes, client_memory, nodes, cold, scale)
     epochs = cfg.epochs or wl.epochs
     world_size = nodes * cfg.accelerators
-    # Fidelity: a run too short to estimate AU is lengthened (epochs repeat) to cfg.min_steps.
-    natural = steps_per_accelerator(manifest.total_samples, world_size, wl.batch_size, 1 if cold else epochs)
+    # Fidelity: a run too short to estimate AU is lengthened to cfg.min_steps per accelerator.  With a
+    # cold cache every epoch it gets more (cold) epochs -- repeating an epoch inside one pass would
+    # read warm pages; only a share of one step per epoch falls back to warm repeats, and says so.
     min_steps = max(cfg.min_steps, MIN_MEASURED_STEPS + 1)   # + the excluded first step
-    steps = min_steps if min_steps > natural else 0
+    steps, notes = 0, []
+    if cold:
+        per_epoch = steps_per_accelerator(manifest.total_samples, world_size, wl.batch_size, 1)
+        if per_epoch >= 2:
+            epochs = max(epochs, math.ceil((min_steps - 1) / (per_epoch - 1)))
+        else:
+            steps = min_steps
+            notes.append(f"each accelerator's share is one batch per epoch: lengthened to {min_steps} steps "
+                         "with epochs repeating inside a pass (repeats may hit the page cache)")
+    elif min_steps > steps_per_accelerator(manifest.total_samples, world_size, wl.batch_size, epochs):
+        steps = min_steps
     multi = world if world is not None and world.size > 1 else None
     runs = [_one_run(cfg, wl, compute_s, epochs, cold, k, node * cfg.accelerators, world_size, steps, multi)
             for k in range(cfg.runs)]
@@ -301,7 +309,7 @@ def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
         "sample_bytes_mean": sample_bytes,
         "epochs": epochs, "runs": cfg.runs, "first_step_excluded": True,
         "steps_per_accelerator": worst_run["per_rank"][worst_run["worst_rank"]]["steps"],
-        "lengthened_to_min_steps": bool(steps),
+        "lengthened_to_min_steps": bool(steps) or epochs > (cfg.epochs or wl.epochs),
         "spread": {"au_min": _spread(au_min), "samples_per_s": _spread([r["samples_per_s"] or 0.0 for r in runs]),
                    "bytes_per_s": _spread([r["bytes_per_s"] or 0.0 for r in runs])},
         "per_run": [{k: v for k, v in r.items() if k != "warnings"} for r in runs],
@@ -313,7 +321,7 @@ def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
         "cache": {"mode": rules.cache, "client_memory_bytes": client_memory,
                   "required_dataset_bytes": rules.required_bytes},
         "synthetic": cfg.synthetic,
-        "warnings": sorted({w for r in runs for w in r["warnings"]}),
+        "warnings": sorted({w for r in runs for w in r["warnings"]} | set(notes)),
     }
 
 

@@ -15,20 +15,10 @@ from typing import Any, Callable
 
 from ..config import nearest
 from ..errors import ConfigError
-from ..units import format_bytes, format_rate, format_seconds as _format_seconds, parse_duration, parse_size
+from ..units import format_bytes, format_rate, parse_duration, parse_size
+from ..units import format_duration as format_seconds
 
 REQUIRED = object()
-
-
-def format_seconds(s: float) -> str:
-    """Seconds, with minutes, hours or days beside them once they are long."""
-    if s >= 86400 * 2:
-        return f"{_format_seconds(s)} ({s / 86400:.1f} days)"
-    if s >= 7200:
-        return f"{_format_seconds(s)} ({s / 3600:.1f} h)"
-    if s >= 120:
-        return f"{_format_seconds(s)} ({s / 60:.1f} min)"
-    return _format_seconds(s)
 
 
 @dataclass(frozen=True)
@@ -371,11 +361,8 @@ def _m_scale(x):
     from .scale import Point, leave_one_out, parse_points, per_accelerator_demand, straggler_cap, sustained
 
     pts = parse_points(x["points"], "--set points")
-    if not pts:
-        if not x["accelerators_per_node"] or not x["node_bandwidth"]:
-            raise ConfigError("--set points", "no measured point",
-                              "give points=NODES:ACCELERATORS:RATE,... or --from an `iobench mlperf --find-max` result")
-        pts = [Point(1, x["accelerators_per_node"], x["node_bandwidth"])]
+    if not any(p.nodes == 1 for p in pts):
+        pts.insert(0, Point(1, x["accelerators_per_node"], x["node_bandwidth"]))
     d = per_accelerator_demand(pts)
     node_cap = max(p.accelerators_per_node for p in pts)
     sample = x["sample_bytes"]
@@ -495,11 +482,11 @@ MODELS: dict[str, Model] = {m.name: m for m in [
         Param("replicas", "int", 1, "replicas pulling the model")), _m_cold_start),
     Model("scale", "accelerators sustained at 8..4096 nodes: per-node demand vs shared bandwidth, metadata "
                    "rate and stragglers (iobench.planner.scale), leave-one-out on the measured points", (
-        Param("points", "str", "", "measured NODES:ACCELERATORS_PER_NODE:RATE,... (e.g. from --find-max runs)"),
-        Param("accelerators_per_node", "int", 0, "one measured point: accelerators sustained on 1 node",
+        Param("accelerators_per_node", "int", REQUIRED, "measured on 1 node: accelerators sustained (find-max)",
               ("metrics.mlperf.max_accelerators_per_node",)),
-        Param("node_bandwidth", "rate", 0.0, "one measured point: bytes/s delivered to them",
+        Param("node_bandwidth", "rate", REQUIRED, "measured on 1 node: bytes/s delivered to them",
               ("metrics.throughput.bytes_per_s",)),
+        Param("points", "str", "", "more measured points NODES:ACCELERATORS_PER_NODE:RATE,... (e.g. 2:12:4GB/s)"),
         Param("aggregate_bandwidth", "rate", REQUIRED, "shared storage's aggregate read bandwidth (probe)"),
         Param("metadata_rate", "float", 0.0, "shared storage's aggregate opens/s (probe; 0: no limit)"),
         Param("sample_bytes", "size", 0.0, "mean bytes per sample", ("metrics.mlperf_run.sample_bytes_mean",)),

@@ -35,6 +35,11 @@ class Point:
 
 
 def per_accelerator_demand(points: list[Point]) -> float:
+    if not any(p.accelerators_per_node > 0 for p in points):
+        from ..errors import ConfigError
+
+        raise ConfigError("accelerators_per_node", "no measured point sustained an accelerator",
+                          "measure with `iobench mlperf run --find-max` first")
     return statistics.median(p.bytes_per_s / (p.nodes * p.accelerators_per_node) for p in points
                              if p.accelerators_per_node > 0)
 

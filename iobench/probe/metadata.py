@@ -182,5 +182,5 @@ def _headline(phases: dict, names: tuple[str, ...]) -> float | None:
 
 
 def run_metadata_probe(area: ProbeArea, cfg: MetadataConfig) -> dict:
-    out = run_s3(area, cfg) if area.backend.protocol == "s3" else run_local(area, cfg)
+    out = run_s3(area, cfg) if area.backend.speaks_s3 else run_local(area, cfg)
     return {"metrics": out, "environment": {"engine": out["engine"], "workers": cfg.workers}, "warnings": []}

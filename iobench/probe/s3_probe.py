@@ -85,7 +85,7 @@ def _point(op: str, size: int, conc: int, stats: OpStats) -> dict:
 
 
 def run_s3_probe(area: ProbeArea, cfg: S3ProbeConfig, progress=None) -> dict:
-    if area.backend.protocol != "s3":
+    if not area.backend.speaks_s3:
         raise ConfigError("url", f"{area.backend.url} is not an s3:// URL", "give s3://bucket/prefix")
     ops = S3Ops(area.work)
     rng = np.random.default_rng(cfg.seed)

@@ -71,7 +71,7 @@ def _meta(resp: dict, stats: OpStats) -> None:
 
 class S3Ops:
     def __init__(self, backend: Backend):
-        if backend.protocol != "s3":
+        if not backend.speaks_s3:
             raise ValueError("S3Ops needs an s3:// backend")
         self.backend = backend
         self.fs = backend.fs

@@ -49,14 +49,6 @@ class Row:
 _CI_SUFFIXES = ("_ci95", "_ci")
 
 
-def _pair(v) -> tuple[float, float] | None:
-    if isinstance(v, dict):
-        v = [v.get("lo", v.get("low")), v.get("hi", v.get("high"))]
-    if isinstance(v, (list, tuple)) and len(v) == 2 and all(data.is_number(x) for x in v):
-        return float(v[0]), float(v[1])
-    return None
-
-
 def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]:
     """Confidence intervals a results file carries, by the path of the number they bound:
     ``stall_ratio_ci95: [lo, hi]`` (or ``_ci``) bounds ``stall_ratio``; ``{value|mean, ci95|ci}``
@@ -64,16 +56,22 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
     out: dict[str, tuple[float, float]] = {}
     if not isinstance(metrics, dict):
         return out
+    # the loader's block: intervals.stall_ratio, intervals.batch_wait_p99_s -> batch_wait_s.p99
+    for name, iv in (metrics.get("intervals") or {}).items() if isinstance(metrics.get("intervals"), dict) else ():
+        if isinstance(iv, dict) and data.is_number(iv.get("low")):
+            high = iv["high"] if data.is_number(iv.get("high")) else float("inf")  # no upper bound yet
+            base = f"{name[: -len('_p99_s')]}_s.p99" if name.endswith("_p99_s") else name
+            out[f"{prefix}{base}"] = (float(iv["low"]), float(high))
     for k, v in metrics.items():
         path = f"{prefix}{k}"
-        if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and _pair(v):
-            out[path[: path.rindex("_ci")]] = _pair(v)
+        if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and data.ci_pair(v):
+            out[path[: path.rindex("_ci")]] = data.ci_pair(v)
         elif isinstance(v, dict):
             for key in ("ci95", "ci"):
-                if _pair(v.get(key)):
+                if data.ci_pair(v.get(key)):
                     for base in ("value", "mean", "ratio"):
                         if data.is_number(v.get(base)):
-                            out[f"{path}.{base}"] = _pair(v[key])
+                            out[f"{path}.{base}"] = data.ci_pair(v[key])
             out.update(intervals(v, path + "."))
     return out
 
@@ -82,7 +80,8 @@ def compare(a: dict, b: dict) -> list[Row]:
     ma, mb = a.get("metrics", {}) or {}, b.get("metrics", {}) or {}
     fa, fb = data.flat_numbers(ma), data.flat_numbers(mb)
     ia, ib = intervals(ma), intervals(mb)
-    paths = [p for p in dict.fromkeys([*fa, *fb]) if not any(p.startswith(c) for c in
+    # the intervals are shown beside the numbers they bound, not as rows of their own
+    paths = [p for p in dict.fromkeys([*fa, *fb]) if not p.startswith("intervals.") and not any(p.startswith(c) for c in
                                                            (*(f"{k}_ci" for k in ia), *(f"{k}_ci" for k in ib)))]
     return [Row(p, fa.get(p), fb.get(p), ia.get(p), ib.get(p)) for p in paths]
 
@@ -141,18 +140,19 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
 
 
 def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
-    from .html import fmt
+    from .format import fmt
 
     if v is None:
         return "-"
     if ci is None:
         return fmt(path, v)
-    return f"{fmt(path, v)} [{fmt(path, ci[0])}, {fmt(path, ci[1])}]"
+    hi = "no upper bound yet" if ci[1] == float("inf") else fmt(path, ci[1])
+    return f"{fmt(path, v)} [{fmt(path, ci[0])}, {hi}]"
 
 
 def change(r: Row) -> str:
     """B − A in the metric's unit, signed; "within noise" when the runs' intervals overlap."""
-    from .html import fmt
+    from .format import fmt
 
     if r.diff is None:
         return "-"
@@ -165,7 +165,7 @@ def change(r: Row) -> str:
 
 
 def markdown(rows: list[Row], name_a: str, name_b: str, checks: list[dict]) -> str:
-    from .build import check_line
+    from .format import check_line
 
     lines = [f"# iobench compare: {name_a} vs {name_b}", "",
              f"| metric | A: {name_a} | B: {name_b} | change (B − A) | B / A |", "|---|---|---|---|---|"]

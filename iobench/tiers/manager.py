@@ -70,6 +70,7 @@ class StageReport:
     refetches: int = 0
     retries: int = 0
     evictions: int = 0
+    concurrency: int = 0                  # parallel copies used
     bytes_by_pair: Counter = field(default_factory=Counter)
     copy_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
@@ -78,7 +79,7 @@ class StageReport:
                 "not_admitted_shards": self.not_admitted, "bytes": self.bytes, "seconds": self.seconds,
                 "bytes_per_s": self.bytes / self.seconds if self.seconds > 0 else 0.0,
                 "refetches": self.refetches, "retries": self.retries, "evictions": self.evictions,
-                "bytes_by_tier_pair": dict(self.bytes_by_pair), "copy_latency_s": self.copy_latency.summary()}
+                "concurrency": self.concurrency, "bytes_by_tier_pair": dict(self.bytes_by_pair), "copy_latency_s": self.copy_latency.summary()}
 
 
 def _norm_url(url: str) -> str:
@@ -138,7 +139,8 @@ class TierManager:
             if b is None:
                 spec = self.config.tier(tier, "tier")
                 b = open_backend(spec.url, endpoint_url=spec.endpoint_url, storage_options=spec.storage_options or None,
-                                 field_name=f"tiers.{spec.name}.url")
+                                 field_name=f"tiers.{spec.name}.url",
+                                 client_attempts=1)   # copies retry under config.retries (iobench.io.retry)
                 if b.is_local:
                     os.makedirs(b.root, exist_ok=True)
                 if spec.emulation != "none":
@@ -167,7 +169,7 @@ class TierManager:
         if backend is None:
             ep = endpoint_url or (origin.endpoint_url if origin else None)
             so = storage_options or (origin.storage_options if origin else None) or None
-            backend = open_backend(url, endpoint_url=ep, storage_options=so, field_name="dataset")
+            backend = open_backend(url, endpoint_url=ep, storage_options=so, field_name="dataset", client_attempts=1)
             if origin is not None and origin.emulation != "none":
                 from ..wrappers import EmulatedBackend
 
@@ -300,7 +302,10 @@ class TierManager:
         sel = list(shards if shards is not None else ds.manifest.shards)
         self.check_fits(ds, to, sel, whole=True)
         rep = StageReport(dataset=ds.id, to=to, shards=len(sel))
-        n = concurrency or self.config.concurrency
+        from ..dist.world import default_parallelism
+
+        n = concurrency or self.config.concurrency or default_parallelism(len(sel))
+        rep.concurrency = max(1, min(n, len(sel)))
         t0 = now_ns()
         prog = task = None
         if progress:
@@ -445,7 +450,7 @@ class TierManager:
         catalog) is never touched.  Safe while others stage: the directory is listed *before*
         the catalog is read, and temp files of live stagers stay."""
         b = self.backend(tier)
-        base = getattr(b, "base", b)
+        base = b.base
         if not base.is_local:
             return {"removed_files": 0}
         root = base.root
