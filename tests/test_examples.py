@@ -92,7 +92,7 @@ def test_readme_torch_step_example_runs(tmp_path):
     ds = tmp_path / "ds"
     subprocess.run([str(BIN / "iobench"), "gen", "--out", str(ds), "--num-samples", "64", "--seq-len", "2048"],
                    check=True, capture_output=True, timeout=120)
-    readme = (ROOT / "README.md").read_text()
+    readme = "\n".join((ROOT / f).read_text() for f in ("README.md", "docs/commands.md") if (ROOT / f).exists())
     m = re.search(r"iobench load DATA (--compute-mode callback --compute-fn examples/torch_step\.py:step)", readme)
     assert m, "README names the example command"
     p = subprocess.run([str(BIN / "iobench"), "load", str(ds), *m.group(1).split(), "--steps", "3", "--no-progress"],
