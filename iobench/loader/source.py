@@ -9,9 +9,12 @@ the worker before the first read).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from iobench.manifest import ShardEntry
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @runtime_checkable
