@@ -661,6 +661,24 @@ def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) ->
     return manifest
 
 
+def gen_metrics(manifest: Manifest, stats: dict, hosts: list[str] | None = None) -> dict:
+    """The `gen` results' metrics, the same wherever a dataset is generated (`iobench gen`, the suite).
+
+    Bytes and samples are the manifest's (what was published); seconds from the generator's
+    own clock; with ``hosts`` (several ranks), the world view of ``merge_gen_ranks``."""
+    secs = max(stats["seconds"], 1e-9)
+    m = {"seconds": stats["seconds"], "bytes": manifest.total_bytes, "samples": manifest.total_samples,
+         "shards": len(manifest.shards),
+         "throughput": {"bytes_per_s": manifest.total_bytes / secs, "samples_per_s": manifest.total_samples / secs},
+         "workers": stats.get("workers"),
+         "leftover_temp_files_removed": stats.get("leftover_temp_files_removed", 0)}
+    if hosts is not None and stats.get("per_rank"):
+        m["world"] = merge_gen_ranks(stats["per_rank"], hosts)["world"]
+        if "setup_s" in stats:
+            m["setup_s"] = stats["setup_s"]
+    return m
+
+
 def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
     """World view of a multi-rank generate: shards written per rank, slowest rank's time to durable."""
     from .dist.aggregate import MergeSpec, merge
