@@ -629,6 +629,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
         except BaseException as e:
             # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
             _remove_quietly(backend, [p.path for p in plans] + [p.path + ".index" for p in plans])
+            _remove_shard_temp_files(backend)   # a writer killed mid-shard leaves its temp file behind
             if previous:
                 _remove_temp_files(backend, previous)
                 if not _remove_files(backend, previous)[1]:
