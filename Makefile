@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.iobench-installed
 
-.PHONY: run test sysdeps sysdeps-run bench clean
+.PHONY: run test lint sysdeps sysdeps-run bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,12 +25,19 @@ sysdeps-run:
 run: $(STAMP) sysdeps-run
 	$(VENV)/bin/iobench run --out reports/latest
 
-test: $(STAMP) sysdeps
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: $(STAMP) sysdeps lint
 	@$(PY) -m pytest -q -ra; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the setup is broken" >&2; fi; exit $$rc
 
+# Every benchmark against its peers (each writes reports/reference/NAME.json and NAME.rows.json),
+# then one table of every ratio against its target (reports/reference/summary.md).
 bench: $(STAMP) sysdeps
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@$(PY) benchmarks/summary.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info reports/latest

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
 from iobench.blockdev import DeviceCounter, device_of

@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["COLUMNS"] = "200"
     json_to_stdout = getattr(args, "json", None) == "-"
     try:
+        from .preflight import check_args
+
+        check_args(args)   # refuse before work: output/input paths of the shared flags
         with contextlib.ExitStack() as stack:
             if json_to_stdout:
                 # `--json -`: the results document is the only thing on stdout; every other line goes to stderr

@@ -46,6 +46,21 @@ _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900
              ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
 
 
+MAX_SHARDS = 10_000_000
+# Upper bounds: beyond them a run cannot finish (or a header field overflows) -- refuse up front.
+_BOUNDS = (
+    ("num_samples", 10**12, "generate at most 10^12 samples"),
+    ("vocab_size", 2**32, "token ids are stored as uint32 at most: use a vocabulary <= 4294967296"),
+    ("seq_len", 2**31 - 1, "use a sequence length below 2^31"),
+    ("workers", 1024, "use at most 1024 writers"),
+    ("image_width", 65500, "JPEG dimensions stop at 65500"),
+    ("image_height", 65500, "JPEG dimensions stop at 65500"),
+    ("record_bytes", 2**31 - 1, "use records below 2 GiB"),
+    ("num_classes", 2**31 - 1, "use fewer classes"),
+    ("seed", 2**63 - 1, "use a seed below 2^63"),
+)
+
+
 @dataclass(frozen=True)
 class GenSpec:
     """What to generate.  Built from a workload's ``gen`` section and flags via ``GenSpec.from_mapping``."""
@@ -57,7 +72,7 @@ class GenSpec:
     compression: str = "none"          # none | zstd:LEVEL
     checksum: str = "xxh64"            # xxh64 | crc32c
     seed: int = 0
-    workers: int = 1
+    workers: int = 0                   # 0: the machine's cores, at most one per shard (iobench.dist.world)
     # tokens
     seq_len: int = 2048
     vocab_size: int = 50257
@@ -90,10 +105,19 @@ class GenSpec:
         check_choice("gen.checksum", self.checksum, CHECKSUMS)
         check_choice("gen.distribution", self.distribution, DISTRIBUTIONS)
         check_choice("gen.token_dtype", self.token_dtype, TOKEN_DTYPES)
-        for name in ("num_samples", "workers", "seq_len", "vocab_size", "image_width", "image_height",
+        for name in ("num_samples", "seq_len", "vocab_size", "image_width", "image_height",
                      "num_classes", "record_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gen.{name}", f"must be positive, got {getattr(self, name)}", "give a number above zero")
+        if self.workers < 0:
+            raise ConfigError("gen.workers", f"must be zero (one per core) or more, got {self.workers}",
+                              "give a number of writers, or 0 for one per core")
+        for name, top, fix in _BOUNDS:
+            if getattr(self, name) > top:
+                raise ConfigError(f"gen.{name}", f"{getattr(self, name)} is above the limit {top}", fix)
+        if self.image_size_jitter >= 1:
+            raise ConfigError("gen.image_size_jitter", f"{self.image_size_jitter} would make sizes <= 0",
+                              "use a fraction in [0, 1), e.g. 0.2")
         if self.record_bytes_stdev < 0 or not 0 < self.scale <= 1:
             raise ConfigError("gen.record_bytes_stdev/scale", "stdev must be >= 0 and scale within (0, 1]",
                               "e.g. --scale 0.001 for a scaled-down MLPerf workload")
@@ -186,6 +210,10 @@ def plan_shards(spec: GenSpec, nominal_sample_bytes: int | None = None) -> list[
 
     ext = get_format(spec.format).extension
     per = samples_per_shard(spec, nominal_sample_bytes)
+    if -(-spec.num_samples // per) > MAX_SHARDS:
+        raise ConfigError("gen.shard_size", f"{spec.num_samples} samples at {per} per shard make "
+                          f"{-(-spec.num_samples // per)} shards, more than {MAX_SHARDS}",
+                          "use bigger shards or fewer samples")
     plans = []
     for k, first in enumerate(range(0, spec.num_samples, per)):
         plans.append(ShardPlan(k, first, min(per, spec.num_samples - first), f"shard-{k:06d}{ext}"))
@@ -289,6 +317,9 @@ def _describe_error(e: BaseException, backend_url: str) -> tuple[str, str]:
 
 
 def _worker(spec_dict: dict, url: str, endpoint_url, storage_options, plans, q, stop) -> None:
+    from .lifeline import die_with_parent
+
+    die_with_parent()   # a killed `gen` takes its writers with it, at once
     try:
         spec = GenSpec.from_mapping(spec_dict)
         backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options)
@@ -392,13 +423,14 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     return previous
 
 
-def _remove_temp_files(backend: Backend, rels) -> None:
+def _remove_temp_files(backend: Backend, rels) -> int:
     """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
     beside ``rels``."""
     import os
 
     if not backend.is_local:
-        return
+        return 0
+    removed = 0
     by_dir: dict[str, set[str]] = {}
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
@@ -414,8 +446,38 @@ def _remove_temp_files(backend: Backend, rels) -> None:
             if final_name_of(e) in names:
                 try:
                     os.unlink(os.path.join(d, e))
+                    removed += 1
                 except OSError:
                     pass
+    return removed
+
+
+_SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
+
+
+def _remove_shard_temp_files(backend: Backend) -> int:
+    """Local only: temp files of shards (``.shard-NNNNNN.EXT.XXXXXXXX.tmp``, the names only
+    ``iobench gen`` writes) at the dataset root, whatever run left them; returns how many."""
+    import os
+
+    from .io.atomic import final_name_of
+
+    if not backend.is_local:
+        return 0
+    removed = 0
+    try:
+        entries = os.listdir(backend.root)
+    except OSError:
+        return 0
+    for e in entries:
+        final = final_name_of(e)
+        if final is not None and _SHARD_NAME.fullmatch(final):
+            try:
+                os.unlink(os.path.join(backend.root, e))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def _remove_files(backend: Backend, rels) -> tuple[int, list[str]]:
@@ -533,7 +595,17 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
-    workers = min(spec.workers, len(plans))
+    # Temp files a killed earlier run left beside the names this run writes (a first generation
+    # killed midway has no superseded record): found, removed and reported.
+    leftovers = _remove_shard_temp_files(backend)
+    if leftovers:
+        import logging
+
+        logging.getLogger("iobench.generate").warning(
+            "removed %d temp file(s) left at %s by an interrupted earlier run", leftovers, backend.url)
+    from .dist.world import default_parallelism
+
+    workers = min(spec.workers, len(plans)) if spec.workers else default_parallelism(len(plans))
     if not backend.shared_between_processes:
         workers = 1   # a memory:// filesystem lives in this process only
     total_bytes = [0]
@@ -572,7 +644,8 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     manifest = _publish(spec, fmt, backend, entries)
     removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
     if stats is not None:
-        stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
+        stats.update(stale_removed=removed, leftover_temp_files_removed=leftovers,
+                     seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
                      samples=manifest.total_samples, shards=len(entries), workers=max(1, workers), pids=pids)
     return manifest
 

@@ -28,6 +28,10 @@ from .errors import ConfigError, EndpointError, MissingDependencyError
 SUPPORTED_PROTOCOLS = ("file", "s3", "memory")  # built in; any other installed fsspec protocol works too
 # Protocols without directories: prefixes appear with their objects.
 _NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hf", "oss")
+# Clients for S3 reads: "s3fs" (fsspec's, always there with the s3 extra), "obstore" (Rust
+# object_store client, the s3fast extra; ~2x s3fs per GET here, see reports/reference/load.md),
+# "auto" (obstore when installed).  Everything but reads goes through s3fs either way.
+S3_CLIENTS = ("auto", "s3fs", "obstore")
 
 
 @dataclass
@@ -37,6 +41,7 @@ class Backend:
     root: str
     fs: Any = field(repr=False)
     endpoint_url: str | None = None
+    reader: Any = field(default=None, repr=False)   # a faster client for ranged GETs (ObstoreReader), or None
 
     # Capability flags: callers read these instead of branching on the protocol.  This class
     # is the one place that knows what each protocol can do; a new backend sets its flags here
@@ -128,7 +133,12 @@ class Backend:
     def child(self, rel: str) -> "Backend":
         """A backend rooted at ``rel`` below this one, sharing the filesystem object."""
         return Backend(url=self.url.rstrip("/") + "/" + rel.strip("/"), protocol=self.protocol,
-                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url)
+                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url, reader=self.reader)
+
+    @property
+    def read_client(self) -> str:
+        """Which client serves reads: 'obstore', 's3fs', or the protocol's fsspec filesystem."""
+        return self.reader.name if self.reader is not None else ("s3fs" if self.protocol == "s3" else self.protocol)
 
     @property
     def base(self) -> "Backend":
@@ -137,7 +147,10 @@ class Backend:
 
     def connect(self) -> None:
         """Open clients and sessions now, before a measured clock starts (no-op where nothing to open)."""
-        if self.speaks_s3:
+        if self.reader is not None:
+            # obstore serves the reads; s3fs's botocore session (~0.3 CPU-s) is made only if needed
+            self.reader.store(self.root.split("/", 1)[0])
+        elif self.speaks_s3:
             self.fs.connect()
 
     def relative(self, full: str) -> str | None:
@@ -154,7 +167,8 @@ class Backend:
         from .results import redact_text
 
         return {"url": redact_text(self.url), "protocol": self.protocol,
-                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None}
+                "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None,
+                "read_client": self.read_client}
 
     # Thin helpers over fsspec, relative to the root.
     def exists(self, rel: str) -> bool:
@@ -164,7 +178,35 @@ class Backend:
         return int(self.fs.size(self.path(rel)))
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
+            return self.reader.get_range(self.path(rel), start, end).to_bytes()
         return self.fs.cat_file(self.path(rel), start=start, end=end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        """Bytes ``[start, end)`` of ``rel`` into the writable buffer ``out``; returns the count.
+
+        Reads land in the caller's buffer (a loader's reused shard buffer) with one copy at
+        most: local files ``preadv`` straight into it, a fast client copies once out of its
+        own buffer.  A short count means the object ended early.
+        """
+        out = memoryview(out).cast("B")[:end - start]
+        if self.is_local:
+            fd = os.open(self.path(rel), os.O_RDONLY)
+            try:
+                got = 0
+                while got < len(out):
+                    n = os.preadv(fd, [out[got:]], start + got)
+                    if n <= 0:
+                        break
+                    got += n
+                return got
+            finally:
+                os.close(fd)
+        data = self.reader.get_range(self.path(rel), start, end) if self.reader is not None \
+            else self.fs.cat_file(self.path(rel), start=start, end=end)
+        n = min(len(data), len(out))
+        out[:n] = memoryview(data)[:n]
+        return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
@@ -263,8 +305,95 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     return opts
 
 
+class ObstoreReader:
+    """Ranged GETs through obstore's Rust client (connection pool, GIL released while waiting).
+
+    One store per bucket, made on first use (a worker process makes its own).  Its bytes
+    come back in a Rust-owned buffer that ``Backend.cat_into`` copies once into the caller's.
+    """
+
+    name = "obstore"
+
+    def __init__(self, opts: dict) -> None:
+        import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
+
+        ck = opts.get("client_kwargs", {})
+        self._config = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
+                                          ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
+                                          ("session_token", opts.get("token"))) if v}
+        self._stores: dict = {}
+
+    def __getstate__(self) -> dict:  # stores hold a runtime handle: each process builds its own
+        return {"_config": self._config, "_stores": {}}
+
+    def store(self, bucket: str):
+        global _OBSTORE_PID
+        if _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+            # obstore's Rust runtime does not survive fork(): its threads are gone in the child.
+            raise ConfigError("s3 client", "obstore was used in a parent process before this one was forked",
+                              "use --s3-client s3fs or the spawn/forkserver start method")
+        _OBSTORE_PID = os.getpid()
+        st = self._stores.get(bucket)
+        if st is None:
+            from obstore.store import S3Store
+
+            from datetime import timedelta
+
+            endpoint = self._config.get("endpoint", "")
+            # No retries inside obstore (its default: 10 over up to 3 minutes): the loader's RetryPolicy
+            # owns retries and their time budget.  Timeouts as s3_options gives s3fs.
+            st = S3Store(bucket, config={**self._config, "virtual_hosted_style_request": False},
+                         client_options={"allow_http": endpoint.startswith("http://"),
+                                         "connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
+                         retry_config={"max_retries": 0})
+            self._stores[bucket] = st
+        return st
+
+    def get_range(self, path: str, start: int | None, end: int | None):
+        import obstore
+
+        bucket, _, key = path.partition("/")
+        from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
+
+        try:
+            if end is None:   # to the end of the object (fsspec's meaning of end=None)
+                opts = {"range": {"offset": start}} if start else None
+                return obstore.get(self.store(bucket), key, options=opts).bytes()
+            return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
+        # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows
+        # (missing and forbidden are final; the rest, I/O errors that may pass, are retried).
+        except NotFoundError as e:
+            raise FileNotFoundError(f"s3://{path}: not found") from e
+        except (PermissionDeniedError, UnauthenticatedError) as e:
+            raise PermissionError(f"s3://{path}: access denied") from e
+        except Exception as e:
+            raise OSError(f"GET s3://{path}: {type(e).__name__}") from e
+
+
+_OBSTORE_PID: int | None = None   # the process whose runtime obstore started in (None: not yet)
+
+
+def _s3_reader(client: str, opts: dict, field_name: str):
+    if client not in S3_CLIENTS:
+        from .config import nearest
+
+        raise ConfigError(f"{field_name} (s3 client)", f"unknown client {client!r}", nearest(client, S3_CLIENTS))
+    if client == "s3fs":
+        return None
+    try:
+        import obstore  # noqa: F401
+    except ImportError as e:
+        if client == "auto":
+            return None
+        raise MissingDependencyError("s3 client obstore", "obstore", extra="s3fast") from e
+    if client == "auto" and _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+        return None   # forked from a process that ran obstore: its runtime would hang here
+    return ObstoreReader(opts)
+
+
 def open_backend(url: str, endpoint_url: str | None = None, storage_options: dict | None = None,
-                 field_name: str = "url", check: bool = False, client_attempts: int | None = None) -> Backend:
+                 field_name: str = "url", check: bool = False, client_attempts: int | None = None,
+                 s3_client: str = "s3fs") -> Backend:
     """Open the storage at ``url`` (local path, file://, s3://bucket/prefix, memory://)."""
     if not url:
         raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
@@ -294,7 +423,8 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
         fs.retries = client_attempts   # s3fs's own loop around each call (class default: 5)
     root = (parsed.netloc + parsed.path).rstrip("/")
     backend = Backend(url=str(url), protocol="s3", root=root, fs=fs,
-                      endpoint_url=opts["client_kwargs"].get("endpoint_url"))
+                      endpoint_url=opts["client_kwargs"].get("endpoint_url"),
+                      reader=_s3_reader(s3_client, opts, field_name))
     if check:
         check_reachable(backend, field_name)
     return backend

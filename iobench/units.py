@@ -67,3 +67,14 @@ def format_seconds(s: float) -> str:
     if s < 1:
         return f"{s * 1e3:.1f} ms"
     return f"{s:.2f} s"
+
+
+def format_duration(s: float) -> str:
+    """Seconds, with minutes, hours or days beside them once they are long (plans, intervals)."""
+    if s >= 86400 * 2:
+        return f"{format_seconds(s)} ({s / 86400:.1f} days)"
+    if s >= 7200:
+        return f"{format_seconds(s)} ({s / 3600:.1f} h)"
+    if s >= 120:
+        return f"{format_seconds(s)} ({s / 60:.1f} min)"
+    return format_seconds(s)

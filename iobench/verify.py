@@ -51,6 +51,7 @@ class VerifyReport:
     problems: list[ShardProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stray_files: list[str] = field(default_factory=list)   # look like shards, not in the manifest
+    temp_files: list[str] = field(default_factory=list)    # atomic_open temp files a killed writer left
 
     @property
     def first_bad(self) -> ShardProblem | None:
@@ -73,9 +74,13 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
     if not backend.exists(MANIFEST_NAME):
         if not backend.exists(""):
             raise ConfigError("dataset", f"nothing at {url}", "give the root URL of a dataset made by `iobench gen`")
-        return VerifyReport(url=url, ok=False, problems=[ShardProblem(
+        temps = temp_files(backend)
+        left = (f"; {len(temps)} temp file(s) of an interrupted write are left (the next `iobench gen` "
+                "removes them)") if temps else ""
+        return VerifyReport(url=url, ok=False, temp_files=temps, problems=[ShardProblem(
             MANIFEST_NAME, "incomplete", detail="no manifest: generation did not finish, the dataset is not whole "
-                                                "(a dataset iobench did not write: `iobench index URL --format ...`)")])
+                                                "(a dataset iobench did not write: `iobench index URL --format ...`)"
+                                                + left)])
     manifest = read_manifest(backend)
     if checksums and any(s.checksum.split(":", 1)[0] == "none" for s in manifest.shards):
         checksums = False
@@ -108,6 +113,15 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
         shown = ", ".join(report.stray_files[:5]) + (f" and {n - 5} more" if n > 5 else "")
         report.warnings.append(f"{n} file(s) look like shards but are not in the manifest (ignored by "
                                f"readers; left from an older dataset?): {shown}")
+    try:
+        report.temp_files = temp_files(backend, manifest)
+    except Exception:  # noqa: BLE001 - a courtesy, like the stray-file listing
+        pass
+    if report.temp_files:
+        n = len(report.temp_files)
+        report.warnings.append(f"{n} temp file(s) of an interrupted write (an earlier run was killed): "
+                               f"{', '.join(report.temp_files[:5])}{' ...' if n > 5 else ''}; "
+                               "the next `iobench gen` into this directory removes them")
     for w in report.warnings:
         _log.warning("warning: %s", w)
     report.seconds = (time.perf_counter_ns() - t0) / 1e9
@@ -121,6 +135,27 @@ def _shard_suffix(path: str) -> str:
     name = posixpath.basename(path)
     dot = name.find(".", 1)
     return name[dot:] if dot > 0 else ""
+
+
+def temp_files(backend: Backend, manifest: Manifest | None = None) -> list[str]:
+    """Local only: ``atomic_open`` temp files (``.NAME.XXXXXXXX.tmp``) in the dataset's directories
+    (the root and those holding listed shards; nested datasets are theirs to report)."""
+    import os
+
+    from .io.atomic import final_name_of
+
+    if not backend.is_local:
+        return []
+    root = backend.root
+    dirs = {""} | ({posixpath.dirname(s.path) for s in manifest.shards} if manifest is not None else set())
+    out = []
+    for d in sorted(dirs):
+        try:
+            names = os.listdir(os.path.join(root, d))
+        except OSError:
+            continue
+        out.extend(posixpath.join(d, n) if d else n for n in names if final_name_of(n) is not None)
+    return sorted(out)
 
 
 def stray_files(backend: Backend, manifest: Manifest) -> list[str]:

@@ -131,6 +131,8 @@ def _params(term: str, body: str, allowed: tuple[str, ...]) -> dict[str, str]:
         k, v = (s.strip() for s in part.split("=", 1))
         if k not in allowed:
             raise ConfigError(_FIELD, f"{term!r}: unknown parameter {k!r}", nearest(k, allowed))
+        if k in out:
+            raise ConfigError(_FIELD, f"{term!r}: {k} is given twice", "give each parameter once")
         out[k] = v
     missing = [k for k in allowed if k not in out]
     if missing:
@@ -145,15 +147,25 @@ def _duration(v: str) -> float:
 def parse_emulation(spec: str) -> EmulationSpec:
     """Parse an emulation spec string (see the module docstring); bad specs raise ConfigError."""
     text = (spec or "").strip()
+    if spec is not None and not text:
+        raise ConfigError(_FIELD, "is empty", "give 'none' for no emulation, or e.g. pfs, const:5ms+bw:1GB/s")
     if not text or text == "none":
         return EmulationSpec()
     out = EmulationSpec(text=text)
     kinds = ("const", "normal", "lognormal", "spike", "bw")
+    seen: dict[str, str] = {}   # what each term sets: a second latency model or bandwidth would silently win
     for term in (t.strip() for t in text.split("+")):
         if not term:
             raise ConfigError(_FIELD, f"empty term in {text!r}", _FIX)
         name, _, body = term.partition(":")
         name = name.strip().lower()
+        sets = ("latency",) if name in ("const", "normal", "lognormal") else (name,) if name in ("spike", "bw") \
+            else ("latency",) if name in PROFILES and not body else ()
+        for what in sets:
+            if what in seen:
+                raise ConfigError(_FIELD, f"{term!r} and {seen[what]!r} both set the {what}",
+                                  "give one latency model, one bw and one spike at most")
+            seen[what] = term
         if name in PROFILES and not body:
             p = PROFILES[name]
             out = replace(out, kind=p.kind, latency_s=p.latency_s, std_s=p.std_s, p50_s=p.p50_s, p99_s=p.p99_s,
@@ -225,6 +237,13 @@ class BackendWrapper(Backend):
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self.inner.cat(rel, start, end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self.inner.cat_into(rel, start, end, out)
+
+    @property
+    def read_client(self) -> str:
+        return self.inner.read_client
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
@@ -355,6 +374,9 @@ class EmulatedBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._request(self.inner.cat, rel, start, end)
 
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self._request(self.inner.cat_into, rel, start, end, out, counts_result=True)
+
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         """One streamed GET: its latency is the first piece's; every piece moves at the bandwidth cap."""
         if first:
@@ -454,6 +476,9 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._timed("read", self.inner.cat, rel, start, end, reads=True)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        return self._timed("read", self.inner.cat_into, rel, start, end, out, counts_result=True, reads=True)
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         t0 = now_ns()
@@ -562,6 +587,10 @@ class FaultyBackend(BackendWrapper):
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         self._maybe_fail(rel)
         return self.inner.cat(rel, start, end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        self._maybe_fail(rel)
+        return self.inner.cat_into(rel, start, end, out)
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         self._maybe_fail(rel)

@@ -34,8 +34,12 @@ def test_save_then_restore_with_reshard(tmp_path, capsys):
 
 
 def test_restore_without_checkpoint_exits_1(tmp_path, capsys):
-    assert main(["ckpt", "restore", "--durable", str(tmp_path / "none")]) == 1
+    (tmp_path / "empty").mkdir()
+    assert main(["ckpt", "restore", "--durable", str(tmp_path / "empty")]) == 1
     assert "no committed checkpoint" in capsys.readouterr().err
+    # a durable tier that does not exist is a typo: exit 2, and it is not created
+    assert main(["ckpt", "restore", "--durable", str(tmp_path / "none")]) == 2
+    assert "--durable" in capsys.readouterr().err and not (tmp_path / "none").exists()
 
 
 @pytest.mark.parametrize("argv,field", [

@@ -80,7 +80,7 @@ def test_checksum_algorithms(tmp_path):
     ({"token_dtype": "uint16", "vocab_size": 100000}, "gen.token_dtype"),
     ({"num_sampels": 3}, "gen.num_sampels"),
     ({"compression": "lz4"}, "gen.compression"),
-    ({"workers": 0}, "gen.workers"),
+    ({"workers": -1}, "gen.workers"),
 ])
 def test_bad_spec_names_the_field(mapping, field):
     with pytest.raises(ConfigError) as e:
@@ -191,7 +191,9 @@ def test_fsync_calls_happen_shards_before_manifest(tmp_path, monkeypatch):
         return real(fd)
 
     monkeypatch.setattr(os, "fsync", spy)
-    spec = GenSpec.from_mapping({"num_samples": 30, "seq_len": 16, "shard_size": "10 samples", "format": "tfrecord"})
+    # one writer, in this process: the spy does not see fsyncs made in writer processes
+    spec = GenSpec.from_mapping({"num_samples": 30, "seq_len": 16, "shard_size": "10 samples", "format": "tfrecord",
+                                 "workers": 1})
     m = generate(spec, str(tmp_path), progress=False)
     names = [os.path.basename(p) for p in synced]
     for s in m.shards:
@@ -199,15 +201,17 @@ def test_fsync_calls_happen_shards_before_manifest(tmp_path, monkeypatch):
     manifest_at = max(i for i, n in enumerate(names) if n.startswith(f".{MANIFEST_NAME}."))
     assert all(names.index(s.path) < manifest_at for s in m.shards)
     assert names[manifest_at + 1:] == [tmp_path.name]            # then the directory
-    no = GenSpec.from_mapping({"num_samples": 30, "seq_len": 16, "shard_size": "10 samples", "fsync": False})
+    no = GenSpec.from_mapping({"num_samples": 30, "seq_len": 16, "shard_size": "10 samples", "fsync": False,
+                               "workers": 1})
     synced.clear()
     generate(no, str(tmp_path / "nofsync"), progress=False)
     assert all(MANIFEST_NAME in n or n == "nofsync" for n in map(os.path.basename, synced))
 
 
 def _regen_spec(n: int, **kw) -> GenSpec:
+    # one writer, in this process: the failures below are injected by patching it
     return GenSpec.from_mapping({"format": "tfrecord", "num_samples": n, "seq_len": 8, "shard_size": "10 samples",
-                                 **kw})
+                                 "workers": 1, **kw})
 
 
 def _names(root: Path) -> set[str]:

@@ -170,6 +170,8 @@ def test_map_refuses_a_dataset_without_sample_ranges(tmp_path):
     assert "load.access" in str(e.value) and "stream" in str(e.value)
     r = run_load(LoadConfig(dataset=url, access="stream", batch_size=8, workers=1))   # whole-shard pieces
     assert r.metrics["samples"] == 64
+    # auto: raw would be map, but without ranges it streams
+    assert run_load(LoadConfig(dataset=url, batch_size=8, workers=1)).metrics["access"] == "stream"
 
 
 @pytest.mark.parametrize("fmt", ["tar", "tfrecord", "parquet", "files"])

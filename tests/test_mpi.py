@@ -376,3 +376,18 @@ def test_run_suite_on_3_ranks_needs_a_shared_work_dir_and_writes_one_run_json(tm
     load = json.loads((tmp_path / "out" / "load-cold.json").read_text())
     assert len(load["per_rank"]) == 3 and load["metrics"]["bytes_read"] == run["metrics"]["load"]["bytes_read"]
     assert list(shared.iterdir()) == []           # the run's folder is removed; nothing else touched
+
+
+@mpi
+def test_smallfiles_probe_on_3_ranks_reads_every_sample_of_every_format(tmp_path):
+    target = tmp_path / "sf"
+    out = tmp_path / "sf.json"
+    p = ranks(3, iobench("probe", "smallfiles", str(target), "--samples", "90", "--modality", "tokens",
+                         "--formats", "raw", "--workers", "1", "--json", str(out)))
+    assert p.returncode == 0, p.stderr
+    agg = json.loads(out.read_text())["metrics"]["aggregate"]["smallfiles"]
+    assert agg["formats"]["files"]["samples"] == agg["formats"]["raw"]["samples"] == 90
+    assert agg["formats"]["files"]["opens"] == 90 and agg["formats"]["raw"]["opens"] < 90
+    f = agg["formats"]["files"]
+    assert f["samples_per_s"] == pytest.approx(90 / f["seconds"])
+    assert not target.exists()

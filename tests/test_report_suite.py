@@ -32,7 +32,7 @@ def test_suite_stage_renders_stage_results_and_plans(tmp_path):
     page = Path(m["html"]).read_text()
     assert sorted(m["plans"]) == ["bandwidth", "interval"]
     assert "checkpoint every" in page and "prefetch depth 3" in page and "cold 1 MB/s" in page
-    assert "checkpoint.timeline: checkpoint timeline" in page
+    assert "checkpoint saves: snapshot and commit phases" in page
     assert any(r[0] == "report" and r[2].endswith("report.html") for r in ctx.rows)
     assert any(str(p).endswith("interval-ckpt.json") for p in ctx.results_files)
     assert m["results_files"] == 2 and any("junk.json" in w for w in ctx.warnings)

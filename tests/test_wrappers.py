@@ -108,3 +108,31 @@ def test_faulty_injects_seeded_errors(mem):
     assert 30 < a.count("err") < 90 and 5 < a.count("timeout") < 40
     with pytest.raises(ConfigError):
         FaultyBackend(mem, error_rate=1.5)
+
+
+@pytest.mark.parametrize("where", ["memory", "local"])
+def test_cat_into_lands_in_the_callers_buffer_through_every_wrapper(mem, tmp_path, where):
+    import numpy as np
+
+    data = bytes(range(256)) * 400
+    base = mem if where == "memory" else open_backend(str(tmp_path))
+    base.write_bytes("c.bin", data, fsync=False)
+    inst = InstrumentedBackend(FaultyBackend(EmulatedBackend(base, "const:1ms", seed=1), seed=1))
+    out = np.zeros(1000, dtype=np.uint8)
+    assert inst.cat_into("c.bin", 5000, 6000, out) == 1000
+    assert out.tobytes() == data[5000:6000]
+    # past the end: a short count, never bytes from elsewhere
+    tail = np.zeros(1000, dtype=np.uint8)
+    assert inst.cat_into("c.bin", len(data) - 10, len(data) + 990, tail) == 10
+    assert tail[:10].tobytes() == data[-10:]
+    st = inst.stats()
+    assert st["bytes_read"] == 1010 and st["calls"]["read"] == 2
+    assert inst.read_client == ("memory" if where == "memory" else "file")
+
+
+def test_unknown_s3_client_is_a_config_error():
+    from iobench.loader.core import LoadConfig
+
+    with pytest.raises(ConfigError) as e:
+        LoadConfig(dataset="x", s3_client="boto")
+    assert e.value.field == "load.s3_client"

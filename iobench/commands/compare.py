@@ -28,7 +28,7 @@ def run(args) -> int:
     from ..report.build import check
     from rich.markup import escape
 
-    from ..report.build import check_line
+    from ..report.format import check_line
     from ..report.compare import (HIGHER_IS_BETTER, LOWER_IS_BETTER, change, compare_runs, markdown, regressions,
                                   with_ci)
     from ..results import Results

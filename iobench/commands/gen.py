@@ -11,7 +11,8 @@ def register(sub) -> None:
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
-    p.add_argument("--workload", metavar="NAME|FILE", help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
+    p.add_argument("--workload", metavar="NAME|FILE",
+                   help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
     p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | files (one file per sample: the small-file "
                                     "baseline)")
     p.add_argument("--modality", help="tokens | images | records (opaque samples of record_bytes ± stdev, MLPerf-style)")
@@ -19,7 +20,7 @@ def register(sub) -> None:
     p.add_argument("--shard-size", metavar="SIZE", help="shard rotation: bytes (64MiB) or a count ('1000 samples')")
     p.add_argument("--compression", metavar="C", help="none | zstd:LEVEL")
     p.add_argument("--seed", metavar="N", help="random seed; same seed -> byte-identical dataset")
-    p.add_argument("--workers", metavar="N", help="parallel writer processes")
+    p.add_argument("--workers", metavar="N", help="parallel writers (default 0: one per core, at most one per shard)")
     p.add_argument("--seq-len", metavar="N", help="tokens per sample")
     p.add_argument("--vocab-size", metavar="N", help="vocabulary size (ids < N)")
     p.add_argument("--token-dtype", metavar="T", help="auto | uint16 | uint32")
@@ -36,7 +37,7 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    from ..config import deep_merge, load_workload, parse_set
+    from ..config import deep_merge, load_workload, set_overrides
     from ..generate import GenSpec
 
     section: dict = {}
@@ -44,12 +45,7 @@ def spec_from_args(args):
         section = dict(load_workload(args.workload).get("gen") or {})
     flags = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
     section = deep_merge(section, flags)
-    overrides = parse_set(args.set)
-    for key in overrides:
-        if key != "gen":
-            from ..errors import ConfigError
-
-            raise ConfigError("--set", f"section {key!r} is not read by `iobench gen`", "use --set gen.KEY=VALUE")
+    overrides = set_overrides(args.set, ("gen",), "iobench gen")
     section = deep_merge(section, overrides.get("gen", {}))
     return GenSpec.from_mapping(section, "gen")
 
@@ -83,6 +79,7 @@ def run(args) -> int:
         "shards": len(manifest.shards),
         "throughput": {"bytes_per_s": manifest.total_bytes / secs, "samples_per_s": manifest.total_samples / secs},
         "workers": stats["workers"],
+        "leftover_temp_files_removed": stats.get("leftover_temp_files_removed", 0),
         "peak_rss_bytes": {"parent": peak_parent, "largest_writer": peak_child or None},
     }
     if world.size > 1:
@@ -90,7 +87,8 @@ def run(args) -> int:
         metrics["setup_s"] = stats["setup_s"]
     print(f"wrote {manifest.total_samples} {spec.modality} samples in {len(manifest.shards)} {spec.format} shards "
           f"({format_bytes(manifest.total_bytes)}) to {args.out} in {secs:.2f} s "
-          f"({format_rate(manifest.total_bytes / secs)})" + (f" from {world.size} ranks" if world.size > 1 else ""))
+          f"({format_rate(manifest.total_bytes / secs)}) with {stats['workers']} "
+          f"writer{'s' if stats['workers'] != 1 else ''}" + (f" per rank, {world.size} ranks" if world.size > 1 else ""))
     if world.size > 1:
         print(f"world: {metrics['world']['straggler']['line']}")
     if args.json:

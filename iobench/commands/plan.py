@@ -28,48 +28,6 @@ def _list() -> int:
     return 0
 
 
-def format_duration(s: float) -> str:
-    from ..planner.models import format_seconds
-
-    return format_seconds(s)
-
-
-def format_value(name: str, v) -> str:
-    """Human form of an output named in SI style (…_bytes, …_s, …_ratio, …_usd…)."""
-    from ..units import format_bytes, format_rate, format_seconds
-
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    if isinstance(v, list):
-        return ", ".join(format_value(name, x) for x in v[:8]) + (" …" if len(v) > 8 else "")
-    if not isinstance(v, (int, float)):
-        return str(v)
-    if name.endswith("bytes_per_s"):
-        return format_rate(v)
-    if "bytes" in name and "per_param" not in name and not name.endswith("_ratio"):
-        return format_bytes(v)
-    if name.endswith("_s") and not name.endswith("_per_s"):
-        return format_duration(v)
-    if name.endswith("_ratio") or name.startswith("p_") or name.startswith("utilization"):
-        return f"{v:.2%}"
-    if "usd" in name:
-        return f"${v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{v:.4g}"
-
-
-def format_input(kind: str, v) -> str:
-    from ..units import format_bytes, format_rate
-
-    if isinstance(v, list):
-        return ", ".join(format_input(kind, x) for x in v) or "-"
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v) if v != "" else "-"
-    return {"size": format_bytes, "rate": format_rate, "duration": format_duration,
-            "ratio": lambda x: f"{x:.2%}"}.get(kind, lambda x: f"{x:,}" if isinstance(x, int) else f"{x:.4g}")(v)
-
-
 def print_plan(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -80,6 +38,7 @@ def print_plan(result: dict) -> None:
     t.add_column("value", justify="right")
     t.add_column("from", style="dim")
     from ..planner.models import get_model
+    from ..report.format import format_input, format_value
 
     model = get_model(result["model"])
     tables: list = []

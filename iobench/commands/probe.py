@@ -77,7 +77,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..config import parse_set
+    from ..config import set_overrides
     from ..errors import ConfigError
     from ..results import Results
     from ..units import parse_size
@@ -85,10 +85,8 @@ def run(args) -> int:
     from ..probe.summary import table
 
     size_cap = parse_size(args.size, "--size")
-    overrides = parse_set(args.set)
-    for section in overrides:
-        if section not in PROBES:
-            raise ConfigError("--set", f"unknown section {section!r}", "use one of: " + ", ".join(PROBES))
+    read = PROBES if args.probe == "all" else (args.probe,)
+    overrides = set_overrides(args.set, read, f"iobench probe {args.probe}")
     if args.probe == "all":
         targets = [parse_target(u, i) for i, u in enumerate(args.urls)]
         names = [t.tier for t in targets]
@@ -136,7 +134,6 @@ def run(args) -> int:
 
 def _run_world(args, world, results, plans, size_cap) -> int:
     """Under MPI: the aggregate (IOR/mdtest-style) probes of iobench.probe.world_probe."""
-    from dataclasses import asdict
 
     from ..config import to_dict
     from ..dist.launch import collect, start
@@ -144,9 +141,9 @@ def _run_world(args, world, results, plans, size_cap) -> int:
     from ..units import parse_size
     from ..probe import world_probe as wp
 
-    if args.probe not in ("file", "metadata", "s3"):
+    if args.probe not in ("file", "metadata", "s3", "smallfiles"):
         raise ConfigError("probe", f"`probe {args.probe}` has no multi-rank form",
-                          "under mpirun use probe file, probe metadata or probe s3")
+                          "under mpirun name one probe: file, metadata, smallfiles or s3")
     t, _, configs = plans[0]
     cfg = configs[args.probe]
     start(world, "probe", results.config | {"url": t.url, "cfg": to_dict(cfg) if hasattr(cfg, "__dataclass_fields__")
@@ -158,6 +155,8 @@ def _run_world(args, world, results, plans, size_cap) -> int:
             per_rank = min(int(parse_size(cfg.file_size, "probe.file_size")), area.size_cap)
             layouts = tuple(getattr(cfg, "layout", None) or ("n-n", "n-1"))
             body = wp.file_probe(world, area, transfer, per_rank, layouts)
+        elif args.probe == "smallfiles":
+            body = wp.smallfiles_probe(world, area, cfg, endpoint_url=args.endpoint_url)
         elif args.probe == "metadata":
             body = wp.metadata_probe(world, area, max(1, cfg.files // world.size), cfg.file_bytes)
         else:

@@ -38,7 +38,7 @@ def run(args) -> int:
     rep = build_report(args.results, args.out, args.title, threshold_limits(args))
     print(f"report: {rep.html}")
     print(f"summary: {rep.markdown}")
-    from ..report.build import check_line
+    from ..report.format import check_line
 
     for c in rep.checks:
         print(check_line(c))

@@ -16,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=int, default=None, metavar="N",
                    help="read the dataset N times after staging (default: 0 for prestage, 1 otherwise)")
     p.add_argument("--readers", type=int, default=4, metavar="N", help="parallel shard readers during epochs")
-    p.add_argument("--concurrency", type=int, metavar="N", help="parallel copies (default: the tiers file's)")
+    p.add_argument("--concurrency", type=int, metavar="N", help="parallel copies (default: the tiers file's, else one per core)")
     p.add_argument("--seed", type=int, default=0, help="seed of the per-epoch shard order")
     p.add_argument("--trace", metavar="PATH", help="write the access trace here (JSON lines)")
     p.add_argument("--evict-first", action="store_true", help="drop this dataset's copies from the tier first")
@@ -70,7 +70,8 @@ def run(args) -> int:
     st = m.get("staging")
     if st:
         con.print(f"staged {st['staged_shards']} shards ({format_bytes(st['bytes'])}) into {m['to']} in "
-                  f"{format_seconds(st['seconds'])}: {format_rate(st['bytes_per_s'])}; "
+                  f"{format_seconds(st['seconds'])}: {format_rate(st['bytes_per_s'])} with {st['concurrency']} "
+                  f"parallel cop{'ies' if st['concurrency'] != 1 else 'y'}; "
                   f"{st['already_present_shards']} already there, {st['evictions']} evicted, "
                   f"{st['refetches']} re-fetched")
     for e in m.get("epochs", []):

@@ -58,7 +58,14 @@ def register(sub) -> None:
 
 
 def _init(args) -> int:
+    from ..preflight import output_dir, output_file
     from ..tiers.config import TierSpec, TiersConfig, write_tiers_file
+
+    output_dir(args.nvme, "--nvme")
+    if args.pfs:
+        output_dir(args.pfs, "--pfs")
+    if args.catalog:
+        output_file(args.catalog, "--catalog")
 
     tiers = [TierSpec(name="nvme", url=args.nvme, capacity=args.nvme_capacity, policy=args.policy)]
     if args.pfs:
@@ -192,9 +199,9 @@ def _lifecycle(args) -> int:
     prefix = contained_rel(args.prefix, "--prefix", allow_empty=True)
     if args.keep_last < 1:
         raise ConfigError("--keep-last", f"must be at least 1, got {args.keep_last}", "keep at least the newest item")
+    check_lifecycle_tiers(cfg, args.hot, args.archive)
     mgr = TierManager(cfg).open()
     try:
-        check_lifecycle_tiers(mgr, args.hot, args.archive)
         hot = mgr.backend(args.hot)
         names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in hot.ls(prefix)),
                        key=lambda s: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s)])

@@ -127,7 +127,7 @@ class World:
                                    "cannot reach storage, or runs another command)",
                                    f"check every rank's output; raise {TIMEOUT_ENV} if the ranks are only slow")
             time.sleep(pause)
-            pause = min(pause * 2, 5e-3)
+            pause = min(pause * 2, 1e-3)   # sleep, not spin: oversubscribed ranks share cores
         waited = time.perf_counter() - t0
         self._time(what, "wait_s", waited)
         return waited
@@ -267,5 +267,19 @@ def abort_on_error(err: BaseException) -> None:
     w.abort(code)
 
 
-__all__ = ["World", "WorldTimeout", "detect_world", "current_world", "abort_on_error", "config_digest",
+def default_parallelism(items: int) -> int:
+    """Writers/copiers to run when the user names none: this process's cores, at most one per item.
+
+    Ranks on one node share its cores: under MPI each gets its share (world.local_size).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    w = _CURRENT
+    local = w.local_size if w is not None and w.is_mpi else 1
+    return max(1, min(max(1, cores // max(1, local)), items))
+
+
+__all__ = ["World", "default_parallelism", "WorldTimeout", "detect_world", "current_world", "abort_on_error", "config_digest",
            "TIMEOUT_ENV"]

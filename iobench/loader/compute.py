@@ -98,11 +98,30 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
 
 
 def load_callback(target: str) -> Callable:
-    module, sep, name = target.partition(":")
+    """``module:function`` (installed, or a module in the current directory) or ``path/file.py:function``."""
+    module, sep, name = target.rpartition(":")
     if not sep or not module or not name:
-        raise ConfigError("--compute-fn", f"{target!r} is not module:function", "e.g. mypkg.train:step")
+        raise ConfigError("--compute-fn", f"{target!r} is not module:function", "e.g. mytrain:step or mytrain.py:step")
     try:
-        fn = getattr(importlib.import_module(module), name)
+        if module.endswith(".py"):
+            import os
+            from importlib import util as ilu
+
+            if not os.path.isfile(module):
+                raise ImportError(f"no file {module}")
+            spec = ilu.spec_from_file_location(os.path.basename(module)[:-3], module)
+            mod = ilu.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        else:
+            import os
+            import sys
+
+            # `python train.py` would find a module beside it; the `iobench` script does not put the
+            # current directory on sys.path, so add it (last: installed packages win)
+            if os.getcwd() not in sys.path and "" not in sys.path:
+                sys.path.append(os.getcwd())
+            mod = importlib.import_module(module)
+        fn = getattr(mod, name)
     except (ImportError, AttributeError) as e:
         raise ConfigError("--compute-fn", f"cannot load {target!r} ({e})", "check the module path and name") from e
     if not callable(fn):

@@ -50,6 +50,7 @@ class LoadConfig:
     endpoint_url: str | None = None
     s3_block_size: str = "8MiB"
     s3_concurrency: int = 4
+    s3_client: str = "auto"           # auto (obstore when installed) | s3fs | obstore
     retries: int = 5
     retry_budget_s: float = 30.0
     error_rate: float = 0.0
@@ -89,19 +90,22 @@ class LoadConfig:
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
         check_choice("load.cache", self.cache, CACHE_STATES)
+        from ..storage import S3_CLIENTS
+
+        check_choice("load.s3_client", self.s3_client, S3_CLIENTS)
         check_choice("load.compute_mode", self.compute_mode, MODES)
         check_choice("load.start_method", self.start_method, START_METHODS)
         parse_size(self.s3_block_size, "load.s3_block_size")
         parse_size(self.stream_read_size, "load.stream_read_size")
-        if self.access != "auto":
-            check_choice("load.access", self.access, ACCESS_PATTERNS)
+        check_choice("load.access", self.access, ACCESS_PATTERNS + ("auto",))
         self.compute_model()  # validates the compute spec
+        check_workers_fit_fd_limit(self)
         from ..wrappers import parse_emulation
 
         parse_emulation(self.emulate)
 
     def compute_model(self) -> ComputeModel:
-        return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute-ms")
+        return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute")
 
 
 @dataclass
@@ -130,6 +134,58 @@ def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
         jitter = 1 + float(spec.get("image_size_jitter", 0.2))
         per_sample = max(per_sample, int(w * h * 3 * jitter * jitter) + 64)
     return int(cfg.batch_size * per_sample * 2) + 4096
+
+
+# Descriptors per worker process: its pipes and queue ends, the slots' shared-memory handles it
+# maps, the shard files it has open; plus a fixed allowance for the parent.
+_FDS_PER_WORKER, _FDS_BASE = 8, 64
+
+
+def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
+    """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return
+    slots = slots_for("map", cfg.workers, cfg.prefetch)
+    need = _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots
+    if need > soft:
+        top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
+        raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
+                          f"use at most {top} workers, or raise the limit (ulimit -n)")
+
+
+def one_sample_bytes(manifest) -> int:
+    """The largest stored sample (bytes), from the manifest: what one slot must hold at least."""
+    spec = manifest.spec or {}
+    if manifest.modality == "tokens" and "seq_len" in spec and manifest.compression == "none":
+        dt = spec.get("token_dtype", "auto")
+        if dt not in ("uint16", "uint32"):
+            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
+        return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    best = 0
+    for s in manifest.shards:
+        if s.offsets and len(s.offsets) > 1:
+            best = max(best, int(np.max(np.diff(np.asarray(s.offsets, dtype=np.int64)))))
+        else:
+            best = max(best, (s.bytes + s.samples - 1) // max(1, s.samples))
+    return best
+
+
+def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
+    """Flags that only make sense against this dataset: refused before the first worker starts."""
+    total = manifest.total_samples
+    per_rank = total // max(1, world)
+    if cfg.batch_size > per_rank:
+        raise ConfigError("--batch-size", f"{cfg.batch_size} is more than the {per_rank} samples "
+                          f"{'each rank reads' if world > 1 else 'in the dataset'}",
+                          f"use at most {per_rank} (a step must be a whole batch to be measured)")
+    if cfg.slot_bytes:
+        one = one_sample_bytes(manifest)
+        if cfg.slot_bytes < one:
+            raise ConfigError("--slot-bytes", f"{cfg.slot_bytes} bytes cannot hold one sample ({one} bytes)",
+                              f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
 def _hist_summary(values_s: list[float]) -> dict:
@@ -173,6 +229,8 @@ class _Steps:
     requests: list[int] = field(default_factory=list)
     worker: list[int] = field(default_factory=list)
     ready_s: list = field(default_factory=list)            # when its worker finished it (s after clock start)
+    handoff_s: list = field(default_factory=list)          # from then (or the step's start) to the step having it
+    start_s: list = field(default_factory=list)            # map/stream: when its worker started it (gate open)
     t_spawn: int = 0
     t_start: int = 0
     t_end: int = 0
@@ -206,6 +264,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         manifest = read_manifest(backend)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
+    check_against_dataset(cfg, manifest, world)
     schedule = build_schedule(cfg, manifest, rank, world)
     if schedule.access == "map" and not synthetic:
         _check_map_ranges(manifest)
@@ -219,7 +278,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         source = BackendSource(url=cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
                                emulation=cfg.emulate, seed=cfg.seed,
                                block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
-                               concurrency=cfg.s3_concurrency,
+                               concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if cfg.odirect and not synthetic:
@@ -232,11 +291,9 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
 
 def _check_map_ranges(manifest) -> None:
     """The map pattern reads samples by byte range: refuse, before any work, a dataset without them."""
-    from ..formats import get_format
+    from .schedule import has_sample_ranges
 
-    reader = get_format(manifest.format).reader(manifest)
-    sh = manifest.shards[0]
-    if sh.samples and reader.sample_range(sh, 0) is None:
+    if not has_sample_ranges(manifest):
         why = f"compressed ({manifest.compression}) " if manifest.compression != "none" else ""
         raise ConfigError("load.access", f"map reads samples by byte range, and this {why}{manifest.format} dataset "
                           "has no per-sample ranges", "use --access stream (or block)")
@@ -321,6 +378,9 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             rec.requests.append(meta.get("requests", 0))
             rec.worker.append(meta["worker"])
             rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9 if "ready_ns" in meta else None)
+            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
+            # worker done -> step has it (pipe, wake-up, unpickle); only on the critical path when the step waited
+            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9) if "ready_ns" in meta else None)
             if bar is not None:
                 bar.update(task, advance=1)
             if stop_rule is not None and k + 1 < total:
@@ -398,6 +458,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         per_worker.append({"worker": wid, "pid": d["pid"], "batches": d["batches"], "samples": d["samples"],
                            "bytes_read": int(src.get("bytes_read", 0)), "busy_s": d["busy_s"],
                            "io_s": d.get("io_s"), "fill_s": d.get("fill_s"), "slot_wait_s": d["slot_wait_s"],
+                           "gate_wait_s": d.get("gate_wait_s", 0.0),
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
     # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.
@@ -462,7 +523,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                    "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
                    # the batch's whole time at its worker (what planner.loader_sim replays)
                    "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
-                   "worker": rec.worker, "ready_s": rec.ready_s},
+                   "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
+                   "start_s": rec.start_s},
         "system": rec.system,
         "pickled_batches": rec.overflow,
         # What the block device read for these requests (read-ahead makes it more); None off local disks.

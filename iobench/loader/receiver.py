@@ -62,7 +62,7 @@ class Receiver:
         got = False
         for r in wait(self.readers, timeout_s):
             try:
-                msg = r.recv()
+                msg = r.recv()  # type: ignore[call-arg]  # a Connection, not a socket
             except (EOFError, OSError):
                 self.readers.remove(r)
                 continue

@@ -30,9 +30,19 @@ class Schedule:
         return len(self.plans)
 
 
-def resolve_access(access: str, fmt: str) -> str:
+def has_sample_ranges(manifest) -> bool:
+    """Whether samples can be read by byte range (the map pattern): not in a zstd-compressed shard."""
+    from ..formats import get_format
+
+    sh = manifest.shards[0] if manifest.shards else None
+    return sh is None or not sh.samples or get_format(manifest.format).reader(manifest).sample_range(sh, 0) is not None
+
+
+def resolve_access(access: str, fmt: str, manifest=None) -> str:
+    """``auto``: the format's default; a map-default dataset without per-sample ranges streams instead."""
     if access == "auto":
-        return default_access(fmt)
+        d = default_access(fmt)
+        return "stream" if d == "map" and manifest is not None and not has_sample_ranges(manifest) else d
     if access not in ACCESS_PATTERNS:
         from ..config import nearest
 
@@ -69,7 +79,7 @@ def _shards(access: str, plan, starts: np.ndarray) -> set[int]:
 
 def build_schedule(cfg, manifest, rank: int = 0, world: int = 1) -> Schedule:
     """The epochs needed for ``cfg.steps`` (or ``cfg.epochs``), the batch count and the batch owners."""
-    access = resolve_access(cfg.access, manifest.format)
+    access = resolve_access(cfg.access, manifest.format, manifest)
     shard_samples = [s.samples for s in manifest.shards]
     starts = np.array([s.first_sample for s in manifest.shards], dtype=np.int64)
     plans, owners = [], []

@@ -62,6 +62,7 @@ class BackendSource:
     error_rate: float = 0.0
     timeout_rate: float = 0.0
     odirect: bool = False             # local files: O_DIRECT reads into aligned buffers (no page cache)
+    s3_client: str = "auto"           # auto | s3fs | obstore (iobench.storage.S3_CLIENTS)
     backend: object = field(default=None, repr=False)   # set by open()
 
     def open(self, worker_id: int = 0) -> None:
@@ -70,8 +71,8 @@ class BackendSource:
 
         # client_attempts=1: self.retry makes every attempt, so each one is counted (iobench.io.retry)
         b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None,
-                         client_attempts=1)
-        b.connect()  # the client and its session: start-up, before the loader's clock starts
+                         client_attempts=1, s3_client=self.s3_client)
+        b.connect()  # the read client and its session: start-up, before the loader's clock starts
         seed = self.seed * 1_000_003 + worker_id
         if self.error_rate or self.timeout_rate:
             b = FaultyBackend(b, self.error_rate, self.timeout_rate, seed=seed)
@@ -86,37 +87,59 @@ class BackendSource:
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
         return self.retry.call(lambda: self.backend.cat(rel, start, end), where, self._rng)
 
+    def _get_into(self, rel: str, start: int, end: int, out) -> None:
+        """One ranged GET straight into ``out`` (retried); a short read is an integrity error."""
+        where = lambda: f"GET {self.backend.path(rel)} bytes {start}-{end}"  # noqa: E731
+        n = self.retry.call(lambda: self.backend.cat_into(rel, start, end, out), where, self._rng)
+        if n != end - start:
+            from iobench.errors import IntegrityError
+
+            raise IntegrityError(f"{rel}: offset {start}: short read ({n} of {end - start} bytes)")
+
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+        return self.read_shards([shard])[0]
+
+    def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
+        """Several shards' contents (a loader block), in order.
+
+        On object stores every shard is cut into GETs of up to ``block_size`` and all of the
+        block's GETs share one pool of ``concurrency`` in flight, so a block of small shards
+        costs about one round trip per ``concurrency`` GETs, not one per shard; each GET lands
+        in its place in a reused buffer (no per-shard allocation, no join of parts).
+        """
         if self.backend is None:
             self.open()
         if self.odirect and self.backend.base.supports_odirect:
-            return self._read_direct(shard)
+            return [self._read_direct(s) for s in shards]
         if self.backend.is_local and self.backend.inner is self.backend.base:
-            return self._read_into_pool(shard)
-        ranged = self.backend.parallel_ranged_reads and shard.bytes > self.block_size and self.concurrency > 1
-        if not ranged:
-            return self._get(shard.path, None, None)
-        from concurrent.futures import ThreadPoolExecutor
+            return [self._read_into_pool(s) for s in shards]
+        if not self.backend.parallel_ranged_reads:
+            return [self._get(s.path, None, None) for s in shards]
+        bufs = [self._direct_buffer(s.bytes) for s in shards]
+        jobs = []
+        for s, buf in zip(shards, bufs):
+            out = memoryview(buf)
+            for start in range(0, s.bytes, self.block_size):
+                end = min(start + self.block_size, s.bytes)
+                jobs.append((s.path, start, end, out[start:end]))
+        if len(jobs) == 1 or self.concurrency == 1:
+            for j in jobs:
+                self._get_into(*j)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
 
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
-        buf = self._direct_buffer(shard.bytes)
-        out = memoryview(buf)
-        starts = range(0, shard.bytes, self.block_size)
-
-        def fetch(start: int) -> None:
-            end = min(start + self.block_size, shard.bytes)
-            data = self._get(shard.path, start, end)
-            if len(data) != end - start:
-                from iobench.errors import IntegrityError
-
-                raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {end - start} bytes)")
-            out[start:end] = data
-
-        for f in [self._pool.submit(fetch, s) for s in starts]:
-            f.result()  # re-raises the original error of the first failed range
-        del out
-        return memoryview(buf[:shard.bytes])
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+            futs = [self._pool.submit(self._get_into, *j) for j in jobs]
+            try:
+                for f in futs:
+                    f.result()  # re-raises the original error of the first failed range
+            except BaseException:
+                for f in futs:
+                    f.cancel()
+                raise
+        del jobs
+        return [memoryview(buf[:s.bytes]) for s, buf in zip(shards, bufs)]
 
     def _read_direct(self, shard: ShardEntry) -> memoryview:
         """The whole shard with O_DIRECT preads of up to ``block_size`` into a page-aligned buffer."""
@@ -294,7 +317,7 @@ class BackendSource:
             if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
                 return pool[i]
         buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
-        if len(pool) < 8:
+        if len(pool) < 32:   # a block of shards and a block read ahead, reused without page faults
             pool.append(buf)
         return buf
 
@@ -328,6 +351,15 @@ class BackendSource:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def _planned_client(self) -> str:
+        """The client the workers will read with (describe() runs in the parent, before open())."""
+        if not str(self.url).startswith("s3://"):
+            return "fsspec"
+        from iobench.storage import _s3_reader, s3_options
+
+        r = _s3_reader(self.s3_client, s3_options(self.endpoint_url, self.storage_options or None), "load.s3_client")
+        return r.name if r is not None else "s3fs"
+
     def describe(self) -> dict:
         from iobench.wrappers import resolve_emulation
 
@@ -337,4 +369,5 @@ class BackendSource:
                 "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
                 if (self.error_rate or self.timeout_rate) else None,
                 "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
+                "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
                 "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}

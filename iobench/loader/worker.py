@@ -80,7 +80,10 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
     if job.synthetic:
         return _BlockData(None, None, ids)
     t0 = now_ns()
-    datas = [(m.shards[s], source.read_shard(m.shards[s])) for s in block.shards]
+    shards = [m.shards[s] for s in block.shards]
+    # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
+    read_many = getattr(source, "read_shards", None)
+    datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
     t1 = now_ns()
     bd = _parse_block(job, reader, block, datas, ids)
     bd.read_s, bd.parse_s = (t1 - t0) / 1e9, (now_ns() - t1) / 1e9
@@ -159,6 +162,7 @@ class _Emitter:
     def __init__(self, job: WorkerJob, pool, conn, stop, stats: dict) -> None:
         self.job, self.pool, self.conn, self.stop, self.stats = job, pool, conn, stop, stats
         self.per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
+        self.start_ns: int | None = None
 
     def gate(self, k: int) -> None:
         """map/stream: start batch ``k`` only once its index would have reached the worker —
@@ -167,8 +171,11 @@ class _Emitter:
         if self.stop.is_set():
             raise _Stopped
         lag = self.job.lag
+        t0 = now_ns()
         if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
             raise _Stopped
+        self.start_ns = now_ns()   # the batch's work starts now (its index "arrived")
+        self.stats["gate_wait_s"] = self.stats.get("gate_wait_s", 0.0) + (self.start_ns - t0) / 1e9
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
                  fill_s: float = 0.0, requests: int = 0) -> None:
@@ -198,13 +205,17 @@ class _Emitter:
         _pack(meta)
         meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
                     indices=bd.ids[sel].astype("<i8").tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
-                    fill_s=fill_s, requests=requests, ready_ns=te)
+                    fill_s=fill_s, requests=requests, ready_ns=te, start_ns=self.start_ns)
+        self.start_ns = None
         self.conn.send(("batch", meta))
         pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
 
 
 def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
     """Process entry point; always ends with a 'done' or an 'error' message."""
+    from ..lifeline import die_with_parent
+
+    die_with_parent()   # a killed `load` takes its workers with it (they would block on slots for ever)
     stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
                    "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
     import gc

@@ -15,20 +15,10 @@ from typing import Any, Callable
 
 from ..config import nearest
 from ..errors import ConfigError
-from ..units import format_bytes, format_rate, format_seconds as _format_seconds, parse_duration, parse_size
+from ..units import format_bytes, format_rate, parse_duration, parse_size
+from ..units import format_duration as format_seconds
 
 REQUIRED = object()
-
-
-def format_seconds(s: float) -> str:
-    """Seconds, with minutes, hours or days beside them once they are long."""
-    if s >= 86400 * 2:
-        return f"{_format_seconds(s)} ({s / 86400:.1f} days)"
-    if s >= 7200:
-        return f"{_format_seconds(s)} ({s / 3600:.1f} h)"
-    if s >= 120:
-        return f"{_format_seconds(s)} ({s / 60:.1f} min)"
-    return _format_seconds(s)
 
 
 @dataclass(frozen=True)

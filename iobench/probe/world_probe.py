@@ -250,12 +250,65 @@ def s3_probe(world, area: ProbeArea, object_size: int, objects: int, concurrency
             "get": _fenced(world, "s3 get", lambda: phase("get"))}
 
 
+# ------------------------------------------------------------------------------------ small files
+def smallfiles_probe(world, area: ProbeArea, cfg, storage_options=None, endpoint_url=None) -> dict:
+    """Each rank its own copy of the small-file comparison (1/N of the samples), read format by
+    format behind barriers, so all ranks hit the storage with the same format at once."""
+    from dataclasses import replace
+
+    from .smallfiles import _generate, _set_cache, read_dataset, read_with_loader
+
+    n, r = world.size, world.rank
+    _shared_dirs(world, area, [f"rank-{k:05d}" for k in range(n)])
+    mine = ProbeArea.adopt(area.backend.url, area.work.child(f"rank-{r:05d}").url, area.size_cap,
+                           endpoint_url=endpoint_url, storage_options=storage_options)
+    per = max(2, cfg.samples // n)
+    rcfg = replace(cfg, samples=per, batch_size=min(cfg.batch_size, per))
+    formats = ["files", *cfg.shard_formats]
+    out: dict = {"samples_per_rank": rcfg.samples, "formats": {}}
+    try:
+        manifests = {fmt: _generate(mine, rcfg, fmt, storage_options, endpoint_url) for fmt in formats}
+        for fmt in formats:
+            rel = f"smallfiles/{fmt}"
+            residency = _set_cache(mine, rel, manifests[fmt], cfg.cache)
+            url = mine.work.child(rel).url
+            world.barrier(f"probe smallfiles {fmt} start")
+            if cfg.reader == "loader":
+                res = read_with_loader(url, manifests[fmt], rcfg, storage_options=storage_options,
+                                       endpoint_url=endpoint_url)
+            else:
+                res = read_dataset(url, manifests[fmt], rcfg.workers, rcfg.seed, storage_options=storage_options,
+                                   endpoint_url=endpoint_url)
+            world.barrier(f"probe smallfiles {fmt} end")
+            out["formats"][fmt] = {"seconds": res["seconds"], "samples": res["samples"], "bytes": res["bytes"],
+                                   "opens": res["opens"], "samples_per_s": res["samples"] / res["seconds"]
+                                   if res["seconds"] > 0 else None, "residency_before": residency}
+    finally:
+        mine.close()
+    return out
+
+
+def merge_smallfiles(per_rank: list[dict], hosts: list[str]) -> dict:
+    spec = MergeSpec(duration="seconds", sums=("samples", "bytes", "opens"), spreads=("samples_per_s",),
+                     rates={"samples_per_s": "samples", "bytes_per_s": "bytes"})
+    fmts = per_rank[0]["formats"]
+    out = {f: merge([p["formats"][f] for p in per_rank], spec, hosts) for f in fmts}
+    shard = [f for f in fmts if f != "files"]
+    best = max(shard, key=lambda f: out[f]["samples_per_s"] or 0) if shard else None
+    base = out["files"]["samples_per_s"]
+    return {"samples_per_rank": per_rank[0]["samples_per_rank"], "formats": out, "best_shard_format": best,
+            "penalty": (out[best]["samples_per_s"] / base) if best and base else None}
+
+
 # ------------------------------------------------------------------------------------ world view
 def merge_probe_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
     """Every phase of every layout/mode merged: rates are totals over the slowest rank's phase time."""
     first = per_rank[0]["aggregate"]
     out: dict = {}
     for section, body in first.items():
+        if section == "smallfiles":
+            out[section] = merge_smallfiles([p["aggregate"][section] for p in per_rank], hosts)
+            continue
         if not isinstance(body, dict):
             continue
         sec_out = {}
@@ -275,7 +328,17 @@ def merge_probe_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
 def summary_lines(agg: dict) -> list[str]:
     """One line per phase: the aggregate figure first, then the slowest rank."""
     lines = []
+    sf = agg.get("smallfiles")
+    if sf:
+        pen = sf["penalty"]
+        lines.append(f"smallfiles: {sf['best_shard_format']} shards give {pen:.2f}x the aggregate samples/s of one "
+                     "file per sample (start-up included)" if pen else "smallfiles: no penalty measured")
+        for f, v in sf["formats"].items():
+            lines.append(f"smallfiles {f}: {v['samples_per_s'] or 0:,.0f} samples/s aggregate, {v['opens']} opens; "
+                         f"{v['world']['straggler'].get('line', '')}")
     for section, body in agg.items():
+        if section == "smallfiles":
+            continue
         for name, phases in body.items():
             if not isinstance(phases, dict):
                 continue
@@ -296,4 +359,5 @@ def parse_one(values, default: str, field: str) -> int:
     return int(parse_size(default, field))
 
 
-__all__ = ["open_world_area", "file_probe", "metadata_probe", "s3_probe", "merge_probe_ranks", "summary_lines"]
+__all__ = ["open_world_area", "close_world_area", "file_probe", "metadata_probe", "s3_probe", "smallfiles_probe",
+           "merge_probe_ranks", "summary_lines"]

@@ -69,7 +69,7 @@ def check(docs: list[tuple[str, dict]], limits: dict[str, float | None]) -> list
         if limit is None:
             continue
         suffix, op, label = THRESHOLDS[name]
-        from .html import fmt
+        from .format import fmt
 
         text = f"{label} {fmt(suffix, float(limit))}"
         found = [(n, d, p, v) for n, d in docs for p, v in data.find(d.get("metrics", {}) or {}, suffix)]
@@ -98,15 +98,6 @@ def where(name: str, doc: dict, path: str) -> str:
     elif (doc.get("world") or {}).get("size", 1) > 1:
         parts.append(f"{doc['world']['size']} ranks")
     return " · ".join(parts)
-
-
-def check_line(c: dict) -> str:
-    """``FAIL: data stall ≤ 5.00% — load.json · load · dataset s3://b/d: stall_ratio = 42.75%``"""
-    from .html import fmt
-
-    value = "-" if c.get("value") is None else fmt(c["path"], c["value"])
-    subject = c.get("where") or c.get("results") or ""
-    return f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {subject + ': ' if subject else ''}{c['path']} = {value}"
 
 
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",

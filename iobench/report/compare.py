@@ -49,14 +49,6 @@ class Row:
 _CI_SUFFIXES = ("_ci95", "_ci")
 
 
-def _pair(v) -> tuple[float, float] | None:
-    if isinstance(v, dict):
-        v = [v.get("lo", v.get("low")), v.get("hi", v.get("high"))]
-    if isinstance(v, (list, tuple)) and len(v) == 2 and all(data.is_number(x) for x in v):
-        return float(v[0]), float(v[1])
-    return None
-
-
 def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]:
     """Confidence intervals a results file carries, by the path of the number they bound:
     ``stall_ratio_ci95: [lo, hi]`` (or ``_ci``) bounds ``stall_ratio``; ``{value|mean, ci95|ci}``
@@ -66,14 +58,14 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
         return out
     for k, v in metrics.items():
         path = f"{prefix}{k}"
-        if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and _pair(v):
-            out[path[: path.rindex("_ci")]] = _pair(v)
+        if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and data.ci_pair(v):
+            out[path[: path.rindex("_ci")]] = data.ci_pair(v)
         elif isinstance(v, dict):
             for key in ("ci95", "ci"):
-                if _pair(v.get(key)):
+                if data.ci_pair(v.get(key)):
                     for base in ("value", "mean", "ratio"):
                         if data.is_number(v.get(base)):
-                            out[f"{path}.{base}"] = _pair(v[key])
+                            out[f"{path}.{base}"] = data.ci_pair(v[key])
             out.update(intervals(v, path + "."))
     return out
 
@@ -141,7 +133,7 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
 
 
 def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
-    from .html import fmt
+    from .format import fmt
 
     if v is None:
         return "-"
@@ -152,7 +144,7 @@ def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
 
 def change(r: Row) -> str:
     """B − A in the metric's unit, signed; "within noise" when the runs' intervals overlap."""
-    from .html import fmt
+    from .format import fmt
 
     if r.diff is None:
         return "-"
@@ -165,7 +157,7 @@ def change(r: Row) -> str:
 
 
 def markdown(rows: list[Row], name_a: str, name_b: str, checks: list[dict]) -> str:
-    from .build import check_line
+    from .format import check_line
 
     lines = [f"# iobench compare: {name_a} vs {name_b}", "",
              f"| metric | A: {name_a} | B: {name_b} | change (B − A) | B / A |", "|---|---|---|---|---|"]

@@ -219,3 +219,12 @@ def plans(results: dict) -> list[dict]:
 def find(metrics: dict, suffix: str) -> list[tuple[str, float]]:
     """Numbers whose path ends with ``suffix`` (e.g. 'accelerator_utilization')."""
     return [(p, v) for p, v in flat_numbers(metrics).items() if p == suffix or p.endswith("." + suffix)]
+
+
+def ci_pair(v) -> tuple[float, float] | None:
+    """A confidence interval as (lo, hi), from [lo, hi] or {lo, hi}; None when ``v`` is not one."""
+    if isinstance(v, dict):
+        v = [v.get("lo", v.get("low")), v.get("hi", v.get("high"))]
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(is_number(x) for x in v):
+        return float(v[0]), float(v[1])
+    return None

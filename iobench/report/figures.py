@@ -19,8 +19,23 @@ class Figure:
     kind: str          # latency-cdf | series | throughput | timeline | overhead
 
 
+_WORDS = {"bytes_per_s": "throughput", "samples_per_s": "samples per second", "stall_ratio": "data stall",
+          "batch_wait_s": "batch wait", "batch_io_s": "batch I/O time", "read_latency_s": "read latency",
+          "accelerator_utilization": "accelerator utilization", "commit_latency_s": "commit latency",
+          "blocking_s": "blocking pause", "points": "", "file": "", "metrics": ""}
+
+
 def _label(path: str) -> str:
-    return path.replace("metrics.", "") or "value"
+    """A metric path in words for plot titles: tiers.nvme.file.points[0].bytes_per_s -> "tiers nvme throughput"."""
+    import re
+
+    words = []
+    for part in path.split("."):
+        part = re.sub(r"\[\d+\]$", "", part)
+        w = _WORDS.get(part, part.replace("_", " "))
+        if w and w not in words:
+            words.append(w)
+    return " ".join(words) or "value"
 
 
 def timeline_rows(table: list[dict]) -> list[tuple[str, float, float, str]] | None:
@@ -115,7 +130,7 @@ def figures(doc: dict) -> list[Figure]:
              if p.endswith("bytes_per_s") and v > 0 and ".cells[" not in p and "per_worker[" not in p]
     if len(rates) >= 2:
         png = plots.bars(f"{cmd}: throughput", [_label(p) for p, _ in rates[:24]], [v for _, v in rates[:24]],
-                         "MB/s", 1e6)
+                         "throughput (MiB/s)", 2**20)
         if png:
             out.append(Figure("throughput by tier / path", png, "throughput"))
 
@@ -132,11 +147,12 @@ def figures(doc: dict) -> list[Figure]:
             if rows:
                 png = plots.timeline(f"{cmd}: checkpoint saves", rows[:90])
                 if png:
-                    out.append(Figure(f"{_label(path)}: checkpoint timeline", png, "timeline"))
+                    out.append(Figure("checkpoint saves: snapshot and commit phases", png, "timeline"))
         if isinstance(v, list) and path.endswith("cells"):
             bars = gds_bars(v)
             if bars:
-                png = plots.bars(f"{cmd}: throughput by read path", bars[0][:32], bars[1][:32], "MB/s", 1e6)
+                png = plots.bars(f"{cmd}: throughput by read path", bars[0][:32], bars[1][:32],
+                                   "throughput (MiB/s)", 2**20)
                 if png:
                     out.append(Figure("GDS read paths: throughput", png, "throughput"))
 
@@ -180,8 +196,9 @@ def figures(doc: dict) -> list[Figure]:
 def group_figures(command: str, docs: list[tuple[str, dict]]) -> list[Figure]:
     """Overview plots for many results of one command: one bar per file, one overlaid latency plot."""
     out: list[Figure] = []
-    for suffix, unit, scale in (("throughput.bytes_per_s", "MB/s", 1e6), ("stall_ratio", "%", 0.01),
-                                ("batch_wait_s.p99", "ms", 1e-3)):
+    for suffix, unit, scale, words in (("throughput.bytes_per_s", "throughput (MiB/s)", 2**20, "throughput"),
+                                       ("stall_ratio", "data stall (%)", 0.01, "data stall"),
+                                       ("batch_wait_s.p99", "P99 batch wait (ms)", 1e-3, "P99 batch wait")):
         labels, values = [], []
         for name, d in docs:
             found = data.find(d.get("metrics", {}) or {}, suffix)
@@ -189,7 +206,7 @@ def group_figures(command: str, docs: list[tuple[str, dict]]) -> list[Figure]:
                 labels.append(name)
                 values.append(found[0][1])
         if len(labels) >= 2:
-            png = plots.bars(f"{command}: {suffix} by results file", labels[:40], values[:40], unit, scale)
+            png = plots.bars(f"{command}: {words} per results file", labels[:40], values[:40], unit, scale)
             if png:
-                out.append(Figure(f"{command}: {suffix} per results file", png, "throughput"))
+                out.append(Figure(f"{command}: {words} per results file", png, "throughput"))
     return out

@@ -25,7 +25,7 @@ def _top_level(path: str) -> bool:
 
 def headline_rows(docs: list[tuple[str, dict]], limit: int = 30, group_size: int = 3) -> list[list[str]]:
     """Headline numbers per results file; commands with many files get one min–max row per metric."""
-    from .html import fmt
+    from .format import fmt
 
     by_cmd: dict[str, list[tuple[str, dict]]] = {}
     for name, doc in docs:

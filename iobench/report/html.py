@@ -7,6 +7,7 @@ import html
 import json
 
 from . import data
+from .format import fmt, plain  # noqa: F401  (fmt: other report modules import it from .format)
 from .figures import figures
 from .headline import headline_rows
 
@@ -21,47 +22,18 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 border-left:4px solid #e0b000}.rec{background:#eef6ff;padding:.5em .8em;border-left:4px solid #1f77b4}
 figure{margin:1em 0}figcaption{font-size:.85em;color:#555}img{max-width:100%;height:auto}
 details pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em}.muted{color:#777;font-size:.85em}
+table{display:block;max-width:100%;overflow-x:auto}td,th{overflow-wrap:anywhere;max-width:40em}
+td.num{white-space:nowrap}
+pre{white-space:pre-wrap;overflow-wrap:anywhere}
+.verdict{font-size:1.1em;background:#f4f8f4;border-left:5px solid #16794c;padding:.6em 1em}
+.verdict.bad{background:#fdf1f0;border-left-color:#b3261e}
+details.section{border-top:1px solid #ddd;padding:.3em 0}details.section>summary{cursor:pointer;font-weight:600;
+font-size:1.05em;padding:.3em 0}details.section>summary .muted{font-weight:400}
 """
 
 
 def esc(v) -> str:
     return html.escape(str(v), quote=True)
-
-
-def fmt(path: str, v) -> str:
-    from ..commands.plan import format_value
-
-    parent, _, last = path.rpartition(".")
-    # An HDR field (p99, mean, ...) of a latency: some part of its path names seconds (read_latency_s.get.p99).
-    if last in data.HDR_KEYS and isinstance(v, (int, float)) and any(x.endswith("_s") for x in parent.split(".")):
-        from ..units import format_seconds
-
-        return f"{v:,}" if last == "count" else format_seconds(v)
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and (last == "seconds" or last.endswith("_seconds")):
-        from ..units import format_seconds
-
-        return format_seconds(v)
-    if isinstance(v, float) and (last.endswith("utilization") or last.endswith("_ratio")):
-        return f"{v:.2%}"
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in parent and "per_s" not in path:
-        from ..units import format_bytes
-
-        return format_bytes(v)  # peak_rss_bytes.parent: the unit is in the parent's name
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and last.endswith("_per_s") and "bytes" not in last:
-        return f"{plain(v)} {last[: -len('_per_s')]}/s"  # samples_per_s -> "10,180 samples/s"
-    if isinstance(v, float) and not last.endswith(("_s", "bytes_per_s")) and "bytes" not in last:
-        return plain(v)
-    return format_value(last, v)
-
-
-def plain(v: float) -> str:
-    """A number without exponent notation where people read it (CI logs): 10,180 · 3.14 · 0.0012."""
-    a = abs(v)
-    if a == 0 or a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 1e-4:
-        return f"{v:.4g}"
-    return f"{v:.2e}"
 
 
 def _table(headers: list[str], rows: list[list], num_cols: set[int] | None = None) -> str:
@@ -94,7 +66,7 @@ def _hdr_table(items: list[tuple[str, dict]]) -> str:
 
 
 def _plan_html(p: dict) -> str:
-    from ..commands.plan import format_input, format_value
+    from .format import format_input, format_value
     from ..planner.models import MODELS
 
     model = MODELS.get(p.get("model", ""))
@@ -190,8 +162,7 @@ def _gds_tables(env: dict) -> str:
 def _doc_section(i: int, name: str, doc: dict, plots: bool = True) -> str:
     metrics = data.without_plans(doc.get("metrics", {}) or {})
     host = doc.get("host", {}) or {}
-    parts = [f'<h2 id="r{i}">{esc(doc.get("command", "?"))}: {esc(name)}</h2>',
-             f'<p class="muted">started {esc(doc.get("started_at", "?"))} · finished {esc(doc.get("finished_at", "?"))}'
+    parts = [f'<p class="muted">started {esc(doc.get("started_at", "?"))} · finished {esc(doc.get("finished_at", "?"))}'
              f' · iobench {esc(doc.get("iobench_version", "?"))} · host {esc(host.get("hostname", "?"))} '
              f'({esc(host.get("cpu_count", "?"))} CPUs, {esc(host.get("os", "?"))}) · world size '
              f'{esc((doc.get("world") or {}).get("size", 1))}</p>']
@@ -297,31 +268,130 @@ def _group_overview(docs: list[tuple[str, dict]]) -> str:
     return "\n".join(parts)
 
 
-def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
-           generated_at: str = "") -> str:
-    head = headline_rows(docs)
-    body = [f"<h1>{esc(title)}</h1>",
-            f'<p class="muted">generated {esc(generated_at)} from {len(docs)} results file(s)</p>']
-    if head:
-        body.append("<h2>Headline</h2>" + _table(["results", "metric", "value"], head, {2}))
+def _is_load(doc: dict) -> bool:
+    m = doc.get("metrics") or {}
+    return doc.get("command") == "load" and data.is_number(m.get("stall_ratio"))
+
+
+def _ci(m: dict, key: str) -> tuple[float, float] | None:
+
+    return data.ci_pair(m.get(f"{key}_ci95")) or data.ci_pair(m.get(f"{key}_ci"))
+
+
+def stall_text(m: dict) -> str:
+    """"0.40% (±0.20 pp)" from a load's stall and its interval, when it has one."""
+    s = fmt("stall_ratio", m["stall_ratio"])
+    ci = _ci(m, "stall_ratio")
+    if ci:
+        s += f" (±{max(ci[1] - m['stall_ratio'], m['stall_ratio'] - ci[0]) * 100:.2f} pp)"
+    return s
+
+
+def load_rows(docs: list[tuple[str, dict]]) -> list[list[str]]:
+    """The headline table: one row per load, worst stall first."""
+    from ..units import format_rate, format_seconds
+
+    rows = []
+    for name, d in docs:
+        if not _is_load(d):
+            continue
+        m = d.get("metrics") or {}
+        rec = m.get("prefetch_recommendation") or {}
+        wait = (m.get("batch_wait_s") or {}).get("p99")
+        bps = (m.get("throughput") or {}).get("bytes_per_s")
+        advice = []
+        if rec.get("workers_recommended"):
+            advice.append(f"{rec['workers_recommended']} workers")
+        if rec.get("depth_recommended"):
+            advice.append(f"depth {rec['depth_recommended']}")
+        val = rec.get("validation")
+        validated = (f"yes: {val['stall_ratio_at_depth']:.1%} at depth {val['depth']} vs "
+                     f"{val['stall_ratio_at_depth_1']:.1%} at 1" if isinstance(val, dict) and
+                     data.is_number(val.get("stall_ratio_at_depth")) else "no")
+        dataset = str((d.get("config") or {}).get("dataset") or "")
+        dataset = dataset if len(dataset) <= 40 else "…" + dataset[-39:]
+        rows.append((m["stall_ratio"], [name, dataset, stall_text(m), format_rate(bps) if data.is_number(bps) else "-",
+                                        format_seconds(wait) if data.is_number(wait) else "-",
+                                        ", ".join(advice) or "-", validated]))
+    rows.sort(key=lambda r: -r[0])
+    return [r for _, r in rows]
+
+
+def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[str, bool]:
+    """(one paragraph, bad?) — what a reader acts on, before any table."""
+    from ..units import format_rate
+
+    bits, bad = [], False
     if checks:
-        rows = [[c["check"], c.get("where") or c.get("results") or "", c["path"],
-                 "-" if c["value"] is None else fmt(c["path"], c["value"]), "pass" if c["ok"] else "FAIL"] for c in checks]
-        body.append("<h2>Checks</h2>" + _table(["check", "results", "metric", "value", "result"], rows, {3}).replace(
-            "<td>FAIL</td>", '<td class="fail">FAIL</td>').replace("<td>pass</td>", '<td class="pass">pass</td>'))
+        failed = [c for c in checks if not c["ok"]]
+        bad = bool(failed)
+        bits.append(f"{len(failed)} of {len(checks)} checks failed." if failed else f"All {len(checks)} checks passed.")
+    loads = [(n, d["metrics"]) for n, d in docs if _is_load(d)]
+    if len(loads) == 1:
+        n, m = loads[0]
+        bps = (m.get("throughput") or {}).get("bytes_per_s")
+        bits.append(f"Data stall {stall_text(m)} in {n}"
+                    + (f", storage delivered {format_rate(bps)}" if data.is_number(bps) else "") + ".")
+    elif loads:
+        worst = max(loads, key=lambda x: x[1]["stall_ratio"])
+        best = min(loads, key=lambda x: x[1]["stall_ratio"])
+        bits.append(f"{len(loads)} loads: data stall from {stall_text(best[1])} ({best[0]}) to "
+                    f"{stall_text(worst[1])} ({worst[0]}).")
+        bad = bad or worst[1]["stall_ratio"] > 0.05
     recs = recommendations(docs)
     if recs:
-        body.append("<h2>Recommendations</h2><ul>" + "".join(
-            f"<li><b>{esc(what)}</b> ({esc(n)}): {esc(r)}</li>" for n, what, r in recs) + "</ul>")
-    body.append("<h2>Contents</h2><ol>" + "".join(
-        f'<li><a href="#r{i}">{esc(d.get("command", "?"))}: {esc(n)}</a></li>' for i, (n, d) in enumerate(docs))
-        + "</ol>")
+        bits.append(f"First recommendation: {recs[0][2]} ({recs[0][0]}).")
+    if not bits:
+        bits.append(f"{len(docs)} results file(s); the headline numbers are below.")
+    return " ".join(bits), bad
+
+
+def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
+           generated_at: str = "") -> str:
+    """Verdict, headline table, checks and contents first; every long section collapsed below."""
+    text, bad = verdict(docs, checks)
+    body = [f"<h1>{esc(title)}</h1>",
+            f'<p class="muted">generated {esc(generated_at)} from {len(docs)} results file(s)</p>',
+            f'<p class="verdict{" bad" if bad else ""}">{esc(text)}</p>']
+    loads = load_rows(docs)
+    if loads:
+        shown = loads[:10]
+        body.append("<h2>Loads</h2>" + _table(["results", "dataset", "data stall", "throughput", "P99 batch wait",
+                                              "recommended", "validated"], shown, {2, 3, 4}))
+        if len(loads) > len(shown):
+            body.append(f"<details><summary>{len(loads) - len(shown)} more loads</summary>"
+                        + _table(["results", "dataset", "data stall", "throughput", "P99 batch wait", "recommended",
+                                  "validated"], loads[len(shown):], {2, 3, 4}) + "</details>")
+    # loads are in their own table above: the headline keeps the other commands' numbers
+    head = [r for r in headline_rows(docs) if not (loads and (any(r[0] == lr[0] for lr in loads)
+                                                               or r[0].startswith("load (")))]
+    if head:
+        body.append("<h2>Headline</h2>" + _table(["results", "metric", "value"], head[:12], {2}))
+    if checks:
+        rows = [[c["check"], c.get("where") or c.get("results") or "", c["path"],
+                 "-" if c["value"] is None else fmt(c["path"], c["value"]), "pass" if c["ok"] else "FAIL"]
+                for c in sorted(checks, key=lambda c: c["ok"])]
+        table = _table(["check", "results", "metric", "value", "result"], rows, {3}).replace(
+            "<td>FAIL</td>", '<td class="fail">FAIL</td>').replace("<td>pass</td>", '<td class="pass">pass</td>')
+        body.append(f"<h2>Checks</h2>{table}" if len(rows) <= 8 else
+                    f"<h2>Checks</h2><details><summary>{sum(not c['ok'] for c in checks)} failed, "
+                    f"{sum(c['ok'] for c in checks)} passed (failures first)</summary>{table}</details>")
+    recs = recommendations(docs)
+    if recs:
+        items = "".join(f"<li><b>{esc(what)}</b> ({esc(n)}): {esc(r)}</li>" for n, what, r in recs)
+        body.append(f"<h2>Recommendations</h2><ul>{items}</ul>" if len(recs) <= 5 else
+                    f"<h2>Recommendations</h2><details><summary>{len(recs)} recommendations</summary>"
+                    f"<ul>{items}</ul></details>")
+    toc = "".join(f'<li><a href="#r{i}">{esc(d.get("command", "?"))}: {esc(n)}</a></li>' for i, (n, d) in enumerate(docs))
+    body.append(f"<h2>Contents</h2><details{' open' if len(docs) <= 8 else ''}><summary>{len(docs)} results "
+                f"file(s), each in a collapsed section below</summary><ol>{toc}</ol></details>")
     overview = _group_overview(docs)
     if overview:
-        body.append(overview)
+        body.append(f'<details class="section"><summary>Overview by command</summary>{overview}</details>')
     keep = plotted(docs)
     for i, (name, doc) in enumerate(docs):
-        body.append(_doc_section(i, name, doc, plots=i in keep))
+        body.append(f'<details class="section" id="r{i}"><summary>{esc(doc.get("command", "?"))}: {esc(name)}'
+                    f'</summary>{_doc_section(i, name, doc, plots=i in keep)}</details>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -18,7 +18,8 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
 def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
            generated_at: str = "", html_name: str = "report.html") -> str:
     from ..units import format_seconds
-    from .html import fmt, group_tables, plotted, recommendations
+    from .format import fmt
+    from .html import group_tables, plotted, recommendations
 
     out = [f"# {title}", "", f"Generated {generated_at} from {len(docs)} results file(s); plots are in "
                               f"[{html_name}]({html_name}).", ""]

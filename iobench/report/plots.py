@@ -61,7 +61,9 @@ def latency_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]])
         ax.plot(xs, [x * 1e3 for x, _ in pts], marker="o", ms=3, color=_COLORS[i % len(_COLORS)], label=label)
     ax.set_xticks([0, -math.log10(0.5), 1, 2, 3, top])
     ax.set_xticklabels(["min", "p50", "p90", "p99", "p99.9", "max"])
-    ax.set_yscale("log")
+    ys = [x for _, pts in curves for x, _ in pts if x > 0]
+    if ys and spans_decades(ys):
+        ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
 
     from matplotlib.ticker import NullFormatter
@@ -94,7 +96,7 @@ def cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]]) -> byte
         ax.plot([x * 1e3 for x, _ in pts], [q for _, q in pts], drawstyle="steps-post",
                 color=_COLORS[i % len(_COLORS)], label=label)
     xs = [x for _, pts in curves for x, _ in pts]
-    if max(xs) / max(min(xs), 1e-12) > 3:
+    if spans_decades(xs):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -129,6 +131,8 @@ def bars(title: str, labels: list[str], values: list[float], unit: str = "", sca
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 0.8 + 0.35 * len(labels)))
     vals = [v / scale for v in values]
+    if spans_decades(vals):
+        ax.set_xscale("log")  # e.g. probe GB/s beside load MB/s: a linear axis would hide the small bars
     ax.barh(range(len(labels)), vals, color=[_COLORS[i % len(_COLORS)] for i in range(len(labels))])
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=7)
@@ -177,7 +181,8 @@ def overhead_curve(title: str, table: list[dict], optimum_s: float | None = None
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
     for i, k in enumerate(("save_ratio", "redo_ratio", "recover_ratio", "total_ratio")):
         ax.plot(t, [r[k] * 100 for r in table], color=_COLORS[i], label=k.replace("_ratio", ""))
-    ax.set_xscale("log")
+    if spans_decades(t):
+        ax.set_xscale("log")
     if optimum_s:
         ax.axvline(optimum_s, color="gray", ls="--", lw=1, label="τ*")
     ax.set_xlabel("checkpoint interval (s)")
@@ -192,15 +197,21 @@ def _axis(label: str) -> tuple[float, str, bool]:
     """(divide by, shown label, human bytes ticks) for an SI axis label."""
     lab = label or ""
     if "bytes_per_s" in lab:
-        return 1e6, lab.replace("bytes_per_s", "MB/s"), False
+        return 2**20, lab.replace("bytes_per_s", "throughput (MiB/s)"), False
     if lab == "seconds" or lab.endswith("(s)"):
         return 1e-3, lab.replace("(s)", "(ms)") if lab.endswith("(s)") else "ms", False
     return 1.0, lab, "bytes" in lab
 
 
+def spans_decades(values, decades: float = 2.0) -> bool:
+    """True when positive values span at least ``decades`` powers of ten (and there are 3+ of them)."""
+    pos = [v for v in values if isinstance(v, (int, float)) and v > 0]
+    return len(pos) >= 3 and max(pos) / min(pos) >= 10 ** decades
+
+
 def _human_bytes(v: float, _=None) -> str:
-    # Decimal units: log axes put their ticks at powers of ten.
-    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    # Binary units, as in every table of the report.
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(v) >= f:
             return f"{v / f:g} {unit}"
     return f"{v:g} B"
@@ -226,10 +237,15 @@ def spec_plot(spec: dict, title_prefix: str = "") -> bytes | None:
         ax.plot([x / xs for x, _ in pts], [y / ys for _, y in pts], marker=None if cdf else "o", ms=3,
                 drawstyle="steps-post" if cdf else "default", color=_COLORS[i % len(_COLORS)], lw=1.2,
                 label=str(s.get("label", ""))[:40])
-    if spec.get("x_log"):
+    all_x = [p[0] / xs for s in series for p in s["points"] if isinstance(p, (list, tuple)) and len(p) == 2
+             and isinstance(p[0], (int, float))]
+    all_y = [p[1] / ys for s in series for p in s["points"] if isinstance(p, (list, tuple)) and len(p) == 2
+             and isinstance(p[1], (int, float))]
+    # log axes only where the data span decades: two points on a log axis mislead
+    if spec.get("x_log") and spans_decades(all_x):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
-    if spec.get("y_log"):
+    if spec.get("y_log") and spans_decades(all_y):
         ax.set_yscale("log")
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(_human_bytes if xbytes else (lambda v, _: f"{v:g}")))

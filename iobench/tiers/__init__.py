@@ -40,4 +40,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["loader_source", *_LAZY]
+__all__ = ["loader_source", *_LAZY]  # noqa: PLE0604  (the lazy names are strings: _LAZY's keys)

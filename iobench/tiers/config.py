@@ -43,6 +43,12 @@ class TierSpec:
                               "use letters, digits, '-' or '_'")
         if not self.url:
             raise ConfigError(f"{field_}.url", "is empty", "give a local path, s3://bucket/prefix or memory://name")
+        scheme = str(self.url).split("://", 1)[0].lower() if "://" in str(self.url) else "file"
+        from fsspec.registry import known_implementations, registry
+
+        if scheme not in registry and scheme not in known_implementations:
+            raise ConfigError(f"{field_}.url", f"unknown URL scheme {scheme!r}",
+                              "use a local path, s3://, memory:// or a protocol an installed fsspec package provides")
         check_choice(f"{field_}.policy", self.policy, POLICIES)
         if self.emulation not in EMULATION_PROFILES:   # a spec in --emulate's vocabulary, e.g. bw:1GB/s
             from ..wrappers import parse_emulation
@@ -75,7 +81,7 @@ class TierSpec:
 class TiersConfig:
     tiers: tuple[TierSpec, ...]
     catalog: str = ""                      # SQLite file; default <first local tier>/.iobench/catalog.sqlite
-    concurrency: int = 4
+    concurrency: int = 0                   # parallel copies; 0: one per core, at most one per shard
     retries: int = 3
     retry_backoff: str | float = "0.2s"    # first back-off; doubles each attempt
     verify: bool = True                    # check each copy's checksum on arrival
@@ -88,8 +94,8 @@ class TiersConfig:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ConfigError("tiers", f"tier name {sorted(dup)[0]!r} is used twice", "give each tier its own name")
-        if self.concurrency < 1:
-            raise ConfigError("concurrency", f"must be at least 1, got {self.concurrency}", "use e.g. 4")
+        if self.concurrency < 0:
+            raise ConfigError("concurrency", f"must be 0 (one per core) or more, got {self.concurrency}", "use e.g. 4")
         if self.retries < 1:
             raise ConfigError("retries", f"must be at least 1, got {self.retries}", "use e.g. 3")
         object.__setattr__(self, "retry_backoff", parse_duration(self.retry_backoff, "retry_backoff"))
@@ -168,7 +174,7 @@ def load_tiers(path: str, field_name: str = "--tiers") -> TiersConfig:
 def default_tiers(nvme_dir: str, pfs_dir: str | None = None, object_url: str | None = None, *,
                   nvme_capacity: str | int | None = None, pfs_capacity: str | int | None = None,
                   endpoint_url: str | None = None, storage_options: dict | None = None,
-                  catalog: str = "", policy: str = "lru", concurrency: int = 4) -> TiersConfig:
+                  catalog: str = "", policy: str = "lru", concurrency: int = 0) -> TiersConfig:
     """The embedded default: nvme (local dir), pfs (local dir, `pfs` emulation), object (S3 bucket)."""
     tiers = [TierSpec(name="nvme", url=str(nvme_dir), capacity=nvme_capacity, policy=policy)]
     if pfs_dir:

@@ -93,7 +93,7 @@ def _copy_item(src, dst, rel: str) -> int:
     return total
 
 
-def check_lifecycle_tiers(manager, hot: str, archive: str) -> None:
+def check_lifecycle_tiers(config, hot: str, archive: str) -> None:
     """Refuse a lifecycle whose archive is the hot tier itself (or overlaps it): the "archive copy"
     would be the item, and expiring would delete the only copy."""
     if hot == archive:
@@ -101,7 +101,7 @@ def check_lifecycle_tiers(manager, hot: str, archive: str) -> None:
                           "the only copy", "give a different tier as --archive")
     from .manager import _norm_url
 
-    h, a = _norm_url(manager.spec(hot).url), _norm_url(manager.spec(archive).url)
+    h, a = _norm_url(config.tier(hot, "--hot").url), _norm_url(config.tier(archive, "--archive").url)
     if h == a or h.startswith(a + "/") or a.startswith(h + "/"):
         raise ConfigError("--archive", f"tier {archive!r} ({a}) overlaps hot tier {hot!r} ({h})",
                           "give an archive tier stored somewhere else")
@@ -130,7 +130,7 @@ def apply_lifecycle(manager, plan: LifecyclePlan, hot: str = "pfs", archive: str
     """Carry out ``plan`` on ``manager``'s tiers; item names are paths under ``prefix`` on each tier.
 
     Every archive copy is made and verified first; if any fails, nothing is dropped or expired."""
-    check_lifecycle_tiers(manager, hot, archive)
+    check_lifecycle_tiers(manager.config, hot, archive)
     src, dst = manager.backend(hot), manager.backend(archive)
     rep = LifecycleReport()
 

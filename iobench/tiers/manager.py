@@ -70,6 +70,7 @@ class StageReport:
     refetches: int = 0
     retries: int = 0
     evictions: int = 0
+    concurrency: int = 0                  # parallel copies used
     bytes_by_pair: Counter = field(default_factory=Counter)
     copy_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
@@ -78,7 +79,7 @@ class StageReport:
                 "not_admitted_shards": self.not_admitted, "bytes": self.bytes, "seconds": self.seconds,
                 "bytes_per_s": self.bytes / self.seconds if self.seconds > 0 else 0.0,
                 "refetches": self.refetches, "retries": self.retries, "evictions": self.evictions,
-                "bytes_by_tier_pair": dict(self.bytes_by_pair), "copy_latency_s": self.copy_latency.summary()}
+                "concurrency": self.concurrency, "bytes_by_tier_pair": dict(self.bytes_by_pair), "copy_latency_s": self.copy_latency.summary()}
 
 
 def _norm_url(url: str) -> str:
@@ -301,7 +302,10 @@ class TierManager:
         sel = list(shards if shards is not None else ds.manifest.shards)
         self.check_fits(ds, to, sel, whole=True)
         rep = StageReport(dataset=ds.id, to=to, shards=len(sel))
-        n = concurrency or self.config.concurrency
+        from ..dist.world import default_parallelism
+
+        n = concurrency or self.config.concurrency or default_parallelism(len(sel))
+        rep.concurrency = max(1, min(n, len(sel)))
         t0 = now_ns()
         prog = task = None
         if progress:

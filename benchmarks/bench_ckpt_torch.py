@@ -1,0 +1,249 @@
+"""Checkpoints: iobench's engine vs the tools people use, on the same tensors, in one run.
+
+    .venv-bench/bin/python benchmarks/bench_ckpt_torch.py [--mib 64,256] [--rounds 3] [--out reports/reference/ckpt_torch]
+
+torch is a benchmark-only dependency, never in the project's venv: run from an interpreter
+without torch, the script makes ``benchmarks/.venv-ckpt`` (git-ignored; iobench editable plus
+``torch==2.13.0``) on first use and re-runs itself there.
+
+For each state size, in alternating rounds on the same bytes (the torch tensors are views of
+iobench's live state arrays, so both sides save identical memory):
+
+- **blocking pause**: what the training step waits for.  iobench: ``Checkpointer.save`` in
+  async mode (snapshot into reused staging; the write and fsync run in the background).
+  ``torch.save``: the whole save.  DCP ``async_save``: until it returns (its staging copy).
+- **time to durable**: from the call until the bytes are fsynced.  iobench: the save's
+  commit latency (files and directory fsynced, manifest published).  ``torch.save`` + fsync
+  of the file and its directory.  DCP ``async_save``: until its future resolves
+  (``FileSystemWriter`` fsyncs each file, ``sync_files=True``).
+- **restore**, page cache dropped first on both sides: iobench ``restore`` (checksums
+  verified) vs DCP ``load`` into preallocated tensors, and ``torch.load``.
+
+Ratios are peer time / iobench time (above 1: iobench is faster), median of per-round ratios.
+Writes OUT.json, OUT.md and OUT.rows.json (benchmarks/summary.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+MiB = 2**20
+TARGETS = {  # peer time / iobench time
+    "blocking pause vs DCP async_save": 1.0,
+    "blocking pause vs torch.save": 1.0,
+    "time to durable vs torch.save + fsync": 0.8,
+    "time to durable vs DCP async_save": 0.8,
+    "restore (cold) vs DCP load": 1.0,
+    "restore (cold) vs torch.load": 1.0,
+}
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_tree(root: Path) -> None:
+    from iobench.io.pagecache import drop_pages
+
+    for p in root.rglob("*"):
+        if p.is_file():
+            drop_pages(str(p))
+
+
+def one_size(mib: int, rounds: int, work: Path) -> dict:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from iobench.checkpointing.commit import Checkpointer, EngineConfig
+    from iobench.checkpointing.restore import restore
+    from iobench.checkpointing.snapshot import LiveState
+    from iobench.checkpointing.state import from_params
+    from iobench.storage import open_backend
+
+    spec = from_params(-(-mib * MiB // 14))      # bf16-mixed-adam: 14 bytes per parameter, one rank
+    live = LiveState(spec, [0])
+    live.fill(0, 1)
+    arrays = live.arrays[0]
+    sd = {f"t{i}": torch.from_numpy(a.view("uint8").reshape(-1)) for i, a in enumerate(arrays)}
+    nbytes = sum(t.numel() for t in sd.values())
+    times: dict[str, list[float]] = {k: [] for k in (
+        "iobench_blocking", "iobench_durable", "torch_save", "torch_save_durable", "dcp_blocking", "dcp_durable",
+        "iobench_restore", "dcp_load", "torch_load")}
+    # One engine for the whole run, as a training job keeps one: its staging buffers are reused.
+    ours = open_backend(str(work / f"iobench-{mib}"))
+    ck = Checkpointer(spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
+    times_all = times
+    for r in range(-1, rounds):   # round -1 warms every side up (imports, thread pools, first faults)
+        times = {k: [] for k in times_all} if r < 0 else times_all
+        sides = ["iobench", "torch", "dcp"]
+        order = sides[r % 3:] + sides[:r % 3]   # rotate who goes first
+        live.touch(r + 2)   # the same state for all three sides this round, changed from the last
+        for side in order:
+            d = work / f"{side}-{r}"
+            if side == "iobench":
+                rec = ck.save(r + 2, live)
+                ck.wait()
+                times["iobench_blocking"].append(rec.blocking_s)
+                times["iobench_durable"].append(rec.commit_latency_s)
+                continue
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            if side == "torch":
+                path = str(d / "state.pt")
+                t0 = time.perf_counter()
+                torch.save(sd, path)
+                t1 = time.perf_counter()
+                _fsync_path(path)
+                _fsync_path(str(d))
+                t2 = time.perf_counter()
+                times["torch_save"].append(t1 - t0)
+                times["torch_save_durable"].append(t2 - t0)
+            else:
+                t0 = time.perf_counter()
+                fut = dcp.async_save(sd, checkpoint_id=str(d / "dcp"))
+                t1 = time.perf_counter()
+                fut.result()
+                t2 = time.perf_counter()
+                times["dcp_blocking"].append(t1 - t0)
+                times["dcp_durable"].append(t2 - t0)
+        # restore, cold, alternating order; each side reads what it wrote this round
+        for side in order:
+            d = work / f"{side}-{r}" if side != "iobench" else work / f"iobench-{mib}"
+            _drop_tree(d)
+            if side == "iobench":
+                res = restore([("local", open_backend(str(d)))], cold=True, verify=True)
+                assert res.step == r + 2
+                assert res.bytes_read >= nbytes
+                times["iobench_restore"].append(res.seconds)
+            elif side == "torch":
+                t0 = time.perf_counter()
+                loaded = torch.load(str(d / "state.pt"), weights_only=True)
+                times["torch_load"].append(time.perf_counter() - t0)
+                assert sum(t.numel() for t in loaded.values()) == nbytes
+                del loaded
+            else:
+                dst = {k: torch.empty_like(v) for k, v in sd.items()}
+                t0 = time.perf_counter()
+                dcp.load(dst, checkpoint_id=str(d / "dcp"))
+                times["dcp_load"].append(time.perf_counter() - t0)
+                assert torch.equal(dst["t0"], sd["t0"])
+                del dst
+        for side in ("torch", "dcp"):
+            shutil.rmtree(work / f"{side}-{r}", ignore_errors=True)
+    ck.close()
+    times = times_all
+
+    def ratio(peer: str, ours: str) -> dict:
+        rs = sorted(p / o for p, o in zip(times[peer], times[ours]) if o)
+        return {"per_round": rs, "median": statistics.median(rs) if rs else None}
+    pairs = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking"),
+             "blocking pause vs torch.save": ("torch_save", "iobench_blocking"),
+             "time to durable vs torch.save + fsync": ("torch_save_durable", "iobench_durable"),
+             "time to durable vs DCP async_save": ("dcp_durable", "iobench_durable"),
+             "restore (cold) vs DCP load": ("dcp_load", "iobench_restore"),
+             "restore (cold) vs torch.load": ("torch_load", "iobench_restore")}
+    return {"mib": mib, "bytes": nbytes, "tensors": len(sd), "times_s": times,
+            "medians_s": {k: statistics.median(v) for k, v in times.items()},
+            "ratios": {k: {**ratio(*v), "peer": v[0], "iobench": v[1], "target": TARGETS[k]} for k, v in pairs.items()}}
+
+
+def rows(res: dict) -> list[dict]:
+    out = []
+    for s in res["sizes"]:
+        for k, r in s["ratios"].items():
+            m = r["median"]
+            out.append({"comparison": f"ckpt {s['mib']} MiB: {k} (peer time / iobench time)", "ratio": m,
+                        "target": r["target"], "direction": ">=", "met": m is not None and m >= r["target"],
+                        "detail": f"{r['peer']} / {r['iobench']}"})
+    return out
+
+
+def markdown(res: dict) -> str:
+    m = res["machine"]
+    lines = ["# Checkpoints: iobench vs torch.save and torch.distributed.checkpoint", "",
+             f"Command: `{res['command']}` at {res['started_at']}.  ",
+             f"Machine: {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python "
+             f"{m['python']}, torch {res['torch']}; shared with other work (load average at start "
+             f"{m['load_avg'][0]:.1f}, at the end {res['load_avg_end'][0]:.1f}).  ",
+             f"{res['rounds']} alternating rounds per size (the order rotates); ratio = peer time / iobench time, "
+             "median of the per-round ratios (above 1: iobench is faster).", "",
+             "| state | comparison | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
+    for s in res["sizes"]:
+        med = s["medians_s"]
+        for k, r in s["ratios"].items():
+            ratio = f"{r['median']:.2f}" if r["median"] is not None else "—"
+            met = "yes" if r["median"] is not None and r["median"] >= r["target"] else "**no**"
+            lines.append(f"| {s['mib']} MiB | {k} | {med[r['iobench']] * 1e3:,.0f} ms | "
+                         f"{med[r['peer']] * 1e3:,.0f} ms | {ratio} | >= {r['target']:g} | {met} |")
+    lines += ["", "What each side does:", "",
+              "- iobench: `Checkpointer(mode=async)` with a local tier only; blocking = snapshot into reused "
+              "staging buffers; durable = rank file written and fsynced, directory fsynced, manifest published "
+              "(the commit point). Restore = newest committed checkpoint, page cache dropped, xxh64 verified.",
+              "- torch.save: pickled state dict of the same tensors (views of iobench's arrays), then fsync of the "
+              "file and the directory (torch.save itself does not fsync).",
+              "- DCP: `torch.distributed.checkpoint.async_save` without a process group (one rank), "
+              "FileSystemWriter defaults (sync_files=True); blocking = until async_save returns (its CPU staging "
+              "copy), durable = until the future resolves. Load = `dcp.load` into preallocated tensors.",
+              "", "Per-round times are in the JSON beside this file."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", default="64,256", help="state sizes in MiB, comma-separated")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="reports/reference/ckpt_torch")
+    ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        venv = Path(__file__).resolve().parent / ".venv-ckpt"
+        py = venv / "bin" / "python"
+        if not py.exists():
+            import subprocess
+
+            print(f"creating the benchmark venv {venv} (iobench + torch==2.13.0)", flush=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(Path(__file__).resolve().parents[1]),
+                            "torch==2.13.0"], check=True)
+        os.execv(str(py), [str(py), __file__, *(argv if argv is not None else sys.argv[1:])])
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from summary import machine, write_rows
+
+    warnings.filterwarnings("ignore")   # DCP warns that no process group is initialised: one rank is intended
+    work = Path(tempfile.mkdtemp(prefix="iobench-bench-ckpt-torch-", dir=args.work))
+    res = {"command": "python benchmarks/bench_ckpt_torch.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
+           "torch": torch.__version__, "rounds": args.rounds, "sizes": []}
+    try:
+        for mib in (int(x) for x in args.mib.split(",") if x.strip()):
+            res["sizes"].append(one_size(mib, args.rounds, work))
+            print(json.dumps({k: v["median"] for k, v in res["sizes"][-1]["ratios"].items()}), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["load_avg_end"] = list(os.getloadavg())
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(res))
+    write_rows(out.name, rows(res), ref=out.parent, command=res["command"])
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

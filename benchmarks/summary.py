@@ -1,0 +1,214 @@
+"""Every benchmark ratio against its target, in one table.
+
+    .venv/bin/python benchmarks/summary.py [--ref reports/reference] [--out reports/reference/summary.md]
+
+Each benchmark writes its full results as ``reports/reference/NAME.json`` and, through
+``write_rows(NAME)``, a row set ``NAME.rows.json``: one row per peer comparison with
+``comparison``, ``ratio`` (iobench / peer, higher is better unless ``direction`` is ``<=``),
+``target`` and ``met``.  This script collects the row sets (deriving one from NAME.json
+where a benchmark has not written its own yet), prints the table with the misses first,
+and keeps the latest in ``summary.md`` with the machine, the load average and the date.
+Exit status is 0 either way: a miss is information, not a failure of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT / "reports" / "reference"
+
+
+def _row(comparison: str, ratio, target, direction: str = ">=", detail: str = "") -> dict:
+    met = None
+    if ratio is not None and isinstance(target, (int, float)):
+        met = ratio >= target if direction == ">=" else ratio <= target
+    return {"comparison": comparison, "ratio": ratio, "target": target, "direction": direction, "met": met,
+            "detail": detail}
+
+
+def _target(t) -> tuple[float | None, str]:
+    """'>= 0.8' / '<= 1.2' / 0.7 -> (number, direction)."""
+    if isinstance(t, (int, float)):
+        return float(t), ">="
+    if isinstance(t, str):
+        for d in (">=", "<="):
+            if t.strip().startswith(d):
+                try:
+                    return float(t.strip()[2:].split(";")[0].split()[0]), d
+                except (ValueError, IndexError):
+                    return None, d
+    return None, ">="
+
+
+# ------------------------------------------------------------------------------------------------
+# How each benchmark's NAME.json turns into rows.  A benchmark that writes its own NAME.rows.json
+# (write_rows) uses the same function, so the two never disagree.
+
+def _rows_load(d: dict) -> list[dict]:
+    out = []
+    for r in d.get("results", []):
+        if "skipped" in r:
+            continue
+        t, direction = _target(r.get("target"))
+        out.append(_row(r["section"], r.get("ratio"), t, direction, r.get("metric", "")))
+    return out
+
+
+def _rows_generate(d: dict) -> list[dict]:
+    out = []
+    if d.get("tokens"):
+        out.append(_row(f"gen raw tokens, {d['tokens'].get('workers')} writers, vs fio write+fsync (median)",
+                        d["tokens"].get("ratio_median"), 0.8))
+    if d.get("s3"):
+        out.append(_row(f"gen upload to S3, {d['s3'].get('workers')} writers, vs s3fs put (median)",
+                        d["s3"].get("ratio_median"), 0.8))
+    return out
+
+
+def _rows_stage(d: dict) -> list[dict]:
+    return [_row(f"stage {c['case']} vs {c.get('peer')}", c.get("ratio_median"), 0.9) for c in d.get("cases", [])]
+
+
+def _rows_ckpt(d: dict) -> list[dict]:
+    out = []
+    s = d.get("snapshot_vs_memcpy")
+    if s:
+        t, dr = _target(s.get("target"))
+        out.append(_row("ckpt snapshot (blocking) vs memcpy of the same state", s.get("ratio_snapshot_over_memcpy"),
+                        t, dr))
+    w = d.get("local_write_vs_fio")
+    if w:
+        t, dr = _target(w.get("target"))
+        out.append(_row("ckpt local write+fsync vs fio write --end_fsync", w.get("ratio_ours_over_fio"), t, dr))
+    c = d.get("s3_commit_vs_put")
+    if c:
+        out.append(_row("ckpt S3 commit time vs s3fs put time (lower is better)", c.get("ratio_ours_over_put_time"),
+                        1.2, "<="))
+    for r in (d.get("torch") or {}).get("rows", []) if isinstance(d.get("torch"), dict) else []:
+        if "ratio" in r:
+            t, dr = _target(r.get("target"))
+            out.append(_row(r.get("comparison", "ckpt vs torch"), r["ratio"], t, dr))
+    return out
+
+
+def _rows_gds(d: dict) -> list[dict]:
+    return [_row(f"gds cpu path, {r['cache']}, {r['io_size_bytes'] // 1024} KiB x {r['threads']} threads vs fio",
+                 r.get("ratio"), None) for r in d.get("rows", [])]
+
+
+def _rows_probe(d: dict) -> list[dict]:
+    return [_row(f"probe engine: {r['job']} vs fio (IOPS)", r.get("ratio_iops"), None) for r in d.get("rows", [])]
+
+
+DERIVE = {"load": _rows_load, "generate": _rows_generate, "stage": _rows_stage, "ckpt": _rows_ckpt,
+          "gds_cpu_vs_fio": _rows_gds, "probe_engines": _rows_probe, "fidelity": _rows_load}
+
+
+def machine() -> dict:
+    import psutil
+
+    return {"cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+            "os": f"{platform.system()} {platform.release()}", "python": sys.version.split()[0],
+            "load_avg": list(os.getloadavg())}
+
+
+def write_rows(name: str, rows: list[dict] | None = None, ref: Path = REF, command: str = "") -> Path:
+    """Write ``NAME.rows.json`` beside NAME.json (rows derived from NAME.json when not given)."""
+    if rows is None:
+        rows = DERIVE[name](json.loads((ref / f"{name}.json").read_text()))
+    path = ref / f"{name}.rows.json"
+    path.write_text(json.dumps({"benchmark": name, "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(
+        timespec="seconds"), "command": command or " ".join(sys.argv), "machine": machine(), "rows": rows},
+        indent=1) + "\n")
+    return path
+
+
+def _measured_at(full: Path) -> _dt.datetime:
+    """When NAME.json was measured: its own date field, else its last commit, else the file's mtime."""
+    import subprocess
+
+    d = json.loads(full.read_text())
+    for k in ("started_at", "started", "date"):
+        v = d.get(k) if isinstance(d, dict) else None
+        if isinstance(v, str):
+            try:
+                t = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+                return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+            except ValueError:
+                pass
+    changed = subprocess.run(["git", "status", "--porcelain", "--", str(full)], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+    if not changed:
+        out = subprocess.run(["git", "log", "-1", "--format=%cI", "--", str(full)], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+        if out:
+            return _dt.datetime.fromisoformat(out)
+    return _dt.datetime.fromtimestamp(full.stat().st_mtime, _dt.timezone.utc)
+
+
+def collect(ref: Path) -> list[dict]:
+    """(benchmark, row) pairs from every row set, or derived from the full JSON where none is newer."""
+    out = []
+    for full in sorted(ref.glob("*.json")):
+        if full.name.endswith(".rows.json"):
+            continue
+        name = full.stem
+        rows_file = ref / f"{name}.rows.json"
+        when = _measured_at(full)
+        if rows_file.exists() and rows_file.stat().st_mtime >= full.stat().st_mtime:
+            data = json.loads(rows_file.read_text())
+            rows, when = data["rows"], _dt.datetime.fromisoformat(data["written_at"])
+        elif name in DERIVE:
+            rows = DERIVE[name](json.loads(full.read_text()))
+        else:
+            continue
+        for r in rows:
+            out.append({"benchmark": name, "measured": when.strftime("%Y-%m-%d"), **r})
+    return out
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    def key(r):  # misses first, then rows without a target, then the met ones
+        return (0 if r["met"] is False else 1 if r["met"] is None else 2, r["benchmark"])
+    missed = sum(r["met"] is False for r in rows)
+    met = sum(r["met"] is True for r in rows)
+    m = meta["machine"]
+    lines = ["# Every ratio against its target (latest reference runs)", "",
+             f"**{missed} missed, {met} met, {len(rows) - missed - met} without a target** "
+             f"(ratio = iobench / peer on the same bytes in the same run).", "",
+             f"Collected {meta['date']} on {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, "
+             f"Python {m['python']}; load average {m['load_avg'][0]:.1f} / {m['load_avg'][1]:.1f} / "
+             f"{m['load_avg'][2]:.1f} (shared machine: absolute numbers are noise, ratios are what to compare). "
+             "Each row's own machine and load average are in its benchmark's report.", "",
+             "| benchmark | comparison | ratio | target | met | measured |", "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=key):
+        ratio = f"{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float)) else "—"
+        target = f"{r['direction']} {r['target']:g}" if isinstance(r.get("target"), (int, float)) else "—"
+        met = {True: "yes", False: "**no**", None: "—"}[r["met"]]
+        lines.append(f"| {r['benchmark']} | {r['comparison']} | {ratio} | {target} | {met} | {r['measured']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ref", default=str(REF), help="directory of the benchmarks' JSON (reports/reference)")
+    ap.add_argument("--out", default=None, help="Markdown summary (default: REF/summary.md)")
+    args = ap.parse_args(argv)
+    ref = Path(args.ref)
+    rows = collect(ref)
+    meta = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
+    md = render(rows, meta)
+    Path(args.out or ref / "summary.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Refuse before work: every path a command will write or read is checked before it starts.
+
+A benchmark that runs for an hour and then fails to write ``--json`` to a directory, or a
+read-only file system, wastes the hour.  ``check_args`` runs in ``iobench.cli.main`` before
+any command function, over the flags every command shares (``--json``, ``--markdown``,
+``--trace``, ``-o/--out``, ``--tiers``, ``--config``, ``--workload FILE``, ``--local``,
+``--durable``); commands with their own paths call the helpers below.  Each failure is a
+``ConfigError`` (exit 2, one line) that names the flag and says the real cause: missing,
+wrong kind, permission, or a read-only file system.
+
+Only local paths are checked here: a URL (``s3://``, ``memory://``) is checked by
+``iobench.storage.check_reachable`` when the backend opens.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+
+from .errors import ConfigError
+
+
+def is_local(path: str) -> bool:
+    return "://" not in str(path) or str(path).startswith("file://")
+
+
+def _local(path: str) -> str:
+    path = str(path)
+    return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def _read_only_fs(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _existing_ancestor(path: str) -> str:
+    p = path
+    while not os.path.lexists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+def _check_writable_dir(d: str, flag: str, what: str) -> None:
+    if not os.path.isdir(d):
+        raise ConfigError(flag, f"{d} is not a directory, so {what} cannot be created there",
+                          "give a path under an existing directory")
+    if _read_only_fs(d):
+        raise ConfigError(flag, f"{d} is on a read-only file system", "give a path on a writable file system")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise ConfigError(flag, f"no permission to write in {d}", "fix its permissions or give another path")
+    # The only proof: create (and at once remove) a file there -- /proc, FUSE mounts and dropped
+    # capabilities all pass the checks above and still refuse the write at the end of a run.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".iobench-write-check-", dir=d)
+    except OSError as e:
+        raise ConfigError(flag, f"cannot create files in {d} ({e.strerror or type(e).__name__})",
+                          "give a path on a writable local file system") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def output_file(path: str, flag: str) -> None:
+    """``path`` can be written as a file (created or replaced): else ConfigError naming ``flag``."""
+    if not is_local(path) or path == "-":   # "-": standard output
+        return
+    p = _local(path)
+    if str(path).endswith(os.sep) or os.path.isdir(p):
+        raise ConfigError(flag, f"{path} is a directory", "give a file path, e.g. results.json")
+    if os.path.lexists(p):
+        st = os.stat(p) if os.path.exists(p) else None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise ConfigError(flag, f"{path} exists and is not a regular file", "give a file path")
+    anc = _existing_ancestor(os.path.dirname(p))
+    if anc != os.path.dirname(p) and not os.path.isdir(anc):
+        raise ConfigError(flag, f"{anc} is a file, so {path} cannot be created", "give a path under a directory")
+    _check_writable_dir(anc, flag, path)
+
+
+def output_dir(path: str, flag: str) -> None:
+    """``path`` is, or can be created as, a writable directory."""
+    if not is_local(path):
+        return
+    p = _local(path)
+    if os.path.exists(p):
+        if not os.path.isdir(p):
+            raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory path")
+        _check_writable_dir(p, flag, "files")
+        return
+    anc = _existing_ancestor(p)
+    if not os.path.isdir(anc):
+        raise ConfigError(flag, f"{anc} is a file, so {path} cannot be created", "give a directory path")
+    _check_writable_dir(anc, flag, path)
+
+
+def input_file(path: str, flag: str) -> None:
+    """``path`` is an existing, readable regular file (never a FIFO that would block a read)."""
+    if not is_local(path):
+        return
+    p = _local(path)
+    if not os.path.exists(p):
+        raise ConfigError(flag, f"{path} does not exist", "give the path of an existing file")
+    st = os.stat(p)
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(flag, f"{path} is a directory", "give a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(flag, f"{path} is not a regular file (FIFO, device or socket)", "give a regular file")
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK))
+    except PermissionError:
+        raise ConfigError(flag, f"{path} is not readable (permission denied)", "fix its permissions") from None
+
+
+def input_dir(path: str, flag: str) -> None:
+    """``path`` is an existing, readable directory (nothing is created)."""
+    if not is_local(path):
+        return
+    p = _local(path)
+    if not os.path.exists(p):
+        raise ConfigError(flag, f"{path} does not exist", "give an existing directory")
+    if not os.path.isdir(p):
+        raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise ConfigError(flag, f"{path} is not readable (permission denied)", "fix its permissions")
+
+
+def same_place(a: str, b: str) -> bool:
+    return is_local(a) and is_local(b) and os.path.realpath(_local(a)) == os.path.realpath(_local(b))
+
+
+def looks_like_file(value: str) -> bool:
+    return os.sep in str(value) or str(value).endswith((".yaml", ".yml", ".json"))
+
+
+def _cmd(args) -> tuple[str, str | None]:
+    cmd = getattr(args, "command", None) or ""
+    return cmd, getattr(args, f"{cmd}_command", None)
+
+
+# (command, subcommand) -> how its ``--out`` is used; anything else: a dataset/output directory.
+_OUT_IS_FILE = {("tiers", "init")}
+
+
+def check_args(args) -> None:
+    """The shared up-front checks over flags common to many commands (see the module docstring)."""
+    cmd, sub = _cmd(args)
+    for dest, flag in (("json", "--json"), ("markdown", "--markdown"), ("trace", "--trace"), ("html", "--html")):
+        v = getattr(args, dest, None)
+        if isinstance(v, str) and v:
+            if (cmd, sub, dest) == ("tiers", "simulate", "trace"):
+                input_file(v, "TRACE")
+            else:
+                output_file(v, flag)
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and out:
+        if (cmd, sub) in _OUT_IS_FILE:
+            output_file(out, "--out")
+        else:
+            output_dir(out, "--out")
+    for dest, flag in (("tiers", "--tiers"), ("config", "--config")):
+        v = getattr(args, dest, None)
+        if isinstance(v, str) and v:
+            input_file(v, flag)
+    w = getattr(args, "workload", None)
+    if isinstance(w, str) and w and looks_like_file(w):
+        input_file(w, "--workload")
+    if cmd == "ckpt":
+        _check_ckpt(args)
+    if cmd == "probe" and isinstance(getattr(args, "url", None), str):
+        output_dir(args.url, "URL")   # probes write their test files there
+    for dest, flag in (("json", "--json"), ("markdown", "--markdown"), ("trace", "--trace")):
+        v = getattr(args, dest, None)
+        for other, oflag in (("tiers", "--tiers"), ("config", "--config"), ("workload", "--workload")):
+            o = getattr(args, other, None)
+            if isinstance(v, str) and isinstance(o, str) and v and o and same_place(v, o):
+                raise ConfigError(flag, f"{v} is also the {oflag} input: writing it would destroy the input",
+                                  "give another output path")
+
+
+
+def _check_ckpt(args) -> None:
+    local, durable = getattr(args, "local", None), getattr(args, "durable", None)
+    if local and durable and same_place(local, durable):
+        raise ConfigError("--durable", f"{durable} is the same directory as --local",
+                          "the durable tier must be a different place from the local one")
+    if getattr(args, "action", None) == "restore":
+        # restore reads: a tier that does not exist is a typo, and must not be created
+        for v, flag in ((local, "--local"), (durable, "--durable")):
+            if v:
+                input_dir(v, flag)
+        return
+    for v, flag in ((local, "--local"), (durable, "--durable")):
+        if v:
+            output_dir(v, flag)
