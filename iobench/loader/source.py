@@ -9,9 +9,12 @@ the worker before the first read).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from iobench.manifest import ShardEntry
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @runtime_checkable
@@ -217,7 +220,7 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
-    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows) -> int:
+    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows: np.ndarray) -> int:
         """``out[rows[i]]`` = record ``indices[i]`` of a shard of fixed-size records (record r at
         ``first + r * length``) — one request per record (a batch's samples of one shard).  Plain
         local files: a pread per record in a tight loop.  Plain memory:// objects: one gather (the
@@ -230,7 +233,7 @@ class BackendSource:
         if self.backend is None:
             self.open()
         n = len(rows)
-        if not (self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory")):
+        if not (self.backend.inner is self.backend.base and self.backend.supports_pread):
             for r, x in zip(rows.tolist(), np.asarray(indices).tolist()):
                 out[r] = np.frombuffer(self.read_range(shard, first + x * length, length), dtype=np.uint8)
             return n
