@@ -137,6 +137,25 @@ def parse_set(items: list[str] | None) -> dict:
     return out
 
 
+def set_overrides(items: list[str] | None, sections, command: str) -> dict:
+    """``--set SECTION.KEY=VALUE`` values, by section, for a command that reads ``sections``.
+
+    A section the command does not read is refused (exit 2) before any work: a key that
+    silently never reaches the code (``--set laod.workers=4``) is the config trap DLIO users
+    fall into.  Keys inside a section are checked when the section is built (``build``).
+    """
+    sections = tuple(sections)
+    overrides = parse_set(items)
+    for key, value in overrides.items():
+        if key not in sections:
+            hint = nearest(key, sections)
+            raise ConfigError("--set", f"section {key!r} is not read by `{command}`",
+                              f"{hint}; use --set {sections[0]}.KEY=VALUE")
+        if not isinstance(value, Mapping):
+            raise ConfigError("--set", f"{key!r} names a section, not a key", f"use --set {key}.KEY=VALUE")
+    return overrides
+
+
 def deep_merge(base: Mapping, override: Mapping) -> dict:
     out = dict(base)
     for k, v in override.items():

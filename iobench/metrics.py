@@ -74,9 +74,6 @@ class LatencyHistogram:
         h._h = HdrHistogram.decode(data.encode("ascii") if isinstance(data, str) else data)
         return h
 
-    def percentile_s(self, p: float) -> float:
-        return self._h.get_value_at_percentile(p) / 1e9
-
     # The pure-Python hdrh package scans its whole counts array (tens of thousands of
     # buckets) for every percentile and for the mean: about a second per summary on a busy
     # machine.  One cumulative sum over the same counts gives exactly hdrh's values.

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from iobench.checkpointing import exposure as ex
+from iobench.planner import checkpoint as pc
 from iobench.checkpointing.reshard import reshard_plan
 from iobench.checkpointing.state import (
     StateSpec, TensorSpec, bytes_per_param, checkpoint_bytes, from_params, max_rank_bytes, mlperf_reference_bytes,
@@ -131,17 +132,18 @@ def test_g70_tp4_to_tp8_source_map():
 
 
 def test_g72_backlog():
+    # The seed's formulas are the planner's (their one home); checkpointing asks it.
     s, (bw7, bw20), (i10, i20) = G72["S"], G72["bw"], G72["interval"]
-    assert ex.write_time_s(s, bw7) == pytest.approx(16)
-    assert ex.write_time_s(s, bw20) == pytest.approx(5.6)
-    assert ex.demand_bytes_per_s(s, i10) == pytest.approx(11.2)
+    assert pc.write_time(s, bw7) == pytest.approx(16)
+    assert pc.write_time(s, bw20) == pytest.approx(5.6)
+    assert pc.async_backlog(s, bw7, i10).demand_bytes_per_s == pytest.approx(11.2)
     assert ex.has_backlog(s, bw7, i10) is True
     assert ex.has_backlog(s, bw7, i20) is False
 
 
 def test_g73_recovery_point_is_last_committed_not_last_captured():
     for bw, commits, redo in ((7, G73["commits_7"], G73["redo_7"]), (20, G73["commits_20"], G73["redo_20"])):
-        c = ex.commit_times(G73["snaps"], G73["copy"], G73["S"], bw)
+        c = list(pc.commit_timeline(G73["S"], bw, G73["snaps"], G73["copy"], G73["t_fail"]).commits_s)
         assert c == pytest.approx(list(commits), abs=0.05)
         rec = ex.recovery_at([(i + 1, t, ct) for i, (t, ct) in enumerate(zip(G73["snaps"], c))], G73["t_fail"])
         assert rec.redo_s == pytest.approx(redo)
@@ -149,25 +151,25 @@ def test_g73_recovery_point_is_last_committed_not_last_captured():
 
 
 def test_g74_g75_young_daly_and_overhead_table():
-    c = ex.write_time_s(114_670_295_040, 7e9)
+    c = pc.write_time(114_670_295_040, 7e9)
     assert c == pytest.approx(16.381, abs=5e-4)
     mtbf = 7.9 * 3600
-    assert ex.young_daly_interval_s(c, mtbf) == pytest.approx(965.29, abs=5e-3)
     lam = 1 / mtbf
+    assert pc.optimal_interval(c, lam) == pytest.approx(965.29, abs=5e-3)
     for tau, total in ((300, 6.4), (900, 3.8), (1800, 4.5)):
-        assert ex.overhead(c, tau, lam, 120).total * 100 == pytest.approx(total, abs=0.05)
+        assert pc.checkpoint_overhead(c, lam, 120, tau).total * 100 == pytest.approx(total, abs=0.05)
 
 
 def test_g31_g32_g33_storm_and_staging():
     per_replica = (140 + 140 + 840) * GB
-    assert ex.storm_write_s(1024, per_replica, 100 * GB) == pytest.approx(11468.8)
-    assert ex.storm_write_s(1024, per_replica, 100 * GB, zero3=True) == pytest.approx(11.2)
-    st = ex.staged_checkpoint(1750 * GB, 256, 28 * GB, 1000 * GB, 600)
+    assert pc.checkpoint_storm(per_replica, 1024, 100 * GB, sharded=False).write_s == pytest.approx(11468.8)
+    assert pc.checkpoint_storm(per_replica, 1024, 100 * GB, sharded=True).write_s == pytest.approx(11.2)
+    st = pc.staged_checkpoint(1750 * GB, 256, 28 * GB, 1000 * GB, 600)
     assert st.shard_bytes / GB == pytest.approx(6.836, abs=0.001)
     assert st.local_write_s == pytest.approx(0.244, abs=0.001)
-    assert st.durable_write_s == pytest.approx(1.75)
-    assert st.durable_bw_per_node / GB == pytest.approx(3.906, abs=0.001)
-    assert st.pause_fraction * 100 == pytest.approx(0.04, abs=0.005)
+    assert st.pfs_drain_s == pytest.approx(1.75)
+    assert st.pfs_bytes_per_s_per_node / GB == pytest.approx(3.906, abs=0.001)
+    assert st.pause_overhead * 100 == pytest.approx(0.04, abs=0.005)
     # the gpt-175b preset spreads the same 1,750 GB over 256 ZeRO-3 ranks
     assert max_rank_bytes(preset("gpt-175b")) / GB == pytest.approx(6.8359375, rel=1e-3)
     assert math.isclose(checkpoint_bytes(preset("gpt-175b")) / 256 / GB, 6.8359375)

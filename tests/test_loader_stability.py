@@ -115,5 +115,5 @@ def test_compare_passes_runs_whose_stall_intervals_overlap():
     a = {"metrics": {"stall_ratio": 0.10, "intervals": {"stall_ratio": {"low": 0.05, "high": 0.15}}}}
     b = {"metrics": {"stall_ratio": 0.19, "intervals": {"stall_ratio": {"low": 0.14, "high": 0.24}}}}
     c = {"metrics": {"stall_ratio": 0.40, "intervals": {"stall_ratio": {"low": 0.35, "high": 0.45}}}}
-    assert [x["ok"] for x in regressions(compare(a, b), 0.05)] == [True]
-    assert [x["ok"] for x in regressions(compare(a, c), 0.05)] == [False]
+    assert all(x["ok"] for x in regressions(compare(a, b), 0.05))          # within noise: no failing check
+    assert [x["ok"] for x in regressions(compare(a, c), 0.05) if x["path"] == "stall_ratio"] == [False]

@@ -10,7 +10,7 @@ HELP = """checkpoint benchmark: snapshot, local write, async commit, restore
 def register(sub) -> None:
     import argparse
 
-    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag
 
     p = sub.add_parser("ckpt", help="checkpoint save/restore benchmark (blocking pause, commit latency, exposure)",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,6 +51,7 @@ def register(sub) -> None:
                    help="restore: plain (default) or a host-memory iobench.gds reader: cpu")
     add_json_flag(p)
     add_progress_flag(p)
+    add_set_flag(p)   # --set ckpt.KEY=VALUE: any CkptConfig field (e.g. ckpt.keep_every=10), after the flags
     p.set_defaults(func=run)
 
 
@@ -60,8 +61,25 @@ def _rate(v, field):
     return parse_rate(v, field)
 
 
+def _overrides(args) -> dict:
+    """``--set ckpt.KEY=VALUE``; any other section is refused (exit 2), as for every command."""
+    from ..config import set_overrides
+
+    section = dict(set_overrides(args.set, ("ckpt",), f"iobench ckpt {args.action}").get("ckpt", {}))
+    for k in ("durable_bw", "local_bw"):
+        if k in section:
+            section[k] = _rate(section[k], f"ckpt.{k}")
+    return section
+
+
 def run(args) -> int:
+    overrides = _overrides(args)
     if args.action == "restore":
+        if overrides:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"ckpt.{next(iter(overrides))}", "is a save setting: `ckpt restore` reads flags only",
+                              "drop --set, or give the restore flags (--durable, --local, --ranks, ...)")
         return run_restore(args)
     import os
     from dataclasses import replace
@@ -76,13 +94,16 @@ def run(args) -> int:
     from ..dist.launch import collect, start
     from ..checkpointing.world import merge_save_ranks
 
-    cfg = CkptConfig(preset=args.preset, params=args.params, recipe=args.recipe, tp=args.tp, pp=args.pp, dp=args.dp,
-                     zero_stage=args.zero_stage, ranks=args.ranks, scale=args.scale, count=args.count,
-                     interval_ms=args.interval_ms, mode=args.mode, policy=args.policy, queue_depth=args.queue_depth,
-                     local=args.local, durable=args.durable, endpoint_url=args.endpoint_url,
-                     keep_local=args.keep_local, keep_durable=args.keep_durable,
-                     durable_bw=_rate(args.durable_bw, "--durable-bw"), local_bw=_rate(args.local_bw, "--local-bw"),
-                     fsync=not args.no_fsync, seed=args.seed, fail_at=tuple(args.fail_at))
+    from ..config import build
+
+    flags = dict(preset=args.preset, params=args.params, recipe=args.recipe, tp=args.tp, pp=args.pp, dp=args.dp,
+                 zero_stage=args.zero_stage, ranks=args.ranks, scale=args.scale, count=args.count,
+                 interval_ms=args.interval_ms, mode=args.mode, policy=args.policy, queue_depth=args.queue_depth,
+                 local=args.local, durable=args.durable, endpoint_url=args.endpoint_url,
+                 keep_local=args.keep_local, keep_durable=args.keep_durable,
+                 durable_bw=_rate(args.durable_bw, "--durable-bw"), local_bw=_rate(args.local_bw, "--local-bw"),
+                 fsync=not args.no_fsync, seed=args.seed, fail_at=tuple(args.fail_at))
+    cfg = build(CkptConfig, {**flags, **overrides}, "ckpt")
     cfg.spec()   # validate the layout before touching storage
     world = detect_world()
     if world.size > 1 and cfg.local:

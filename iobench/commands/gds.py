@@ -95,7 +95,7 @@ def run_bench(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..config import build, deep_merge, parse_set, to_dict
+    from ..config import build, deep_merge, set_overrides, to_dict
     from ..gds import GdsFallbackWarning
     from ..gds.bench import TABLE_COLUMNS, GdsBenchConfig, table_rows
     from ..gds.bench import run_bench as bench
@@ -108,12 +108,7 @@ def run_bench(args) -> int:
              "probe_timeout_s": parse_duration(args.timeout, "--timeout", allow_zero=False)}
     if args.max_seconds:
         flags["max_seconds"] = parse_duration(args.max_seconds, "--max-seconds", allow_zero=False)
-    overrides = parse_set(args.set).get("gds", {})
-    unknown = set(parse_set(args.set)) - {"gds"}
-    if unknown:
-        from ..errors import ConfigError
-
-        raise ConfigError("--set", f"unknown section {sorted(unknown)[0]!r}", "use --set gds.KEY=VALUE")
+    overrides = set_overrides(args.set, ("gds",), "iobench gds bench").get("gds", {})
     cfg = build(GdsBenchConfig, deep_merge({k: v for k, v in flags.items() if v is not None}, overrides), "gds")
     results = Results(command="gds bench", config=to_dict(cfg))
     console = Console(stderr=True)

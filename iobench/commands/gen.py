@@ -37,7 +37,7 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    from ..config import deep_merge, load_workload, parse_set
+    from ..config import deep_merge, load_workload, set_overrides
     from ..generate import GenSpec
 
     section: dict = {}
@@ -45,12 +45,7 @@ def spec_from_args(args):
         section = dict(load_workload(args.workload).get("gen") or {})
     flags = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
     section = deep_merge(section, flags)
-    overrides = parse_set(args.set)
-    for key in overrides:
-        if key != "gen":
-            from ..errors import ConfigError
-
-            raise ConfigError("--set", f"section {key!r} is not read by `iobench gen`", "use --set gen.KEY=VALUE")
+    overrides = set_overrides(args.set, ("gen",), "iobench gen")
     section = deep_merge(section, overrides.get("gen", {}))
     return GenSpec.from_mapping(section, "gen")
 

@@ -79,6 +79,8 @@ def register(sub) -> None:
     p.add_argument("--validate", action="store_true",
                    help="with --recommend: measure depth 1, rec/2, rec, 2*rec and workers +-1 around it")
     p.add_argument("--analyze", action="store_true", help="synthetic / warm / cold passes: prep vs fetch stall")
+    p.add_argument("--verify-checksums", action="store_true",
+                   help="check each shard's manifest checksum as it is read (cost in metrics.verify_checksums)")
     p.add_argument("--tiers", metavar="FILE", help="read through storage tiers (iobench.tiers) described in FILE")
     p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
                    help="with --tiers: how shards reach the fast tier (default ondemand)")
@@ -90,17 +92,14 @@ def register(sub) -> None:
 
 
 def build_config(args):
-    from ..config import build, deep_merge, load_workload, parse_set
+    from ..config import build, deep_merge, load_workload, set_overrides
     from ..errors import ConfigError
     from ..loader.core import LoadConfig
 
     section: dict = {}
     if args.workload:
         section = dict(load_workload(args.workload).get("load") or {})
-    overrides = parse_set(args.set)
-    for key in overrides:
-        if key != "load":
-            raise ConfigError("--set", f"section {key!r} is not read by `iobench load`", "use --set load.KEY=VALUE")
+    overrides = set_overrides(args.set, ("load",), "iobench load")
     if args.staging and not args.tiers:
         raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
     section = deep_merge(section, overrides.get("load", {}))
@@ -119,6 +118,8 @@ def build_config(args):
         section["decode"] = True
     if args.odirect:
         section["odirect"] = True
+    if args.verify_checksums:
+        section["verify_checksums"] = True
     if args.compute is not None:
         section["compute"] = args.compute
     elif args.compute_ms is not None:

@@ -77,7 +77,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..config import parse_set
+    from ..config import set_overrides
     from ..errors import ConfigError
     from ..results import Results
     from ..units import parse_size
@@ -85,10 +85,8 @@ def run(args) -> int:
     from ..probe.summary import table
 
     size_cap = parse_size(args.size, "--size")
-    overrides = parse_set(args.set)
-    for section in overrides:
-        if section not in PROBES:
-            raise ConfigError("--set", f"unknown section {section!r}", "use one of: " + ", ".join(PROBES))
+    read = PROBES if args.probe == "all" else (args.probe,)
+    overrides = set_overrides(args.set, read, f"iobench probe {args.probe}")
     if args.probe == "all":
         targets = [parse_target(u, i) for i, u in enumerate(args.urls)]
         names = [t.tier for t in targets]

@@ -57,6 +57,7 @@ class LoadConfig:
     timeout_rate: float = 0.0
     slot_bytes: int = 0               # 0: sized from the manifest
     odirect: bool = False             # local files: O_DIRECT reads (bypass the page cache)
+    verify_checksums: bool = False    # check each shard's manifest checksum as it is read (iobench.loader.verifying)
     read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating
     access: str = "auto"              # map | stream | block | auto (raw, files -> map; others -> stream)
     stream_read_size: str = "64KiB"   # stream: whole samples per piece of a shard's streamed read
@@ -281,6 +282,13 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                                concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+    if cfg.verify_checksums and not synthetic:
+        from .verifying import VerifyingSource
+
+        source = VerifyingSource(source)
+        if schedule.access == "map":
+            warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "
+                            "per-sample ranges")
     if cfg.odirect and not synthetic:
         _check_odirect(backend, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
@@ -433,6 +441,8 @@ _UNTIL_STABLE_STEPS = 20_000
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
+    from .verifying import merge_verify
+
     cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
     warnings = list(st.warnings)
     steps = len(rec.waits)
@@ -527,6 +537,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                    "start_s": rec.start_s},
         "system": rec.system,
         "pickled_batches": rec.overflow,
+        "verify_checksums": merge_verify([rec.done[w].get("source") or {} for w in sorted(rec.done)]),
         # What the block device read for these requests (read-ahead makes it more); None off local disks.
         "device_io": rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
     }

@@ -363,7 +363,7 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     starts = _shard_starts(m)
     ranges = _Ranges(source, reader)
     fixed = _fixed(reader, m)
-    rows_reader = getattr(source, "read_rows", None)
+    rows_reader = getattr(source, "read_records", None)
     k_base = 0
     for plan in job.plans:
         off = 0
@@ -383,13 +383,12 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                     out = np.empty((bs, fixed[1]), dtype=np.uint8)
                     shard_of = np.searchsorted(starts, ids, side="right") - 1
                     io_s, requests = 0.0, 0
-                    if rows_reader is not None:   # the source reads a shard's rows in one call
-                        for s in np.unique(shard_of).tolist():
-                            sh = m.shards[s]
-                            rows = np.flatnonzero(shard_of == s)
-                            offs = (fixed[0] + (ids[rows] - sh.first_sample) * fixed[1]).tolist()
+                    if rows_reader is not None:   # the source reads a shard's records in one call
+                        by = np.argsort(shard_of, kind="stable")
+                        for rows in np.split(by, np.flatnonzero(np.diff(shard_of[by])) + 1):
+                            sh = m.shards[int(shard_of[rows[0]])]
                             t1 = now_ns()
-                            requests += rows_reader(sh, offs, fixed[1], out, rows.tolist())
+                            requests += rows_reader(sh, fixed[0], fixed[1], ids[rows] - sh.first_sample, out, rows)
                             io_s += (now_ns() - t1) / 1e9
                     else:
                         for j, (sid, s) in enumerate(zip(ids.tolist(), shard_of.tolist())):

@@ -56,6 +56,12 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
     out: dict[str, tuple[float, float]] = {}
     if not isinstance(metrics, dict):
         return out
+    # the loader's block: intervals.stall_ratio, intervals.batch_wait_p99_s -> batch_wait_s.p99
+    for name, iv in (metrics.get("intervals") or {}).items() if isinstance(metrics.get("intervals"), dict) else ():
+        if isinstance(iv, dict) and data.is_number(iv.get("low")):
+            high = iv["high"] if data.is_number(iv.get("high")) else float("inf")  # no upper bound yet
+            base = f"{name[: -len('_p99_s')]}_s.p99" if name.endswith("_p99_s") else name
+            out[f"{prefix}{base}"] = (float(iv["low"]), float(high))
     for k, v in metrics.items():
         path = f"{prefix}{k}"
         if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and data.ci_pair(v):
@@ -74,7 +80,8 @@ def compare(a: dict, b: dict) -> list[Row]:
     ma, mb = a.get("metrics", {}) or {}, b.get("metrics", {}) or {}
     fa, fb = data.flat_numbers(ma), data.flat_numbers(mb)
     ia, ib = intervals(ma), intervals(mb)
-    paths = [p for p in dict.fromkeys([*fa, *fb]) if not any(p.startswith(c) for c in
+    # the intervals are shown beside the numbers they bound, not as rows of their own
+    paths = [p for p in dict.fromkeys([*fa, *fb]) if not p.startswith("intervals.") and not any(p.startswith(c) for c in
                                                            (*(f"{k}_ci" for k in ia), *(f"{k}_ci" for k in ib)))]
     return [Row(p, fa.get(p), fb.get(p), ia.get(p), ib.get(p)) for p in paths]
 
@@ -139,7 +146,8 @@ def with_ci(path: str, v: float | None, ci: tuple[float, float] | None) -> str:
         return "-"
     if ci is None:
         return fmt(path, v)
-    return f"{fmt(path, v)} [{fmt(path, ci[0])}, {fmt(path, ci[1])}]"
+    hi = "no upper bound yet" if ci[1] == float("inf") else fmt(path, ci[1])
+    return f"{fmt(path, v)} [{fmt(path, ci[0])}, {hi}]"
 
 
 def change(r: Row) -> str:

@@ -39,7 +39,7 @@ def plain(v: float) -> str:
         return f"{v:,.0f}"
     if a >= 1e-4:
         return f"{v:.4g}"
-    return f"{v:.2e}"
+    return f"{v:.9f}".rstrip("0")
 
 
 def format_value(name: str, v) -> str:

@@ -274,7 +274,9 @@ def _is_load(doc: dict) -> bool:
 
 
 def _ci(m: dict, key: str) -> tuple[float, float] | None:
-
+    iv = (m.get("intervals") or {}).get(key) if isinstance(m.get("intervals"), dict) else None
+    if isinstance(iv, dict) and data.is_number(iv.get("low")) and data.is_number(iv.get("high")):
+        return float(iv["low"]), float(iv["high"])
     return data.ci_pair(m.get(f"{key}_ci95")) or data.ci_pair(m.get(f"{key}_ci"))
 
 

@@ -16,7 +16,7 @@ A tier without ``capacity`` is unbounded and is never evicted from (the source o
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..config import build, check_choice, load_yaml_file, nearest
 from ..errors import ConfigError
@@ -125,9 +125,6 @@ class TiersConfig:
             if t.name == name:
                 return t
         raise ConfigError(field_name, f"no tier named {name!r}", nearest(name, self.names))
-
-    def with_tier(self, spec: TierSpec) -> "TiersConfig":
-        return replace(self, tiers=tuple(spec if t.name == spec.name else t for t in self.tiers))
 
     def describe(self) -> dict:
         return {"catalog": self.catalog, "concurrency": self.concurrency, "retries": self.retries,

@@ -419,10 +419,6 @@ class TierManager:
                     pass
         return dict(out)
 
-    def promote(self, ds: DatasetRef, shard: ShardEntry, to: str) -> str:
-        """Copy a shard up into a hotter tier (the same as staging it)."""
-        return self.stage_shard(ds, shard, to)
-
     def demote(self, ds: DatasetRef, shard: ShardEntry, frm: str, to: str) -> str:
         """Move a copy from ``frm`` down to ``to``: copy, verify, record, then drop it from ``frm``."""
         status = self.stage_shard(ds, shard, to)
@@ -500,7 +496,3 @@ class TierManager:
         with self._lock:
             return {"bytes_by_tier_pair": dict(self.bytes_by_pair), "evictions": self.evictions,
                     "refetches": self.refetches, "retries": self.retries}
-
-
-def open_manager(config: TiersConfig, **kw) -> TierManager:
-    return TierManager(config, **kw).open()

@@ -1,0 +1,69 @@
+"""`iobench check TARGET --step-time 180ms --batch-size 256 --workers 8`: will this storage stall training?"""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_storage_option_flag
+
+    p = sub.add_parser("check", help="will this storage stall training? one verdict from your step time, "
+                                     "batch and workers (exit 1 over --max-stall)",
+                       description="Generate a synthetic dataset under TARGET (or use --dataset URL), measure what "
+                                   "storage + loader deliver, then load with your step time, batch and workers.  The "
+                                   "first line is the verdict: stall with its interval, bandwidth delivered vs "
+                                   "needed, the prefetch depth and host memory that suffice.  Generated data is "
+                                   "removed at the end.")
+    p.add_argument("target", nargs="?", metavar="TARGET", help="directory or URL to test (a fresh "
+                                                                "iobench-check-XXXX prefix is created and removed)")
+    p.add_argument("--dataset", metavar="URL", help="your dataset instead (needs a manifest: `iobench index`)")
+    p.add_argument("--step-time", required=True, metavar="DURATION", help="your training step time, e.g. 180ms")
+    p.add_argument("--batch-size", "-B", type=int, default=32, help="samples per batch (32)")
+    p.add_argument("--workers", "-W", type=int, default=2, help="loader worker processes (2)")
+    p.add_argument("--prefetch", "-Q", type=int, default=2, help="prefetch slots (2)")
+    p.add_argument("--steps", type=int, default=60, help="measured steps (60; more narrows the interval)")
+    p.add_argument("--sample-size", default="128KiB", metavar="SIZE", help="synthetic sample size (128KiB)")
+    p.add_argument("--samples", type=int, metavar="N", help="synthetic dataset size in samples (default: one pass)")
+    p.add_argument("--format", default="raw", help="synthetic dataset format: raw | tar | parquet | tfrecord | files")
+    p.add_argument("--cache", default="as-is", choices=("cold", "warm", "as-is"), help="page cache before loading")
+    p.add_argument("--max-stall", type=float, metavar="R", help="exit 1 when the stall exceeds R (e.g. 0.05)")
+    add_endpoint_flag(p)
+    add_storage_option_flag(p)
+    add_progress_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import sys
+
+    from ..check import CheckConfig, run_check
+    from ..cli import want_progress
+    from ..results import Results
+    from ..storage import parse_storage_options
+    from ..units import parse_duration, parse_size
+
+    cfg = CheckConfig(step_s=parse_duration(args.step_time, "--step-time"), batch_size=args.batch_size,
+                      workers=args.workers, prefetch=args.prefetch, steps=args.steps, target=args.target,
+                      dataset=args.dataset, sample_bytes=parse_size(args.sample_size, "--sample-size"),
+                      samples=args.samples, format=args.format, cache=args.cache, max_stall=args.max_stall)
+    so = parse_storage_options(args.storage_option) or None
+
+    def say(msg: str) -> None:
+        sys.stderr.write(msg + "\n")
+
+    m = run_check(cfg, endpoint_url=args.endpoint_url, storage_options=so, progress=want_progress(args), say=say)
+    warnings = m.pop("warnings")
+    res = Results(command="check", config={k: v for k, v in vars(cfg).items()}, metrics=m)
+    for w in warnings:
+        res.warn(w)
+    if args.json:
+        res.write(args.json)
+    print(m["verdict"])
+    if m["passed"] is not None:
+        print(f"{'pass' if m['passed'] else 'FAIL'}: data stall ≤ {cfg.max_stall:.2%} — stall_ratio = "
+              f"{m['stall_ratio']:.2%}")
+    for w in warnings:
+        say(f"warning: {w}")
+    if args.json and args.json != "-":
+        print(f"results: {args.json}")
+    return 0 if m["passed"] in (None, True) else 1
