@@ -47,6 +47,27 @@ class TokenShards:
         return torch.from_numpy(np.frombuffer(b, dtype=self.dtype).copy())
 
 
+def cgroup_read_bytes(spec: dict) -> int | None:
+    """The cgroup's bytes read from the device (v1 blkio / v2 io.stat), as iobench.blockdev reads them."""
+    cg = spec.get("cgroup")
+    if not cg:
+        return None
+    kind, path, devno = cg
+    try:
+        if kind == "v1":
+            with open(os.path.join(path, "blkio.throttle.io_service_bytes")) as f:
+                return sum(int(p[2]) for p in (ln.split() for ln in f) if len(p) == 3 and p[0] == devno
+                           and p[1] == "Read")
+        with open(os.path.join(path, "io.stat")) as f:
+            for ln in f:
+                p = ln.split()
+                if p and p[0] == devno:
+                    return int(dict(kv.split("=", 1) for kv in p[1:]).get("rbytes", 0))
+    except OSError:
+        return None
+    return 0
+
+
 def consume(it, steps: int, compute_s: float, nbytes) -> dict:
     wait, comp, t_s = [], [], []
     samples = total_bytes = 0
@@ -103,7 +124,13 @@ def wds_stream(spec: dict) -> dict:
 def main() -> None:
     spec = json.loads(sys.argv[1])
     t0 = time.perf_counter()
-    out = {"torch-map": torch_map, "wds-stream": wds_stream}[spec["kind"]](spec)
+    fn = {"torch-map": torch_map, "wds-stream": wds_stream}[spec["kind"]]
+    if spec["kind"] == "torch-map":
+        import torch  # noqa: F401 — imported before the device counter starts: its libraries are not the data
+    before = cgroup_read_bytes(spec)
+    out = fn(spec)
+    after = cgroup_read_bytes(spec)
+    out["device_bytes_read"] = after - before if None not in (before, after) else None
     out["process_s"] = time.perf_counter() - t0
     print(json.dumps(out))
 

@@ -5,7 +5,7 @@
    prefix that is removed at the end (nothing else is touched).
 2. The load the user trains with: their step time, workers, batch and prefetch depth; the
    loader's stall with its interval, and its workers/depth advice (``recommend``).
-   What storage + loader can deliver is W x batch bytes / mean batch service time (storage +
+   What storage + loader can deliver is W x batch bytes / median batch service time (storage +
    prep per batch, measured at the workers); what training needs is batch bytes / step time.
 3. The verdict first: ``at 180 ms/step, batch 256, 8 workers: stall 0.4% (±0.2 pp), storage
    delivers 2.1 GiB/s of the 0.6 GiB/s you need; prefetch depth 3 is enough (host memory 1.5 GiB)``.
@@ -103,9 +103,11 @@ def run_check(cfg: CheckConfig, *, endpoint_url: str | None = None, storage_opti
         run = run_load(load_cfg, storage_options, progress=progress)
         metrics = dict(run.metrics)
         metrics["prefetch_recommendation"] = recommend(metrics, cfg.step_s)
-        # What storage + loader can deliver: each worker produces a batch per mean service time
-        # (storage + prep, measured at the worker), all workers in parallel.
-        svc = (metrics.get("batch_service_s") or metrics.get("batch_io_s") or {}).get("mean")
+        # What storage + loader can deliver: each worker produces a batch per median service time
+        # (storage + prep, measured at the worker), all workers in parallel.  The median, not the
+        # mean: one slow batch in a short run (a page-fault storm, an epoch boundary) would halve
+        # a mean; the tail is what the prefetch depth below is for.
+        svc = (metrics.get("batch_service_s") or metrics.get("batch_io_s") or {}).get("p50")
         capacity = cfg.workers * (metrics.get("batch_bytes") or 0) / svc if svc else None
         need = (metrics.get("batch_bytes") or 0) / cfg.step_s
         out = {"verdict": verdict_line(cfg, metrics, capacity), "stall_ratio": metrics["stall_ratio"],

@@ -629,6 +629,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
         except BaseException as e:
             # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
             _remove_quietly(backend, [p.path for p in plans] + [p.path + ".index" for p in plans])
+            _remove_shard_temp_files(backend)   # a writer killed mid-shard leaves its temp file behind
             if previous:
                 _remove_temp_files(backend, previous)
                 if not _remove_files(backend, previous)[1]:
@@ -659,6 +660,24 @@ def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) ->
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     write_manifest(backend, manifest)
     return manifest
+
+
+def gen_metrics(manifest: Manifest, stats: dict, hosts: list[str] | None = None) -> dict:
+    """The `gen` results' metrics, the same wherever a dataset is generated (`iobench gen`, the suite).
+
+    Bytes and samples are the manifest's (what was published); seconds from the generator's
+    own clock; with ``hosts`` (several ranks), the world view of ``merge_gen_ranks``."""
+    secs = max(stats["seconds"], 1e-9)
+    m = {"seconds": stats["seconds"], "bytes": manifest.total_bytes, "samples": manifest.total_samples,
+         "shards": len(manifest.shards),
+         "throughput": {"bytes_per_s": manifest.total_bytes / secs, "samples_per_s": manifest.total_samples / secs},
+         "workers": stats.get("workers"),
+         "leftover_temp_files_removed": stats.get("leftover_temp_files_removed", 0)}
+    if hosts is not None and stats.get("per_rank"):
+        m["world"] = merge_gen_ranks(stats["per_rank"], hosts)["world"]
+        if "setup_s" in stats:
+            m["setup_s"] = stats["setup_s"]
+    return m
 
 
 def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:

@@ -69,6 +69,14 @@ def test_gate_on_take_vs_release():
     assert r.ready_s == (1.0, 3.0, 5.0)
 
 
+def test_workers_that_start_before_the_clock_are_not_held_to_it():
+    # the consumer's clock starts once every worker is up; a worker that began 1 s earlier is 1 s ahead
+    sch = Schedule(round_robin(2, 2), lag=2, gate_on="take", gate_at="start")
+    r = simulate(sch, [2.0, 2.0], [0.5, 0.5], start_s=[-1.0, 0.0])
+    assert r.ready_s == (1.0, 2.0)
+    assert r.wait_s == (1.0, 0.5)
+
+
 def test_bandwidth_stall_formula():
     # 4.2 MB batch at 50 MiB/s is 80 ms; 64 ms compute -> 20 % stall
     assert bandwidth_stall(0.064, 4.2e6, 50 * 2**20) == pytest.approx(1 - 0.064 / (4.2e6 / (50 * 2**20)))

@@ -88,3 +88,21 @@ def test_killed_load_takes_its_workers(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_dead_writer_fails_gen_with_exit_1_and_cleans_up(tmp_path):
+    out = tmp_path / "ds"
+    cmd = [PY, "-m", "iobench.cli", "gen", "--num-samples", "200000", "--seq-len", "512", "--shard-size", "4MiB",
+           "--workers", "2", "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        kids = _children_when(proc, 2)
+        os.kill(kids[-1].pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert "died" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (out / "manifest.json").exists()
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp") or n.endswith(".bin")], os.listdir(out)

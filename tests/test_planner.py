@@ -119,3 +119,34 @@ def test_cli_plan_from_a_run_json_searches_its_stage_files(tmp_path):
                  "--json", str(out)]) == 0
     p = json.loads(out.read_text())["metrics"]["plan"]
     assert p["inputs"]["p99_io_time"] == 0.61 and p["outputs"]["depth_min"] == 4
+
+
+def test_retention_counts_completed_intervals_only():
+    from iobench.planner.checkpoint import retention
+
+    # 2611.93 intervals: 2611 checkpoints were written (a partial interval writes none)
+    r = retention(run_s=2611.93 * 600, interval_s=600, ckpt_bytes=1e9, keep_last=3, archive_every=100)
+    assert r.checkpoints == 2611 and r.archived == 26 and r.total_written_bytes == 2611e9
+    assert retention(run_s=1200.0, interval_s=600, ckpt_bytes=1.0, keep_last=3).checkpoints == 2   # exact: both
+    assert retention(run_s=599.0, interval_s=600, ckpt_bytes=1.0, keep_last=3).footprint_bytes == 0
+
+
+@pytest.mark.parametrize("recipe, bpp", [("bf16-mixed-adam", 14), ("fp16-adam", 10), ("fp32-adam", 12),
+                                         ("fp16-mixed-adam", 14), ("bf16-weights", 2)])
+def test_one_recipe_vocabulary_for_params_and_presets(recipe, bpp):
+    from iobench.checkpointing import state
+    from iobench.planner.models import plan
+
+    by_params = plan("checkpoint-size", {"params": 1e9, "recipe": recipe})["outputs"]
+    assert by_params["bytes_per_param"] == bpp == state.bytes_per_param(recipe)
+    by_preset = plan("checkpoint-size", {"preset": "qwen3-8b", "recipe": recipe})["outputs"]
+    assert by_preset["bytes_per_param"] == bpp
+
+
+def test_unknown_recipe_same_message_on_both_paths():
+    from iobench.errors import ConfigError
+    from iobench.planner.models import plan
+
+    for inputs in ({"params": 1e9, "recipe": "bf16-adam"}, {"preset": "qwen3-8b", "recipe": "bf16-adam"}):
+        with pytest.raises(ConfigError, match=r"--set recipe: unknown recipe 'bf16-adam'.*bf16-mixed-adam 14 B/param.*fp16-adam 10 B/param"):
+            plan("checkpoint-size", inputs)

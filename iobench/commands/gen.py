@@ -54,7 +54,7 @@ def run(args) -> int:
     import sys
 
     from ..dist import detect_world
-    from ..generate import generate, merge_gen_ranks
+    from ..generate import gen_metrics, generate
     from ..results import Results
     from ..units import format_bytes, format_rate
 
@@ -74,17 +74,8 @@ def run(args) -> int:
     # ru_maxrss is in KiB on Linux; RUSAGE_CHILDREN reports the largest finished writer process.
     peak_parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     peak_child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    metrics = {
-        "seconds": stats["seconds"], "bytes": manifest.total_bytes, "samples": manifest.total_samples,
-        "shards": len(manifest.shards),
-        "throughput": {"bytes_per_s": manifest.total_bytes / secs, "samples_per_s": manifest.total_samples / secs},
-        "workers": stats["workers"],
-        "leftover_temp_files_removed": stats.get("leftover_temp_files_removed", 0),
-        "peak_rss_bytes": {"parent": peak_parent, "largest_writer": peak_child or None},
-    }
-    if world.size > 1:
-        metrics["world"] = merge_gen_ranks(stats["per_rank"], world.hosts)["world"]
-        metrics["setup_s"] = stats["setup_s"]
+    metrics = gen_metrics(manifest, stats, world.hosts if world.size > 1 else None)
+    metrics["peak_rss_bytes"] = {"parent": peak_parent, "largest_writer": peak_child or None}
     print(f"wrote {manifest.total_samples} {spec.modality} samples in {len(manifest.shards)} {spec.format} shards "
           f"({format_bytes(manifest.total_bytes)}) to {args.out} in {secs:.2f} s "
           f"({format_rate(manifest.total_bytes / secs)}) with {stats['workers']} "

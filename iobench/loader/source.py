@@ -233,7 +233,7 @@ class BackendSource:
         if self.backend is None:
             self.open()
         n = len(rows)
-        if not (self.backend.inner is self.backend.base and self.backend.protocol in ("file", "memory")):
+        if not (self.backend.inner is self.backend.base and self.backend.supports_pread):
             for r, x in zip(rows.tolist(), np.asarray(indices).tolist()):
                 out[r] = np.frombuffer(self.read_range(shard, first + x * length, length), dtype=np.uint8)
             return n

@@ -10,14 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Bytes per parameter of common training-state recipes (weights, FP32 master, optimizer, grads).
-RECIPES: dict[str, dict[str, float]] = {
-    "bf16-adam": {"weights": 2, "master": 4, "optimizer": 8, "grads": 0},      # 14 B/param, the seed's default
-    "fp16-adam-no-master": {"weights": 2, "master": 0, "optimizer": 8, "grads": 0},   # 10 B/param
-    "bf16-adam-with-grads": {"weights": 2, "master": 4, "optimizer": 8, "grads": 2},  # 16 B/param
-    "fp32-adam": {"weights": 4, "master": 0, "optimizer": 8, "grads": 0},      # 12 B/param
-    "weights-bf16": {"weights": 2, "master": 0, "optimizer": 0, "grads": 0},
-}
+# Recipe names (bf16-mixed-adam, fp16-adam, ...) live in one place, the checkpoint engine's
+# ``iobench.checkpointing.state.RECIPES``: the planner's params= path and its preset path
+# read the same table, so a name means the same bytes per parameter everywhere.
 
 
 def bytes_per_param(weights: float = 2, master: float = 4, optimizer: float = 8, grads: float = 0) -> float:
@@ -217,10 +212,10 @@ class Retention:
 def retention(run_s: float, interval_s: float, ckpt_bytes: float, keep_last: int, archive_every: int = 0,
               archive_extra_bytes: float = 0.0, epoch_bytes: float | None = None) -> Retention:
     """What a run writes in checkpoints, what a keep-last-K policy holds, and what an archive keeps."""
-    n = int(round(run_s / interval_s))
+    n = int(math.floor(run_s / interval_s + 1e-9))   # one per *completed* interval: a partial one writes none
     archived = n // archive_every if archive_every else 0
     total = n * ckpt_bytes
-    return Retention(n, total, keep_last * ckpt_bytes, archived, archived * ckpt_bytes + archive_extra_bytes,
+    return Retention(n, total, min(keep_last, n) * ckpt_bytes, archived, archived * ckpt_bytes + archive_extra_bytes,
                      total / epoch_bytes if epoch_bytes else None)
 
 

@@ -106,7 +106,8 @@ def simulate(schedule: Schedule, io_s: Sequence[float], compute_s: Sequence[floa
     # batches < k: produce k, then consume k (the consumer takes batches in order).
     for k in range(n):
         w = schedule.owner[k]
-        gate = gate_times[k - lag] if k >= lag else 0.0
+        # No gate for the first `lag` batches (not even the clock start: workers may begin before it).
+        gate = gate_times[k - lag] if k >= lag else -math.inf
         if schedule.gate_at == "start":
             done = max(free[w], gate) + io_s[k]
         else:

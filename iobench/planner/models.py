@@ -191,14 +191,16 @@ def _m_cache(x):
 
 
 def _m_checkpoint_size(x):
-    from .checkpoint import RECIPES, bytes_per_param, checkpoint_size, zero_rank_bytes
+    from .checkpoint import checkpoint_size, zero_rank_bytes
+
+    from iobench.checkpointing import state   # the one recipe table, for presets and params= alike
 
     out: dict = {}
+    if x["recipe"] and x["recipe"] not in state.RECIPES:
+        # a nearest-name guess could name a recipe of other bytes per parameter: list them all
+        raise ConfigError("--set recipe", f"unknown recipe {x['recipe']!r}",
+                          "known: " + ", ".join(f"{r} {state.bytes_per_param(r)} B/param" for r in state.RECIPES))
     if x["preset"]:
-        try:
-            from iobench.checkpointing import state
-        except ImportError:  # pragma: no cover - the checkpoint package ships with iobench
-            raise ConfigError("--set preset", "presets need iobench.checkpointing", "give params instead") from None
         spec = state.preset(x["preset"], recipe=x["recipe"] or None)
         total = state.checkpoint_bytes(spec)
         out.update({"params": spec.params, "bytes_per_param": spec.bytes_per_param, "checkpoint_bytes": total,
@@ -207,9 +209,7 @@ def _m_checkpoint_size(x):
         if not x["params"]:
             raise ConfigError("--set params", "is required without a preset", "give e.g. params=8e9 or preset=qwen3-8b")
         if x["recipe"]:
-            if x["recipe"] not in RECIPES:
-                raise ConfigError("--set recipe", f"unknown recipe {x['recipe']!r}", nearest(x["recipe"], RECIPES))
-            bpp = bytes_per_param(**RECIPES[x["recipe"]])
+            bpp = state.bytes_per_param(x["recipe"])
         else:
             bpp = x["bytes_per_param"]
         total = checkpoint_size(x["params"], bpp)
@@ -430,7 +430,8 @@ MODELS: dict[str, Model] = {m.name: m for m in [
     Model("checkpoint-size", "checkpoint size from a state spec (params × bytes/param, or a preset)", (
         Param("params", "float", 0.0, "parameter count"),
         Param("bytes_per_param", "float", 14.0, "bytes per parameter (BF16 weights + FP32 master + Adam = 14)"),
-        Param("recipe", "str", "", "precision recipe name (overrides bytes_per_param)"),
+        Param("recipe", "str", "", "precision recipe (overrides bytes_per_param): bf16-mixed-adam 14, "
+              "fp16-mixed-adam 14, fp16-adam 10, fp32-adam 12, bf16-weights 2 B/param"),
         Param("preset", "str", "", "model preset from iobench.checkpointing.state (e.g. qwen3-8b)"),
         Param("ranks", "int", 1, "ranks the state is sharded over")), _m_checkpoint_size),
     Model("storm", "checkpoint storm: every replica writes (replicated) vs 1/R each (sharded)", (

@@ -55,7 +55,7 @@ class ProbeArea:
              storage_options: dict | None = None, field_name: str = "url") -> "ProbeArea":
         backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options,
                                field_name=field_name, check=True)
-        if backend.protocol not in ("file", "s3"):
+        if not (backend.is_local or backend.speaks_s3):
             raise ConfigError(field_name, f"cannot probe {backend.protocol}:// storage",
                               "give a local directory or s3://bucket/prefix")
         area = cls(backend=backend, size_cap=size_cap, force=force)

@@ -175,8 +175,10 @@ def read_with_loader(url: str, manifest: Manifest, cfg: SmallFilesConfig, storag
     """Read every sample once through iobench's loader (W worker processes, prefetch, no compute)."""
     from ..loader.core import LoadConfig, run_load
 
-    lc = LoadConfig(dataset=url, workers=cfg.workers, prefetch=4, batch_size=cfg.batch_size, epochs=1,
-                    shuffle=True, seed=cfg.seed, cache="as-is", endpoint_url=endpoint_url)
+    # a small dataset still fills one whole batch (the loader measures whole batches only)
+    lc = LoadConfig(dataset=url, workers=cfg.workers, prefetch=4,
+                    batch_size=min(cfg.batch_size, manifest.total_samples), epochs=1, shuffle=True,
+                    seed=cfg.seed, cache="as-is", endpoint_url=endpoint_url)
     m = run_load(lc, storage_options=storage_options, manifest=manifest).metrics
     tp = m["throughput"]
     # Worker busy time (read + parse + collate, without waiting for free slots) per sample is the

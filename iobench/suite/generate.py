@@ -20,7 +20,7 @@ SUITE_SPECS = {
 
 def suite_stage(ctx) -> dict:
     """`iobench run` stage: tokens and images in every format, locally and on S3, each verified."""
-    from ..generate import GenSpec, generate
+    from ..generate import GenSpec, gen_metrics, generate
     from ..results import Results
     from ..units import format_bytes
     from ..verify import verify_dataset
@@ -42,12 +42,10 @@ def suite_stage(ctx) -> dict:
                 rep = verify_dataset(url, endpoint_url=endpoint, storage_options=opts)
                 total += 1
                 ok_count += rep.ok
-                rate = m.total_bytes / max(stats["seconds"], 1e-9)
                 nbytes += m.total_bytes
                 secs += stats["seconds"] + rep.seconds
                 per_dataset[f"{location}/{name}"] = {
-                    "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
-                    "seconds": stats["seconds"], "throughput": {"bytes_per_s": rate},
+                    **gen_metrics(m, stats),
                     "verify": {"ok": rep.ok, "seconds": rep.seconds,
                                "first_bad": str(rep.first_bad) if rep.first_bad else None}}
                 if not rep.ok:

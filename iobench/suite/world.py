@@ -103,7 +103,7 @@ def _write(world, results, metrics, merge_fn, path: Path, files: list[Path]) -> 
 
 
 def _generate(world, base, local_tmp, out_dir, state, rows, files, config) -> dict:
-    from ..generate import GenSpec, generate, merge_gen_ranks
+    from ..generate import GenSpec, gen_metrics, generate
     from ..results import Results
     from ..units import format_bytes, format_rate
 
@@ -116,9 +116,7 @@ def _generate(world, base, local_tmp, out_dir, state, rows, files, config) -> di
     if world.rank != 0:
         return {}
     res = Results(command="gen", config={"gen": spec.resolved(), "out": url}, world=world.describe(),
-                  metrics={"seconds": stats["seconds"], "bytes": manifest.total_bytes,
-                           "samples": manifest.total_samples, "shards": len(manifest.shards),
-                           "world": merge_gen_ranks(stats["per_rank"], world.hosts)["world"]})
+                  metrics=gen_metrics(manifest, stats, world.hosts))
     path = res.write(out_dir / "gen.json")
     files.append(path)
     rate = manifest.total_bytes / max(stats["seconds"], 1e-9)
