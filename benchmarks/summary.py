@@ -54,8 +54,8 @@ def _target(t) -> tuple[float | None, str]:
 def _rows_load(d: dict) -> list[dict]:
     out = []
     for r in d.get("results", []):
-        if "skipped" in r:
-            continue
+        if "skipped" in r or (r.get("ratio") is None and r.get("target") is None):
+            continue   # skipped, or not a ratio row (e.g. fidelity's stall grids)
         t, direction = _target(r.get("target"))
         out.append(_row(r["section"], r.get("ratio"), t, direction, r.get("metric", "")))
     return out
