@@ -16,6 +16,7 @@ import numpy as np
 
 from iobench.errors import StorageError
 from iobench.io.checksum import checksum_of
+from iobench.io.copy import stream_copy
 from iobench.storage import Backend
 
 from .hooks import crashpoint
@@ -61,6 +62,20 @@ def write_buffer(backend: Backend, rel: str, buf: np.ndarray, fsync: bool = True
     return digest, time.perf_counter() - t0
 
 
+def _paced(throttle: RateLimiter | None):
+    """``stream_copy``'s per-chunk hook: the rate cap, and the ``mid_upload`` crash point once,
+    after the first chunk (of the first file, where one hook serves several copies)."""
+    fired = [False]
+
+    def on_chunk(n: int, first: bool) -> None:
+        if throttle is not None:
+            throttle.consume(n)
+        if not fired[0]:
+            fired[0] = True
+            crashpoint("mid_upload")
+    return on_chunk
+
+
 def copy_file(src: Backend, src_rel: str, dst: Backend, dst_rel: str, fsync: bool = True,
               throttle: RateLimiter | None = None) -> float:
     """Copy one committed file between tiers (upload to the durable tier); returns seconds."""
@@ -72,17 +87,7 @@ def copy_file(src: Backend, src_rel: str, dst: Backend, dst_rel: str, fsync: boo
             crashpoint("mid_upload")
         else:
             with src.open(src_rel, "rb") as fin, dst.open_output(dst_rel, fsync=fsync) as fout:
-                first = True
-                while True:
-                    chunk = fin.read(CHUNK)
-                    if not chunk:
-                        break
-                    fout.write(chunk)
-                    if throttle is not None:
-                        throttle.consume(len(chunk))
-                    if first:
-                        crashpoint("mid_upload")
-                        first = False
+                stream_copy(fin, fout, on_chunk=_paced(throttle))
     except StorageError:
         raise
     except OSError as e:
@@ -151,25 +156,14 @@ def copy_files_local(src: Backend, dst: Backend, rels: list[str], fsync: bool = 
     from iobench.io.atomic import fsync_dir
 
     written: list[str] = []
-    first = True
+    on_chunk = _paced(throttle)
     try:
         for rel in rels:
             final = dst.local_path(rel)
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             written.append(final)
             with src.open(rel, "rb") as fin, os.fdopen(fd, "wb", buffering=0) as fout:
-                while True:
-                    chunk = fin.read(CHUNK)
-                    if not chunk:
-                        break
-                    mv = memoryview(chunk)
-                    while mv:
-                        mv = mv[fout.write(mv):]
-                    if throttle is not None:
-                        throttle.consume(len(chunk))
-                    if first:
-                        crashpoint("mid_upload")
-                        first = False
+                stream_copy(fin, fout, on_chunk=on_chunk)
                 if fsync:
                     os.fsync(fout.fileno())
         if fsync and written:

@@ -19,6 +19,7 @@ import errno
 import os
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import IntegrityError
 from ..metrics import now_ns
@@ -131,6 +132,27 @@ def _kernel_copy(src_path: str, f, nbytes: int) -> int:
                 break
             n += got
     return n
+
+
+def stream_copy(fin, fout, *, chunk: int = CHUNK, on_chunk: Callable[[int, bool], None] | None = None) -> int:
+    """Copy an open readable file into an open writable one, ``chunk`` bytes at a time; returns bytes.
+
+    A short ``write`` is resumed until the chunk is accepted (raw unbuffered files may take
+    less).  ``on_chunk(nbytes, first)`` runs after each chunk (rate limits, crash hooks).
+    """
+    n, first = 0, True
+    while True:
+        data = fin.read(chunk)
+        if not data:
+            return n
+        mv = memoryview(data)
+        while mv:
+            got = fout.write(mv)
+            mv = mv[got if got is not None else len(mv):]
+        n += len(data)
+        if on_chunk is not None:
+            on_chunk(len(data), first)
+        first = False
 
 
 @dataclass(frozen=True)
