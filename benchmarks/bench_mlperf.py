@@ -51,8 +51,8 @@ def main() -> int:
     ap.add_argument("--compute-s", type=float, default=0.1)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--throttle", default="24MB", help="kernel read cap for the throttled find-max (0: skip)")
-    ap.add_argument("--throttle-compute-s", type=float, default=0.1)
+    ap.add_argument("--throttle", default="8MB", help="kernel read cap for the throttled find-max (0: skip)")
+    ap.add_argument("--throttle-compute-s", type=float, default=0.3)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     a = ap.parse_args()
@@ -92,7 +92,8 @@ def main() -> int:
             f"**{fm['headline']}** (this 2-core shared VM, local disk, cold cache every epoch).",
             "",
             f"Generated {now_iso()} by `.venv/bin/python benchmarks/bench_mlperf.py --max {a.max} --files {a.files} "
-            f"--scale {a.scale} --compute-s {a.compute_s} --runs {a.runs} --epochs {a.epochs}`.",
+            f"--scale {a.scale} --compute-s {a.compute_s} --runs {a.runs} --epochs {a.epochs} --throttle {a.throttle} "
+            f"--throttle-compute-s {a.throttle_compute_s}`.",
             f"Dataset: {ds['files']} npz files, {ds['bytes'] / 1e6:.1f} MB (unet3d sizes x{a.scale}: mean "
             f"{146600628 * a.scale / 1e3:.0f} kB); batch 7, 4 loader workers per accelerator, compute "
             f"{a.compute_s * 1e3:g} ms per step; {a.runs} runs x {a.epochs} epochs per count, first step of each "

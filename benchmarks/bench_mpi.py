@@ -204,7 +204,9 @@ def main() -> int:
     ap.add_argument("--out", default="reports/reference/mpi")
     args = ap.parse_args()
     path, kind = find_mpirun()
-    mpi = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[0]
+    lib = subprocess.run([PY, "-c", "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"],
+                         capture_output=True, text=True, check=False)
+    mpi = " ".join(lib.stdout.split()) or "unknown"
     res: dict = {"rounds": args.rounds, "host": os.uname().nodename, "mpi": f"{kind} ({mpi})",
                  "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     with tempfile.TemporaryDirectory(prefix="iobench-bench-mpi-") as d:

@@ -54,8 +54,8 @@ def _target(t) -> tuple[float | None, str]:
 def _rows_load(d: dict) -> list[dict]:
     out = []
     for r in d.get("results", []):
-        if "skipped" in r:
-            continue
+        if "skipped" in r or (r.get("ratio") is None and r.get("target") is None):
+            continue   # skipped, or not a ratio row (e.g. fidelity's stall grids)
         t, direction = _target(r.get("target"))
         out.append(_row(r["section"], r.get("ratio"), t, direction, r.get("metric", "")))
     return out
@@ -107,7 +107,23 @@ def _rows_probe(d: dict) -> list[dict]:
     return [_row(f"probe engine: {r['job']} vs fio (IOPS)", r.get("ratio_iops"), None) for r in d.get("rows", [])]
 
 
-DERIVE = {"load": _rows_load, "generate": _rows_generate, "stage": _rows_stage, "ckpt": _rows_ckpt,
+def _rows_mpi(d: dict) -> list[dict]:
+    out = []
+    o, b, ld = d.get("overhead"), d.get("barrier"), d.get("load") or {}
+    if o:
+        out.append(_row("mpi: barrier+gather+merge share of a 10 s load on 3 ranks", o.get("overhead_ratio"), 0.01,
+                        "<=", "transfer_and_merge_s / wall_s"))
+    if b:
+        out.append(_row("mpi: bounded barrier (Ibarrier+Test) vs MPI_Barrier, time per call",
+                        b.get("ratio_bounded_to_native"), None, "<="))
+    for n, v in (ld.get("per_world") or {}).items():
+        if str(n) != "1":
+            out.append(_row(f"mpi: load world samples/s, {n} ranks vs 1 process (same work, 2 cores)",
+                            v.get("ratio_to_1_rank_median"), None))
+    return out
+
+
+DERIVE = {"mpi": _rows_mpi, "load": _rows_load, "generate": _rows_generate, "stage": _rows_stage, "ckpt": _rows_ckpt,
           "gds_cpu_vs_fio": _rows_gds, "probe_engines": _rows_probe, "fidelity": _rows_load}
 
 
@@ -166,9 +182,14 @@ def collect(ref: Path) -> list[dict]:
             data = json.loads(rows_file.read_text())
             rows, when = data["rows"], _dt.datetime.fromisoformat(data["written_at"])
         elif name in DERIVE:
-            rows = DERIVE[name](json.loads(full.read_text()))
+            try:
+                rows = DERIVE[name](json.loads(full.read_text()))
+            except (KeyError, TypeError, ValueError) as e:   # a report whose shape changed: say so, go on
+                print(f"summary: {full.name}: rows not derived ({type(e).__name__}: {e}); "
+                      f"let its benchmark call write_rows({name!r}, rows)", file=sys.stderr)
+                continue
         else:
-            continue
+            continue   # not a peer comparison, or a benchmark that writes no row set yet
         for r in rows:
             out.append({"benchmark": name, "measured": when.strftime("%Y-%m-%d"), **r})
     return out

@@ -134,6 +134,11 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
     if multi and durable is None:
         raise ConfigError("--durable", "a multi-process save commits on a shared durable tier",
                           "give --durable on a path or bucket every rank can reach")
+    if multi and cfg.policy != "block":
+        err = ConfigError("--policy", f"{cfg.policy} lets processes save different steps, which one commit "
+                          "cannot join", "use --policy block under mpirun")
+        err.collective = True   # the ranks agreed on the config: every one raises this same line
+        raise err
     if spec.ranks < world_size:
         raise ConfigError("--ranks", f"{spec.ranks} checkpoint rank(s) for {world_size} processes",
                           f"give --dp (or --tp/--pp) so that TP×PP×DP is at least {world_size}")

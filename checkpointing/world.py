@@ -35,7 +35,7 @@ class WorldCommit:
     def __call__(self, tier, manifest: cp.CheckpointManifest, fsync: bool = True) -> dict:
         w = self.world
         crashpoint("before_rank_report")
-        report = {"rank": w.rank, "host": w.hostname, "durable_at": time.time(),
+        report = {"rank": w.rank, "host": w.hostname, "durable_at": time.time(), "step": manifest.step,
                   "files": [f.to_dict() for f in manifest.files], "bytes": manifest.total_bytes}
         reports = w.gather(report, what=f"checkpoint step {manifest.step} commit", comm=self.comm)
         outcome: dict
@@ -52,6 +52,9 @@ class WorldCommit:
         return outcome
 
     def _publish(self, tier, manifest: cp.CheckpointManifest, reports: list[dict], fsync: bool) -> dict:
+        steps = {r["step"] for r in reports}
+        if steps != {manifest.step}:
+            raise IntegrityError(f"processes reported different steps {sorted(steps)}")
         files = sorted((cp.RankFile.from_dict(f) for r in reports for f in r["files"]), key=lambda f: f.rank)
         have = [f.rank for f in files]
         if sorted(set(have)) != list(range(manifest.spec.ranks)) or len(have) != len(set(have)):

@@ -103,19 +103,20 @@ def run(args) -> int:
         if world.rank == 0:
             print_run(out)
     if args.json and world.rank == 0:
-        results_for(cfg, out, find_max=args.find_max).write(args.json)
+        res = results_for(cfg, out, find_max=args.find_max)
+        res.world = world.describe()
+        res.write(args.json)
     if args.find_max:
         return 0
     return 0 if out["passed"] else 1
 
 
 def datasize(args) -> int:
+    from ..errors import ConfigError
     from ..mlperf.rules import datasize as compute
     from ..mlperf.workloads import load_mlperf_workload
     from ..results import Results
     from ..units import format_bytes, parse_size
-
-    from ..errors import ConfigError
 
     if args.accelerators < 1 or args.nodes < 1:
         raise ConfigError("--accelerators/--nodes", "must be at least 1", "give positive counts")
@@ -137,7 +138,14 @@ def datasize(args) -> int:
 
 
 def ckpt(args) -> int:
+    from ..dist.world import detect_world
+    from ..errors import ConfigError
     from ..mlperf.checkpoint import CkptWorkload, print_ckpt, run_ckpt_workload
+
+    if detect_world().size > 1:
+        raise ConfigError("mlperf ckpt", "one process writes every rank's shards here",
+                          f"under mpirun use `iobench ckpt --preset {args.model} --mode sync --durable DIR` "
+                          "(per-rank processes, max across ranks)")
 
     out = run_ckpt_workload(CkptWorkload(model=args.model, out=args.out, ranks=args.ranks, scale=args.scale,
                                          checkpoints=args.checkpoints), json_path=args.json)

@@ -77,8 +77,9 @@ def find_max(cfg: MlperfConfig, max_accelerators: int = 64, world=None,
                                f"{synthetic['au_min']:.1%}: " +
                                ("the storage path (fetch) is the limit" if synthetic["passed"] else
                                 "the host cannot prepare batches fast enough (prep), storage aside")
-                               + (f"; the loader model replaying its workers' times gives AU {model:.1%}, so the "
-                                  "batches were ready and the consumer itself was late (host overloaded)"
+                               + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "
+                                  "of the gap is hand-off, the consumer late to take ready batches while the "
+                                  "workers read (a loaded host)"
                                   if model is not None and model >= fail["au_threshold"] else ""))}
     ref = best or fail
     return {

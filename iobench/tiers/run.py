@@ -126,7 +126,7 @@ def merge_stage_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
 
     spec = MergeSpec(duration="total_s",
                      sums=("rank_shards", "staging.bytes", "staging.staged_shards", "staging.already_present_shards",
-                           "staging.evictions", "staging.refetches"),
+                           "staging.evictions", "staging.refetches", "staging.concurrency"),   # copies in flight: all ranks'
                      maxes=("staging.seconds",), spreads=("staging.bytes_per_s", "staging.seconds"))
     out = merge(per_rank, spec, hosts)
     st = out.get("staging")
