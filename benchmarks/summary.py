@@ -54,8 +54,8 @@ def _target(t) -> tuple[float | None, str]:
 def _rows_load(d: dict) -> list[dict]:
     out = []
     for r in d.get("results", []):
-        if "skipped" in r:
-            continue
+        if "skipped" in r or (r.get("ratio") is None and r.get("target") is None):
+            continue   # skipped, or not a ratio row (e.g. fidelity's stall grids)
         t, direction = _target(r.get("target"))
         out.append(_row(r["section"], r.get("ratio"), t, direction, r.get("metric", "")))
     return out
@@ -182,9 +182,14 @@ def collect(ref: Path) -> list[dict]:
             data = json.loads(rows_file.read_text())
             rows, when = data["rows"], _dt.datetime.fromisoformat(data["written_at"])
         elif name in DERIVE:
-            rows = DERIVE[name](json.loads(full.read_text()))
+            try:
+                rows = DERIVE[name](json.loads(full.read_text()))
+            except (KeyError, TypeError, ValueError) as e:   # a report whose shape changed: say so, go on
+                print(f"summary: {full.name}: rows not derived ({type(e).__name__}: {e}); "
+                      f"let its benchmark call write_rows({name!r}, rows)", file=sys.stderr)
+                continue
         else:
-            continue
+            continue   # not a peer comparison, or a benchmark that writes no row set yet
         for r in rows:
             out.append({"benchmark": name, "measured": when.strftime("%Y-%m-%d"), **r})
     return out

@@ -13,7 +13,7 @@ from iobench.config import build
 from iobench.errors import ConfigError
 from iobench.gds import GdsFallbackWarning, make_reader
 from iobench.gds.bench import GdsBenchConfig, create_file, run_bench, run_cell
-from iobench.gds.model import cores_needed, cpu_cost
+from iobench.planner.gds import cores_needed, cpu_cost
 from iobench.results import read_results
 
 SIZE = 2 * (1 << 20) + 777

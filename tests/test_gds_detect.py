@@ -262,7 +262,7 @@ BLOCKER = textwrap.dedent("""
             return None
     sys.meta_path.insert(0, Block())
     import iobench.gds, iobench.gds.bench, iobench.gds.detect, iobench.gds.cpu, iobench.suite.gds
-    import iobench.gds.bounce, iobench.gds.kvikio_paths, iobench.gds.model, iobench.commands.gds
+    import iobench.gds.bounce, iobench.gds.kvikio_paths, iobench.planner.gds, iobench.commands.gds
     from iobench.gds import open_reader
     r, eff, why = open_reader("cpu", sys.argv[1])
     buf = bytearray(5)

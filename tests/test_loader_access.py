@@ -120,10 +120,10 @@ def test_map_reads_one_request_per_sample_and_stalls_as_its_batch_time_says(tok)
     r = run_load(_cfg(tok, access="map", steps=12, compute="160ms", emulate="const:25ms"))
     m = r.metrics
     assert m["access"] == "map" and m["requests"] == 12 * B
-    assert m["batch_io_s"]["p50"] == pytest.approx(0.2, abs=0.03)
+    assert 0.19 <= m["batch_io_s"]["p50"] <= 0.3          # 8 x 25 ms; sleeps only overshoot (loaded host)
     # against the batch time this run really had (sleeps overshoot on a loaded host): 1 - compute / batch time
     assert m["stall_ratio"] == pytest.approx(_expected(m, 0.16), abs=0.04)
-    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.08)
+    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.15)
     # two workers make two batches per 200 ms: faster than the step, the stall goes
     r2 = run_load(_cfg(tok, access="map", workers=2, steps=12, compute="160ms", emulate="const:25ms"))
     assert r2.metrics["stall_ratio"] < 0.05
@@ -136,10 +136,10 @@ def test_stream_spreads_a_shards_bytes_over_its_batches(tok):
                       stream_read_size="32B"))
     m = r.metrics
     assert m["access"] == "stream"
-    assert m["batch_io_s"]["p50"] == pytest.approx(0.25, abs=0.03)
+    assert 0.24 <= m["batch_io_s"]["p50"] <= 0.37         # 8 x 32 B at 1 KiB/s; sleeps only overshoot
     assert m["batch_io_s"]["max"] < 0.45                  # no batch carries a whole shard's read
     assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.06)
-    assert m["stall_ratio"] == pytest.approx(0.23, abs=0.1)
+    assert m["stall_ratio"] == pytest.approx(0.23, abs=0.15)
 
 
 def test_stream_buffer_fill_is_warmup_not_batch_io(tok):
@@ -147,11 +147,13 @@ def test_stream_buffer_fill_is_warmup_not_batch_io(tok):
     r = run_load(_cfg(tok, access="stream", shuffle_buffer=16, steps=10, compute="200ms", emulate="bw:1KiB/s",
                       stream_read_size="32B"))
     m = r.metrics
-    assert m["fill_io_s_total"] == pytest.approx(0.5, abs=0.08)
+    # 16 samples of fill = two batches' worth of reads (sleeps overshoot alike on a loaded host)
+    assert m["fill_io_s_total"] == pytest.approx(2 * m["batch_io_s"]["p50"], rel=0.3)
+    assert 0.45 < m["fill_io_s_total"] < 1.0
     assert m["batch_io_s"]["max"] < 0.35                  # the fill is not in any batch's I/O
     assert m["time_to_first_batch_s"] > 0.7               # fill + the first batch's own 8 samples
     assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.04)
-    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.08)
+    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.15)
 
 
 def test_block_is_lumpy_by_design(tok):

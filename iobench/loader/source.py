@@ -220,7 +220,7 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
-    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows: "np.ndarray") -> int:
+    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows: np.ndarray) -> int:
         """``out[rows[i]]`` = record ``indices[i]`` of a shard of fixed-size records (record r at
         ``first + r * length``) — one request per record (a batch's samples of one shard).  Plain
         local files: a pread per record in a tight loop.  Plain memory:// objects: one gather (the

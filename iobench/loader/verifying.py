@@ -28,9 +28,11 @@ class VerifyingSource:
         self.seconds = 0.0
 
     def __getattr__(self, name):   # everything else is the wrapped source's
-        if name in ("read_range", "read_rows", "inner"):
-            # No sample-range reads: the map pattern then reads whole shards (verified) and slices
-            # them -- what a verify-grade run has to read anyway.
+        if name == "inner" or (name.startswith("read_") and name != "read_piece"):
+            # Only whole-shard reads (and in-order pieces) are forwarded: any other read_* (sample
+            # ranges, records) is hidden, so the map pattern reads whole shards (verified) and
+            # slices them -- what a verify-grade run has to read anyway -- and a read method
+            # added later cannot bypass the check.
             raise AttributeError(name)
         if name == "read_piece":
             getattr(self.inner, "read_piece")   # AttributeError when the wrapped source streams no pieces

@@ -455,6 +455,16 @@ class _ShardStream:
             self.ready = samples[::-1]
         return self.ready.pop(), t_io, req, parse
 
+    def next_piece(self) -> tuple[object, float, int, float]:
+        """The next whole piece (fixed-size records: a (rows, cols) array), with its read's cost."""
+        while True:
+            piece = next(self.pieces, None)
+            if piece is not None:
+                return piece
+            if not self.shards:
+                raise IndexError("stream ran out of samples")
+            self.pieces = self._open(self.job.manifest.shards[self.shards.pop(0)])
+
     # -- reading -------------------------------------------------------------------------
 
     def read(self, shard, start: int, length: int, first: bool) -> tuple[object, float, int]:
@@ -482,7 +492,7 @@ def _pieces(st: _ShardStream, shard):
             data, t, n = st.read(shard, off0 + i * rec, k * rec, first)
             first = False
             t1 = now_ns()
-            rows = list(np.frombuffer(data, dtype=dtype).reshape(k, -1))
+            rows = np.frombuffer(data, dtype=dtype).reshape(k, -1)
             yield rows, t, n, (now_ns() - t1) / 1e9
         return
     ranges = [reader.sample_range(shard, i) for i in range(shard.samples)]
@@ -528,6 +538,8 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
         stream = _ShardStream(job, source, reader, wp.shards)
         held: dict[int, object] = {}
         ingested = out = 0
+        store = free = slot_of = None
+        top = 0
         for r, bs in enumerate(wp.batch_sizes):
             k = ks[r]
             if k >= job.total_batches:
@@ -542,6 +554,40 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             need = wp.need(out + bs - 1)
             io_s = fill_s = prep_s = 0.0
             requests = 0
+            if stream.fixed is not None:
+                # fixed-size records: pieces land in a row store (the buffer's slots), a batch is one gather
+                while ingested < need:
+                    arr, t, n, parse = stream.next_piece()
+                    kk = len(arr)
+                    if store is None:
+                        per = max(1, job.stream_read_size // stream.fixed[1])
+                        cap = max(wp.fill, 1) + max(wp.batch_sizes) + max(per, kk) + 1
+                        store = np.empty((cap, arr.shape[1]), dtype=arr.dtype)
+                        free, top = np.arange(cap, dtype=np.int64), cap
+                        slot_of = np.empty(wp.n, dtype=np.int64)
+                    if wp.fill > 1 and ingested < wp.fill:
+                        fill_s += t
+                    else:
+                        io_s += t
+                    prep_s += parse
+                    requests += n
+                    slots = free[top - kk:top]
+                    top -= kk
+                    store[slots] = arr
+                    slot_of[ingested:ingested + kk] = slots
+                    ingested += kk
+                t1 = now_ns()
+                sl = slot_of[picks]
+                data = store[sl]
+                free[top:top + bs] = sl
+                top += bs
+                prep_s += (now_ns() - t1) / 1e9
+                out += bs
+                emit.stats["io_s"] += io_s
+                emit.stats["fill_s"] += fill_s
+                emit(k, plan.epoch, _BlockData(data, None, ids_all[picks]), sel, io_s, prep_s, fill_s=fill_s,
+                     requests=requests)
+                continue
             while ingested < need:
                 smp, t, n, parse = stream.next()
                 if wp.fill > 1 and ingested < wp.fill:
@@ -556,9 +602,8 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             out += bs
             emit.stats["io_s"] += io_s
             emit.stats["fill_s"] += fill_s
-            bd = _BlockData(np.stack(samples), None, ids_all[picks]) if stream.fixed is not None else \
-                _BlockData(None, samples, ids_all[picks])
-            emit(k, plan.epoch, bd, sel, io_s, prep_s, fill_s=fill_s, requests=requests)
+            emit(k, plan.epoch, _BlockData(None, samples, ids_all[picks]), sel, io_s, prep_s, fill_s=fill_s,
+                 requests=requests)
         k_base += plan.batches
 
 

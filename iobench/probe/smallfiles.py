@@ -175,10 +175,12 @@ def read_with_loader(url: str, manifest: Manifest, cfg: SmallFilesConfig, storag
     """Read every sample once through iobench's loader (W worker processes, prefetch, no compute)."""
     from ..loader.core import LoadConfig, run_load
 
-    # a small dataset still fills one whole batch (the loader measures whole batches only)
+    # block: whole files/shards read once each, so the formats differ only by how many objects
+    # hold the samples (the small-file penalty), not by the access pattern; a small dataset still
+    # fills one whole batch (the loader measures whole batches only)
     lc = LoadConfig(dataset=url, workers=cfg.workers, prefetch=4,
                     batch_size=min(cfg.batch_size, manifest.total_samples), epochs=1, shuffle=True,
-                    seed=cfg.seed, cache="as-is", endpoint_url=endpoint_url)
+                    seed=cfg.seed, cache="as-is", endpoint_url=endpoint_url, access="block")
     m = run_load(lc, storage_options=storage_options, manifest=manifest).metrics
     tp = m["throughput"]
     # Worker busy time (read + parse + collate, without waiting for free slots) per sample is the
