@@ -213,6 +213,8 @@ def test_faults_are_retried_then_fail_with_the_shard(tokens_ds):
 
 @pytest.mark.parametrize("client", ["s3fs", "obstore"])
 def test_s3_ranged_reads_count_every_byte(tokens_ds, s3_server, s3_prefix, client):
+    if client == "obstore":
+        pytest.importorskip("obstore", reason="the s3fast extra (obstore) is not installed")
     opts = {"key": s3_server.access_key, "secret": s3_server.secret_key}
     url = s3_prefix + f"/tok-{client}"
     m = generate(GenSpec(format="raw", modality="tokens", num_samples=200, shard_size="50 samples", seq_len=512,
