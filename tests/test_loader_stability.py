@@ -8,7 +8,8 @@ import pytest
 from iobench.generate import GenSpec, generate
 from iobench.loader.analysis import recommend
 from iobench.loader.core import LoadConfig, run_load
-from iobench.loader.stability import quantile_interval, stall_interval
+from iobench.loader.stability import quantile_interval, stall_interval, steady_window, window_stall
+from iobench.planner.loader_sim import bandwidth_stall, schedule_for, simulate
 from iobench.planner.pipeline import loader_plan, prefetch_depth
 
 
@@ -32,6 +33,25 @@ def test_stall_interval_batch_means():
     assert iv["groups"] == 20 and iv["low"] < iv["value"] < iv["high"]
     assert iv["value"] == pytest.approx(w.sum() / s.sum())
     assert stall_interval(w[:8], s[:8])["half_width"] is None
+
+
+def test_steady_window_leaves_out_the_head_start_drain():
+    # Storage-bound (one batch per 100 ms from 2 workers sharing the bandwidth), compute 60 ms: the truth is
+    # 1 - 60/100 = 40%.  The workers started 1 s before the clock and hold W·Q = 8 batches of head start:
+    # counting every step but the first (MLPerf) reads ~10 pp low on 40 steps; the steady window does not.
+    n, c = 40, 0.060
+    r = simulate(schedule_for("map", n, 2, 4), [0.200] * n, [c] * n, start_s=[-1.0, -1.0])
+    truth = bandwidth_stall(c, 100, 1000)   # batch 100 B at 1000 B/s = 100 ms
+    waits = list(r.wait_s)
+    steps = [w + c for w in waits]
+    k0, k1, _ = steady_window(waits)
+    assert k0 > 5 and k1 >= n - 3
+    assert abs(window_stall(waits, steps, (k0, k1)) - truth) < 0.01
+    assert truth - r.stall_ratio > 0.05                      # the MLPerf count: the drain dilutes it
+    assert simulate(schedule_for("map", n, 2, 4), [0.200] * n, [c] * n, start_s=[-1.0, -1.0],
+                    window=(k0, k1)).stall_ratio == pytest.approx(truth, abs=0.01)
+    # compute-bound, waits only at start-up: every step but the first, as MLPerf counts
+    assert steady_window([0.5, 0.01, 0.0, 0.02] + [0.0] * 36)[:2] == (1, 40)
 
 
 def test_loader_plan_formulas():

@@ -13,7 +13,7 @@ from ..dist.aggregate import MergeSpec, merge
 LOAD_SPEC = MergeSpec(
     duration="wall_s",
     sums=("samples", "bytes_read", "wait_s_total", "compute_s_total", "read_calls"),
-    maxes=("steps", "stall_ratio", "batch_bytes_max", "startup_s", "first_step_s"),
+    maxes=("steps", "stall_ratio", "stall_ratio_first_step_excluded", "batch_bytes_max", "startup_s", "first_step_s"),
     spreads=("stall_ratio", "accelerator_utilization", "throughput.samples_per_s", "throughput.bytes_per_s",
              "throughput.steady_samples_per_s", "startup_s"),
     hists={"batch_wait_s": "batch_wait_hist", "batch_io_s": "batch_io_hist", "compute_s": "compute_hist"},
