@@ -67,6 +67,22 @@ class Backend:
         return self.protocol != "memory"
 
     @property
+    def server_on_this_host(self) -> bool:
+        """An object store served from this machine (a loopback endpoint, e.g. the embedded
+        server): it competes with the loader's processes for the same cores."""
+        if not self.is_object_store or not self.endpoint_url:
+            return False
+        import ipaddress
+
+        host = urlparse(self.endpoint_url).hostname or ""
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    @property
     def supports_pread(self) -> bool:
         """Positional reads without a request round trip (local files, in-process memory)."""
         return self.protocol in ("file", "memory")

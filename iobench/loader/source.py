@@ -40,15 +40,31 @@ class ShardSource(Protocol):
 # The default source: read shards straight from the dataset's backend.
 
 import random as _random  # noqa: E402
+import threading  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
 from iobench.io.retry import RetryPolicy  # noqa: E402
+
+def ranged_gets(size: int, block_size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of the GETs that read ``size`` bytes in requests of about ``block_size``.
+
+    The object is cut into ``round(size / block_size)`` equal parts (at least one), not into
+    full blocks and a remainder: a shard of 8 MiB plus a 64-byte header read with 8 MiB GETs
+    would otherwise cost a second, 64-byte GET -- a whole round trip for nothing.
+    """
+    if size <= 0:
+        return []
+    n = max(1, round(size / block_size))
+    step = -(-size // n)
+    return [(a, min(a + step, size)) for a in range(0, size, step)]
+
 
 @dataclass
 class BackendSource:
     """Reads whole shards from the dataset's backend, through the emulation/fault wrappers.
 
-    On object stores a shard larger than ``block_size`` is fetched as ranged GETs,
+    On object stores a shard larger than ``block_size`` is fetched as ranged GETs of about
+    that size (``ranged_gets``),
     ``concurrency`` at a time, each retried under ``retry``; elsewhere one read per shard.
     Every byte is counted by an ``InstrumentedBackend`` (the outermost wrapper), so the
     latencies it records are the ones the worker saw.
@@ -85,6 +101,17 @@ class BackendSource:
         self.backend = InstrumentedBackend(b)
         self._rng = _random.Random(seed)
         self._pool = None
+        # read_shards may run in several threads at once (a worker's read-ahead, see concurrent_reads):
+        # the GET pool's creation and the buffer pool's hand-out are guarded.
+        self._lock = threading.Lock()
+
+    @property
+    def concurrent_reads(self) -> bool:
+        """read_shards may be called from several threads at once, and gains from it: on object
+        stores a worker then keeps ``concurrency`` GETs in flight across the blocks it reads
+        ahead, instead of draining the pool at the end of every block (each block's last GET
+        alone on the wire)."""
+        return self.backend is not None and self.backend.parallel_ranged_reads
 
     def _get(self, rel: str, start: int | None, end: int | None):
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
@@ -105,7 +132,7 @@ class BackendSource:
     def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
         """Several shards' contents (a loader block), in order.
 
-        On object stores every shard is cut into GETs of up to ``block_size`` and all of the
+        On object stores every shard is cut into GETs of about ``block_size`` and all of the
         block's GETs share one pool of ``concurrency`` in flight, so a block of small shards
         costs about one round trip per ``concurrency`` GETs, not one per shard; each GET lands
         in its place in a reused buffer (no per-shard allocation, no join of parts).
@@ -122,8 +149,7 @@ class BackendSource:
         jobs = []
         for s, buf in zip(shards, bufs):
             out = memoryview(buf)
-            for start in range(0, s.bytes, self.block_size):
-                end = min(start + self.block_size, s.bytes)
+            for start, end in ranged_gets(s.bytes, self.block_size):
                 jobs.append((s.path, start, end, out[start:end]))
         if len(jobs) == 1 or self.concurrency == 1:
             for j in jobs:
@@ -131,8 +157,9 @@ class BackendSource:
         else:
             from concurrent.futures import ThreadPoolExecutor
 
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
             futs = [self._pool.submit(self._get_into, *j) for j in jobs]
             try:
                 for f in futs:
@@ -331,15 +358,18 @@ class BackendSource:
 
         import numpy as np
 
-        pool = self.__dict__.setdefault("_direct_pool", [])
-        for i in range(len(pool)):
-            # refs: the list, and getrefcount's argument; anything more is a live view of the data
-            if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
-                return pool[i]
-        buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
-        if len(pool) < 32:   # a block of shards and a block read ahead, reused without page faults
-            pool.append(buf)
-        return buf
+        # Under the lock: two read-ahead threads must not both take the same free buffer (the
+        # returned reference is on this frame's stack before the lock is released).
+        with self._lock:
+            pool = self.__dict__.setdefault("_direct_pool", [])
+            for i in range(len(pool)):
+                # refs: the list, and getrefcount's argument; anything more is a live view of the data
+                if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
+                    return pool[i]
+            buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+            if len(pool) < 32:   # a block of shards and blocks read ahead, reused without page faults
+                pool.append(buf)
+            return buf
 
     def _flush_log(self) -> None:
         log = self.__dict__.get("_log")

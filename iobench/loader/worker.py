@@ -261,7 +261,10 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
         return _read_block(job, source, reader, item[1])
 
     # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
-    ahead = ThreadPoolExecutor(1, thread_name_prefix="iobench-readahead") if job.read_ahead else None
+    # A source whose reads may overlap (object stores: GETs from one shared pool) reads every
+    # block ahead at once, so its GETs stay in flight across block boundaries.
+    threads = job.read_ahead + 1 if getattr(source, "concurrent_reads", False) else 1
+    ahead = ThreadPoolExecutor(threads, thread_name_prefix="iobench-readahead") if job.read_ahead else None
     pending = []
     try:
         for idx, (epoch, block, k_base) in enumerate(mine):
