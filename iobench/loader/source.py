@@ -22,16 +22,6 @@ class ShardSource(Protocol):
     def open(self) -> None:
         """Called once in each worker process before the first read."""
 
-    def _get_buffer(self, shard: ShardEntry) -> memoryview:
-        """A whole shard in one GET (retried), as a view of the buffer the client filled."""
-        where = lambda: f"GET {self.backend.path(shard.path)}"  # noqa: E731
-        data = self.retry.call(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), where, self._rng)
-        if len(data) != shard.bytes:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: short read ({len(data)} of {shard.bytes} bytes)")
-        return memoryview(data).cast("B")
-
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
         """The whole shard's contents; bytes read are counted by the source's backend."""
 
