@@ -137,3 +137,23 @@ def test_compare_passes_runs_whose_stall_intervals_overlap():
     c = {"metrics": {"stall_ratio": 0.40, "intervals": {"stall_ratio": {"low": 0.35, "high": 0.45}}}}
     assert all(x["ok"] for x in regressions(compare(a, b), 0.05))          # within noise: no failing check
     assert [x["ok"] for x in regressions(compare(a, c), 0.05) if x["path"] == "stall_ratio"] == [False]
+
+
+def test_world_intervals_from_every_rank_series():
+    from iobench.loader.ranks import world_intervals
+
+    rng = np.random.default_rng(3)
+
+    def rank(stall, n=60):
+        w = list(np.clip(rng.normal(stall * 0.1, 0.004, n), 0.002, None))
+        return {"series": {"wait_s": w, "step_s": [x + 0.1 * (1 - stall) for x in w], "io_s": [0.05] * n,
+                           "prep_s": [0.001] * n}}
+
+    ranks = [rank(0.10), rank(0.30), rank(0.12)]
+    out = world_intervals(ranks)
+    st = out["intervals"]["stall_ratio"]
+    by = st["by_rank"]
+    assert st["worst_rank"] == 1 and st["value"] == by[1]["value"]
+    assert st["low"] == max(b["low"] for b in by) and st["high"] == max(b["high"] for b in by)
+    assert st["low"] <= st["value"] <= st["high"]
+    assert out["intervals"]["batch_service_p99_s"]["n"] == 3 * 59     # every rank's batches, step 0 out

@@ -201,7 +201,7 @@ def run(args) -> int:
         results.warn(w)
     from ..loader.ranks import merge_ranks
 
-    if not collect(world, results, metrics, merge_ranks):
+    if not collect(world, results, metrics, merge_ranks, merge_only=("series",)):
         return 0
     if world.size > 1:
         if "prefetch_recommendation" in metrics:
@@ -299,6 +299,8 @@ def headline(m: dict) -> str:
 def _window_txt(m: dict) -> str:
     """Which steps the headline stall counts: all but the first (MLPerf), or the steady window and the MLPerf figure."""
     win = m.get("steady_window") or {}
+    if "by_rank" in win:
+        return "first excluded, steady window per rank"
     if not win or win["from_step"] <= 1 and win["to_step"] >= m["steps"]:
         return "first excluded"
     return (f"steady steps {win['from_step']}-{win['to_step'] - 1}; all but the first: stall "

@@ -552,7 +552,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         "queue_depth": {"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
                         "slots": st.slots, "slot_bytes": st.slot_bytes},
         "per_worker": per_worker,
-        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "compute_s": rec.computes, "queue_depth": rec.depths,
+        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
+                   "queue_depth": rec.depths,
                    "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
                    # the batch's whole time at its worker (what planner.loader_sim replays)
                    "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
