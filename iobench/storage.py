@@ -198,6 +198,14 @@ class Backend:
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
+    def cat_buffer(self, rel: str, start: int, end: int):
+        """Bytes ``[start, end)`` of ``rel`` as a read-only buffer (len(), memoryview()), not
+        necessarily ``bytes``: a fast client's own buffer is handed over without a copy (a whole
+        shard read in one GET is parsed where it landed)."""
+        if self.reader is not None:
+            return self.reader.get_range(self.path(rel), start, end)
+        return self.fs.cat_file(self.path(rel), start=start, end=end)
+
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         """Bytes ``[start, end)`` of ``rel`` into the writable buffer ``out``; returns the count.
 

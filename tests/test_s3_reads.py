@@ -9,6 +9,7 @@ import pytest
 from iobench.errors import ConfigError
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, _cores, run_load
+from iobench.loader.source import ranged_gets
 from iobench.planner.s3_reads import plan_s3_reads
 from iobench.storage import open_backend
 
@@ -61,9 +62,10 @@ def test_server_on_this_host_reads_the_endpoint():
     assert not open_backend("memory://x").server_on_this_host
 
 
-@pytest.mark.parametrize("client", ["obstore", "s3fs"])
-def test_blocks_read_ahead_concurrently_deliver_every_row(s3_server, s3_prefix, client):
-    """Several blocks read at once (read-ahead 3) share one GET pool and one buffer pool:
+@pytest.mark.parametrize("client,block", [("obstore", "4KiB"), ("s3fs", "4KiB"), ("obstore", "1MiB")])
+def test_blocks_read_ahead_concurrently_deliver_every_row(s3_server, s3_prefix, client, block):
+    """Several blocks read at once (read-ahead 3) share one GET pool and one buffer pool
+    (4 KiB GETs), or each shard is one GET parsed in the client's own buffer (1 MiB):
     every delivered row must still be its shard's bytes, each sample exactly once."""
     if client == "obstore":
         pytest.importorskip("obstore", reason="the s3fast extra (obstore) is not installed")
@@ -78,10 +80,12 @@ def test_blocks_read_ahead_concurrently_deliver_every_row(s3_server, s3_prefix, 
         seen.append((batch.indices.copy(), np.array(batch.data, copy=True)))
         return batch
     cfg = LoadConfig(dataset=url, endpoint_url=s3_server.endpoint_url, workers=2, batch_size=16, shuffle_buffer=40,
-                     s3_block_size="4KiB", s3_concurrency=3, read_ahead=3, access="block", s3_client=client,
+                     s3_block_size=block, s3_concurrency=3, read_ahead=3, access="block", s3_client=client,
                      epochs=2)
     r = run_load(cfg, storage_options=opts, deliver=deliver)
     assert r.metrics["bytes_read"] == 2 * m.total_bytes
+    gets = sum(len(ranged_gets(s.bytes, 4096 if block == "4KiB" else MiB)) for s in m.shards)
+    assert r.metrics["read_calls"]["read"] == 2 * gets
     from iobench.formats import get_format
 
     b, rd = open_backend(url, endpoint_url=s3_server.endpoint_url, storage_options=opts), get_format("raw").reader(m)
