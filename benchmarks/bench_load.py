@@ -30,6 +30,9 @@ import psutil
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks/ is not a package)
+
 MiB = 2**20
 REPEATS = 3
 
@@ -603,27 +606,6 @@ _LEGACY_PREFIX = {"s3": "S3", "fio": "raw tokens", "tar": "tar images", "parquet
                   "tfrecord": "tfrecord tokens", "memory": "memory:", "overhead": "overhead:"}
 
 
-def merge(old: dict, meta: dict, results: list[dict]) -> tuple[dict, list[dict]]:
-    """Old results with this run's rows in place of the rows it reran (matched by section name)."""
-    new = {r["section"]: r for r in results}
-    # A rerun section owns all of its old rows, also those whose label has changed since.
-    rerun_keys = {r.get("bench_section") for r in results}
-    legacy = tuple(_LEGACY_PREFIX[k] for k in rerun_keys if k in _LEGACY_PREFIX)
-    kept = [r for r in old["results"] if r.get("bench_section", "") not in rerun_keys
-            and not (not r.get("bench_section") and legacy and r["section"].startswith(legacy))]
-    merged = [new.pop(r["section"], r) for r in kept]
-    merged += list(new.values())
-    for r in results:
-        r["rerun"] = meta["command"]
-    old_meta = dict(old["meta"])
-    rerun = {r["section"] for r in results}
-    # An earlier update no longer owns the rows this run replaced.
-    earlier = [{**u, "sections": [x for x in u.get("sections", []) if x not in rerun]}
-               for u in old_meta.get("updates", [])]
-    old_meta["updates"] = [u for u in earlier if u["sections"]] + [{**meta, "sections": sorted(rerun)}]
-    return old_meta, merged
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default=",".join(SECTIONS))
@@ -664,10 +646,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.merge and out.with_suffix(".json").exists():
-        meta, results = merge(json.loads(out.with_suffix(".json").read_text()), meta, results)
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results,
+                                      _LEGACY_PREFIX)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from summary import DERIVE, write_rows
 
     write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
     md = to_markdown(results, meta)
