@@ -265,64 +265,82 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
-    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows: np.ndarray) -> int:
-        """``out[rows[i]]`` = record ``indices[i]`` of a shard of fixed-size records (record r at
-        ``first + r * length``) — one request per record (a batch's samples of one shard).  Plain
-        local files: a pread per record in a tight loop.  Plain memory:// objects: one gather (the
-        null-storage floor; each request's time is then the gather's time / its records).  Others:
-        ``read_range`` per record.  Returns the number of requests."""
+    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
+                     out: np.ndarray) -> "tuple[np.ndarray, int]":
+        """A batch of fixed-size records (record r of a shard at ``first + r * length``), one
+        request per record: sample i is record ``local[i]`` of ``shards[shard_of[i]]``.
+
+        The records land in ``out`` grouped by shard (each shard's requests back to back, as a
+        DataLoader worker's would be cheapest too); returns ``(order, requests)`` where
+        ``out[j]`` holds sample ``order[j]``.  The caller has checked every ``local`` lies in
+        its shard.  Plain local files: a preadv per record straight into its row of ``out``.
+        Plain memory:// objects: one gather per shard (the null-storage floor; each request's
+        time is then the gathers' time / the records).  Others: ``read_range`` per record."""
         import numpy as np
 
         from iobench.metrics import now_ns
 
         if self.backend is None:
             self.open()
-        n = len(rows)
+        self._request_log()
+        n = len(local)
+        order = np.argsort(shard_of, kind="stable")
+        so = shard_of[order]
+        lo = local[order]
         if not (self.backend.inner is self.backend.base and self.backend.supports_pread):
-            for r, x in zip(rows.tolist(), np.asarray(indices).tolist()):
-                out[r] = np.frombuffer(self.read_range(shard, first + x * length, length), dtype=np.uint8)
-            return n
-        fd = self._handle(shard)
+            for j, (s, x) in enumerate(zip(so.tolist(), lo.tolist())):
+                out[j] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
+            return order, n
+        cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
+        groups = so[cuts[:-1]].tolist() if n else []
         log = self._log
-        idx = np.asarray(indices, dtype=np.int64)
-        if n and (idx.min() < 0 or first + (idx.max() + 1) * length > shard.bytes):
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: record {int(idx.max())} lies past the shard's {shard.bytes} bytes")
-        if isinstance(fd, int):
+        if self.backend.base.protocol == "memory":
+            t0 = now_ns()
+            for g, s in enumerate(groups):
+                a, b = cuts[g], cuts[g + 1]
+                # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
+                np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=out[a:b], mode="clip")
+            dt = now_ns() - t0
+            if n:
+                log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
+        else:
             import os
 
-            for r, x in zip(rows.tolist(), idx.tolist()):
-                t0 = now_ns()
-                got = os.preadv(fd, [out[r]], first + x * length)
-                log.append(now_ns() - t0)
-                if got != length:
-                    from iobench.errors import IntegrityError
+            offs = (lo * length + first).tolist()
+            for g, s in enumerate(groups):
+                sh = shards[s]
+                fd = self._handle(sh)
+                for j in range(cuts[g], cuts[g + 1]):
+                    t0 = now_ns()
+                    got = os.preadv(fd, [out[j]], offs[j])
+                    log.append(now_ns() - t0)
+                    if got != length:
+                        from iobench.errors import IntegrityError
 
-                    raise IntegrityError(f"{shard.path}: offset {first + x * length}: short read "
-                                         f"({got} of {length} bytes)")
-        else:
-            views = self.__dict__.setdefault("_views", {})
-            view = views.get((shard.path, first, length))
-            if view is None:
-                src = np.frombuffer(fd, dtype=np.uint8)
-                if len(src) < shard.bytes:
-                    from iobench.errors import IntegrityError
-
-                    raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
-                                         f"{shard.bytes}")
-                nrec = (len(src) - first) // length
-                if len(views) >= 64:
-                    views.pop(next(iter(views)))
-                view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
-            t0 = now_ns()
-            out[rows] = view[idx]
-            dt = now_ns() - t0
-            log.extend([dt // max(1, n)] * n)
+                        raise IntegrityError(f"{sh.path}: offset {offs[j]}: short read ({got} of {length} bytes)")
         self._log_bytes += length * n
         if len(log) >= 65536:
             self._flush_log()
-        return n
+        return order, n
+
+    def _records_view(self, shard: ShardEntry, first: int, length: int) -> np.ndarray:
+        """A plain memory:// shard's records as a (records, length) view of the object (cached)."""
+        import numpy as np
+
+        views = self.__dict__.setdefault("_views", {})
+        view = views.get((shard.path, first, length))
+        if view is None:
+            src = np.frombuffer(self._handle(shard), dtype=np.uint8)
+            if len(src) < shard.bytes:
+                from iobench.errors import IntegrityError
+
+                raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
+                                     f"{shard.bytes}")
+            nrec = (len(src) - first) // length
+            if len(views) >= 64:
+                views.pop(next(iter(views)))
+            view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
+        return view
 
     def _handle(self, shard: ShardEntry):
         """Plain local files: a descriptor kept open per shard (few, LRU-bounded); plain memory://
@@ -342,14 +360,19 @@ class BackendSource:
             else:
                 fd = os.open(base.local_path(shard.path), os.O_RDONLY)
         fds[shard.path] = fd  # most recently used last
-        if "_log" not in self.__dict__:
+        self._request_log()
+        return fd
+
+    def _request_log(self):
+        """Request times are logged here and histogrammed in bulk (``_flush_log``): an hdrh
+        record per request would cost more than the read itself."""
+        log = self.__dict__.get("_log")
+        if log is None:
             from array import array
 
-            # Request times are logged here and histogrammed in bulk: an hdrh record per request
-            # would cost more than the read itself.
-            self._log = array("q")
+            log = self._log = array("q")
             self._log_bytes = 0
-        return fd
+        return log
 
     def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
         import os
