@@ -296,6 +296,7 @@ def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_fligh
 
 
 ONE_BATCH = "iobench (obstore), one batch per block"
+S3_ROUNDS = 5   # the shared server swings most between rounds; each S3 round takes ~10 s
 
 
 def _s3_read_plan(srv, opts: dict, shard_bytes: int, workers: int):
@@ -373,7 +374,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
             runs: dict[str, list[dict]] = {k: [] for k in [*sides, *peers]}
-            for _ in range(REPEATS):  # alternating rounds: every side once per round
+            for _ in range(S3_ROUNDS):  # alternating rounds: every side once per round
                 for k, fn in sides.items():
                     runs[k].append(fn())
                 for k in peers:
@@ -393,7 +394,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                       + (f" (from a probe of this server: {plan.why})" if not emulate else "")
                       + f", batches of 256 x 1 KiB delivered to the consumer; the concurrent peer keeps {w * conc} "
                       "GETs of whole objects in flight; peers: one process each; each client made before its "
-                      f"clock starts; the server shares the machine's {_cores()} cores; median of {REPEATS} "
+                      f"clock starts; the server shares the machine's {_cores()} cores; median of {S3_ROUNDS} "
                       "alternating rounds; server_cpu_s = the server's CPU time during each side")
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "

@@ -30,20 +30,11 @@ ReadFn = Callable[[Backend, str, memoryview], None]
 
 
 def plain_read(backend: Backend, rel: str, dst: memoryview) -> None:
+    """The whole file into ``dst`` through ``Backend.cat_into``: local files are one ``preadv``
+    straight into the buffer (a file object's ``readinto`` went through fsspec's buffered
+    opener, about 3x slower on a cold 256 MiB rank file), objects one ranged GET."""
     n = len(dst)
-    with backend.open(rel, "rb") as f:
-        got = 0
-        readinto = getattr(f, "readinto", None)
-        while got < n:
-            if readinto is not None:
-                k = readinto(dst[got:])
-            else:
-                b = f.read(n - got)
-                k = len(b)
-                dst[got:got + k] = b
-            if not k:
-                break
-            got += k
+    got = backend.cat_into(rel, 0, n, dst)
     if got != n:
         raise IntegrityError(f"{backend.url.rstrip('/')}/{rel}: short read ({got} of {n} bytes)")
 
