@@ -401,7 +401,14 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                   f"| device bytes / requested bytes | {r['iobench_read_amplification']:.2f} | "
                   f"{r['peer_read_amplification']:.2f} | |", "",
                   f"Bandwidth formula ({r['formula_note']}): {r['formula_stall']:.3f} "
-                  f"(amplified: {r['formula_stall_amplified']:.3f}).", ""]
+                  f"(amplified: {r['formula_stall_amplified']:.3f})."
+                  + (f" With the bytes each side's device really read per step (its DataLoader's workers stopped "
+                     f"before the counter is read): iobench {r['iobench_formula_own_bytes']:.3f} (measured − formula "
+                     f"{100 * (r['iobench_steady_stall'] - r['iobench_formula_own_bytes']):+.1f} pp), peer "
+                     f"{r['peer_formula_own_bytes']:.3f} (measured − formula "
+                     f"{100 * (r['peer_steady_stall'] - r['peer_formula_own_bytes']):+.1f} pp)."
+                     if r.get("iobench_formula_own_bytes") is not None and r.get("peer_formula_own_bytes") is not None
+                     else ""), ""]
         else:
             L += [f"## {r['section']}", "", f"{r['note']}.", "",
                   f"iobench {r['iobench']:,.0f} vs peer {r['peer']:,.0f} {r['metric']}: ratio **{r['ratio']:.2f}** "
