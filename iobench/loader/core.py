@@ -348,7 +348,8 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         # Poll for batches before blocking only where a core is left over for the consumer
         # (an object store served from this host needs one of them: spinning would starve it).
         rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent,
-                      spin_s=_SPIN_S if _cores() - st.backend.server_on_this_host > cfg.workers else 0.0)
+                      spin_s=_SPIN_S if _cores() - st.backend.server_on_this_host > cfg.workers else 0.0,
+                      build=lambda meta: batch_from_meta(meta, pool))
         monitor.start([os.getpid()] + [p.pid for p in procs])
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -364,7 +365,8 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         for k in range(total):
             t0 = now_ns()
             meta = rx.wait_batch(k)
-            batch = deliver(batch_from_meta(meta, pool))
+            batch = rx.take_built(k)
+            batch = deliver(batch if batch is not None else batch_from_meta(meta, pool))
             t1 = now_ns()
             if lag:
                 pool.take(k, int(owner[k + lag]) if k + lag < total else None)
@@ -420,6 +422,8 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         for r, w in pipes:
             r.close()
             w.close()
+        if rx is not None:
+            rx.built.clear()   # views of slots built ahead: gone before the slots are
         pool.close()
     rec.done, rec.overflow = rx.done, rx.overflow
     return rec
