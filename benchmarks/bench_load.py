@@ -30,6 +30,9 @@ import psutil
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks/ is not a package)
+
 MiB = 2**20
 REPEATS = 3
 
@@ -178,11 +181,11 @@ def median_run(runs: list[dict], key: str) -> dict:
     return ok[len(ok) // 2] if ok else {}
 
 
-S3_PEERS = ("s3fs cat_file loop", "obstore get loop", "obstore get_async, 4 in flight",
+S3_PEERS = ("s3fs cat_file loop", "obstore get loop", "obstore get_async, as many in flight as iobench",
             "s3torchconnectorclient (AWS CRT) get_object loop")
 
 
-def s3_peer_main(name: str, paths_file: str, emulate: str | None) -> None:
+def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int = 4) -> None:
     """One peer reading the objects in ``paths_file``, in its own process; prints a JSON line.
 
     Peers run in their own processes: obstore's and the CRT's runtimes do not survive the
@@ -233,7 +236,7 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None) -> None:
             run = lambda: sum(get(k) for k in keys)  # noqa: E731
         else:
             async def go():
-                sem = asyncio.Semaphore(4)
+                sem = asyncio.Semaphore(in_flight)
 
                 async def one(k):
                     async with sem:
@@ -259,55 +262,123 @@ def _s3_peer_names(emulate: str | None) -> list[str]:
     if importlib.util.find_spec("obstore"):
         out.append("obstore get loop")
         if not emulate:  # the emulated latency is applied per GET in sequence; not for the async variant
-            out.append("obstore get_async, 4 in flight")
+            out.append("obstore get_async, as many in flight as iobench")
     if importlib.util.find_spec("s3torchconnectorclient") and not emulate:
         out.append("s3torchconnectorclient (AWS CRT) get_object loop")
     return out
 
 
-def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None) -> dict:
-    args = [sys.executable, __file__, "--s3-peer", name, "--s3-paths", str(paths_file)]
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its children so far."""
+    p = psutil.Process(pid)
+    procs = [p] + p.children(recursive=True)
+    return sum(sum(q.cpu_times()[:2]) for q in procs if q.is_running())
+
+
+def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_flight: int = 4) -> dict:
+    import resource
+
+    args = [sys.executable, __file__, "--s3-peer", name, "--s3-paths", str(paths_file), "--s3-in-flight",
+            str(in_flight)]
     if emulate:
         args += ["--s3-emulate", emulate]
     for attempt in range(2):  # one retry: a peer that dies once (signal, server hiccup) is tried again
+        s0, c0 = _cpu_s(srv.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         t, p = timed(lambda: subprocess.run(args, env={**os.environ, **srv.env()}, capture_output=True, text=True,
                                             timeout=600))
+        s1, c1 = _cpu_s(srv.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
         if p.returncode == 0:
-            return {**json.loads(p.stdout.strip().splitlines()[-1]), "whole_process_s": t, "attempts": attempt + 1}
+            return {**json.loads(p.stdout.strip().splitlines()[-1]), "whole_process_s": t, "attempts": attempt + 1,
+                    "server_cpu_s": s1 - s0, "in_flight": in_flight if "in flight" in name else 1,
+                    "client_cpu_s_whole_process": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)}
         print(f"[s3] peer {name!r} exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return {"error": f"exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", "bytes_per_s": None}
 
 
+ONE_BATCH = "iobench (obstore), one batch per block"
+S3_ROUNDS = 5   # the shared server swings most between rounds; each S3 round takes ~10 s
+
+
+def _s3_read_plan(srv, opts: dict, shard_bytes: int, workers: int):
+    """The loader's request size and GETs in flight, from a short `iobench probe s3` GET sweep of this server."""
+    from iobench.planner.s3_reads import plan_s3_reads
+    from iobench.probe.s3_probe import S3ProbeConfig, run_s3_probe
+    from iobench.probe.safety import ProbeArea
+
+    with ProbeArea.open("s3://iobench/bench-probe", 256 * MiB, endpoint_url=srv.endpoint_url,
+                        storage_options=opts) as area:
+        res = run_s3_probe(area, S3ProbeConfig(sizes=("1MiB", "2MiB", "4MiB", "8MiB"), concurrency=(1, 2, 4, 8),
+                                               runtime="0.5s", ops=("get",)))
+    points = res["metrics"]["points"]
+    return plan_s3_reads(points, shard_bytes, workers), [
+        {k: p[k] for k in ("object_size", "concurrency", "bytes_per_s")} for p in points]
+
+
+def _with_cpu(srv, fn) -> dict:
+    """``fn()``'s result plus the CPU seconds the server and this process (and its reaped children) spent."""
+    import resource
+
+    def mine():
+        a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+    s0, c0 = _cpu_s(srv.pid), mine()
+    r = fn()
+    return {**r, "server_cpu_s": _cpu_s(srv.pid) - s0, "client_cpu_s_whole_process": mine() - c0}
+
+
 def bench_s3(work: Path, scale: float) -> list[dict]:
-    """Embedded S3 server: iobench's loader (obstore and s3fs clients) vs s3fs and the fastest clients."""
+    """Embedded S3 server: iobench's loader (obstore and s3fs clients) vs s3fs and the fastest clients.
+
+    Fair on this host: the server runs here, so the loader gets one worker per core it leaves
+    (the consumer shares the rest); its request size and GETs in flight come from a probe of
+    this server (iobench.planner.s3_reads), and the concurrent peer keeps as many GETs in
+    flight as the loader does.  Both sides' clocks start once their clients exist and stop at
+    the last byte (the loader's: delivered to the consumer).  The server's CPU time per side
+    is recorded: on 2 shared cores both sides are CPU-bound, and that is where a gap goes.
+    """
+    from iobench.loader.core import _cores
     from iobench.s3server import S3Server
 
     out = []
+    shard = 8 * MiB
     with S3Server(bucket="iobench") as srv:
         opts = {"key": srv.access_key, "secret": srv.secret_key}
         url = "s3://iobench/bench/raw-tokens"
-        m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(262144 * scale), seq_len=512,
-                             vocab_size=32000, shard_size="8MiB", fsync=False), url, endpoint_url=srv.endpoint_url,
-                     storage_options=opts, progress=False)
+        m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(2 * 262144 * scale), seq_len=512,
+                             vocab_size=32000, shard_size=f"{shard}B", fsync=False), url,
+                     endpoint_url=srv.endpoint_url, storage_options=opts, progress=False)
         paths = [f"iobench/bench/raw-tokens/{s.path}" for s in m.shards]
         total = sum(s.bytes for s in m.shards)
+        # One worker per core, although the server runs here too: W = cores - 1 measured slower on
+        # 2 cores (one worker's core then carries all the collation and hand-off as well as its GETs).
+        W = max(1, _cores())
+        plan, probe_points = _s3_read_plan(srv, opts, max(s.bytes for s in m.shards), W)
+        print(f"[s3] read plan: {plan.block_size // 1024} KiB GETs, {plan.concurrency} in flight per worker, "
+              f"read-ahead {plan.read_ahead}, W={W} ({plan.why})", file=sys.stderr)
         for emulate in (None, "object"):
-            cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, access="block", workers=2, prefetch=4,
-                             batch_size=256, shuffle_buffer=8192, s3_block_size="2MiB", s3_concurrency=4, monitor_interval_s=1.0,
-                             read_ahead=1, emulate=emulate or "none")
-            sides = {"iobench (obstore)": lambda: load_rate(LoadConfig(**{**cfg.__dict__, "s3_client": "obstore"}),
-                                                           storage_options=opts),
-                     "iobench (s3fs)": lambda: load_rate(LoadConfig(**{**cfg.__dict__, "s3_client": "s3fs"}),
-                                                        storage_options=opts)}
+            # With emulated latency the no-latency probe undersizes the GETs in flight (Little's law:
+            # bandwidth x latency / request size): the earlier fixed 2 MiB x 4 per worker, W=2, stays.
+            w, bs, conc, ra = (W, plan.block_size, plan.concurrency, plan.read_ahead) if not emulate else \
+                (2, 2 * MiB, 4, 1)
+            cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, access="block", workers=w, prefetch=4,
+                             batch_size=256, shuffle_buffer=8192, s3_block_size=f"{bs}B", s3_concurrency=conc,
+                             monitor_interval_s=1.0, read_ahead=ra, emulate=emulate or "none")
+            sides = {"iobench (obstore)": lambda: _with_cpu(srv, lambda: load_rate(
+                         LoadConfig(**{**cfg.__dict__, "s3_client": "obstore"}), storage_options=opts)),
+                     "iobench (s3fs)": lambda: _with_cpu(srv, lambda: load_rate(
+                         LoadConfig(**{**cfg.__dict__, "s3_client": "s3fs"}), storage_options=opts))}
+            if not emulate:   # diagnostic: the same reads with 32x fewer batch hand-offs to the consumer
+                sides[ONE_BATCH] = lambda: _with_cpu(srv, lambda: load_rate(
+                    LoadConfig(**{**cfg.__dict__, "s3_client": "obstore", "batch_size": 8192}), storage_options=opts))
             peers = _s3_peer_names(emulate)
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
             runs: dict[str, list[dict]] = {k: [] for k in [*sides, *peers]}
-            for _ in range(REPEATS):  # alternating rounds: every side once per round
+            for _ in range(S3_ROUNDS):  # alternating rounds: every side once per round
                 for k, fn in sides.items():
                     runs[k].append(fn())
                 for k in peers:
-                    r = _run_s3_peer(k, srv, paths_file, emulate)
+                    r = _run_s3_peer(k, srv, paths_file, emulate, in_flight=w * conc)
                     if r.get("error") is None and r["bytes_read"] != total:
                         raise RuntimeError(f"{k} read {r['bytes_read']} bytes, expected {total}")
                     runs[k].append(r)
@@ -318,10 +389,13 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                 return {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None}
             fastest = max(peers, key=lambda k: median_run(runs[k], "bytes_per_s").get("bytes_per_s") or 0)
             tag = f", emulated {emulate} latency" if emulate else ""
-            common = (f"{len(paths)} objects of 8 MiB ({total / MiB:.0f} MiB); iobench W=2, read-ahead 1, "
-                      "2 MiB ranged GETs, 4 in flight per worker, into one reused buffer; peers: one process; "
-                      "each client made before its clock starts; the server shares the machine's 2 cores; "
-                      f"median of {REPEATS} alternating rounds")
+            common = (f"{len(paths)} objects of {shard // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
+                      f"{bs // 1024} KiB ranged GETs, {conc} in flight per worker"
+                      + (f" (from a probe of this server: {plan.why})" if not emulate else "")
+                      + f", batches of 256 x 1 KiB delivered to the consumer; the concurrent peer keeps {w * conc} "
+                      "GETs of whole objects in flight; peers: one process each; each client made before its "
+                      f"clock starts; the server shares the machine's {_cores()} cores; median of {S3_ROUNDS} "
+                      "alternating rounds; server_cpu_s = the server's CPU time during each side")
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "
                            "'object' profile (lognormal p50 50 ms, p99 500 ms, 400 MB/s per stream)")
@@ -330,11 +404,20 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                 for peer, target in (("s3fs cat_file loop", 1.5), (fastest, 0.9)):
                     if side == "iobench (s3fs)" and peer != "s3fs cat_file loop":
                         continue
+                    if side == ONE_BATCH:
+                        if peer != fastest:
+                            continue
+                        target = None   # not a target row: where the gap goes (reads vs batch hand-offs)
                     r = section_result(f"S3{tag}: {side} vs {peer}", medians[side], medians[peer], "bytes_per_s",
                                        target, common, extra={"rounds": ratio_vs(side, peer),
-                                                              "all_peers": {k: medians[k] for k in peers}})
+                                                              "all_peers": {k: medians[k] for k in peers},
+                                                              "read_plan": plan.to_dict() if not emulate else None,
+                                                              "probe_points": probe_points if not emulate else None})
                     r["ratio"] = r["rounds"]["median_ratio"]
-                    r["met"] = r["ratio"] is not None and r["ratio"] >= target
+                    r["met"] = r["ratio"] is not None and r["ratio"] >= target if target is not None else None
+                    if side == ONE_BATCH:
+                        r["note"] += ("; diagnostic row, no target: batches of 8192 samples (one per 8 MiB block) "
+                                      "instead of 256, i.e. 32x fewer hand-offs through the slots and pipes")
                     out.append(r)
                     if peer == fastest and fastest == "s3fs cat_file loop":
                         break
@@ -524,27 +607,6 @@ _LEGACY_PREFIX = {"s3": "S3", "fio": "raw tokens", "tar": "tar images", "parquet
                   "tfrecord": "tfrecord tokens", "memory": "memory:", "overhead": "overhead:"}
 
 
-def merge(old: dict, meta: dict, results: list[dict]) -> tuple[dict, list[dict]]:
-    """Old results with this run's rows in place of the rows it reran (matched by section name)."""
-    new = {r["section"]: r for r in results}
-    # A rerun section owns all of its old rows, also those whose label has changed since.
-    rerun_keys = {r.get("bench_section") for r in results}
-    legacy = tuple(_LEGACY_PREFIX[k] for k in rerun_keys if k in _LEGACY_PREFIX)
-    kept = [r for r in old["results"] if r.get("bench_section", "") not in rerun_keys
-            and not (not r.get("bench_section") and legacy and r["section"].startswith(legacy))]
-    merged = [new.pop(r["section"], r) for r in kept]
-    merged += list(new.values())
-    for r in results:
-        r["rerun"] = meta["command"]
-    old_meta = dict(old["meta"])
-    rerun = {r["section"] for r in results}
-    # An earlier update no longer owns the rows this run replaced.
-    earlier = [{**u, "sections": [x for x in u.get("sections", []) if x not in rerun]}
-               for u in old_meta.get("updates", [])]
-    old_meta["updates"] = [u for u in earlier if u["sections"]] + [{**meta, "sections": sorted(rerun)}]
-    return old_meta, merged
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default=",".join(SECTIONS))
@@ -556,9 +618,10 @@ def main(argv=None) -> int:
     ap.add_argument("--s3-peer", choices=S3_PEERS, help=argparse.SUPPRESS)   # internal: one peer process
     ap.add_argument("--s3-paths", help=argparse.SUPPRESS)
     ap.add_argument("--s3-emulate", help=argparse.SUPPRESS)
+    ap.add_argument("--s3-in-flight", type=int, default=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.s3_peer:
-        s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate)
+        s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate, args.s3_in_flight)
         sys.stdout.flush()
         # Skip interpreter finalisation: obstore's runtime, torn down with asyncio's loop there,
         # sometimes aborts the process after the measurement is printed.
@@ -584,10 +647,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.merge and out.with_suffix(".json").exists():
-        meta, results = merge(json.loads(out.with_suffix(".json").read_text()), meta, results)
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results,
+                                      _LEGACY_PREFIX)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from summary import DERIVE, write_rows
 
     write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
     md = to_markdown(results, meta)

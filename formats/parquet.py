@@ -6,6 +6,7 @@ JPEG bytes) and ``label`` (int64).  ``zstd:LEVEL`` is Parquet's own page compres
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import numpy as np
@@ -153,10 +154,9 @@ class ParquetReader(Reader):
         if not (pa.types.is_list(pf.schema_arrow.field(name).type)
                 or pa.types.is_large_list(pf.schema_arrow.field(name).type)):
             return None
-        col = pf.read(columns=[name], use_threads=False).column(name)
         seq_len = None
         parts = []
-        for chunk in col.chunks:
+        for chunk in _decode_row_groups(data, pf, name):
             if len(chunk) == 0:
                 continue
             if chunk.null_count or chunk.values.null_count:
@@ -172,6 +172,32 @@ class ParquetReader(Reader):
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+_POOL: tuple[int, object] | None = None   # (pid, pool): a forked child has none of its parent's threads
+
+
+def _decode_row_groups(data, pf, name: str) -> list:
+    """The column's chunks, row groups decoded concurrently.
+
+    Decoding a list column is most of a Parquet read, and pyarrow's ``use_threads`` only
+    parallelises across columns, so a one-column shard decodes on one core.  Row groups are
+    independent and pyarrow releases the GIL while decoding, so a small thread pool (one per
+    core, shared by the process) decodes them side by side; the chunks stay in file order.
+    """
+    global _POOL
+    n = pf.metadata.num_row_groups
+    if n == 1 or (os.cpu_count() or 1) == 1:
+        return pf.read(columns=[name], use_threads=False).column(name).chunks
+    if _POOL is None or _POOL[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="iobench-parquet"))
+
+    def one(rg: int):
+        # One ParquetFile per thread: a reader is not safe to share between threads.
+        return pq.ParquetFile(pa.BufferReader(data)).read_row_group(rg, columns=[name], use_threads=False).column(name)
+    return [c for col in _POOL[1].map(one, range(n)) for c in col.chunks]
 
 
 def _pick(table, names) -> str:

@@ -41,16 +41,38 @@ def npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+# Parsed .npy headers by their bytes: a shard's samples mostly share one dtype and shape, and numpy's
+# own header parser (ast.literal_eval) costs more than the rest of a sample's parse together.
+_NPY_HEADERS: dict[bytes, tuple[np.dtype, tuple, bool, int, int]] = {}
+
+
+def _npy_header(head: bytes) -> tuple[np.dtype, tuple, bool, int, int]:
+    """(dtype, shape, fortran, element count, payload offset) of a .npy header, as numpy reads it."""
+    got = _NPY_HEADERS.get(head)
+    if got is None:
+        buf = io.BytesIO(head)
+        version = np.lib.format.read_magic(buf)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(buf)
+        count = 1
+        for d in shape:
+            count *= d
+        got = (dtype, shape, fortran, count, buf.tell())
+        if len(_NPY_HEADERS) >= 1024:
+            _NPY_HEADERS.clear()
+        _NPY_HEADERS[head] = got
+    return got
+
+
 def npy_array(data) -> np.ndarray:
     """Parse .npy bytes without copying the payload."""
     mv = memoryview(data)
     major = mv[6]
     hlen = int.from_bytes(mv[8:10], "little") + 10 if major == 1 else int.from_bytes(mv[8:12], "little") + 12
-    buf = io.BytesIO(bytes(mv[:hlen]))
-    version = np.lib.format.read_magic(buf)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = read(buf)
-    arr = np.frombuffer(data, dtype=dtype, count=int(np.prod(shape)), offset=buf.tell())
+    dtype, shape, fortran, count, offset = _npy_header(mv[:hlen].tobytes())
+    arr = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    if len(shape) == 1:
+        return arr
     return arr.reshape(shape, order="F" if fortran else "C")
 
 
@@ -121,47 +143,67 @@ def _octal(field: bytes) -> int | None:
         return None
 
 
-def _slim_header(buf: bytes, known: set | None = None) -> tuple[str, int, bytes] | None:
-    """(name, size, typeflag) of a ustar/GNU/pax header block, as tarfile.TarInfo.frombuf reads
-    them, or None wherever the slim path is not sure (bad checksum, base-256 or malformed number
-    fields, old GNU sparse members): the caller then asks tarfile, which decides or raises.
-
-    ``known`` caches the unused numeric fields (mode/uid/gid, mtime, devmajor/devminor) already
-    found valid: a shard's headers mostly repeat them, so they are checked once, not per member."""
-    chksum = _octal(buf[148:156])
-    if chksum is None or chksum != 256 + sum(buf) - sum(buf[148:156]):
-        return None                                 # tarfile also accepts the signed-char sum
+def _slim_rest(buf: bytes) -> tuple[int, int, bytes, str] | None:
+    """What a header says outside its name and checksum fields: (their byte sum, size, typeflag,
+    ustar prefix), or None wherever the slim path is not sure (base-256 or malformed number fields,
+    old GNU sparse members)."""
     typ = buf[156:157]
     if typ == b"S":
         return None
     size = _octal(buf[124:136])
     if size is None:
         return None
-    meta = (buf[100:124], buf[136:148], buf[329:345])
-    if known is None or meta not in known:
-        for a, b in _NUM_FIELDS:
-            if _octal(buf[a:b]) is None:
-                return None
-        if known is not None:
-            if len(known) >= 256:
-                known.clear()
-            known.add(meta)
+    for a, b in _NUM_FIELDS:
+        if _octal(buf[a:b]) is None:
+            return None
+    prefix = ""
+    if buf[345]:
+        p = buf.find(b"\0", 345, 500)
+        prefix = buf[345:p if p >= 0 else 500].decode("utf-8", "surrogateescape")
+    return sum(buf[100:148]) + sum(buf[156:]), size, typ, prefix
+
+
+# Headers' non-name parts already parsed, by their bytes (a process-wide, bounded cache): a shard's
+# members mostly share size, mode and times and differ only in name and checksum, so only those two
+# are read per member.  A stream worker parses one sample's range at a time, so a per-call cache
+# would never hit.
+_HEADER_RESTS: dict[bytes, tuple[int, int, bytes, str] | None] = {}
+
+
+def _slim_header(buf: bytes) -> tuple[str, int, bytes] | None:
+    """(name, size, typeflag) of a ustar/GNU/pax header block, as tarfile.TarInfo.frombuf reads
+    them, or None wherever the slim path is not sure (bad checksum, base-256 or malformed number
+    fields, old GNU sparse members): the caller then asks tarfile, which decides or raises."""
+    chksum = _octal(buf[148:156])
+    if chksum is None:
+        return None
+    key = buf[100:148] + buf[156:]
+    try:
+        rest = _HEADER_RESTS[key]
+    except KeyError:
+        rest = _slim_rest(buf)
+        if len(_HEADER_RESTS) >= 256:
+            _HEADER_RESTS.clear()
+        _HEADER_RESTS[key] = rest
+    if rest is None:
+        return None
+    rest_sum, size, typ, prefix = rest
+    # the unsigned byte sum of the block with the checksum field as spaces (trailing NULs add nothing)
+    if chksum != 256 + rest_sum + sum(buf[:100].rstrip(b"\0")):
+        return None                                 # tarfile also accepts the signed-char sum
     p = buf.find(b"\0", 0, 100)
     name = buf[:p if p >= 0 else 100].decode("utf-8", "surrogateescape")
     if typ == b"\0" and name.endswith("/"):
         typ = b"5"                                  # old V7 tar: a directory as a file with a slash
     if typ == b"5":
         name = name.rstrip("/")
-    if buf[345]:
-        p = buf.find(b"\0", 345, 500)
-        prefix = buf[345:p if p >= 0 else 500].decode("utf-8", "surrogateescape")
-        if prefix and typ not in (b"L", b"K", b"S"):  # tarfile.GNU_TYPES
-            name = prefix + "/" + name
+    if prefix and typ not in (b"L", b"K", b"S"):    # tarfile.GNU_TYPES
+        name = prefix + "/" + name
     return name, size, typ
 
 
-def _header_fields(buf: bytes, pos: int, where: str, known: set | None = None) -> tuple[str, int, bytes]:
-    fast = _slim_header(buf, known)
+def _header_fields(buf: bytes, pos: int, where: str) -> tuple[str, int, bytes]:
+    fast = _slim_header(buf)
     if fast is not None:
         return fast
     try:
@@ -183,12 +225,11 @@ def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryv
     long_name: str | None = None
     pax_path: str | None = None
     pax_size: int | None = None
-    known: set = set()
     while pos + BLOCK <= n:
         hdr = mv[pos:pos + BLOCK].tobytes()
         if hdr == _ZERO_BLOCK:
             return
-        name, size, typ = _header_fields(hdr, pos, where, known)
+        name, size, typ = _header_fields(hdr, pos, where)
         if pax_size is not None and typ not in _PAX and typ != b"g":
             size = pax_size                         # pax "size" overrides the header's field
         start = pos + BLOCK

@@ -67,6 +67,22 @@ class Backend:
         return self.protocol != "memory"
 
     @property
+    def server_on_this_host(self) -> bool:
+        """An object store served from this machine (a loopback endpoint, e.g. the embedded
+        server): it competes with the loader's processes for the same cores."""
+        if not self.is_object_store or not self.endpoint_url:
+            return False
+        import ipaddress
+
+        host = urlparse(self.endpoint_url).hostname or ""
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    @property
     def supports_pread(self) -> bool:
         """Positional reads without a request round trip (local files, in-process memory)."""
         return self.protocol in ("file", "memory")
@@ -180,6 +196,14 @@ class Backend:
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
+        return self.fs.cat_file(self.path(rel), start=start, end=end)
+
+    def cat_buffer(self, rel: str, start: int, end: int):
+        """Bytes ``[start, end)`` of ``rel`` as a read-only buffer (len(), memoryview()), not
+        necessarily ``bytes``: a fast client's own buffer is handed over without a copy (a whole
+        shard read in one GET is parsed where it landed)."""
+        if self.reader is not None:
+            return self.reader.get_range(self.path(rel), start, end)
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:

@@ -241,6 +241,9 @@ class BackendWrapper(Backend):
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         return self.inner.cat_into(rel, start, end, out)
 
+    def cat_buffer(self, rel: str, start: int, end: int):
+        return self.inner.cat_buffer(rel, start, end)
+
     @property
     def read_client(self) -> str:
         return self.inner.read_client
@@ -377,6 +380,9 @@ class EmulatedBackend(BackendWrapper):
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         return self._request(self.inner.cat_into, rel, start, end, out, counts_result=True)
 
+    def cat_buffer(self, rel: str, start: int, end: int):
+        return self._request(self.inner.cat_buffer, rel, start, end)
+
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         """One streamed GET: its latency is the first piece's; every piece moves at the bandwidth cap."""
         if first:
@@ -479,6 +485,9 @@ class InstrumentedBackend(BackendWrapper):
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         return self._timed("read", self.inner.cat_into, rel, start, end, out, counts_result=True, reads=True)
+
+    def cat_buffer(self, rel: str, start: int, end: int):
+        return self._timed("read", self.inner.cat_buffer, rel, start, end, reads=True)
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         t0 = now_ns()
@@ -591,6 +600,10 @@ class FaultyBackend(BackendWrapper):
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         self._maybe_fail(rel)
         return self.inner.cat_into(rel, start, end, out)
+
+    def cat_buffer(self, rel: str, start: int, end: int):
+        self._maybe_fail(rel)
+        return self.inner.cat_buffer(rel, start, end)
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         self._maybe_fail(rel)

@@ -54,3 +54,17 @@ def test_compare_two_runs_pairs_their_stage_files(tmp_path, capsys):
     assert main(["compare", str(runs[0]), str(runs[1]), "--max-regression", "0.2"]) == 1
     out = capsys.readouterr().out
     assert "load/cold.json.throughput.bytes_per_s" in out and "FAIL" in out
+
+
+def test_compare_json_writes_a_p99_without_upper_bound(tmp_path):
+    # a short load's P99 has a lower bound only (intervals.*.high is None): the row's interval runs to inf,
+    # which JSON cannot hold; --json must still write (null for the missing bound)
+    iv = {"batch_wait_p99_s": {"low": 0.04, "high": None, "value": 0.05}}
+    for name, p99 in (("a", 0.05), ("b", 0.06)):
+        Results(command="load", metrics={"stall_ratio": 0.1, "intervals": iv,
+                                         "batch_wait_s": {"count": 10, "p99": p99}}).write(tmp_path / f"{name}.json")
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json",
+                 str(tmp_path / "c.json")]) == 0
+    row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]
+               if r["path"] == "batch_wait_s.p99")
+    assert row["ci_a"] == [0.04, None] and row["within_noise"]

@@ -12,6 +12,7 @@ from iobench.loader.core import LoadConfig, run_load, slots_for
 from iobench.loader.sampler import (ACCESS_PATTERNS, buffer_shuffle, default_access, delivery_order, map_epoch,
                                     stream_epoch)
 from iobench.loader.schedule import build_schedule
+from loader_helpers import quiet_cfg, tokens_dataset
 
 SIZES = [10, 7, 13, 5, 9, 11]          # shards of uneven sizes
 N = sum(SIZES)
@@ -99,15 +100,11 @@ B = 8
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    url = str(tmp_path_factory.mktemp("acc") / "tok")
-    generate(GenSpec(format="raw", modality="tokens", num_samples=B * 24, shard_size=f"{4 * B} samples", seq_len=16,
-                     vocab_size=1000, fsync=False), url, progress=False)
-    return url
+    return tokens_dataset(tmp_path_factory, "acc", B * 24, 4 * B)
 
 
 def _cfg(url, **kw):
-    return LoadConfig(**(dict(dataset=url, workers=1, prefetch=1, batch_size=B, shuffle_buffer=0,
-                              monitor_interval_s=1.0) | kw))
+    return quiet_cfg(url, B, **({"prefetch": 1} | kw))
 
 
 def _expected(m: dict, compute_s: float) -> float:

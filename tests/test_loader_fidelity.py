@@ -11,25 +11,21 @@ import random
 
 import pytest
 
-from iobench.generate import GenSpec, generate
 from iobench.loader.analysis import recommend
-from iobench.loader.core import LoadConfig, run_load
+from iobench.loader.core import run_load
 from iobench.wrappers import parse_emulation
+from loader_helpers import quiet_cfg, tokens_dataset
 
 B = 8
 
 
 @pytest.fixture(scope="module")
 def ds(tmp_path_factory):
-    url = str(tmp_path_factory.mktemp("fid") / "tok")
-    generate(GenSpec(format="raw", modality="tokens", num_samples=B * 16, shard_size=f"{B} samples", seq_len=16,
-                     vocab_size=1000, fsync=False), url, progress=False)
-    return url
+    return tokens_dataset(tmp_path_factory, "fid", B * 16, B)
 
 
 def _cfg(url, **kw):
-    base = dict(dataset=url, workers=1, batch_size=B, shuffle_buffer=0, monitor_interval_s=1.0, access="block")
-    return LoadConfig(**(base | kw))
+    return quiet_cfg(url, B, **({"access": "block"} | kw))
 
 
 def test_io_250ms_compute_200ms_depth_1_stalls_20_percent(ds):

@@ -130,6 +130,13 @@ def test_load_on_3_ranks_reads_every_sample_exactly_once_and_sums_to_the_dataset
     assert m["batch_wait_s"] == merge_hists([r["batch_wait_hist"] for r in pr]).summary()
     assert m["batch_wait_s"]["count"] == sum(r["batch_wait_s"]["count"] for r in pr)
     assert m["world"]["straggler"]["slowest_rank"] in (0, 1, 2)
+    # the world's intervals come from every rank's per-batch series, not rank 0's
+    iv = m["intervals"]
+    assert iv["stall_ratio"]["value"] == pytest.approx(m["stall_ratio"])
+    assert iv["stall_ratio"]["worst_rank"] == max(range(3), key=lambda r: pr[r]["stall_ratio"])
+    assert len(iv["stall_ratio"]["by_rank"]) == 3
+    assert iv["batch_service_p99_s"]["n"] == sum(r["steps"] - 1 for r in pr)
+    assert all("series" not in r for r in pr)
 
 
 # ---------------------------------------------------------------- bad launches: exit 2, one line, no hang

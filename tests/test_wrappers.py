@@ -128,6 +128,10 @@ def test_cat_into_lands_in_the_callers_buffer_through_every_wrapper(mem, tmp_pat
     st = inst.stats()
     assert st["bytes_read"] == 1010 and st["calls"]["read"] == 2
     assert inst.read_client == ("memory" if where == "memory" else "file")
+    # cat_buffer: the bytes as some buffer, counted like any read
+    assert bytes(memoryview(inst.cat_buffer("c.bin", 100, 300))) == data[100:300]
+    st = inst.stats()
+    assert st["bytes_read"] == 1210 and st["calls"]["read"] == 3
 
 
 def test_unknown_s3_client_is_a_config_error():

@@ -201,7 +201,7 @@ def run(args) -> int:
         results.warn(w)
     from ..loader.ranks import merge_ranks
 
-    if not collect(world, results, metrics, merge_ranks):
+    if not collect(world, results, metrics, merge_ranks, merge_only=("series",)):
         return 0
     if world.size > 1:
         if "prefetch_recommendation" in metrics:
@@ -288,12 +288,23 @@ def headline(m: dict) -> str:
             + (f", {wall_au:.1%} wall-clock" if wall_au is not None else "")
             + f"  {m['throughput']['samples_per_s'] or 0:,.0f} samples/s  "
               f"{format_rate(m['throughput']['bytes_per_s'] or 0)}  batch time p99 {p99_txt}  "
-              f"[{m.get('access', 'block')}, {m['steps']} steps, first excluded"
+              f"[{m.get('access', 'block')}, {m['steps']} steps, {_window_txt(m)}"
             + ("" if m.get("stable", True) else ", NOT stable") + "]")
     wf = m.get("warmup_fraction")
     if wf is not None and wf > 0.10:
         line += f"  — warm-up {m['warmup_s']:.2f} s is {wf:.0%} of the wall clock"
     return line
+
+
+def _window_txt(m: dict) -> str:
+    """Which steps the headline stall counts: all but the first (MLPerf), or the steady window and the MLPerf figure."""
+    win = m.get("steady_window") or {}
+    if "by_rank" in win:
+        return "first excluded, steady window per rank"
+    if not win or win["from_step"] <= 1 and win["to_step"] >= m["steps"]:
+        return "first excluded"
+    return (f"steady steps {win['from_step']}-{win['to_step'] - 1}; all but the first: stall "
+            f"{m['stall_ratio_first_step_excluded']:.1%}")
 
 
 def _median_run(runs):

@@ -27,17 +27,23 @@ def start(world: World, command: str, resolved: Any, check: Callable[[], Any] | 
 
 
 def collect(world: World, results, metrics: dict, merge_fn: Callable[[list[dict], list[str]], dict],
-            drop: tuple[str, ...] = ("series", "system")) -> bool:
-    """Gather metrics on rank 0 and fill ``results`` there; True on the rank that writes and prints."""
+            drop: tuple[str, ...] = ("series", "system"), merge_only: tuple[str, ...] = ()) -> bool:
+    """Gather metrics on rank 0 and fill ``results`` there; True on the rank that writes and prints.
+
+    ``merge_only``: keys of ``drop`` the merge still needs (a load's per-batch series, to
+    recompute the world's intervals): gathered and handed to ``merge_fn``, kept out of
+    ``results.per_rank``.
+    """
     results.world = world.describe()
     if world.size == 1:
         results.metrics = metrics
         return True
-    mine = {k: v for k, v in metrics.items() if k not in drop}
+    mine = {k: v for k, v in metrics.items() if k not in drop or k in merge_only}
     gathered = world.gather(mine, what=f"{results.command} results")
     if world.rank != 0:
         return False
-    results.per_rank = tag_ranks(gathered, world.hosts)
+    results.per_rank = tag_ranks([{k: v for k, v in m.items() if k not in merge_only} for m in gathered],
+                                 world.hosts)
     t0 = time.perf_counter()
     merged = merge_fn(gathered, world.hosts)
     merge_s = time.perf_counter() - t0

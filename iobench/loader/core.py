@@ -10,6 +10,7 @@ I/O and per-operation read latency, queue depth and psutil samples over time.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -266,6 +267,10 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
     check_against_dataset(cfg, manifest, world)
+    if backend.server_on_this_host and not synthetic and cfg.workers >= _cores():
+        warnings.append(f"the object store at {backend.describe()['endpoint_url']} runs on this machine: its server, "
+                        f"the {cfg.workers} workers and the consumer share {_cores()} cores, so the numbers include "
+                        "that contention (a server on another machine would not take the loader's cores)")
     schedule = build_schedule(cfg, manifest, rank, world)
     if schedule.access == "map" and not synthetic:
         _check_map_ranges(manifest)
@@ -340,9 +345,11 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
                             name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)
-        # Poll for batches before blocking only where a core is left over for the consumer.
+        # Poll for batches before blocking only where a core is left over for the consumer
+        # (an object store served from this host needs one of them: spinning would starve it).
         rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent,
-                      spin_s=_SPIN_S if (os.cpu_count() or 1) > cfg.workers else 0.0)
+                      spin_s=_SPIN_S if _cores() - st.backend.server_on_this_host > cfg.workers else 0.0,
+                      build=lambda meta: batch_from_meta(meta, pool))
         monitor.start([os.getpid()] + [p.pid for p in procs])
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -358,7 +365,8 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         for k in range(total):
             t0 = now_ns()
             meta = rx.wait_batch(k)
-            batch = deliver(batch_from_meta(meta, pool))
+            batch = rx.take_built(k)
+            batch = deliver(batch if batch is not None else batch_from_meta(meta, pool))
             t1 = now_ns()
             if lag:
                 pool.take(k, int(owner[k + lag]) if k + lag < total else None)
@@ -414,9 +422,19 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         for r, w in pipes:
             r.close()
             w.close()
+        if rx is not None:
+            rx.built.clear()   # views of slots built ahead: gone before the slots are
         pool.close()
     rec.done, rec.overflow = rx.done, rx.overflow
     return rec
+
+
+def _cores() -> int:
+    """CPUs this process may run on (its affinity), which the workers share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not on Linux
+        return os.cpu_count() or 1
 
 
 def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
@@ -441,6 +459,7 @@ _UNTIL_STABLE_STEPS = 20_000
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
+    from .stability import steady_window, window_stall
     from .verifying import merge_verify
 
     cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
@@ -473,7 +492,11 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
     # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.
     w, s = rec.waits[1:], rec.steps_s[1:]
-    stall = sum(w) / sum(s) if s and sum(s) > 0 else 0.0
+    stall_mlperf = sum(w) / sum(s) if s and sum(s) > 0 else 0.0
+    # The headline: the steady window also leaves out the drain of the workers' head start
+    # (iobench.loader.stability.steady_window), which a short run would otherwise count as no stall.
+    k0, k1, why = steady_window(rec.waits)
+    stall = window_stall(rec.waits, rec.steps_s, (k0, k1))
     measured_s = sum(s)
     io = rec.io_s[1:] if steps > 1 else rec.io_s
     service = [a + b for a, b in zip(rec.io_s, rec.prep_s)][1:] if steps > 1 else \
@@ -492,6 +515,10 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         "first_step_excluded": True,
         "stall_ratio": stall,
         "accelerator_utilization": 1.0 - stall,
+        "steady_window": {"from_step": k0, "to_step": k1, "rule": why},
+        # MLPerf Storage's count (every step but the first), the head start's drain included
+        "stall_ratio_first_step_excluded": stall_mlperf,
+        "accelerator_utilization_first_step_excluded": 1.0 - stall_mlperf,
         # compute over the whole wall clock, worker start and the first batch included
         "wall_clock_utilization": sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
         "wall_s": wall_s,
@@ -529,7 +556,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         "queue_depth": {"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
                         "slots": st.slots, "slot_bytes": st.slot_bytes},
         "per_worker": per_worker,
-        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "compute_s": rec.computes, "queue_depth": rec.depths,
+        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
+                   "queue_depth": rec.depths,
                    "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
                    # the batch's whole time at its worker (what planner.loader_sim replays)
                    "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
@@ -556,9 +584,10 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                    "compute": cfg.compute_model().describe()},
         "world": {"rank": rank, "size": world},
         "delivery": _describe_delivery(st.deliver, cfg.device),
-        "first_step_excluded": "stall and utilization exclude step 0, as MLPerf Storage does; worker start-up "
-                               "(processes, storage connections) happens before the clock starts (startup_s); "
-                               "wall_clock_utilization includes both",
+        "first_step_excluded": "stall and utilization exclude step 0, as MLPerf Storage does, and the drain of the "
+                               "workers' head start (steady_window; the MLPerf count is stall_ratio_first_step_"
+                               "excluded); worker start-up (processes, storage connections) happens before the "
+                               "clock starts (startup_s); wall_clock_utilization includes both",
     }
     for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
@@ -568,11 +597,11 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
 
 def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
     """Intervals (rule 9), and the warnings that keep the headline honest (too short, idle workers...)."""
-    from .stability import StopRule, service, verdict
+    from .stability import StopRule, steady_verdict
 
     cfg = st.cfg
     rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
-    v = verdict(rec.waits[1:], rec.steps_s[1:], service(rec)[1:], rule)
+    v = steady_verdict(rec, rule)
     metrics["intervals"] = {k: v[k] for k in ("stall_ratio", "batch_service_p99_s", "batch_wait_p99_s")}
     metrics["stable"] = v["stable"]
     metrics["stability"] = {"rule": rule.describe(), "until_stable": cfg.until_stable,

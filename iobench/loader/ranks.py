@@ -1,7 +1,10 @@
 """Which of a load's metrics add up across MPI ranks and which do not (merged by iobench.dist).
 
 A data-parallel step waits for the slowest rank, so the world stall ratio is the worst
-rank's; its spread (min/mean/max) is kept beside it.  Samples and bytes add up; rates are
+rank's; its spread (min/mean/max) is kept beside it.  The world's intervals are recomputed
+from the ranks' per-batch series (``world_intervals``): the worst stall lies between the
+largest of the ranks' lower bounds and the largest of their upper bounds; the P99 batch
+times are order statistics over every rank's batches together.  Samples and bytes add up; rates are
 the total over the slowest rank's wall time; batch wait, batch I/O and compute histograms
 are merged.
 """
@@ -13,7 +16,7 @@ from ..dist.aggregate import MergeSpec, merge
 LOAD_SPEC = MergeSpec(
     duration="wall_s",
     sums=("samples", "bytes_read", "wait_s_total", "compute_s_total", "read_calls"),
-    maxes=("steps", "stall_ratio", "batch_bytes_max", "startup_s", "first_step_s"),
+    maxes=("steps", "stall_ratio", "stall_ratio_first_step_excluded", "batch_bytes_max", "startup_s", "first_step_s"),
     spreads=("stall_ratio", "accelerator_utilization", "throughput.samples_per_s", "throughput.bytes_per_s",
              "throughput.steady_samples_per_s", "startup_s"),
     hists={"batch_wait_s": "batch_wait_hist", "batch_io_s": "batch_io_hist", "compute_s": "compute_hist"},
@@ -32,4 +35,53 @@ def merge_ranks(per_rank: list[dict], hosts: list[str] | None = None) -> dict:
     steady = [m.get("throughput", {}).get("steady_samples_per_s") for m in ranks]
     # ranks run concurrently: the world's steady rate is the sum of theirs
     out["throughput"]["steady_samples_per_s"] = sum(steady) if all(v is not None for v in steady) else None
+    if all(m.get("series") for m in ranks):
+        out.update(world_intervals(ranks))
     return out
+
+
+def world_intervals(ranks: list[dict]) -> dict:
+    """``intervals``, ``stable``, ``stability`` and ``steady_window`` of the world, from each rank's series."""
+    from .stability import StopRule, quantile_interval, stall_interval, steady_window
+
+    per, service, waits = [], [], []
+    for m in ranks:
+        s = m["series"]
+        w, st = s["wait_s"], s.get("step_s") or _steps(s)
+        k0, k1, _why = steady_window(w)
+        per.append(stall_interval(w[k0:k1], st[k0:k1]) | {"window": [k0, k1]})
+        service += [a + b for a, b in zip(s["io_s"][1:], s["prep_s"][1:])]
+        waits += w[k0:k1]
+    worst = max(range(len(per)), key=lambda r: per[r]["value"])
+    lows, highs = [p["low"] for p in per], [p["high"] for p in per]
+    whole = None not in lows and None not in highs
+    stall = {"value": per[worst]["value"], "n": sum(p["n"] for p in per), "worst_rank": worst,
+             "method": "worst rank's stall: between the largest lower and the largest upper bound of the "
+                       "ranks' batch-means 95% intervals",
+             "low": max(lows) if whole else None, "high": max(highs) if whole else None, "by_rank": per}
+    stall["half_width"] = (stall["high"] - stall["low"]) / 2 if whole else None
+    if not whole:
+        stall["note"] = "a rank ran too few steps for an interval"
+    p99, wait99 = quantile_interval(service, 0.99), quantile_interval(waits, 0.99)
+    d = (ranks[0].get("stability") or {}).get("rule") or {}
+    rule = StopRule(min_steps=d.get("min_steps", 50), max_time_s=d.get("max_time_s", 60.0),
+                    stall_ci=d.get("stall_ci_half_width", 0.02), p99_ci=d.get("p99_ci_relative_half_width", 0.25))
+    reasons = []
+    if stall["half_width"] is None or stall["half_width"] > rule.stall_ci:
+        reasons.append(stall.get("note") or f"world stall ±{stall['half_width'] * 100:.1f} pp > "
+                                            f"±{rule.stall_ci * 100:g} pp")
+    if p99["high"] is None:
+        reasons.append(p99["note"])
+    elif p99["relative_half_width"] > rule.p99_ci:
+        reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
+    return {"intervals": {"stall_ratio": stall, "batch_service_p99_s": p99, "batch_wait_p99_s": wait99},
+            "stable": not reasons,
+            "stability": {"rule": rule.describe(), "not_stable_because": reasons,
+                          "world": "stall per rank (its own steady window); P99 over every rank's batches"},
+            "steady_window": {"by_rank": [p["window"] for p in per], "rule": "each rank's own (see per_rank)"}}
+
+
+def _steps(series: dict) -> list[float]:
+    from ..planner.loader_sim import consumer_busy_s
+
+    return [w + b for w, b in zip(series["wait_s"], consumer_busy_s(series))]

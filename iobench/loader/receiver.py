@@ -24,7 +24,7 @@ from ..metrics import LatencyHistogram
 
 
 class Receiver:
-    def __init__(self, readers: list, procs: list, sent=None, spin_s: float = 0.0) -> None:
+    def __init__(self, readers: list, procs: list, sent=None, spin_s: float = 0.0, build=None) -> None:
         self.readers = list(readers)
         self.by_worker = list(readers)      # worker id -> its pipe
         self.sent = sent                    # shared per-worker counters of batch messages written
@@ -36,6 +36,11 @@ class Receiver:
         self.started: set[int] = set()
         self.io_hist = LatencyHistogram()   # per-batch I/O time (start-up is over before "ready")
         self.overflow = 0
+        # build(meta) -> the consumer's Batch view.  Batches that arrive while the consumer is
+        # idle (the device computing) are built then, off the step's critical path: a view built
+        # right after a wake-up costs ~60 us of cold caches on a VM, 1% of a 5 ms step.
+        self.build = build
+        self.built: dict[int, object] = {}
 
     def _handle(self, msg) -> None:
         kind = msg[0]
@@ -119,6 +124,14 @@ class Receiver:
             sleep(timeout_s)
             return
         self._pump(timeout_s)
+        if self.build is not None and len(self.built) < len(self.batches):
+            for k, meta in self.batches.items():
+                if k not in self.built:
+                    self.built[k] = self.build(meta)
+
+    def take_built(self, k: int):
+        """Batch ``k``'s view if it was built while idle, else None."""
+        return self.built.pop(k, None) if self.built else None
 
     def ready(self) -> int:
         """Batches received and not yet consumed."""

@@ -40,15 +40,31 @@ class ShardSource(Protocol):
 # The default source: read shards straight from the dataset's backend.
 
 import random as _random  # noqa: E402
+import threading  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 
 from iobench.io.retry import RetryPolicy  # noqa: E402
+
+def ranged_gets(size: int, block_size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of the GETs that read ``size`` bytes in requests of about ``block_size``.
+
+    The object is cut into ``round(size / block_size)`` equal parts (at least one), not into
+    full blocks and a remainder: a shard of 8 MiB plus a 64-byte header read with 8 MiB GETs
+    would otherwise cost a second, 64-byte GET -- a whole round trip for nothing.
+    """
+    if size <= 0:
+        return []
+    n = max(1, round(size / block_size))
+    step = -(-size // n)
+    return [(a, min(a + step, size)) for a in range(0, size, step)]
+
 
 @dataclass
 class BackendSource:
     """Reads whole shards from the dataset's backend, through the emulation/fault wrappers.
 
-    On object stores a shard larger than ``block_size`` is fetched as ranged GETs,
+    On object stores a shard larger than ``block_size`` is fetched as ranged GETs of about
+    that size (``ranged_gets``),
     ``concurrency`` at a time, each retried under ``retry``; elsewhere one read per shard.
     Every byte is counted by an ``InstrumentedBackend`` (the outermost wrapper), so the
     latencies it records are the ones the worker saw.
@@ -85,6 +101,19 @@ class BackendSource:
         self.backend = InstrumentedBackend(b)
         self._rng = _random.Random(seed)
         self._pool = None
+        # read_shards may run in several threads at once (a worker's read-ahead, see concurrent_reads):
+        # the GET pool's creation and the buffer pool's hand-out are guarded.
+        self._lock = threading.Lock()
+        # whole-shard GETs made by the read-ahead threads themselves obey ``concurrency`` too
+        self._in_flight = threading.BoundedSemaphore(self.concurrency)
+
+    @property
+    def concurrent_reads(self) -> bool:
+        """read_shards may be called from several threads at once, and gains from it: on object
+        stores a worker then keeps ``concurrency`` GETs in flight across the blocks it reads
+        ahead, instead of draining the pool at the end of every block (each block's last GET
+        alone on the wire)."""
+        return self.backend is not None and self.backend.parallel_ranged_reads
 
     def _get(self, rel: str, start: int | None, end: int | None):
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
@@ -99,13 +128,24 @@ class BackendSource:
 
             raise IntegrityError(f"{rel}: offset {start}: short read ({n} of {end - start} bytes)")
 
+    def _get_buffer(self, shard: ShardEntry) -> memoryview:
+        """A whole shard in one GET (retried), as a view of the buffer the client filled."""
+        where = lambda: f"GET {self.backend.path(shard.path)}"  # noqa: E731
+        with self._in_flight:
+            data = self.retry.call(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), where, self._rng)
+        if len(data) != shard.bytes:
+            from iobench.errors import IntegrityError
+
+            raise IntegrityError(f"{shard.path}: short read ({len(data)} of {shard.bytes} bytes)")
+        return memoryview(data).cast("B")
+
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
         return self.read_shards([shard])[0]
 
     def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
         """Several shards' contents (a loader block), in order.
 
-        On object stores every shard is cut into GETs of up to ``block_size`` and all of the
+        On object stores every shard is cut into GETs of about ``block_size`` and all of the
         block's GETs share one pool of ``concurrency`` in flight, so a block of small shards
         costs about one round trip per ``concurrency`` GETs, not one per shard; each GET lands
         in its place in a reused buffer (no per-shard allocation, no join of parts).
@@ -118,12 +158,16 @@ class BackendSource:
             return [self._read_into_pool(s) for s in shards]
         if not self.backend.parallel_ranged_reads:
             return [self._get(s.path, None, None) for s in shards]
+        if all(len(ranged_gets(s.bytes, self.block_size)) == 1 for s in shards) and \
+                (len(shards) == 1 or self.concurrency == 1):
+            # One GET per shard, made in this thread: each shard is parsed in the client's own
+            # buffer (no copy into ours).  Several shards in one block still go through the pool.
+            return [self._get_buffer(s) for s in shards]
         bufs = [self._direct_buffer(s.bytes) for s in shards]
         jobs = []
         for s, buf in zip(shards, bufs):
             out = memoryview(buf)
-            for start in range(0, s.bytes, self.block_size):
-                end = min(start + self.block_size, s.bytes)
+            for start, end in ranged_gets(s.bytes, self.block_size):
                 jobs.append((s.path, start, end, out[start:end]))
         if len(jobs) == 1 or self.concurrency == 1:
             for j in jobs:
@@ -131,8 +175,9 @@ class BackendSource:
         else:
             from concurrent.futures import ThreadPoolExecutor
 
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
             futs = [self._pool.submit(self._get_into, *j) for j in jobs]
             try:
                 for f in futs:
@@ -220,64 +265,82 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
-    def read_records(self, shard: ShardEntry, first: int, length: int, indices, out, rows: np.ndarray) -> int:
-        """``out[rows[i]]`` = record ``indices[i]`` of a shard of fixed-size records (record r at
-        ``first + r * length``) — one request per record (a batch's samples of one shard).  Plain
-        local files: a pread per record in a tight loop.  Plain memory:// objects: one gather (the
-        null-storage floor; each request's time is then the gather's time / its records).  Others:
-        ``read_range`` per record.  Returns the number of requests."""
+    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
+                     out: np.ndarray) -> "tuple[np.ndarray, int]":
+        """A batch of fixed-size records (record r of a shard at ``first + r * length``), one
+        request per record: sample i is record ``local[i]`` of ``shards[shard_of[i]]``.
+
+        The records land in ``out`` grouped by shard (each shard's requests back to back, as a
+        DataLoader worker's would be cheapest too); returns ``(order, requests)`` where
+        ``out[j]`` holds sample ``order[j]``.  The caller has checked every ``local`` lies in
+        its shard.  Plain local files: a preadv per record straight into its row of ``out``.
+        Plain memory:// objects: one gather per shard (the null-storage floor; each request's
+        time is then the gathers' time / the records).  Others: ``read_range`` per record."""
         import numpy as np
 
         from iobench.metrics import now_ns
 
         if self.backend is None:
             self.open()
-        n = len(rows)
+        self._request_log()
+        n = len(local)
+        order = np.argsort(shard_of, kind="stable")
+        so = shard_of[order]
+        lo = local[order]
         if not (self.backend.inner is self.backend.base and self.backend.supports_pread):
-            for r, x in zip(rows.tolist(), np.asarray(indices).tolist()):
-                out[r] = np.frombuffer(self.read_range(shard, first + x * length, length), dtype=np.uint8)
-            return n
-        fd = self._handle(shard)
+            for j, (s, x) in enumerate(zip(so.tolist(), lo.tolist())):
+                out[j] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
+            return order, n
+        cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
+        groups = so[cuts[:-1]].tolist() if n else []
         log = self._log
-        idx = np.asarray(indices, dtype=np.int64)
-        if n and (idx.min() < 0 or first + (idx.max() + 1) * length > shard.bytes):
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: record {int(idx.max())} lies past the shard's {shard.bytes} bytes")
-        if isinstance(fd, int):
+        if self.backend.base.protocol == "memory":
+            t0 = now_ns()
+            for g, s in enumerate(groups):
+                a, b = cuts[g], cuts[g + 1]
+                # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
+                np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=out[a:b], mode="clip")
+            dt = now_ns() - t0
+            if n:
+                log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
+        else:
             import os
 
-            for r, x in zip(rows.tolist(), idx.tolist()):
-                t0 = now_ns()
-                got = os.preadv(fd, [out[r]], first + x * length)
-                log.append(now_ns() - t0)
-                if got != length:
-                    from iobench.errors import IntegrityError
+            offs = (lo * length + first).tolist()
+            for g, s in enumerate(groups):
+                sh = shards[s]
+                fd = self._handle(sh)
+                for j in range(cuts[g], cuts[g + 1]):
+                    t0 = now_ns()
+                    got = os.preadv(fd, [out[j]], offs[j])
+                    log.append(now_ns() - t0)
+                    if got != length:
+                        from iobench.errors import IntegrityError
 
-                    raise IntegrityError(f"{shard.path}: offset {first + x * length}: short read "
-                                         f"({got} of {length} bytes)")
-        else:
-            views = self.__dict__.setdefault("_views", {})
-            view = views.get((shard.path, first, length))
-            if view is None:
-                src = np.frombuffer(fd, dtype=np.uint8)
-                if len(src) < shard.bytes:
-                    from iobench.errors import IntegrityError
-
-                    raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
-                                         f"{shard.bytes}")
-                nrec = (len(src) - first) // length
-                if len(views) >= 64:
-                    views.pop(next(iter(views)))
-                view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
-            t0 = now_ns()
-            out[rows] = view[idx]
-            dt = now_ns() - t0
-            log.extend([dt // max(1, n)] * n)
+                        raise IntegrityError(f"{sh.path}: offset {offs[j]}: short read ({got} of {length} bytes)")
         self._log_bytes += length * n
         if len(log) >= 65536:
             self._flush_log()
-        return n
+        return order, n
+
+    def _records_view(self, shard: ShardEntry, first: int, length: int) -> np.ndarray:
+        """A plain memory:// shard's records as a (records, length) view of the object (cached)."""
+        import numpy as np
+
+        views = self.__dict__.setdefault("_views", {})
+        view = views.get((shard.path, first, length))
+        if view is None:
+            src = np.frombuffer(self._handle(shard), dtype=np.uint8)
+            if len(src) < shard.bytes:
+                from iobench.errors import IntegrityError
+
+                raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
+                                     f"{shard.bytes}")
+            nrec = (len(src) - first) // length
+            if len(views) >= 64:
+                views.pop(next(iter(views)))
+            view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
+        return view
 
     def _handle(self, shard: ShardEntry):
         """Plain local files: a descriptor kept open per shard (few, LRU-bounded); plain memory://
@@ -297,14 +360,19 @@ class BackendSource:
             else:
                 fd = os.open(base.local_path(shard.path), os.O_RDONLY)
         fds[shard.path] = fd  # most recently used last
-        if "_log" not in self.__dict__:
+        self._request_log()
+        return fd
+
+    def _request_log(self):
+        """Request times are logged here and histogrammed in bulk (``_flush_log``): an hdrh
+        record per request would cost more than the read itself."""
+        log = self.__dict__.get("_log")
+        if log is None:
             from array import array
 
-            # Request times are logged here and histogrammed in bulk: an hdrh record per request
-            # would cost more than the read itself.
-            self._log = array("q")
+            log = self._log = array("q")
             self._log_bytes = 0
-        return fd
+        return log
 
     def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
         import os
@@ -331,15 +399,18 @@ class BackendSource:
 
         import numpy as np
 
-        pool = self.__dict__.setdefault("_direct_pool", [])
-        for i in range(len(pool)):
-            # refs: the list, and getrefcount's argument; anything more is a live view of the data
-            if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
-                return pool[i]
-        buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
-        if len(pool) < 32:   # a block of shards and a block read ahead, reused without page faults
-            pool.append(buf)
-        return buf
+        # Under the lock: two read-ahead threads must not both take the same free buffer (the
+        # returned reference is on this frame's stack before the lock is released).
+        with self._lock:
+            pool = self.__dict__.setdefault("_direct_pool", [])
+            for i in range(len(pool)):
+                # refs: the list, and getrefcount's argument; anything more is a live view of the data
+                if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
+                    return pool[i]
+            buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+            if len(pool) < 32:   # a block of shards and blocks read ahead, reused without page faults
+                pool.append(buf)
+            return buf
 
     def _flush_log(self) -> None:
         log = self.__dict__.get("_log")

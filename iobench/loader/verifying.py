@@ -20,6 +20,8 @@ from ..io.checksum import algo_of, matches, new_hasher
 
 
 class VerifyingSource:
+    concurrent_reads = False   # its counters and open hashes are not guarded: one read at a time
+
     def __init__(self, inner) -> None:
         self.inner = inner
         self._open: dict = {}   # shard path -> (hasher, next expected offset, shard entry)

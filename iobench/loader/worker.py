@@ -261,7 +261,10 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
         return _read_block(job, source, reader, item[1])
 
     # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
-    ahead = ThreadPoolExecutor(1, thread_name_prefix="iobench-readahead") if job.read_ahead else None
+    # A source whose reads may overlap (object stores: GETs from one shared pool) reads every
+    # block ahead at once, so its GETs stay in flight across block boundaries.
+    threads = job.read_ahead + 1 if getattr(source, "concurrent_reads", False) else 1
+    ahead = ThreadPoolExecutor(threads, thread_name_prefix="iobench-readahead") if job.read_ahead else None
     pending = []
     try:
         for idx, (epoch, block, k_base) in enumerate(mine):
@@ -364,6 +367,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     ranges = _Ranges(source, reader)
     fixed = _fixed(reader, m)
     rows_reader = getattr(source, "read_records", None)
+    if fixed is not None:   # records per shard, for the batch-wide bounds check
+        nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
     k_base = 0
     for plan in job.plans:
         off = 0
@@ -382,24 +387,32 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                     t0 = now_ns()
                     out = np.empty((bs, fixed[1]), dtype=np.uint8)
                     shard_of = np.searchsorted(starts, ids, side="right") - 1
-                    io_s, requests = 0.0, 0
-                    if rows_reader is not None:   # the source reads a shard's records in one call
-                        by = np.argsort(shard_of, kind="stable")
-                        for rows in np.split(by, np.flatnonzero(np.diff(shard_of[by])) + 1):
-                            sh = m.shards[int(shard_of[rows[0]])]
-                            t1 = now_ns()
-                            requests += rows_reader(sh, fixed[0], fixed[1], ids[rows] - sh.first_sample, out, rows)
-                            io_s += (now_ns() - t1) / 1e9
+                    local = ids - starts[shard_of]
+                    if rows_reader is not None:
+                        # The source reads the whole batch (grouped by shard) in one call; ``out``
+                        # comes back in its order, and the slot's gather puts it in batch order.
+                        if bs and not (local < nrec[shard_of]).all():
+                            from ..errors import IntegrityError
+
+                            bad = int(np.flatnonzero(local >= nrec[shard_of])[0])
+                            raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
+                                                 f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
+                        t1 = now_ns()
+                        order, requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out)
+                        io_s = (now_ns() - t1) / 1e9
+                        row_ids = ids[order]
+                        sel = np.empty(bs, dtype=np.intp)
+                        sel[order] = np.arange(bs)
                     else:
-                        for j, (sid, s) in enumerate(zip(ids.tolist(), shard_of.tolist())):
-                            sh = m.shards[s]
-                            rec, t, n = ranges.read_at(sh, fixed[0] + (sid - sh.first_sample) * fixed[1], fixed[1])
+                        io_s, requests, row_ids = 0.0, 0, ids
+                        for j, (x, s) in enumerate(zip(local.tolist(), shard_of.tolist())):
+                            rec, t, n = ranges.read_at(m.shards[s], fixed[0] + x * fixed[1], fixed[1])
                             out[j] = np.frombuffer(rec, dtype=np.uint8)
                             io_s += t
                             requests += n
                     prep_s = (now_ns() - t0) / 1e9 - io_s
                     emit.stats["io_s"] += io_s
-                    emit(k, plan.epoch, _BlockData(out.view(fixed[2]), None, ids), sel, io_s, prep_s,
+                    emit(k, plan.epoch, _BlockData(out.view(fixed[2]), None, row_ids), sel, io_s, prep_s,
                          requests=requests)
                 else:
                     io_s = prep_s = 0.0

@@ -18,9 +18,9 @@ The pipeline, per access pattern (``SCHEDULES``):
 - the consumer takes batch ``k`` once it is ready, computes ``compute[k]``, and moves on.
   Its wait is ``max(0, ready[k] - end of step k-1)``.
 
-Stall ratio = Σ wait / Σ (wait + compute) over steps 1.. (step 0 excluded, as MLPerf and
-the loader do).  The model charges nothing for hand-off (pipes, wake-ups): a real loader's
-stall is at or slightly above it.
+Stall ratio = Σ wait / Σ (wait + compute) over steps 1.. (step 0 excluded, as MLPerf
+does), or over the steady window a replayed run recorded (``metrics.steady_window``).  The model charges nothing for hand-off (pipes, wake-ups): a
+real loader's stall is at or slightly above it.
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ class SimResult:
 
 
 def simulate(schedule: Schedule, io_s: Sequence[float], compute_s: Sequence[float],
-             start_s: Sequence[float] | None = None) -> SimResult:
+             start_s: Sequence[float] | None = None, window: tuple[int, int] | None = None) -> SimResult:
     """Replay the pipeline; ``io_s[k]`` is batch k's time at its worker, ``compute_s[k]`` step k's compute.
 
     ``start_s[w]``: when worker w may start (default 0, the consumer's clock start).
+    ``window``: the steps ``[from, to)`` the stall is counted over (default: all but step 0).
     """
     n = len(io_s)
     if len(compute_s) < n or len(schedule.owner) < n:
@@ -118,9 +119,9 @@ def simulate(schedule: Schedule, io_s: Sequence[float], compute_s: Sequence[floa
         wait[k] = take[k] - t
         t = take[k] + compute_s[k]
         release[k] = t
-    steps = [wait[k] + compute_s[k] for k in range(1, n)]
-    total = sum(steps)
-    stall = sum(wait[1:]) / total if total > 0 else 0.0
+    k0, k1 = window if window is not None else (1, n)
+    total = sum(wait[k] + compute_s[k] for k in range(k0, k1))
+    stall = sum(wait[k0:k1]) / total if total > 0 else 0.0
     return SimResult(wait_s=tuple(wait), ready_s=tuple(ready), stall_ratio=stall, wall_s=t)
 
 
@@ -136,7 +137,10 @@ def predict_from_run(metrics: dict, pattern: str, workers: int, prefetch: int) -
     io = s.get("service_s") or s["io_s"]   # service_s: storage + prep (+ buffer fill) at the worker
     n = len(io)
     sch = schedule_for(pattern, n, workers, prefetch, owner=s.get("worker"))
-    return simulate(sch, io, consumer_busy_s(s)[:n], start_s=worker_starts(s, sch, workers))
+    # the stall over the run's own steady window (iobench.loader.stability), so like is compared with like
+    win = metrics.get("steady_window") or {}
+    window = (win["from_step"], win["to_step"]) if win else None
+    return simulate(sch, io, consumer_busy_s(s)[:n], start_s=worker_starts(s, sch, workers), window=window)
 
 
 def worker_starts(series: dict, schedule: Schedule, workers: int) -> list[float] | None:

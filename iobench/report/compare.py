@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import data
@@ -42,8 +43,13 @@ class Row:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "a": self.a, "b": self.b, "diff": self.diff, "ratio": self.ratio,
-                "ci_a": list(self.ci_a) if self.ci_a else None, "ci_b": list(self.ci_b) if self.ci_b else None,
+                # a P99 with no upper bound yet carries inf: JSON has no inf, it is written null
+                "ci_a": _finite(self.ci_a), "ci_b": _finite(self.ci_b),
                 "within_noise": self.within_noise}
+
+
+def _finite(ci: tuple[float, float] | None) -> list | None:
+    return [v if math.isfinite(v) else None for v in ci] if ci else None
 
 
 _CI_SUFFIXES = ("_ci95", "_ci")

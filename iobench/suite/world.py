@@ -92,10 +92,10 @@ def _check_dir(work: str) -> None:
                           "mount the shared path on every node, at the same place")
 
 
-def _write(world, results, metrics, merge_fn, path: Path, files: list[Path]) -> dict | None:
+def _write(world, results, metrics, merge_fn, path: Path, files: list[Path], merge_only=()) -> dict | None:
     from ..dist.launch import collect
 
-    if not collect(world, results, metrics, merge_fn):
+    if not collect(world, results, metrics, merge_fn, merge_only=merge_only):
         return None
     results.write(path)
     files.append(path)
@@ -162,7 +162,7 @@ def _load(world, base, local_tmp, out_dir, state, rows, files, config) -> dict:
     world.barrier("run load start")
     run = run_load(cfg, rank=world.rank, world=world.size)
     res = Results(command="load", config=to_dict(cfg), environment=run.environment)
-    m = _write(world, res, dict(run.metrics), merge_ranks, out_dir / "load-cold.json", files)
+    m = _write(world, res, dict(run.metrics), merge_ranks, out_dir / "load-cold.json", files, merge_only=("series",))
     if m is None:
         return {}
     rows.append(("load", f"raw tokens, cold, {world.size} ranks",
