@@ -50,6 +50,8 @@ from iobench.storage import open_backend
 
 MiB = 2**20
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from summary import merge_results  # noqa: E402  (benchmarks/ is not a package)
 PEERS = HERE / "fidelity_peers.py"
 
 
@@ -210,6 +212,12 @@ def bench_throttled(work: Path, quick: bool, py: str) -> list[dict]:
                     row = {**peer_series(p), "device_io": dev, "residency": res,
                            "samples_per_s": p["samples"] / p["wall_s"]}
                     peer.append(row)
+                # the formula with the bytes this run's device really read per step (prefetch past the
+                # last step, headers and read-ahead included): each side against its own bytes
+                dbytes = (row["device_io"] or {}).get("device_bytes_read")
+                row["steps_run"] = steps
+                row["formula_stall_own_bytes"] = bandwidth_stall(row["steady_busy_s"], dbytes / steps, bw) \
+                    if dbytes and row.get("steady_busy_s") else None
                 row["load_avg"] = os.getloadavg()[0]
                 print(f"[throttled] {pattern} {who} round {rnd}: stall {row['stall_ratio']} steady "
                       f"{row['steady_stall_ratio']} amplification "
@@ -236,6 +244,8 @@ def bench_throttled(work: Path, quick: bool, py: str) -> list[dict]:
             "formula_note": "1 - consumer time per step / (batch bytes / bandwidth); 'amplified': batch bytes x "
                             "iobench's read amplification",
             "iobench_read_amplification": amp(iob), "peer_read_amplification": amp(peer),
+            "iobench_formula_own_bytes": med(iob, "formula_stall_own_bytes"),
+            "peer_formula_own_bytes": med(peer, "formula_stall_own_bytes"),
             "iobench_runs": iob, "peer_runs": peer})
     return out
 
@@ -391,7 +401,14 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                   f"| device bytes / requested bytes | {r['iobench_read_amplification']:.2f} | "
                   f"{r['peer_read_amplification']:.2f} | |", "",
                   f"Bandwidth formula ({r['formula_note']}): {r['formula_stall']:.3f} "
-                  f"(amplified: {r['formula_stall_amplified']:.3f}).", ""]
+                  f"(amplified: {r['formula_stall_amplified']:.3f})."
+                  + (f" With the bytes each side's device really read per step (its DataLoader's workers stopped "
+                     f"before the counter is read): iobench {r['iobench_formula_own_bytes']:.3f} (measured − formula "
+                     f"{100 * (r['iobench_steady_stall'] - r['iobench_formula_own_bytes']):+.1f} pp), peer "
+                     f"{r['peer_formula_own_bytes']:.3f} (measured − formula "
+                     f"{100 * (r['peer_steady_stall'] - r['peer_formula_own_bytes']):+.1f} pp)."
+                     if r.get("iobench_formula_own_bytes") is not None and r.get("peer_formula_own_bytes") is not None
+                     else ""), ""]
         else:
             L += [f"## {r['section']}", "", f"{r['note']}.", "",
                   f"iobench {r['iobench']:,.0f} vs peer {r['peer']:,.0f} {r['metric']}: ratio **{r['ratio']:.2f}** "
@@ -458,13 +475,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.merge and out.with_suffix(".json").exists():
-        old = json.loads(out.with_suffix(".json").read_text())
-        new = {r["section"]: r for r in results}
-        rerun = sorted(new)
-        for r in results:
-            r["rerun"] = meta["command"]
-        results = [new.pop(r["section"], r) for r in old["results"]] + list(new.values())
-        meta = {**old["meta"], "updates": old["meta"].get("updates", []) + [{**meta, "sections": rerun}]}
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
     md = to_markdown(results, meta)
     out.with_suffix(".md").write_text(md)

@@ -30,6 +30,9 @@ import psutil
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks/ is not a package)
+
 MiB = 2**20
 REPEATS = 3
 
@@ -293,6 +296,7 @@ def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_fligh
 
 
 ONE_BATCH = "iobench (obstore), one batch per block"
+S3_ROUNDS = 5   # the shared server swings most between rounds; each S3 round takes ~10 s
 
 
 def _s3_read_plan(srv, opts: dict, shard_bytes: int, workers: int):
@@ -370,7 +374,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
             runs: dict[str, list[dict]] = {k: [] for k in [*sides, *peers]}
-            for _ in range(REPEATS):  # alternating rounds: every side once per round
+            for _ in range(S3_ROUNDS):  # alternating rounds: every side once per round
                 for k, fn in sides.items():
                     runs[k].append(fn())
                 for k in peers:
@@ -390,7 +394,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                       + (f" (from a probe of this server: {plan.why})" if not emulate else "")
                       + f", batches of 256 x 1 KiB delivered to the consumer; the concurrent peer keeps {w * conc} "
                       "GETs of whole objects in flight; peers: one process each; each client made before its "
-                      f"clock starts; the server shares the machine's {_cores()} cores; median of {REPEATS} "
+                      f"clock starts; the server shares the machine's {_cores()} cores; median of {S3_ROUNDS} "
                       "alternating rounds; server_cpu_s = the server's CPU time during each side")
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "
@@ -603,27 +607,6 @@ _LEGACY_PREFIX = {"s3": "S3", "fio": "raw tokens", "tar": "tar images", "parquet
                   "tfrecord": "tfrecord tokens", "memory": "memory:", "overhead": "overhead:"}
 
 
-def merge(old: dict, meta: dict, results: list[dict]) -> tuple[dict, list[dict]]:
-    """Old results with this run's rows in place of the rows it reran (matched by section name)."""
-    new = {r["section"]: r for r in results}
-    # A rerun section owns all of its old rows, also those whose label has changed since.
-    rerun_keys = {r.get("bench_section") for r in results}
-    legacy = tuple(_LEGACY_PREFIX[k] for k in rerun_keys if k in _LEGACY_PREFIX)
-    kept = [r for r in old["results"] if r.get("bench_section", "") not in rerun_keys
-            and not (not r.get("bench_section") and legacy and r["section"].startswith(legacy))]
-    merged = [new.pop(r["section"], r) for r in kept]
-    merged += list(new.values())
-    for r in results:
-        r["rerun"] = meta["command"]
-    old_meta = dict(old["meta"])
-    rerun = {r["section"] for r in results}
-    # An earlier update no longer owns the rows this run replaced.
-    earlier = [{**u, "sections": [x for x in u.get("sections", []) if x not in rerun]}
-               for u in old_meta.get("updates", [])]
-    old_meta["updates"] = [u for u in earlier if u["sections"]] + [{**meta, "sections": sorted(rerun)}]
-    return old_meta, merged
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default=",".join(SECTIONS))
@@ -664,10 +647,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.merge and out.with_suffix(".json").exists():
-        meta, results = merge(json.loads(out.with_suffix(".json").read_text()), meta, results)
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results,
+                                      _LEGACY_PREFIX)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from summary import DERIVE, write_rows
 
     write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
     md = to_markdown(results, meta)

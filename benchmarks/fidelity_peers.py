@@ -101,7 +101,17 @@ def torch_map(spec: dict) -> dict:
     g.manual_seed(spec.get("seed", 0))
     dl = DataLoader(ds, batch_size=spec["batch"], sampler=RandomSampler(ds, generator=g),
                     num_workers=spec["workers"], prefetch_factor=spec["prefetch"], persistent_workers=False)
-    return consume(iter(dl), spec["steps"], spec["compute_s"], lambda b: (len(b), b.numel() * b.element_size()))
+    return _consume_and_stop(iter(dl), spec, lambda b: (len(b), b.numel() * b.element_size()))
+
+
+def _consume_and_stop(it, spec: dict, nbytes) -> dict:
+    """The consumer loop, then the DataLoader's workers stopped: they keep prefetching after the last
+    step, and the device counter is read only once nothing of the peer reads any more."""
+    out = consume(it, spec["steps"], spec["compute_s"], nbytes)
+    stop = getattr(it, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
+    return out
 
 
 def _wds(spec: dict):
@@ -118,7 +128,7 @@ def _wds(spec: dict):
 
 
 def wds_stream(spec: dict) -> dict:
-    return consume(_wds(spec), spec["steps"], spec["compute_s"], lambda b: (len(b), sum(len(x) for x in b)))
+    return _consume_and_stop(_wds(spec), spec, lambda b: (len(b), sum(len(x) for x in b)))
 
 
 def main() -> None:

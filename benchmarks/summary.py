@@ -146,6 +146,31 @@ def write_rows(name: str, rows: list[dict] | None = None, ref: Path = REF, comma
     return path
 
 
+def merge_results(old: dict, meta: dict, results: list[dict],
+                  legacy_prefix: dict | None = None) -> tuple[dict, list[dict]]:
+    """A benchmark's ``--merge``: old results with this run's rows in place of the rows it reran
+    (matched by section name; rows that carry ``bench_section`` also replace every old row of that
+    section, and ``legacy_prefix`` maps a section to how its rows began before they carried one).
+    ``meta['updates']`` gains this run; earlier updates no longer own the rows it replaced."""
+    new = {r["section"]: r for r in results}
+    # A rerun section owns all of its old rows, also those whose label has changed since.
+    rerun_keys = {r.get("bench_section") for r in results}
+    legacy = tuple((legacy_prefix or {})[k] for k in rerun_keys if k in (legacy_prefix or {}))
+    kept = [r for r in old["results"] if r.get("bench_section", "") not in rerun_keys
+            and not (not r.get("bench_section") and legacy and r["section"].startswith(legacy))]
+    merged = [new.pop(r["section"], r) for r in kept]
+    merged += list(new.values())
+    for r in results:
+        r["rerun"] = meta["command"]
+    old_meta = dict(old["meta"])
+    rerun = {r["section"] for r in results}
+    # An earlier update no longer owns the rows this run replaced.
+    earlier = [{**u, "sections": [x for x in u.get("sections", []) if x not in rerun]}
+               for u in old_meta.get("updates", [])]
+    old_meta["updates"] = [u for u in earlier if u["sections"]] + [{**meta, "sections": sorted(rerun)}]
+    return old_meta, merged
+
+
 def _measured_at(full: Path) -> _dt.datetime:
     """When NAME.json was measured: its own date field, else its last commit, else the file's mtime."""
     import subprocess

@@ -350,3 +350,19 @@ def test_tar_reader_over_generated_shards_matches_tarfile():
         bad[pos + 20] ^= 0xFF                                           # inside the name field
         with pytest.raises(IntegrityError, match=f"offset {pos}: bad tar header"):
             list(reader.iter_samples(bytes(bad), shard))
+
+
+def test_npy_array_header_cache_matches_numpy():
+    """npy_array caches parsed headers by their bytes: arrays that share one header, and arrays that
+    differ only in dtype, shape or memory order, each come back as numpy.load reads them."""
+    arrays = [np.arange(6, dtype="<u2"), np.arange(6, dtype="<u2") + 7, np.arange(6, dtype="<i4"),
+              np.arange(12, dtype="<u2").reshape(3, 4), np.asfortranarray(np.arange(12, dtype="<f4").reshape(3, 4)),
+              np.array(5, dtype="<i8"), np.zeros((0, 3), dtype="<u2")]
+    for _ in range(2):                                      # second pass: every header from the cache
+        for a in arrays:
+            buf = io.BytesIO()
+            np.save(buf, a)
+            want = np.load(io.BytesIO(buf.getvalue()))
+            got = tarfmt.npy_array(buf.getvalue())
+            assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+            assert got.flags.f_contiguous == want.flags.f_contiguous

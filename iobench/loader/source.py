@@ -104,6 +104,8 @@ class BackendSource:
         # read_shards may run in several threads at once (a worker's read-ahead, see concurrent_reads):
         # the GET pool's creation and the buffer pool's hand-out are guarded.
         self._lock = threading.Lock()
+        # whole-shard GETs made by the read-ahead threads themselves obey ``concurrency`` too
+        self._in_flight = threading.BoundedSemaphore(self.concurrency)
 
     @property
     def concurrent_reads(self) -> bool:
@@ -129,7 +131,8 @@ class BackendSource:
     def _get_buffer(self, shard: ShardEntry) -> memoryview:
         """A whole shard in one GET (retried), as a view of the buffer the client filled."""
         where = lambda: f"GET {self.backend.path(shard.path)}"  # noqa: E731
-        data = self.retry.call(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), where, self._rng)
+        with self._in_flight:
+            data = self.retry.call(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), where, self._rng)
         if len(data) != shard.bytes:
             from iobench.errors import IntegrityError
 

@@ -12,7 +12,8 @@ should be and how many it should keep in flight:
   (more only add server load and memory for nothing), shared by the loader's workers;
 - read-ahead: a worker's GETs come from the block it reads and the blocks it reads ahead,
   so it reads ahead enough blocks to have ``concurrency`` GETs to make (a shard read in one
-  GET, with a concurrency of 2, needs one block ahead).
+  GET, with a concurrency of 2, needs one block ahead), and at least one, so that the
+  collation of a block overlaps the next block's GETs.
 
 The plan records the probe points it chose from, so a run says why it read as it did.
 """
