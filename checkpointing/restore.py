@@ -83,7 +83,7 @@ class Restored:
     arrays: dict[int, list[np.ndarray]]          # per target rank, in rank_shards order
     shards: dict[int, list[Shard]]
     bytes_read: int
-    seconds: float
+    seconds: float                     # the restore itself; dropping and measuring the cache is not counted
     verified: bool
     cold: bool
     skipped: list[str] = field(default_factory=list)
@@ -116,9 +116,11 @@ def _candidates(tiers: list[tuple[str, Backend]]) -> list[int]:
 
 
 def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: ReadFn, cold: bool,
-          only: set[int] | None = None, pages: list[int] | None = None):
+          only: set[int] | None = None, pages: list[int] | None = None, prep_s: list[float] | None = None):
     """Read (and verify) the step's rank files; ``only``: just these source ranks' files;
-    ``pages`` accumulates the measured page-cache residency before each read."""
+    ``pages`` accumulates the measured page-cache residency before each read, ``prep_s`` the seconds
+    spent dropping and measuring the cache (the harness's doing, not the restore's)."""
+    prep_s = prep_s if prep_s is not None else [0.0]
     d = cp.step_dir(m.step)
     missing = set(range(m.spec.ranks)) - {f.rank for f in m.files}
     if missing:
@@ -140,7 +142,9 @@ def _load(backend: Backend, m: cp.CheckpointManifest, verify: bool, read_fn: Rea
             raise IntegrityError(f"{rel}: missing") from None
         if size != f.bytes:
             raise IntegrityError(f"{rel}: {size} bytes, manifest says {f.bytes} (truncated or overwritten)")
+        t_prep = time.perf_counter()
         _prepare_cache(backend, rel, cold, pages if pages is not None else [0, 0])
+        prep_s[0] += time.perf_counter() - t_prep
         buf = np.empty(f.bytes, dtype=np.uint8)
         read_fn(backend, rel, memoryview(buf))
         total += f.bytes
@@ -183,8 +187,9 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
             t0 = time.perf_counter()
             try:
                 m = cp.load_manifest(backend, step)
-                pages = [0, 0]
-                bufs, total = _load(backend, m, verify, read_fn, cold, needed_sources(m, target, ranks), pages)
+                pages, prep_s = [0, 0], [0.0]
+                bufs, total = _load(backend, m, verify, read_fn, cold, needed_sources(m, target, ranks), pages,
+                                    prep_s)
             except (IntegrityError, OSError) as e:
                 skipped.append(f"step {step} on {name}: {e}")
                 continue
@@ -210,7 +215,7 @@ def restore(tiers: list[tuple[str, Backend]], *, target: StateSpec | None = None
                     skipped.append(f"step {step} on {name}: cannot reshard ({e})")
                     continue
             return Restored(step=step, tier=name, url=backend.url, spec=spec, arrays=arrays, shards=shards,
-                            bytes_read=total, seconds=time.perf_counter() - t0, verified=verify, cold=cold,
+                            bytes_read=total, seconds=time.perf_counter() - t0 - prep_s[0], verified=verify, cold=cold,
                             skipped=skipped, files_read=sorted(bufs),
                             resident_ratio=None if pages[0] < 0 else (pages[0] / pages[1] if pages[1] else 0.0))
         if not found:
