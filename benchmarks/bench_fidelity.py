@@ -149,7 +149,7 @@ def _throttle(path: str, bw: int):
     return ReadThrottle(dev, bw, tag="bench"), None
 
 
-def bench_throttled(work: Path, quick: bool, py: str) -> list[dict]:
+def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = ("map", "stream")) -> list[dict]:
     rounds = 1 if quick else 3
     W, Q = 2, 2
     out = []
@@ -157,17 +157,21 @@ def bench_throttled(work: Path, quick: bool, py: str) -> list[dict]:
     # batch), 14 ms compute; samples large enough that per-sample Python work (torch's __getitem__ and
     # collate, on a loaded 2-core host) stays small beside the transfer.
     raw = str(work / "raw")
-    generate(GenSpec(format="raw", modality="tokens", num_samples=32 * 80, shard_size="32 samples", seq_len=32768,
-                     vocab_size=50000, fsync=True), raw, progress=False)
+    if "map" in cases:
+        generate(GenSpec(format="raw", modality="tokens", num_samples=32 * 80, shard_size="32 samples", seq_len=32768,
+                         vocab_size=50000, fsync=True), raw, progress=False)
     # stream: tar tokens, 64 KiB samples, 32-sample (2 MiB) batches, 20 MiB/s cap (100 ms a batch), 60 ms
     # compute (the formula's 40 %), shuffle buffer 32 samples per worker in both loaders.
     tar = str(work / "tar")
     generate(GenSpec(format="tar", modality="tokens", num_samples=32 * 48, shard_size="8MiB", seq_len=32768,
                      vocab_size=50000, fsync=True), tar, progress=False)
+    only = cases
     cases = (("map: raw tokens, one 64 KiB ranged read per sample", raw, "map", "torch-map", 50 * MiB, 16, 64,
               0.014, 32768 * 2),
              ("stream: tar tokens, shards in order", tar, "stream", "wds-stream", 20 * MiB, 32, 40, 0.060, None))
     for name, url, pattern, peer_kind, bw, batch, steps, compute_s, sample_bytes in cases:
+        if pattern not in only:
+            continue
         backend = open_backend(url)
         man = read_manifest(backend)
         paths = [backend.local_path(s.path) for s in man.shards]
@@ -438,6 +442,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="reports/reference/fidelity")
     ap.add_argument("--venv", default=str(HERE / ".venv-torch"), help="the peers' venv (created if missing)")
     ap.add_argument("--work", help="scratch directory on the disk to throttle (default: a temp dir under /tmp)")
+    ap.add_argument("--throttled", default="map,stream", help="the throttled section's patterns (map, stream)")
     ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
     ap.add_argument("--merge", action="store_true",
                     help="replace only these sections' results in an existing OUT.json/OUT.md, keep the rest")
@@ -463,7 +468,7 @@ def main(argv=None) -> int:
             if s == "grid":
                 results += bench_grid(work, args.quick)
             elif s == "throttled":
-                results += bench_throttled(work, args.quick, py)
+                results += bench_throttled(work, args.quick, py, tuple(args.throttled.split(",")))
             elif s == "fio":
                 results += bench_fio(work, args.quick)
             else:

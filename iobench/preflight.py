@@ -66,6 +66,14 @@ def _check_writable_dir(d: str, flag: str, what: str) -> None:
     os.unlink(probe)
 
 
+def _check_creatable(p: str, flag: str, path: str, fix: str) -> None:
+    """``p`` (absent or a directory) can be created: its nearest existing ancestor is a writable directory."""
+    anc = _existing_ancestor(p)
+    if anc != p and not os.path.isdir(anc):
+        raise ConfigError(flag, f"{anc} is a file, so {path} cannot be created", fix)
+    _check_writable_dir(anc, flag, path)
+
+
 def output_file(path: str, flag: str) -> None:
     """``path`` can be written as a file (created or replaced): else ConfigError naming ``flag``."""
     if not is_local(path) or path == "-":   # "-": standard output
@@ -77,10 +85,7 @@ def output_file(path: str, flag: str) -> None:
         st = os.stat(p) if os.path.exists(p) else None
         if st is not None and not stat.S_ISREG(st.st_mode):
             raise ConfigError(flag, f"{path} exists and is not a regular file", "give a file path")
-    anc = _existing_ancestor(os.path.dirname(p))
-    if anc != os.path.dirname(p) and not os.path.isdir(anc):
-        raise ConfigError(flag, f"{anc} is a file, so {path} cannot be created", "give a path under a directory")
-    _check_writable_dir(anc, flag, path)
+    _check_creatable(os.path.dirname(p), flag, path, "give a path under a directory")
 
 
 def output_dir(path: str, flag: str) -> None:
@@ -93,10 +98,7 @@ def output_dir(path: str, flag: str) -> None:
             raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory path")
         _check_writable_dir(p, flag, "files")
         return
-    anc = _existing_ancestor(p)
-    if not os.path.isdir(anc):
-        raise ConfigError(flag, f"{anc} is a file, so {path} cannot be created", "give a directory path")
-    _check_writable_dir(anc, flag, path)
+    _check_creatable(p, flag, path, "give a directory path")
 
 
 def input_file(path: str, flag: str) -> None:

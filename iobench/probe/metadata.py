@@ -10,7 +10,6 @@ objects, with exactly W requests in flight.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from ..errors import ConfigError
 from ..metrics import LatencyHistogram
 from ..units import parse_size
 from .safety import ProbeArea
+from .threads import Released
 
 LOCAL_PHASES = ("create", "stat", "open_read", "unlink")
 S3_PHASES = ("put", "head", "get", "list", "delete")
@@ -102,39 +102,25 @@ def run_local(area: ProbeArea, cfg: MetadataConfig) -> dict:
     phases = {}
     for phase in LOCAL_PHASES:
         fn = ops[phase]
-        barrier = threading.Barrier(cfg.workers)
         hists = [LatencyHistogram() for _ in range(cfg.workers)]
-        starts = [0] * cfg.workers
-        ends = [0] * cfg.workers
-        errors: list[BaseException] = []
+        pool = Released(cfg.workers)
 
         def work(w: int) -> None:
             paths = [f"{root}/{n}" for n in names[w]]
-            lat = []
+            lat: list[int] = []
             record = lat.append
             try:
-                barrier.wait()
-                starts[w] = now_ns()
+                pool.go(w)
                 for p in paths:
                     t0 = now_ns()
                     fn(p)
                     record(now_ns() - t0)
-                ends[w] = now_ns()
-            except BaseException as e:
-                errors.append(e)
-                barrier.abort()
             finally:
                 for v in lat:
                     hists[w].record_ns(v)
 
-        threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(cfg.workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        phases[phase] = _phase_result(hists, starts, ends)
+        pool.run(work)
+        phases[phase] = _phase_result(hists, pool.starts, pool.ends)
     for ns in names:
         for n in ns:
             area.forget(n)

@@ -25,6 +25,7 @@ from ..manifest import MANIFEST_NAME, Manifest
 from ..metrics import LatencyHistogram
 from ..units import format_bytes, parse_size
 from ..io import pagecache
+from .threads import Released
 from .safety import ProbeArea
 
 SHARD_FORMATS = ("tar", "raw", "tfrecord", "parquet")
@@ -118,18 +119,14 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
     lock = threading.Lock()
     hists = [LatencyHistogram() for _ in range(workers)]
     counts = [[0, 0] for _ in range(workers)]     # samples, bytes
-    starts = [0] * workers
-    ends = [0] * workers
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(workers)
+    pool = Released(workers)
     now_ns = time.perf_counter_ns
 
     def work(w: int) -> None:
         src = BackendSource(url=url, endpoint_url=endpoint_url, storage_options=storage_options or {})
         try:
             src.open(worker_id=w)
-            barrier.wait()
-            starts[w] = now_ns()
+            pool.go(w)
             while True:
                 with lock:
                     shard = next(it, None)
@@ -143,21 +140,11 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
                     n += 1
                 counts[w][0] += n
                 counts[w][1] += len(data)
-            ends[w] = now_ns()
-        except BaseException as e:
-            errors.append(e)
-            barrier.abort()
         finally:
             src.close()
 
-    threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    seconds = (max(ends) - min(starts)) / 1e9
+    pool.run(work)
+    seconds = pool.seconds
     samples = sum(c[0] for c in counts)
     nbytes = sum(c[1] for c in counts)
     h = LatencyHistogram()

@@ -167,6 +167,16 @@ def file_probe(world, area: ProbeArea, transfer: int, per_rank: int, layouts: tu
 
 
 # ------------------------------------------------------------------------------------ metadata
+def _time_each(op, paths) -> LatencyHistogram:
+    """The latency of ``op(path)`` for each path, one histogram."""
+    h = LatencyHistogram()
+    for p in paths:
+        t = time.perf_counter_ns()
+        op(p)
+        h.record_ns(time.perf_counter_ns() - t)
+    return h
+
+
 def metadata_probe(world, area: ProbeArea, files_per_rank: int, file_size: int) -> dict:
     if not area.backend.is_local:
         raise ConfigError("url", "the aggregate metadata probe runs on a directory",
@@ -196,20 +206,10 @@ def metadata_probe(world, area: ProbeArea, files_per_rank: int, file_size: int) 
             return len(mine) * file_size, h
 
         def stat():
-            h = LatencyHistogram()
-            for p in theirs:
-                t = time.perf_counter_ns()
-                os.stat(p)
-                h.record_ns(time.perf_counter_ns() - t)
-            return 0, h
+            return 0, _time_each(os.stat, theirs)
 
         def delete():
-            h = LatencyHistogram()
-            for p in mine:
-                t = time.perf_counter_ns()
-                os.unlink(p)
-                h.record_ns(time.perf_counter_ns() - t)
-            return 0, h
+            return 0, _time_each(os.unlink, mine)
 
         out[mode] = {"create": _fenced(world, f"{mode} create", create),
                      "stat": _fenced(world, f"{mode} stat", stat),
