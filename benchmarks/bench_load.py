@@ -336,7 +336,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
     the last byte (the loader's: delivered to the consumer).  The server's CPU time per side
     is recorded: on 2 shared cores both sides are CPU-bound, and that is where a gap goes.
     """
-    from iobench.loader.core import _cores
+    from iobench.dist.world import usable_cores
     from iobench.s3server import S3Server
 
     out = []
@@ -351,7 +351,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
         total = sum(s.bytes for s in m.shards)
         # One worker per core, although the server runs here too: W = cores - 1 measured slower on
         # 2 cores (one worker's core then carries all the collation and hand-off as well as its GETs).
-        W = max(1, _cores())
+        W = max(1, usable_cores())
         plan, probe_points = _s3_read_plan(srv, opts, max(s.bytes for s in m.shards), W)
         print(f"[s3] read plan: {plan.block_size // 1024} KiB GETs, {plan.concurrency} in flight per worker, "
               f"read-ahead {plan.read_ahead}, W={W} ({plan.why})", file=sys.stderr)
@@ -394,7 +394,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                       + (f" (from a probe of this server: {plan.why})" if not emulate else "")
                       + f", batches of 256 x 1 KiB delivered to the consumer; the concurrent peer keeps {w * conc} "
                       "GETs of whole objects in flight; peers: one process each; each client made before its "
-                      f"clock starts; the server shares the machine's {_cores()} cores; median of {S3_ROUNDS} "
+                      f"clock starts; the server shares the machine's {usable_cores()} cores; median of {S3_ROUNDS} "
                       "alternating rounds; server_cpu_s = the server's CPU time during each side")
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "

@@ -8,7 +8,8 @@ import pytest
 
 from iobench.errors import ConfigError
 from iobench.generate import GenSpec, generate
-from iobench.loader.core import LoadConfig, _cores, run_load
+from iobench.dist.world import usable_cores
+from iobench.loader.core import LoadConfig, run_load
 from iobench.loader.source import ranged_gets
 from iobench.planner.s3_reads import plan_s3_reads
 from iobench.storage import open_backend
@@ -95,5 +96,5 @@ def test_blocks_read_ahead_concurrently_deliver_every_row(s3_server, s3_prefix, 
     assert sorted(int(i) for ids, _ in seen for i in ids) == sorted(list(range(600)) * 2)
     # the server is on this host: with as many workers as cores the results say so
     local = [w for w in r.warnings if "runs on this machine" in w]
-    assert bool(local) == (cfg.workers >= _cores())
+    assert bool(local) == (cfg.workers >= usable_cores())
     assert all(s3_server.secret_key not in w for w in r.warnings)

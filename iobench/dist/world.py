@@ -267,19 +267,24 @@ def abort_on_error(err: BaseException) -> None:
     w.abort(code)
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity, which a batch scheduler may narrow), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):   # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_parallelism(items: int) -> int:
     """Writers/copiers to run when the user names none: this process's cores, at most one per item.
 
     Ranks on one node share its cores: under MPI each gets its share (world.local_size).
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     w = _CURRENT
     local = w.local_size if w is not None and w.is_mpi else 1
     return max(1, min(max(1, cores // max(1, local)), items))
 
 
-__all__ = ["World", "default_parallelism", "WorldTimeout", "detect_world", "current_world", "abort_on_error", "config_digest",
+__all__ = ["World", "default_parallelism", "usable_cores", "WorldTimeout", "detect_world", "current_world", "abort_on_error", "config_digest",
            "TIMEOUT_ENV"]

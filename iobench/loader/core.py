@@ -10,13 +10,13 @@ I/O and per-operation read latency, queue depth and psutil samples over time.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
+from ..dist.world import usable_cores
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
 from ..units import parse_size
@@ -267,10 +267,10 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
     check_against_dataset(cfg, manifest, world)
-    if backend.server_on_this_host and not synthetic and cfg.workers >= _cores():
+    if backend.server_on_this_host and not synthetic and cfg.workers >= usable_cores():
         warnings.append(f"the object store at {backend.describe()['endpoint_url']} runs on this machine: its server, "
-                        f"the {cfg.workers} workers and the consumer share {_cores()} cores, so the numbers include "
-                        "that contention (a server on another machine would not take the loader's cores)")
+                        f"the {cfg.workers} workers and the consumer share {usable_cores()} cores, so the numbers "
+                        "include that contention (a server on another machine would not take the loader's cores)")
     schedule = build_schedule(cfg, manifest, rank, world)
     if schedule.access == "map" and not synthetic:
         _check_map_ranges(manifest)
@@ -348,7 +348,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         # Poll for batches before blocking only where a core is left over for the consumer
         # (an object store served from this host needs one of them: spinning would starve it).
         rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent,
-                      spin_s=_SPIN_S if _cores() - st.backend.server_on_this_host > cfg.workers else 0.0,
+                      spin_s=_SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0,
                       build=lambda meta: batch_from_meta(meta, pool))
         monitor.start([os.getpid()] + [p.pid for p in procs])
         if progress:
@@ -427,14 +427,6 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         pool.close()
     rec.done, rec.overflow = rx.done, rx.overflow
     return rec
-
-
-def _cores() -> int:
-    """CPUs this process may run on (its affinity), which the workers share."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not on Linux
-        return os.cpu_count() or 1
 
 
 def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,

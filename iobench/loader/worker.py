@@ -538,6 +538,25 @@ def _pieces(st: _ShardStream, shard):
     yield samples, t, n, (now_ns() - t1) / 1e9
 
 
+class _Charge:
+    """One stream batch's worker time: storage (``io_s``), shuffle-buffer fill (``fill_s``, kept out of the
+    batch's I/O), parsing (``prep_s``) and requests."""
+
+    __slots__ = ("io_s", "fill_s", "prep_s", "requests")
+
+    def __init__(self) -> None:
+        self.io_s = self.fill_s = self.prep_s = 0.0
+        self.requests = 0
+
+    def add(self, t: float, n: int, parse: float, filling: bool) -> None:
+        if filling:
+            self.fill_s += t
+        else:
+            self.io_s += t
+        self.prep_s += parse
+        self.requests += n
+
+
 def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     """``stream``: shards in order through this worker's shuffle buffer; a batch per ``B`` samples out."""
     m = job.manifest
@@ -565,8 +584,7 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 emit(k, plan.epoch, _BlockData(None, None, ids_all[picks]), sel, 0.0, 0.0)
                 continue
             need = wp.need(out + bs - 1)
-            io_s = fill_s = prep_s = 0.0
-            requests = 0
+            ch = _Charge()
             if stream.fixed is not None:
                 # fixed-size records: pieces land in a row store (the buffer's slots), a batch is one gather
                 while ingested < need:
@@ -578,12 +596,7 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                         store = np.empty((cap, arr.shape[1]), dtype=arr.dtype)
                         free, top = np.arange(cap, dtype=np.int64), cap
                         slot_of = np.empty(wp.n, dtype=np.int64)
-                    if wp.fill > 1 and ingested < wp.fill:
-                        fill_s += t
-                    else:
-                        io_s += t
-                    prep_s += parse
-                    requests += n
+                    ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
                     slots = free[top - kk:top]
                     top -= kk
                     store[slots] = arr
@@ -594,29 +607,19 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 data = store[sl]
                 free[top:top + bs] = sl
                 top += bs
-                prep_s += (now_ns() - t1) / 1e9
-                out += bs
-                emit.stats["io_s"] += io_s
-                emit.stats["fill_s"] += fill_s
-                emit(k, plan.epoch, _BlockData(data, None, ids_all[picks]), sel, io_s, prep_s, fill_s=fill_s,
-                     requests=requests)
-                continue
-            while ingested < need:
-                smp, t, n, parse = stream.next()
-                if wp.fill > 1 and ingested < wp.fill:
-                    fill_s += t
-                else:
-                    io_s += t
-                prep_s += parse
-                requests += n
-                held[ingested] = smp
-                ingested += 1
-            samples = [held.pop(int(p)) for p in picks]
+                ch.prep_s += (now_ns() - t1) / 1e9
+                body = _BlockData(data, None, ids_all[picks])
+            else:
+                while ingested < need:
+                    smp, t, n, parse = stream.next()
+                    ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
+                    held[ingested] = smp
+                    ingested += 1
+                body = _BlockData(None, [held.pop(int(p)) for p in picks], ids_all[picks])
             out += bs
-            emit.stats["io_s"] += io_s
-            emit.stats["fill_s"] += fill_s
-            emit(k, plan.epoch, _BlockData(None, samples, ids_all[picks]), sel, io_s, prep_s, fill_s=fill_s,
-                 requests=requests)
+            emit.stats["io_s"] += ch.io_s
+            emit.stats["fill_s"] += ch.fill_s
+            emit(k, plan.epoch, body, sel, ch.io_s, ch.prep_s, fill_s=ch.fill_s, requests=ch.requests)
         k_base += plan.batches
 
 
