@@ -154,13 +154,15 @@ def test_map_on_a_throttled_disk_read_ahead_and_model(raw_tokens, read_throttle)
         # the bound holds for the late half of the steady window
         stall, busy = steady_stall(m, late_half=True)
         bound = bandwidth_stall(busy, m["batch_bytes"] * amp, BW)
-        assert stall >= bound - 0.03, (stall, bound, amp)
         pred = predict_from_run(m, "map", 2, 2)
-        tries.append({"stall_ratio": m["stall_ratio"], "model": pred.stall_ratio, "amplification": amp,
-                      "load_avg": os.getloadavg()[0]})
-        if abs(m["stall_ratio"] - pred.stall_ratio) <= 0.03:
+        tries.append({"late_stall": stall, "amplified_bound": bound, "stall_ratio": m["stall_ratio"],
+                      "model": pred.stall_ratio, "amplification": amp, "load_avg": os.getloadavg()[0]})
+        # an attempt counts when both hold; like the other checks here, a shared disk gets ATTEMPTS tries
+        # (the kernel's read-ahead is partly asynchronous, so an attempt's amplification varies)
+        if stall >= bound - 0.03 and abs(m["stall_ratio"] - pred.stall_ratio) <= 0.03:
             return
-    raise AssertionError(f"map stall vs the model's replay beyond 3 pp in every attempt: {tries}")
+    raise AssertionError(f"map stall below the amplified bandwidth bound or beyond 3 pp of the model's replay "
+                         f"in every attempt: {tries}")
 
 
 def steady_stall(m: dict, late_half: bool = False) -> tuple[float, float]:
