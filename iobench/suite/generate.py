@@ -19,7 +19,7 @@ SUITE_SPECS = {
 # directories (removed at once) until there are at least REPEATS_MIN timings and REPEATS_MIN_S
 # seconds of them (at most REPEATS_MAX); the throughput is bytes / mean time, with the Student-t
 # 95% interval of the mean time (``bytes_per_s_ci95``), which `iobench compare` reads.
-REPEATS_MIN, REPEATS_MAX, REPEATS_MIN_S = 5, 20, 1.0
+REPEATS_MIN, REPEATS_MAX, REPEATS_MIN_S = 3, 20, 0.5
 
 
 def suite_stage(ctx) -> dict:
