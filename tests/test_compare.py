@@ -95,3 +95,19 @@ def test_intervals_in_table_rows_pair_with_their_numbers():
     rows = {r.path: r for r in compare({"metrics": m}, {"metrics": {"points": [
         {"bytes_per_s": 8.5, "bytes_per_s_ci95": [7.0, 9.0]}, {"bytes_per_s": 5.0}]}})}
     assert rows["points[0].bytes_per_s"].within_noise and "points[0].bytes_per_s_ci95" not in str(rows)
+
+
+def test_runs_find_their_own_stage_files_after_a_move(tmp_path, monkeypatch):
+    # `iobench run` records its stage files relative to its folder; a run copied elsewhere (make run
+    # writes reports/latest each time) must compare its own files, not what now sits at the old path
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "load" / "cold.json", 0.95, 0.05, 1e8, 0.05)        # a later run's file at the old path
+    runs = []
+    for name, bps in (("r1", 5e8), ("r2", 2e8)):
+        _write(tmp_path / name / "load" / "cold.json", 0.95, 0.05, bps, 0.05)
+        runs.append(Results(command="run", environment={"results_files": ["load/cold.json"]},
+                            metrics={"load": {"stage_s": 1.0}}).write(tmp_path / name / "run.json"))
+    assert main(["compare", str(runs[0]), str(runs[1]), "--max-regression", "0.2", "--json", "c.json"]) == 1
+    row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]
+               if r["path"] == "load/cold.json.throughput.bytes_per_s")
+    assert (row["a"], row["b"]) == (5e8, 2e8)

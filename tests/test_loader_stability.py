@@ -34,11 +34,14 @@ def test_mean_and_rate_intervals_of_repeats():
         covered += (lambda m: m["low"] <= 0.2 <= m["high"])(
             mean_interval(np.random.default_rng(seed).normal(0.2, 0.03, 6)))
     assert covered >= 51
-    r = rate_interval(100.0, [0.5, 0.4, 0.6, 0.5, 0.5])
-    t = mean_interval([0.5, 0.4, 0.6, 0.5, 0.5])
-    assert r["value"] == pytest.approx(200.0) and r["n"] == 5
-    assert r["low"] == pytest.approx(100.0 / t["high"]) and r["high"] == pytest.approx(100.0 / t["low"])
-    assert r["low"] < 200.0 < r["high"]
+    times = [0.5, 0.4, 0.6, 0.5, 0.5]
+    r = rate_interval(100.0, times)
+    lt = mean_interval(np.log(times))
+    assert r["value"] == pytest.approx(100.0 / np.exp(np.mean(np.log(times)))) and r["n"] == 5
+    assert r["low"] == pytest.approx(100.0 / np.exp(lt["high"])) and r["high"] == pytest.approx(100.0 / np.exp(lt["low"]))
+    assert r["low"] < r["value"] < r["high"]
+    skewed = rate_interval(100.0, [0.4, 0.01, 0.011, 0.012])   # a slow first repeat: still a finite interval
+    assert 0 < skewed["low"] < skewed["value"] < skewed["high"] < float("inf")
     assert rate_interval(100.0, [0.5])["low"] is None and mean_interval([0.5])["note"] == "one repeat: no interval"
 
 

@@ -17,8 +17,8 @@ SUITE_SPECS = {
 # One generation of these takes ~0.1-0.5 s: a single one is no throughput (two identical runs
 # differed by more than 10% on 18 of them).  Each dataset is generated again into scratch
 # directories (removed at once) until there are at least REPEATS_MIN timings and REPEATS_MIN_S
-# seconds of them (at most REPEATS_MAX); the throughput is bytes / mean time, with the Student-t
-# 95% interval of the mean time (``bytes_per_s_ci95``), which `iobench compare` reads.
+# seconds of them (at most REPEATS_MAX); the throughput is bytes / geometric-mean time, with the
+# Student t 95% interval of the mean log time (``bytes_per_s_ci95``), which `iobench compare` reads.
 REPEATS_MIN, REPEATS_MAX, REPEATS_MIN_S = 3, 20, 0.5
 
 
@@ -96,7 +96,7 @@ def _throughput(nbytes: int, samples: int, seconds: list[float]) -> dict:
     from iobench.loader.stability import mean_interval, rate_interval
 
     out: dict = {"repeats": len(seconds), "seconds": mean_interval(seconds),
-                 "method": "bytes / mean time of the repeats; interval: Student t on the mean time, 95%"}
+                 "method": "bytes / geometric-mean time of the repeats; interval: Student t on the log times, 95%"}
     for key, amount in (("bytes_per_s", nbytes), ("samples_per_s", samples)):
         r = rate_interval(amount, seconds)
         out[key] = r["value"]

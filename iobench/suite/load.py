@@ -113,6 +113,8 @@ def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
     from ..tiers import loader_source
     from iobench.loader.core import LoadConfig, run_load
 
+    from .intervals import add_load_rate_intervals
+
     d = next((x for x in datasets if x.url == ctx.state.tiers_dataset), None)
     if d is None:
         return None
@@ -123,6 +125,7 @@ def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
                         if k not in _STABLE})
     run = run_load(cfg, storage_options=d.storage_options, source=source)
     m = dict(run.metrics)
+    add_load_rate_intervals(m)
     m["tiers"] = source.metrics()
     res = Results(command="load", config=to_dict(cfg) | {"staging": "ondemand"}, environment=run.environment,
                   metrics=m)
