@@ -477,6 +477,9 @@ class _ShardStream:
         self.pieces = iter(())
         self.piecewise = callable(getattr(source, "read_piece", None))
         self.fixed = _fixed(reader, job.manifest)
+        # Pieces that come as (rows, cols) arrays: fixed-size records, or a reader that decodes a piece
+        # (a Parquet row group) into rows of one length; they take the row store, not per-sample objects.
+        self.arrays = self.fixed is not None or bool(getattr(reader, "stream_arrays", lambda: False)())
 
     def _open(self, shard) -> "object":
         return iter(_pieces(self, shard))
@@ -559,7 +562,7 @@ def _pieces(st: _ShardStream, shard):
         return
     rg = getattr(reader, "row_group_pieces", None)
     if rg is not None:
-        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f))
+        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f), arrays=st.arrays)
         return
     data, t, n = st.read(shard, 0, shard.bytes, True)   # no record index (e.g. a zstd shard): one piece
     t1 = now_ns()
@@ -614,17 +617,24 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 continue
             need = wp.need(out + bs - 1)
             ch = _Charge()
-            if stream.fixed is not None:
-                # fixed-size records: pieces land in a row store (the buffer's slots), a batch is one gather
+            if stream.arrays:
+                # rows (fixed-size records, decoded row groups): pieces land in a row store (the buffer's
+                # slots), a batch is one gather
                 while ingested < need:
                     arr, t, n, parse = stream.next_piece()
                     kk = len(arr)
                     if store is None:
-                        per = max(1, job.stream_read_size // stream.fixed[1])
+                        per = max(1, job.stream_read_size // stream.fixed[1]) if stream.fixed is not None else 1
                         cap = max(wp.fill, 1) + max(wp.batch_sizes) + max(per, kk) + 1
                         store = np.empty((cap, arr.shape[1]), dtype=arr.dtype)
                         free, top = np.arange(cap, dtype=np.int64), cap
                         slot_of = np.empty(wp.n, dtype=np.int64)
+                    elif top < kk:   # a piece larger than the first (row groups differ in size): grow the store
+                        grow = kk - top
+                        free = np.concatenate([free[:top], np.arange(len(store), len(store) + grow),
+                                               np.empty(len(store) - top, dtype=np.int64)])
+                        store = np.concatenate([store, np.empty((grow,) + store.shape[1:], dtype=store.dtype)])
+                        top += grow
                     ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
                     slots = free[top - kk:top]
                     top -= kk
