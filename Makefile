@@ -36,6 +36,7 @@ test: $(STAMP) sysdeps lint
 # Every benchmark against its peers (each writes reports/reference/NAME.json and NAME.rows.json),
 # then one table of every ratio against its target (reports/reference/summary.md).
 bench: $(STAMP) sysdeps
+	$(PY) -m pip install -q -e '.[$(EXTRAS),s3crt]'   # the benchmarks' optional peers (AWS CRT S3 client)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 	@$(PY) benchmarks/summary.py
 

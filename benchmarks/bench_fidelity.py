@@ -45,6 +45,7 @@ from iobench.generate import GenSpec, generate
 from iobench.loader import fidelity
 from iobench.loader.core import LoadConfig, run_load
 from iobench.manifest import read_manifest
+from iobench.loader.stability import steady_window, window_stall
 from iobench.planner.loader_sim import bandwidth_stall, consumer_busy_s
 from iobench.storage import open_backend
 
@@ -80,18 +81,17 @@ def run_peer(py: str, spec: dict) -> dict:
 # ------------------------------------------------------------------ stall, computed one way for everyone
 
 def stalls(wait: list[float], t_s: list[float], busy: list[float]) -> dict:
-    """Stall with step 0 excluded (iobench's, MLPerf's) and steady-state stall (from the first step that
-    waited and not before the second half: the batches read while the loader started drain first)."""
+    """Stall with step 0 excluded (iobench's, MLPerf's) and steady-state stall over the loader's own
+    steady window (``iobench.loader.stability.steady_window``: the head start drained), for iobench
+    and the peers alike."""
     n = len(t_s) - 1
     steps = [t_s[k + 1] - t_s[k] for k in range(n)]
     first = sum(wait[1:n]) / sum(steps[1:]) if n > 1 and sum(steps[1:]) > 0 else None
-    k_wait = next((k for k in range(1, n) if wait[k] > 0.001), n)
-    k0 = max(k_wait, n // 2) if k_wait < n else n // 2   # never waited: the second half
-    span = t_s[n] - t_s[k0] if n > k0 else 0.0
-    steady = sum(wait[k0:n]) / span if span > 0 else None
-    b = busy[k0:n]
-    return {"stall_ratio": first, "steady_stall_ratio": steady, "steady_from_step": k0,
-            "steady_busy_s": sum(b) / len(b) if b else None}
+    k0, k1, rule = steady_window(wait[:n])
+    steady = window_stall(wait, steps, (k0, k1)) if k1 > k0 else None
+    b = busy[k0:k1]
+    return {"stall_ratio": first, "steady_stall_ratio": steady, "steady_from_step": k0, "steady_to_step": k1,
+            "steady_rule": rule, "steady_busy_s": sum(b) / len(b) if b else None}
 
 
 def iobench_series(m: dict) -> dict:
@@ -438,8 +438,9 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                       if "FADV_RANDOM" in r["section"] else
                       "(no target: the harness's ceiling with the page cache in the way).")), ""]
     L += ["## Reading these numbers", "",
-          "- Steady-state stall: from the first step that waited and not before the second half of the run; "
-          "before that the consumer lives off batches read while the loader started.",
+          "- Steady-state stall: over the loader's steady window (`iobench.loader.stability.steady_window`, the same "
+          "rule for iobench and the peers): from the second step that waited to the last, so the batches read "
+          "while the loader started (its head start) are drained before it begins.",
           "- Map on raw: random 64 KiB preads on a cold file cost the device ~1.5x the bytes asked for (page "
           "misalignment of the 64-byte header plus read-ahead), and the throttle meters device bytes, so the "
           "bandwidth formula only holds with the amplification; iobench and torch pay about the same.",

@@ -263,7 +263,10 @@ def _s3_peer_names(emulate: str | None) -> list[str]:
         out.append("obstore get loop")
         if not emulate:  # the emulated latency is applied per GET in sequence; not for the async variant
             out.append("obstore get_async, as many in flight as iobench")
-    if importlib.util.find_spec("s3torchconnectorclient") and not emulate:
+    if importlib.util.find_spec("s3torchconnectorclient") is None:
+        print("s3torchconnectorclient is not installed: the AWS CRT peer row is left out "
+              "(pip install 'iobench[s3crt]')", file=sys.stderr, flush=True)
+    elif not emulate:
         out.append("s3torchconnectorclient (AWS CRT) get_object loop")
     return out
 

@@ -166,6 +166,18 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return out
 
 
+def command_section(workload: str | None, name: str, flags: Mapping, set_items: list[str] | None,
+                    command: str) -> dict:
+    """Section ``name`` for one command, by the documented precedence: workload < flags < ``--set``.
+
+    ``flags`` maps section keys to flag values; a flag left at None was not given and keeps the
+    workload's value.  Unknown ``--set`` sections are refused here (exit 2) before any work.
+    """
+    section = dict(load_workload(workload).get(name) or {}) if workload else {}
+    section = deep_merge(section, {k: v for k, v in flags.items() if v is not None})
+    return deep_merge(section, set_overrides(set_items, (name,), command).get(name, {}))
+
+
 def workload_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("iobench").joinpath("workloads").iterdir()
                   if p.name.endswith(".yaml"))

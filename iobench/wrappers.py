@@ -31,7 +31,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from .config import nearest
 from .errors import ConfigError
@@ -314,14 +314,18 @@ class _FileProxy:
 
 
 @contextmanager
-def _counted_output(inner, rel: str, fsync: bool, written: list[int]) -> Iterator[IO]:
-    """``inner.open_output`` whose writes add their byte count to ``written[0]``."""
+def _counted_output(inner, rel: str, fsync: bool, done: Callable[[int, int], None]) -> Iterator[IO]:
+    """``inner.open_output``; once the block has published, ``done(bytes written, start ns)``."""
+    t0 = now_ns()
+    written = [0]
+
     def on_write(fn, data):
         written[0] += len(data)
         return fn(data)
 
     with inner.open_output(rel, fsync=fsync) as f:
         yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+    done(written[0], t0)
 
 
 def _nbytes(result: Any, counts_result: bool) -> int:
@@ -403,12 +407,12 @@ class EmulatedBackend(BackendWrapper):
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
-        t0 = now_ns()
-        written = [0]
-        with _counted_output(self.inner, rel, fsync, written) as f:
+        def done(nbytes: int, t0: int) -> None:
+            self._latency()
+            self._limit.hold(nbytes, t0)
+
+        with _counted_output(self.inner, rel, fsync, done) as f:
             yield f
-        self._latency()
-        self._limit.hold(written[0], t0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -528,11 +532,9 @@ class InstrumentedBackend(BackendWrapper):
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
-        t0 = now_ns()
-        written = [0]
-        with _counted_output(self.inner, rel, fsync, written) as f:
+        with _counted_output(self.inner, rel, fsync,
+                             lambda nbytes, t0: self._record("write", now_ns() - t0, nwritten=nbytes)) as f:
             yield f
-        self._record("write", now_ns() - t0, nwritten=written[0])
 
     def stats(self, encode: bool = False) -> dict:
         """Counters and per-op latency; ``encode=True`` keeps histograms mergeable across processes."""

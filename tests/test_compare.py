@@ -68,3 +68,46 @@ def test_compare_json_writes_a_p99_without_upper_bound(tmp_path):
     row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]
                if r["path"] == "batch_wait_s.p99")
     assert row["ci_a"] == [0.04, None] and row["within_noise"]
+
+
+def test_throughput_with_interval_is_judged_on_the_interval(tmp_path):
+    # the suite's generate stage gives each throughput its repeats' 95% interval (bytes_per_s_ci95):
+    # two runs whose intervals overlap agree even 20% apart; disjoint intervals still face the 10% rule
+    def write(name, bps, ci):
+        return Results(command="gen", metrics={"throughput": {"bytes_per_s": bps, "bytes_per_s_ci95": ci}}
+                       ).write(tmp_path / f"{name}.json")
+
+    a = write("a", 100.0, [80.0, 125.0])
+    b = write("b", 80.0, [70.0, 95.0])
+    c = write("c", 60.0, [55.0, 66.0])
+    assert main(["compare", str(a), str(b), "--max-regression", "0.1"]) == 0
+    assert main(["compare", str(a), str(c), "--max-regression", "0.1"]) == 1
+    rows = {r.path: r for r in compare(*(json.loads(p.read_text()) for p in (a, c)))}
+    assert rows["throughput.bytes_per_s"].ci_a == (80.0, 125.0) and "throughput.bytes_per_s_ci95" not in rows
+
+
+def test_intervals_in_table_rows_pair_with_their_numbers():
+    # probe points and gds cells are lists of records: an interval inside a row bounds that row's number
+    from iobench.report.compare import intervals
+
+    m = {"points": [{"bytes_per_s": 10.0, "bytes_per_s_ci95": [8.0, 12.0]}, {"bytes_per_s": 5.0}]}
+    assert intervals(m) == {"points[0].bytes_per_s": (8.0, 12.0)}
+    rows = {r.path: r for r in compare({"metrics": m}, {"metrics": {"points": [
+        {"bytes_per_s": 8.5, "bytes_per_s_ci95": [7.0, 9.0]}, {"bytes_per_s": 5.0}]}})}
+    assert rows["points[0].bytes_per_s"].within_noise and "points[0].bytes_per_s_ci95" not in str(rows)
+
+
+def test_runs_find_their_own_stage_files_after_a_move(tmp_path, monkeypatch):
+    # `iobench run` records its stage files relative to its folder; a run copied elsewhere (make run
+    # writes reports/latest each time) must compare its own files, not what now sits at the old path
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "load" / "cold.json", 0.95, 0.05, 1e8, 0.05)        # a later run's file at the old path
+    runs = []
+    for name, bps in (("r1", 5e8), ("r2", 2e8)):
+        _write(tmp_path / name / "load" / "cold.json", 0.95, 0.05, bps, 0.05)
+        runs.append(Results(command="run", environment={"results_files": ["load/cold.json"]},
+                            metrics={"load": {"stage_s": 1.0}}).write(tmp_path / name / "run.json"))
+    assert main(["compare", str(runs[0]), str(runs[1]), "--max-regression", "0.2", "--json", "c.json"]) == 1
+    row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]
+               if r["path"] == "load/cold.json.throughput.bytes_per_s")
+    assert (row["a"], row["b"]) == (5e8, 2e8)

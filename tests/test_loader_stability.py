@@ -8,7 +8,8 @@ import pytest
 from iobench.generate import GenSpec, generate
 from iobench.loader.analysis import recommend
 from iobench.loader.core import LoadConfig, run_load
-from iobench.loader.stability import quantile_interval, stall_interval, steady_window, window_stall
+from iobench.loader.stability import (mean_interval, quantile_interval, rate_interval, stall_interval, steady_window,
+                                      window_stall)
 from iobench.planner.loader_sim import bandwidth_stall, schedule_for, simulate
 from iobench.planner.pipeline import loader_plan, prefetch_depth
 
@@ -23,6 +24,25 @@ def test_p99_interval_needs_enough_values_and_covers_the_truth():
         q = quantile_interval(np.random.default_rng(seed).lognormal(0, 1, 2000))
         covered += q["low"] <= truth <= q["high"]
     assert covered >= 34                               # ~95% coverage
+
+
+def test_mean_and_rate_intervals_of_repeats():
+    # Student t over independent repeats: covers the true mean ~95% of the time; a rate's interval is
+    # the time interval inverted (so not symmetric), and one repeat has none
+    covered = 0
+    for seed in range(60):
+        covered += (lambda m: m["low"] <= 0.2 <= m["high"])(
+            mean_interval(np.random.default_rng(seed).normal(0.2, 0.03, 6)))
+    assert covered >= 51
+    times = [0.5, 0.4, 0.6, 0.5, 0.5]
+    r = rate_interval(100.0, times)
+    lt = mean_interval(np.log(times))
+    assert r["value"] == pytest.approx(100.0 / np.exp(np.mean(np.log(times)))) and r["n"] == 5
+    assert r["low"] == pytest.approx(100.0 / np.exp(lt["high"])) and r["high"] == pytest.approx(100.0 / np.exp(lt["low"]))
+    assert r["low"] < r["value"] < r["high"]
+    skewed = rate_interval(100.0, [0.4, 0.01, 0.011, 0.012])   # a slow first repeat: still a finite interval
+    assert 0 < skewed["low"] < skewed["value"] < skewed["high"] < float("inf")
+    assert rate_interval(100.0, [0.5])["low"] is None and mean_interval([0.5])["note"] == "one repeat: no interval"
 
 
 def test_stall_interval_batch_means():

@@ -38,3 +38,21 @@ def test_ckpt_reads_set_ckpt_keys(tmp_path):
     res = json.loads(out.read_text())
     assert res["config"]["count"] == 2 and res["config"]["durable_bw"] == 500e6
     assert res["metrics"]["checkpoint"]["saves"]["committed"] == 2
+
+
+@pytest.mark.parametrize("command", ["gen", "load"])
+def test_precedence_is_workload_then_flags_then_set(tmp_path, command):
+    """The README's rule, the same for every command: a workload is overridden by flags, and
+    ``--set`` overrides both (``load`` once let flags win over ``--set``)."""
+    from iobench.cli import build_parser
+    from iobench.commands import gen, load
+
+    if command == "gen":
+        argv = ["gen", "--out", str(tmp_path / "g"), "--workload", "llm-tokens", "--seed", "5"]
+        read = lambda a: gen.spec_from_args(a).seed  # noqa: E731
+    else:
+        argv = ["load", str(tmp_path / "ds"), "--workload", "llm-tokens", "--seed", "5"]
+        read = lambda a: load.build_config(a).seed  # noqa: E731
+    parser = build_parser()
+    assert read(parser.parse_args(argv)) == 5
+    assert read(parser.parse_args(argv + ["--set", f"{command}.seed=7"])) == 7

@@ -95,7 +95,7 @@ def run_bench(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..config import build, deep_merge, set_overrides, to_dict
+    from ..config import build, command_section, to_dict
     from ..gds import GdsFallbackWarning
     from ..gds.bench import TABLE_COLUMNS, GdsBenchConfig, table_rows
     from ..gds.bench import run_bench as bench
@@ -108,8 +108,7 @@ def run_bench(args) -> int:
              "probe_timeout_s": parse_duration(args.timeout, "--timeout", allow_zero=False)}
     if args.max_seconds:
         flags["max_seconds"] = parse_duration(args.max_seconds, "--max-seconds", allow_zero=False)
-    overrides = set_overrides(args.set, ("gds",), "iobench gds bench").get("gds", {})
-    cfg = build(GdsBenchConfig, deep_merge({k: v for k, v in flags.items() if v is not None}, overrides), "gds")
+    cfg = build(GdsBenchConfig, command_section(None, "gds", flags, args.set, "iobench gds bench"), "gds")
     results = Results(command="gds bench", config=to_dict(cfg))
     console = Console(stderr=True)
     with warnings.catch_warnings(record=True) as caught:

@@ -37,16 +37,11 @@ def register(sub) -> None:
 
 
 def spec_from_args(args):
-    from ..config import deep_merge, load_workload, set_overrides
+    from ..config import command_section
     from ..generate import GenSpec
 
-    section: dict = {}
-    if args.workload:
-        section = dict(load_workload(args.workload).get("gen") or {})
-    flags = {field: getattr(args, flag) for flag, field in _FLAGS.items() if getattr(args, flag, None) is not None}
-    section = deep_merge(section, flags)
-    overrides = set_overrides(args.set, ("gen",), "iobench gen")
-    section = deep_merge(section, overrides.get("gen", {}))
+    flags = {field: getattr(args, flag, None) for flag, field in _FLAGS.items()}
+    section = command_section(args.workload, "gen", flags, args.set, "iobench gen")
     return GenSpec.from_mapping(section, "gen")
 
 

@@ -92,36 +92,24 @@ def register(sub) -> None:
 
 
 def build_config(args):
-    from ..config import build, deep_merge, load_workload, set_overrides
+    from ..config import build, command_section
     from ..errors import ConfigError
     from ..loader.core import LoadConfig
 
-    section: dict = {}
-    if args.workload:
-        section = dict(load_workload(args.workload).get("load") or {})
-    overrides = set_overrides(args.set, ("load",), "iobench load")
     if args.staging and not args.tiers:
         raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
-    section = deep_merge(section, overrides.get("load", {}))
-    for flag, key in _FLAGS.items():
-        v = getattr(args, flag, None)
-        if v is not None:
-            section[key] = v
-    if args.no_shuffle:
-        section["shuffle"] = False
-    if args.drop_last:
-        section["drop_last"] = True
+    flags = {key: getattr(args, flag, None) for flag, key in _FLAGS.items()}
+    # store_true flags: given sets the key, absent leaves the workload's (or --set's) value
+    flags |= {"shuffle": False if args.no_shuffle else None, "drop_last": args.drop_last or None,
+              "odirect": args.odirect or None, "verify_checksums": args.verify_checksums or None,
+              "until_stable": args.until_stable or None}
     if args.decode:
         from ..extras import require
 
         require("PIL", "--decode")  # before workers start: a worker's ImportError would be a hang or a traceback
-        section["decode"] = True
-    if args.odirect:
-        section["odirect"] = True
-    if args.verify_checksums:
-        section["verify_checksums"] = True
+        flags["decode"] = True
     if args.compute is not None:
-        section["compute"] = args.compute
+        flags["compute"] = args.compute
     elif args.compute_ms is not None:
         try:
             ms = float(args.compute_ms)
@@ -130,19 +118,18 @@ def build_config(args):
                               "e.g. --compute-ms 200, or --compute 'normal:mean=200ms,std=20ms'") from None
         if ms < 0:
             raise ConfigError("--compute-ms", f"must be zero or more, got {args.compute_ms}", "give milliseconds >= 0")
-        section["compute"] = f"{ms}ms"
-    if args.until_stable:
-        section["until_stable"] = True
+        flags["compute"] = f"{ms}ms"
     if args.stall_ci is not None:
         if not 0 < args.stall_ci < 100:
             raise ConfigError("--stall-ci", f"must be within 0..100 percentage points, got {args.stall_ci}",
                               "e.g. --stall-ci 2")
-        section["stall_ci"] = args.stall_ci / 100
+        flags["stall_ci"] = args.stall_ci / 100
     if args.repeat is not None and args.repeat < 1:
         raise ConfigError("--repeat", f"must be at least 1, got {args.repeat}", "e.g. --repeat 5")
-    section["dataset"] = args.dataset
     if args.validate and not args.recommend:
         raise ConfigError("--validate", "needs --recommend", "add --recommend")
+    section = command_section(args.workload, "load", flags, args.set, "iobench load")
+    section["dataset"] = args.dataset  # the positional argument names the data, whatever the workload says
     return build(LoadConfig, section, "load")
 
 

@@ -70,8 +70,15 @@ def window_stall(waits, steps, window) -> float:
 
 def stall_interval(waits, steps, min_group: int = 3) -> dict:
     """Batch-means 95% interval of Σ wait / Σ step over the given (steady) steps."""
-    w = np.asarray(waits, dtype=float)
-    s = np.asarray(steps, dtype=float)
+    out = ratio_interval(waits, steps, min_group)
+    return out | {"high": min(1.0, out["high"])} if out["high"] is not None else out
+
+
+def ratio_interval(num, den, min_group: int = 3) -> dict:
+    """Batch-means 95% interval of Σ num / Σ den over consecutive steps (stall: waits / step times;
+    batches per second: ones / step times)."""
+    w = np.asarray(num, dtype=float)
+    s = np.asarray(den, dtype=float)
     n = len(s)
     value = float(w.sum() / s.sum()) if n and s.sum() > 0 else 0.0
     m = min(MAX_GROUPS, n // max(1, min_group))
@@ -84,7 +91,38 @@ def stall_interval(waits, steps, min_group: int = 3) -> dict:
     gs = s[: m * size].reshape(m, size).sum(axis=1)
     g = np.divide(gw, gs, out=np.zeros(m), where=gs > 0)
     half = t975(m - 1) * float(g.std(ddof=1)) / math.sqrt(m)
-    return out | {"low": max(0.0, value - half), "high": min(1.0, value + half), "half_width": half}
+    return out | {"low": max(0.0, value - half), "high": value + half, "half_width": half}
+
+
+def mean_interval(values) -> dict:
+    """Student-t 95% interval of the mean of independent repeats (each a whole measurement, e.g. one
+    timed generation); ``low``/``high`` are None below two repeats."""
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    out = {"n": n, "method": "mean of independent repeats, Student t 95%"}
+    if n == 0:
+        return out | {"value": None, "low": None, "high": None, "half_width": None, "note": "no values"}
+    value = float(v.mean())
+    if n < 2:
+        return out | {"value": value, "low": None, "high": None, "half_width": None,
+                      "note": "one repeat: no interval"}
+    half = t975(n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
+    return out | {"value": value, "low": value - half, "high": value + half, "half_width": half}
+
+
+def rate_interval(amount: float, seconds) -> dict:
+    """``amount`` done in each of several repeats taking ``seconds``: the rate amount / geometric-mean
+    time, with the Student t interval of the mean log time carried over.  Times are positive and
+    skewed (the first repeat pays for imports and connections): on the log scale the interval stays
+    positive, where a plain mean's lower bound can cross zero and leave the rate without an upper one."""
+    t = np.asarray(seconds, dtype=float)
+    if len(t) == 0 or np.any(t <= 0):
+        return {"value": None, "low": None, "high": None, "n": len(t)}
+    lt = mean_interval(np.log(t))
+    out = {"value": amount / math.exp(lt["value"]), "n": lt["n"], "low": None, "high": None}
+    if lt["low"] is not None:
+        out |= {"low": amount / math.exp(lt["high"]), "high": amount / math.exp(lt["low"])}
+    return out
 
 
 def quantile_interval(values, q: float = 0.99) -> dict:

@@ -232,15 +232,20 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
             "wait_s": p["wait_s"], "batch_io_p99_s": max(io_p99[i], default=0.0),
             "compute_measured_s_mean": measured,
             "cache": p["caches"][0] if p["caches"] else None})
-    samples = sum(p["samples"] for p in per)
-    nbytes = sum(p["bytes_read"] for p in per)
+    return _world_run(per_rank, agg_wall, [w for p in per for w in p["warnings"]])
+
+
+def _world_run(per_rank: list[dict], wall: float, warnings: list[str]) -> dict:
+    """A run of many accelerators: totals over ranks, throughput = totals / the longest wall,
+    the worst rank's AU (MLPerf's pass rule is every accelerator, not the mean)."""
+    samples = sum(r["samples"] for r in per_rank)
+    nbytes = sum(r["bytes_read"] for r in per_rank)
     aus = [r["au"] for r in per_rank]
     worst = min(range(len(aus)), key=aus.__getitem__)
     return {"per_rank": per_rank, "au_min": min(aus), "au_mean": sum(aus) / len(aus), "worst_rank": worst,
-            "samples": samples, "bytes_read": nbytes, "wall_s": agg_wall,
-            "samples_per_s": samples / agg_wall if agg_wall > 0 else None,
-            "bytes_per_s": nbytes / agg_wall if agg_wall > 0 else None,
-            "warnings": sorted({w for p in per for w in p["warnings"]})}
+            "samples": samples, "bytes_read": nbytes, "wall_s": wall,
+            "samples_per_s": samples / wall if wall > 0 else None, "bytes_per_s": nbytes / wall if wall > 0 else None,
+            "warnings": sorted(set(warnings))}
 
 
 def _spread(values: list[float]) -> dict:
@@ -327,13 +332,5 @@ def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
 
 def _merge_nodes(node_runs: list[dict]) -> dict:
     """One run across nodes: ranks concatenated, throughput = totals / the longest wall."""
-    per_rank = [r for n in node_runs for r in n["per_rank"]]
-    wall = max(n["wall_s"] for n in node_runs)
-    samples = sum(n["samples"] for n in node_runs)
-    nbytes = sum(n["bytes_read"] for n in node_runs)
-    aus = [r["au"] for r in per_rank]
-    worst = min(range(len(aus)), key=aus.__getitem__)
-    return {"per_rank": per_rank, "au_min": min(aus), "au_mean": sum(aus) / len(aus), "worst_rank": worst,
-            "samples": samples, "bytes_read": nbytes, "wall_s": wall,
-            "samples_per_s": samples / wall if wall > 0 else None, "bytes_per_s": nbytes / wall if wall > 0 else None,
-            "warnings": sorted({w for n in node_runs for w in n["warnings"]})}
+    return _world_run([r for n in node_runs for r in n["per_rank"]], max(n["wall_s"] for n in node_runs),
+                      [w for n in node_runs for w in n["warnings"]])

@@ -46,8 +46,10 @@ def load(paths, expand_runs: bool = True) -> list[tuple[str, dict]]:
         if expand_runs and doc.get("command") == "run":
             for f in (doc.get("environment") or {}).get("results_files") or []:
                 fp = Path(f)
-                # Paths were recorded as the run saw them; also try them relative to the run's folder.
-                for cand in (fp, path.parent / fp.name, path.parent / fp):
+                # `iobench run` records them relative to its own folder (so a copied or moved run
+                # still finds its own files, not those of a later run at the old path); older runs
+                # recorded them as the run saw them.
+                for cand in (path.parent / fp, fp, path.parent / fp.name):
                     if cand.exists() and cand.resolve() not in seen:
                         seen.add(cand.resolve())
                         docs.append((_rel(path.parent, cand), read_results(cand)))

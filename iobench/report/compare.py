@@ -68,6 +68,9 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
             high = iv["high"] if data.is_number(iv.get("high")) else float("inf")  # no upper bound yet
             base = f"{name[: -len('_p99_s')]}_s.p99" if name.endswith("_p99_s") else name
             out[f"{prefix}{base}"] = (float(iv["low"]), float(high))
+            if name == "stall_ratio" and data.is_number(metrics.get("accelerator_utilization")):
+                # the loader's steady AU is 1 − its steady stall (same window), so the stall's interval bounds it
+                out[f"{prefix}accelerator_utilization"] = (1.0 - float(high), 1.0 - float(iv["low"]))
     for k, v in metrics.items():
         path = f"{prefix}{k}"
         if isinstance(k, str) and k.endswith(_CI_SUFFIXES) and data.ci_pair(v):
@@ -79,6 +82,10 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
                         if data.is_number(v.get(base)):
                             out[f"{path}.{base}"] = data.ci_pair(v[key])
             out.update(intervals(v, path + "."))
+        elif isinstance(v, list):  # rows of a table (probe points, gds cells): paths as flat_numbers names them
+            for i, row in enumerate(v):
+                if isinstance(row, dict):
+                    out.update(intervals(row, f"{path}[{i}]."))
     return out
 
 

@@ -152,7 +152,8 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             ctx.state.stage_metrics[name] = metrics
         for w in ctx.warnings:
             results.warn(w)
-        results.environment["results_files"] = [str(p) for p in ctx.results_files]
+        # relative to out_dir: the run's folder can be moved or copied and still compared as a whole
+        results.environment["results_files"] = [_relative(p, out_dir) for p in ctx.results_files]
         path = results.write(out_dir / "run.json")
         table = Table(title="iobench run — summary")
         for col in ("stage", "what", "value"):
@@ -168,6 +169,13 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             server.stop()
         if not keep_data:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _relative(p: Path, root: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(p)
 
 
 def _remove_prefix(url: str, endpoint: str | None, opts: dict, console) -> None:

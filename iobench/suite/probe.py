@@ -13,7 +13,8 @@ def suite_stage(ctx) -> dict:
     from iobench.probe.runner import Target, build_config, run_tier
     from iobench.probe.summary import table
 
-    results = Results(command="probe", config={"probe": "suite", "quick": True})
+    from .intervals import REPEATS, merge_repeats
+
     size_cap = 256 * 2**20
     local = ["file", "metadata", "smallfiles"]
     plans = [(Target("nvme", str(ctx.local_dir("nvme") / "probe")), local,
@@ -22,13 +23,26 @@ def suite_stage(ctx) -> dict:
         remote = ["s3", "metadata"]
         plans.append((Target("object", ctx.s3_url.rstrip("/") + "/probe"), remote,
                       {p: build_config(p, {}, quick=True, protocol="s3") for p in remote}))
+    # Each quick probe point is one ~0.1 s measurement: the whole probe runs REPEATS times and every
+    # rate is the mean with its 95% interval (suite.intervals), so two runs compare on intervals.
+    runs = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=Console(stderr=True), transient=True, disable=not Console(stderr=True).is_terminal) as progress:
-        for target, probes, configs in plans:
-            # force: the tier folder may hold other stages' data; the probe works in its own subfolder
-            run_tier(results, target, probes, configs, size_cap, force=True, endpoint_url=ctx.endpoint_url,
-                     storage_options=ctx.s3_storage_options if target.url.startswith("s3://") else None,
-                     progress=progress)
+        for _ in range(REPEATS):
+            res = Results(command="probe", config={"probe": "suite", "quick": True, "repeats": REPEATS})
+            for target, probes, configs in plans:
+                # force: the tier folder may hold other stages' data; the probe works in its own subfolder
+                run_tier(res, target, probes, configs, size_cap, force=True, endpoint_url=ctx.endpoint_url,
+                         storage_options=ctx.s3_storage_options if target.url.startswith("s3://") else None,
+                         progress=progress)
+            runs.append(res)
+    results = runs[0]
+    results.metrics = merge_repeats([r.metrics for r in runs])
+    results.metrics["repeats"] = {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); "
+                                                        "other numbers: the first repeat's"}
+    for r in runs[1:]:
+        for w in r.warnings:
+            results.warn(w)
     path = results.write(ctx.out_dir / "probe.json")
     ctx.results_files.append(path)
     for w in results.warnings:

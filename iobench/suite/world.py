@@ -32,6 +32,7 @@ def run_world_suite(out_dir: Path, config: dict, stages: list[str] | None, keep_
     """Run the suite on every rank; rank 0 returns the path of run.json (None elsewhere)."""
     from ..dist.launch import start
     from ..results import Results
+    from . import _relative
 
     work = (config or {}).get("work_dir")
     if not work:
@@ -71,7 +72,7 @@ def run_world_suite(out_dir: Path, config: dict, stages: list[str] | None, keep_
         return None
     results.world = world.describe()
     results.environment["work_dir"] = str(base)
-    results.environment["results_files"] = [str(p) for p in files]
+    results.environment["results_files"] = [_relative(p, out_dir) for p in files]   # see suite.run_suite
     results.metrics["summary"] = [{"stage": s, "what": w, "value": v} for s, w, v in rows]
     path = results.write(out_dir / "run.json")
     from rich.console import Console

@@ -1,0 +1,62 @@
+"""`iobench run`'s own measurement rules: the generate stage's repeats, the load stage's plan."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from iobench.generate import GenSpec
+from iobench.suite import generate as gen_stage
+
+
+def test_generate_stage_times_repeats_and_removes_them(tmp_path):
+    # a 0.1 s generation is no throughput: the stage generates again into scratch directories until it
+    # has REPEATS_MIN timings and REPEATS_MIN_S seconds of them, then removes the scratch copies
+    spec = GenSpec.from_mapping({"modality": "tokens", "num_samples": 64, "seq_len": 16, "vocab_size": 1000,
+                                 "shard_size": "32 samples", "format": "raw", "seed": 0})
+    (tmp_path / "keep.txt").write_text("not the suite's")
+    scratch = str(tmp_path / ".repeats" / "raw-tokens")
+    seconds = gen_stage._repeat(spec, scratch, 0.0, None, None)     # (the kept generation would come first)
+    assert gen_stage.REPEATS_MIN - 1 <= len(seconds) <= gen_stage.REPEATS_MAX - 1
+    assert len(seconds) == gen_stage.REPEATS_MAX - 1 or sum(seconds) >= gen_stage.REPEATS_MIN_S
+    assert not os.path.exists(scratch) and (tmp_path / "keep.txt").read_text() == "not the suite's"
+    t = gen_stage._throughput(1000, 64, seconds)
+    lo, hi = t["bytes_per_s_ci95"]
+    assert t["repeats"] == len(seconds) and lo < t["bytes_per_s"] < hi
+    assert t["samples_per_s"] == pytest.approx(64 / np.exp(np.mean(np.log(seconds))))
+
+
+def test_merge_repeats_gives_every_rate_its_interval():
+    # rates (the suffixes compare judges) become the repeats' mean with a Student t interval, also in
+    # table rows; every other number stays the first repeat's
+    from iobench.suite.intervals import merge_repeats
+
+    runs = [{"seconds": s, "points": [{"bytes_per_s": b, "qd": 1}], "summary": {"seq_read_bytes_per_s": b}}
+            for s, b in ((1.0, 100.0), (2.0, 110.0), (3.0, 90.0))]
+    m = merge_repeats(runs)
+    assert m["seconds"] == 1.0 and m["points"][0]["qd"] == 1
+    assert m["points"][0]["bytes_per_s"] == 100.0 and m["summary"]["seq_read_bytes_per_s"] == 100.0
+    lo, hi = m["points"][0]["bytes_per_s_ci95"]
+    assert lo < 90.0 and hi > 110.0                       # t(2) = 4.30: three repeats give a wide interval
+    assert m["summary"]["seq_read_bytes_per_s_ci95"] == [lo, hi]
+
+
+def test_load_rates_get_the_batch_means_interval():
+    import numpy as np
+
+    from iobench.suite.intervals import add_load_rate_intervals
+
+    rng = np.random.default_rng(0)
+    steps = list(0.01 + rng.exponential(0.002, 400))
+    m = {"series": {"step_s": [0.5] + steps}, "throughput": {"samples_per_s": 90.0, "steady_samples_per_s": 100.0,
+                                                             "batches_per_s": 3.0},
+         "per_worker": [{"bytes_per_s": 10.0}]}
+    iv = add_load_rate_intervals(m)
+    rel = iv["half_width"] / iv["value"]
+    assert 0 < rel < 0.05 and iv["n"] == 400              # step 0 (start-up) left out
+    assert m["throughput"]["steady_samples_per_s_ci95"] == [100.0 * (1 - rel), 100.0 * (1 + rel)]
+    assert "per_worker" in m and m["per_worker"][0]["bytes_per_s_ci95"][0] < 10.0
+    assert "batches_per_s_ci95" not in m["throughput"]    # not a rate compare judges
+    assert add_load_rate_intervals({"series": {"step_s": [0.1] * 5}, "throughput": {}}) is None
