@@ -468,11 +468,16 @@ def _set_cache(files: list[str], state: str) -> float:
     return max((r for r in res if r is not None), default=0.0)
 
 
-def _whole(args: list[str]) -> tuple[float, str]:
+def _whole(args: list[str]) -> tuple[float, str, float]:
+    """(wall seconds, stdout, CPU seconds user + system of the process and its children)."""
+    import resource
+
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=900))
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
-    return t, p.stdout
+    return t, p.stdout, (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
 
 
 def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: str, note: str, target: float,
@@ -496,15 +501,17 @@ def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: st
                 for side in (("iob", "peer") if rnd % 2 == 0 else ("peer", "iob")):
                     resident = _set_cache(files, state)
                     if side == "iob":
-                        t, _ = _whole(iob_cmd)
+                        t, _, cpu = _whole(iob_cmd)
                         m = json.loads(jpath.read_text())["metrics"]
                         iob.append({"samples_per_s": m["samples"] / t, "samples": m["samples"], "wall_s": t,
+                                    "cpu_s": cpu,
                                     "access": m["access"], "workers": w, "resident_at_start": resident,
                                     "in_process_samples_per_s": m["throughput"]["samples_per_s"]})
                     else:
-                        t, so = _whole(peer_cmd)
+                        t, so, cpu = _whole(peer_cmd)
                         d = json.loads(so.strip().splitlines()[-1])
                         pr.append({"samples_per_s": d["samples"] / t, "samples": d["samples"], "wall_s": t,
+                                   "cpu_s": cpu,
                                    "resident_at_start": resident, "in_process_s": d["in_process_s"],
                                    "payload_bytes": d.get("payload_bytes")})
             if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
@@ -515,7 +522,8 @@ def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: st
                                      f"resident fraction left {max(r['resident_at_start'] for r in iob + pr):.0%}); "
                                      f"whole-process wall time from exec to exit, imports included; iobench: "
                                      f"`iobench load -W {w} -B {batch}` with its default access "
-                                     f"({iob[0]['access']}); median of {REPEATS} alternating rounds"))
+                                     f"({iob[0]['access']}); median of {REPEATS} alternating rounds; cpu_s = user + "
+                                     "system seconds of the whole process tree"))
     return out
 
 
