@@ -6,6 +6,7 @@ JPEG bytes) and ``label`` (int64).  ``zstd:LEVEL`` is Parquet's own page compres
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Iterator
 
@@ -110,13 +111,15 @@ class ParquetReader(Reader):
         yields (samples, storage seconds, requests, parse seconds) per row group; with ``arrays``
         (see ``stream_arrays``) a (rows, seq_len) token array instead of the samples.
 
-        Row group k+1 is read, and its decode started on the process's thread pool, before row
-        group k is handed over: pyarrow releases the GIL while it decodes, so decoding overlaps
-        the worker's own work on the rows it already has.  Parse seconds are the time the worker
+        Row groups k+1 .. k+D (D = cores, at most 4) are read, and their decodes started on the
+        process's thread pool, before row group k is handed over: pyarrow releases the GIL while it
+        decodes, so D row groups decode at once and overlap the worker's own work on the rows it
+        already has (the stream reads D row groups ahead).  Parse seconds are the time the worker
         waited for a decode plus the conversion, not the decode's own time on the other thread."""
         import struct
         import time
 
+        from iobench.dist.world import usable_cores
         from iobench.errors import IntegrityError
 
         tail, t_io, n_req = read(shard.bytes - 8, 8, True)
@@ -172,9 +175,11 @@ class ParquetReader(Reader):
             return out, t_io, n_req, time.perf_counter() - t0
 
         pool = _pool() if md.num_row_groups > 1 else None
-        index = shard.first_sample
-        pending = None
-        started: list = []   # the decodes that may still run
+        # Decodes in flight: one per core (pyarrow decodes one row group on one core, and the
+        # worker's own work on the rows is small), so a 2-core host decodes two row groups at once.
+        depth = min(usable_cores(), 4) if pool is not None else 0
+        firsts = np.concatenate([[0], np.cumsum([md.row_group(i).num_rows for i in range(md.num_row_groups)])])
+        queue: collections.deque = collections.deque()   # (job, row group) read and decoding, in file order
         try:
             for rg in range(md.num_row_groups):
                 g = md.row_group(rg)
@@ -187,21 +192,20 @@ class ParquetReader(Reader):
                 a, b = min(x for x, _ in spans), max(y for _, y in spans)
                 data, t, n = read(a, b - a, False)
                 buf[a:b] = np.frombuffer(data, dtype=np.uint8)
-                job = (pool.submit(decode, rg) if pool is not None else None, t_io + t, n_req + n)
-                started = [x for x in (started[-1:] + [job[0]]) if x is not None]
+                queue.append(((pool.submit(decode, rg) if pool is not None else None, t_io + t, n_req + n), rg))
                 t_io, n_req = 0.0, 0
-                if pending is not None:
-                    piece = finish(*pending)
-                    index += len(piece[0])
-                    yield piece
-                pending = (job, rg, index)
-            if pending is not None:
-                yield finish(*pending)
+                while len(queue) > depth:
+                    job, r = queue.popleft()
+                    yield finish(job, r, shard.first_sample + int(firsts[r]))
+            while queue:
+                job, r = queue.popleft()
+                yield finish(job, r, shard.first_sample + int(firsts[r]))
         finally:
-            # A generator closed early (a run stopped mid-shard) still has a decode reading ``buf``;
-            # wait for it, as the next shard reuses the buffer.
-            for f in started:
-                f.exception()
+            # A generator closed early (a run stopped mid-shard) still has decodes reading ``buf``;
+            # wait for them, as the next shard reuses the buffer.
+            for (f, _, _), _ in queue:
+                if f is not None:
+                    f.exception()
 
     def count_samples(self, data, shard) -> int:
         return pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
