@@ -73,7 +73,7 @@ class _BlockData:
         self.read_s, self.parse_s = read_s, parse_s
 
 
-def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
+def _read_block(job: WorkerJob, source, reader, block, fixed=None) -> _BlockData:
     m = job.manifest
     ids = np.concatenate([np.arange(m.shards[s].first_sample, m.shards[s].first_sample + m.shards[s].samples)
                           for s in block.shards])
@@ -81,6 +81,12 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
         return _BlockData(None, None, ids)
     t0 = now_ns()
     shards = [m.shards[s] for s in block.shards]
+    check = getattr(reader, "check_records", None)
+    if fixed is not None and check is not None and callable(getattr(source, "read_block_records", None)):
+        # fixed-size token rows: the shards' records read straight into one block array (no concatenate)
+        rows = source.read_block_records(shards, fixed[0], fixed[1], check)
+        if rows is not None:
+            return _BlockData(rows.view(fixed[2]), None, ids, read_s=(now_ns() - t0) / 1e9)
     # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
     read_many = getattr(source, "read_shards", None)
     datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
@@ -289,8 +295,10 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 mine.append((plan.epoch, block, k_base))
             k_base += len(block.batch_sizes)
 
+    fixed = _fixed(reader, job.manifest) if job.manifest.modality == "tokens" else None
+
     def read(item):
-        return _read_block(job, source, reader, item[1])
+        return _read_block(job, source, reader, item[1], fixed)
 
     # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
     # A source whose reads may overlap (object stores: GETs from one shared pool) reads every
