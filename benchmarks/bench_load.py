@@ -427,91 +427,135 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
     return out
 
 
-def bench_tar(work: Path, scale: float) -> list[dict]:
-    """Tar (WebDataset) images without decode: iobench vs the webdataset library, 1 worker each."""
-    import webdataset as wds
+# ---- file formats against their own libraries: whole processes, default access, cold and warm ----
 
-    url = str(work / "tar-images")
-    m = generate(GenSpec(format="tar", modality="images", num_samples=int(3000 * scale), image_width=160,
-                         image_height=120, shard_size="4MiB", fsync=False, workers=2), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=64, shuffle_buffer=0, cache="warm",
-                     monitor_interval_s=1.0)
+FILE_PEERS = ("webdataset", "pyarrow", "tfrecord")
 
-    def peer_run():
-        n = b = 0
+
+def file_peer_main(kind: str, paths_file: str) -> None:
+    """One format peer reading every shard in ``paths_file`` once, in its own process; prints a JSON line."""
+    t0 = time.perf_counter()
+    files = Path(paths_file).read_text().split()
+    n = b = 0
+    if kind == "webdataset":
+        import webdataset as wds
+
         for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
             n += 1
             b += len(sample["jpg"])
-        return n, b
+    elif kind == "pyarrow":
+        import pyarrow.parquet as pq
 
-    iob, peer = [], []
-    for _ in range(REPEATS):
-        iob.append(load_rate(cfg))
-        t, (n, b) = timed(peer_run)
-        peer.append({"samples_per_s": n / t, "samples": n, "payload_bytes": b, "wall_s": t})
-    return [paired_result("tar images, no decode: iobench W=1 vs webdataset.WebDataset (1 process)", iob, peer,
-                           "samples_per_s", 1.5, f"{m.total_samples} JPEGs in {len(files)} shards, page cache warm; "
-                           "torch is not installed, so the peer runs without DataLoader workers")]
-
-
-def bench_parquet(work: Path, scale: float) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    url = str(work / "parquet-tokens")
-    m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
-                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
-                     monitor_interval_s=1.0)
-
-    def peer_run():
-        n = 0
         for f in files:
             for rb in pq.ParquetFile(f).iter_batches():
                 n += rb.num_rows
-        return n
+    else:
+        from tfrecord.reader import tfrecord_loader
 
-    return _vs_single_process_peer(
-        cfg, peer_run, "parquet tokens: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
-        "page cache warm; the peer only decodes Arrow batches, iobench also reads the token column as one "
-        "2-D array (ParquetReader.tokens), shuffles, collates and hands batches over")
-
-
-def _vs_single_process_peer(cfg, peer_run, label: str, note: str) -> list[dict]:
-    """iobench at W=1 and W=2 against one peer process, alternating, REPEATS rounds each."""
-    out = []
-    for workers in (1, 2):
-        iob, peer = [], []
-        for _ in range(REPEATS):
-            iob.append(load_rate(LoadConfig(**{**cfg.__dict__, "workers": workers})))
-            t, n = timed(peer_run)
-            peer.append({"samples_per_s": n / t, "samples": n, "wall_s": t})
-        out.append(paired_result(label.format(workers=workers), iob, peer, "samples_per_s", 1.0, note))
-    return out
-
-
-def bench_tfrecord(work: Path, scale: float) -> list[dict]:
-    from tfrecord.reader import tfrecord_loader
-
-    url = str(work / "tfrecord-tokens")
-    m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(32768 * scale), seq_len=512,
-                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
-                     monitor_interval_s=1.0)
-
-    def peer_run():
-        n = 0
         for f in files:
             for _rec in tfrecord_loader(f, None, {"tokens": "byte"}):
                 n += 1
-        return n
+    print(json.dumps({"samples": n, "payload_bytes": b or None, "in_process_s": time.perf_counter() - t0}))
 
-    return _vs_single_process_peer(
-        cfg, peer_run, "tfrecord tokens: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
-        "page cache warm, same shards; iobench checks both CRCs of every record "
-        "(TFRecordReader.tokens: fixed-size records as one array), the peer checks none")
+
+def _set_cache(files: list[str], state: str) -> float:
+    """Warm (read every file) or cold (drop its pages); returns the largest resident fraction left."""
+    from iobench.io.pagecache import drop_pages, file_residency, warm_file
+
+    for f in files:
+        (warm_file if state == "warm" else drop_pages)(f)
+    res = [file_residency(f) for f in files]
+    return max((r for r in res if r is not None), default=0.0)
+
+
+def _whole(args: list[str]) -> tuple[float, str]:
+    t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=900))
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
+    return t, p.stdout
+
+
+def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: str, note: str, target: float,
+                    workers: tuple[int, ...] = (1, 2), batch: int = 256, extra: tuple[str, ...] = ()) -> list[dict]:
+    """``iobench load`` with its defaults (the format's default access pattern: stream for tar, Parquet
+    and TFRecord; real worker processes) against the format's own library in one process, each a
+    whole process timed from exec to exit (imports and start-up included), page cache warm and
+    cold, REPEATS alternating rounds; the sides swap which goes first every round."""
+    paths_file = work / f"{peer}-paths.txt"
+    paths_file.write_text("\n".join(files))
+    jpath = work / "load.json"
+    iob_exe = str(Path(sys.executable).parent / "iobench")
+    out = []
+    for state in ("warm", "cold"):
+        for w in workers:
+            iob_cmd = [iob_exe, "load", url, "-W", str(w), "--batch-size", str(batch), "--epochs", "1",
+                       "--cache", "as-is", "--no-progress", "--json", str(jpath), *extra]
+            peer_cmd = [sys.executable, __file__, "--file-peer", peer, "--file-paths", str(paths_file)]
+            iob, pr = [], []
+            for rnd in range(REPEATS):
+                for side in (("iob", "peer") if rnd % 2 == 0 else ("peer", "iob")):
+                    resident = _set_cache(files, state)
+                    if side == "iob":
+                        t, _ = _whole(iob_cmd)
+                        m = json.loads(jpath.read_text())["metrics"]
+                        iob.append({"samples_per_s": m["samples"] / t, "samples": m["samples"], "wall_s": t,
+                                    "access": m["access"], "workers": w, "resident_at_start": resident,
+                                    "in_process_samples_per_s": m["throughput"]["samples_per_s"]})
+                    else:
+                        t, so = _whole(peer_cmd)
+                        d = json.loads(so.strip().splitlines()[-1])
+                        pr.append({"samples_per_s": d["samples"] / t, "samples": d["samples"], "wall_s": t,
+                                   "resident_at_start": resident, "in_process_s": d["in_process_s"],
+                                   "payload_bytes": d.get("payload_bytes")})
+            if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
+                raise RuntimeError(f"{label}: iobench and the peer read different sample counts "
+                                   f"({[i['samples'] for i in iob]} vs {[p['samples'] for p in pr]})")
+            out.append(paired_result(label.format(workers=w, state=state), iob, pr, "samples_per_s", target,
+                                     f"{note}; page cache {state} before each process (cold: pages dropped, largest "
+                                     f"resident fraction left {max(r['resident_at_start'] for r in iob + pr):.0%}); "
+                                     f"whole-process wall time from exec to exit, imports included; iobench: "
+                                     f"`iobench load -W {w} -B {batch}` with its default access "
+                                     f"({iob[0]['access']}); median of {REPEATS} alternating rounds"))
+    return out
+
+
+def bench_tar(work: Path, scale: float) -> list[dict]:
+    """Tar (WebDataset) images without decode: iobench vs the webdataset library."""
+    url = str(work / "tar-images")
+    m = generate(GenSpec(format="tar", modality="images", num_samples=int(12000 * scale), image_width=160,
+                         image_height=120, shard_size="4MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    return _vs_format_peer(
+        work, url, files, "webdataset", "tar images, no decode, {state}: iobench W={workers} vs webdataset.WebDataset "
+        "(1 process)", f"{m.total_samples} JPEGs ({m.total_bytes / MiB:.0f} MiB) in {len(files)} shards; iobench "
+        "delivers batches of 64 image byte strings (labels included), webdataset yields one dict per sample; torch "
+        "is not installed, so the peer runs without DataLoader workers", 1.5, workers=(1,), batch=64)
+
+
+def bench_parquet(work: Path, scale: float) -> list[dict]:
+    url = str(work / "parquet-tokens")
+    m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(524288 * scale), seq_len=512,
+                         vocab_size=32000, shard_size="64MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    return _vs_format_peer(
+        work, url, files, "pyarrow", "parquet tokens, {state}: iobench W={workers} vs pyarrow "
+        "ParquetFile.iter_batches (1 process)",
+        f"{m.total_samples} samples of 512 uint16 tokens ({m.total_bytes / MiB:.0f} MiB of Parquet: no compression, "
+        f"Parquet keeps uint16 as INT32) in {len(files)} shards; the peer only decodes Arrow batches, iobench also "
+        "shuffles (the default buffer of 1000 samples per worker), collates 256-sample 2-D token batches into shared memory and hands "
+        "them over", 1.0)
+
+
+def bench_tfrecord(work: Path, scale: float) -> list[dict]:
+    url = str(work / "tfrecord-tokens")
+    m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
+                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    return _vs_format_peer(
+        work, url, files, "tfrecord", "tfrecord tokens, {state}: iobench W={workers} vs "
+        "tfrecord.reader.tfrecord_loader (1 process)",
+        f"{m.total_samples} samples ({m.total_bytes / MiB:.0f} MiB) in {len(files)} shards; iobench checks both CRCs "
+        "of every record, the peer checks none", 1.0)
 
 
 def bench_memory(work: Path, scale: float) -> list[dict]:
@@ -622,7 +666,12 @@ def main(argv=None) -> int:
     ap.add_argument("--s3-paths", help=argparse.SUPPRESS)
     ap.add_argument("--s3-emulate", help=argparse.SUPPRESS)
     ap.add_argument("--s3-in-flight", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--file-peer", choices=FILE_PEERS, help=argparse.SUPPRESS)   # internal: one format peer
+    ap.add_argument("--file-paths", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.file_peer:
+        file_peer_main(args.file_peer, args.file_paths)
+        return 0
     if args.s3_peer:
         s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate, args.s3_in_flight)
         sys.stdout.flush()

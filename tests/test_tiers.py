@@ -80,6 +80,34 @@ def test_prestage_copies_verified_and_is_idempotent(tmp_path, ds_dir):
     assert again["staged_shards"] == 0 and again["already_present_shards"] == 10
 
 
+def test_prestage_failure_releases_reservations_not_started(tmp_path, ds_dir, monkeypatch):
+    """The prestage thread reserves shards ahead of its copiers: when one copy fails, the shards
+    reserved but not yet copied are released (no 'staging' row left behind for another process to
+    wait on), finished copies are committed, and a second prestage completes the rest."""
+    import iobench.tiers.manager as manager
+
+    real = manager.copy_verified
+
+    def flaky(src, rel, *a, **kw):
+        if rel.endswith("shard-00002.bin"):
+            raise StorageError("injected: the source went away")
+        return real(src, rel, *a, **kw)
+
+    monkeypatch.setattr(manager, "copy_verified", flaky)
+    mgr = _mgr(tmp_path, nvme_capacity=1_000 * KB)
+    ds = mgr.register(str(ds_dir))
+    with pytest.raises(StorageError, match="injected"):
+        mgr.prestage(ds, "nvme", concurrency=2)
+    assert mgr.catalog.copies(dataset=ds.id, tier="nvme", state="staging") == []
+    ready = {c["shard"] for c in mgr.catalog.copies(dataset=ds.id, tier="nvme")}
+    assert "shard-00002.bin" not in ready
+    assert set(tier_files(tmp_path / "nvme")) == {f"{ds.id}/{s}" for s in ready}   # no file without its row
+    monkeypatch.undo()
+    rep = mgr.prestage(ds, "nvme", concurrency=2)
+    assert rep.staged == 10 - len(ready) and rep.present == len(ready)
+    assert len(mgr.catalog.copies(dataset=ds.id, tier="nvme")) == 10
+
+
 def test_ondemand_miss_then_hit_and_stream_copies_nothing(tmp_path, ds_dir):
     mgr = _mgr(tmp_path, nvme_capacity=1_000 * KB)
     ds = mgr.register(str(ds_dir))

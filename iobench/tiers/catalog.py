@@ -240,46 +240,58 @@ class Catalog:
     def reserve(self, dataset: str, shard: str, tier: str, nbytes: int, checksum: str,
                 capacity: int | None, policy: Policy) -> Reservation:
         """Reserve ``nbytes`` on ``tier`` for a new copy, choosing eviction victims if needed."""
+        return self.reserve_many(dataset, [(shard, nbytes, checksum)], tier, capacity, policy)[0]
+
+    def reserve_many(self, dataset: str, shards: list[tuple[str, int, str]], tier: str, capacity: int | None,
+                     policy: Policy) -> list[Reservation]:
+        """``reserve`` for several (shard, bytes, checksum) in one transaction, in order: a
+        prestage reserves a window of shards ahead of its copiers from one thread, so the
+        copier threads never queue on the catalog's write lock."""
         with self.tx() as c:
-            row = c.execute("SELECT state, owner FROM copies WHERE dataset=? AND shard=? AND tier=?",
-                            (dataset, shard, tier)).fetchone()
-            if row is not None:
-                state, owner = row
-                if state == "ready":
-                    return Reservation("ready")
-                if owner_alive(owner):
-                    return Reservation("busy", detail=str(owner))
-                c.execute("DELETE FROM copies WHERE dataset=? AND shard=? AND tier=?", (dataset, shard, tier))
-            victims: list[Victim] = []
-            if capacity is not None:
-                used = self._used(c, tier)
-                if used + nbytes > capacity:
-                    self._drop_stale(c, tier)
-                    used = self._used(c, tier)
-                if used + nbytes > capacity:
-                    if not policy.evicts:
-                        return Reservation("full", detail=f"{used} of {capacity} bytes in use; "
-                                                          f"policy {policy.name} does not evict")
-                    need = used + nbytes - capacity
-                    for ds, sh, b in c.execute(self._victims_sql(policy), (tier,)):
-                        victims.append(Victim(ds, sh, b))
-                        need -= b
-                        if need <= 0:
-                            break
-                    if need > 0:
-                        return Reservation("full", detail=f"{used} of {capacity} bytes in use and the rest is "
-                                                          "pinned, in use, being staged or the only copy")
-                    for v in victims:
-                        c.execute("DELETE FROM copies WHERE dataset=? AND shard=? AND tier=?", (v.dataset, v.shard, tier))
-                    c.execute("UPDATE tiers SET evictions=evictions+?, evicted_bytes=evicted_bytes+? WHERE name=?",
-                              (len(victims), sum(v.bytes for v in victims), tier))
-            seq = self._next_seq(c)
-            c.execute("INSERT INTO copies(dataset, shard, tier, bytes, checksum, state, origin, created_seq, "
-                      "last_access_seq, owner) VALUES (?, ?, ?, ?, ?, 'staging', 0, ?, ?, ?)",
-                      (dataset, shard, tier, nbytes, checksum, seq, seq, owner_id()))
+            return [self._reserve(c, dataset, shard, tier, nbytes, checksum, capacity, policy)
+                    for shard, nbytes, checksum in shards]
+
+    def _reserve(self, c: sqlite3.Connection, dataset: str, shard: str, tier: str, nbytes: int, checksum: str,
+                 capacity: int | None, policy: Policy) -> Reservation:
+        row = c.execute("SELECT state, owner FROM copies WHERE dataset=? AND shard=? AND tier=?",
+                        (dataset, shard, tier)).fetchone()
+        if row is not None:
+            state, owner = row
+            if state == "ready":
+                return Reservation("ready")
+            if owner_alive(owner):
+                return Reservation("busy", detail=str(owner))
+            c.execute("DELETE FROM copies WHERE dataset=? AND shard=? AND tier=?", (dataset, shard, tier))
+        victims: list[Victim] = []
+        if capacity is not None:
             used = self._used(c, tier)
-            c.execute("UPDATE tiers SET hwm=MAX(hwm, ?) WHERE name=?", (used, tier))
-            return Reservation("reserved", tuple(victims))
+            if used + nbytes > capacity:
+                self._drop_stale(c, tier)
+                used = self._used(c, tier)
+            if used + nbytes > capacity:
+                if not policy.evicts:
+                    return Reservation("full", detail=f"{used} of {capacity} bytes in use; "
+                                                      f"policy {policy.name} does not evict")
+                need = used + nbytes - capacity
+                for ds, sh, b in c.execute(self._victims_sql(policy), (tier,)):
+                    victims.append(Victim(ds, sh, b))
+                    need -= b
+                    if need <= 0:
+                        break
+                if need > 0:
+                    return Reservation("full", detail=f"{used} of {capacity} bytes in use and the rest is "
+                                                      "pinned, in use, being staged or the only copy")
+                for v in victims:
+                    c.execute("DELETE FROM copies WHERE dataset=? AND shard=? AND tier=?", (v.dataset, v.shard, tier))
+                c.execute("UPDATE tiers SET evictions=evictions+?, evicted_bytes=evicted_bytes+? WHERE name=?",
+                          (len(victims), sum(v.bytes for v in victims), tier))
+        seq = self._next_seq(c)
+        c.execute("INSERT INTO copies(dataset, shard, tier, bytes, checksum, state, origin, created_seq, "
+                  "last_access_seq, owner) VALUES (?, ?, ?, ?, ?, 'staging', 0, ?, ?, ?)",
+                  (dataset, shard, tier, nbytes, checksum, seq, seq, owner_id()))
+        used = self._used(c, tier)
+        c.execute("UPDATE tiers SET hwm=MAX(hwm, ?) WHERE name=?", (used, tier))
+        return Reservation("reserved", tuple(victims))
 
     @staticmethod
     def _used(c: sqlite3.Connection, tier: str) -> int:
@@ -308,10 +320,15 @@ class Catalog:
                 c.execute("DELETE FROM copies WHERE dataset=? AND shard=? AND tier=?", (ds, sh, tier))
 
     def commit_copy(self, dataset: str, shard: str, tier: str) -> None:
+        self.commit_copies(dataset, [shard], tier)
+
+    def commit_copies(self, dataset: str, shards: list[str], tier: str) -> None:
+        """Mark written copies ready, in order (each gets its own sequence number), in one transaction."""
         with self.tx() as c:
-            seq = self._next_seq(c)
-            c.execute("UPDATE copies SET state='ready', owner=NULL, created_seq=?, last_access_seq=? "
-                      "WHERE dataset=? AND shard=? AND tier=?", (seq, seq, dataset, shard, tier))
+            for shard in shards:
+                seq = self._next_seq(c)
+                c.execute("UPDATE copies SET state='ready', owner=NULL, created_seq=?, last_access_seq=? "
+                          "WHERE dataset=? AND shard=? AND tier=?", (seq, seq, dataset, shard, tier))
 
     def abort_copy(self, dataset: str, shard: str, tier: str) -> None:
         with self.tx() as c:

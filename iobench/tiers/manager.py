@@ -14,7 +14,8 @@ import re
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import wait as wait_any
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -268,37 +269,53 @@ class TierManager:
             break
         self._delete_victims(to, r.victims)
         src_tier, pin = self._source_for(ds, shard.path, exclude=to)
+        res = self._copy_reserved(ds, shard, to, src_tier, pin)
+        self.catalog.commit_copy(ds.id, shard.path, to)
+        self._count_staged(report, f"{src_tier}->{to}", res, len(r.victims))
+        return "staged"
+
+    def _copy_reserved(self, ds: DatasetRef, shard: ShardEntry, to: str, src_tier: str, pin: int | None):
+        """Copy a reserved shard from ``src_tier`` (pinned by ``pin``) into ``to``; the reservation is
+        released on failure, the pin always.  The caller commits the copy."""
         try:
             src, rel = self._read_backend(ds, src_tier)
-            res = copy_verified(src, rel(shard.path), self.backend(to), self.copy_rel(ds, shard.path), shard.bytes,
-                                shard.checksum, retries=self.config.retries, backoff_s=float(self.config.retry_backoff),
-                                verify=self.config.verify, fsync=self.fsync, on_retry=self._on_retry)
+            return copy_verified(src, rel(shard.path), self.backend(to), self.copy_rel(ds, shard.path), shard.bytes,
+                                 shard.checksum, retries=self.config.retries,
+                                 backoff_s=float(self.config.retry_backoff), verify=self.config.verify,
+                                 fsync=self.fsync, on_retry=self._on_retry)
         except BaseException:
             self.catalog.abort_copy(ds.id, shard.path, to)
             raise
         finally:
             if pin is not None:
                 self.catalog.unpin(pin)
-        self.catalog.commit_copy(ds.id, shard.path, to)
-        pair = f"{src_tier}->{to}"
+
+    def _count_staged(self, report: StageReport | None, pair: str, res, evicted: int) -> None:
         with self._lock:
             self.bytes_by_pair[pair] += res.bytes
             self.refetches += res.refetches
-        if report is not None:
-            with self._lock:
+            if report is not None:
                 report.staged += 1
                 report.bytes += res.bytes
                 report.refetches += res.refetches
                 report.retries += res.attempts - 1
-                report.evictions += len(r.victims)
+                report.evictions += evicted
                 report.bytes_by_pair[pair] += res.bytes
                 report.copy_latency.record_s(res.seconds)
-        return "staged"
 
     def prestage(self, ds: DatasetRef, to: str, shards: Iterable[ShardEntry] | None = None, *,
                  concurrency: int | None = None, progress: bool = False,
                  on_shard: Callable[[ShardEntry, str], None] | None = None) -> StageReport:
-        """Copy ``shards`` (default: the whole dataset) into ``to`` before the first step."""
+        """Copy ``shards`` (default: the whole dataset) into ``to`` before the first step.
+
+        The calling thread keeps the catalog: it reserves a window of shards in one
+        transaction, finds each one's source, hands the copies to ``concurrency`` threads and
+        commits each copy as it finishes.  The copier threads only copy: when each of them
+        also took the catalog's write lock twice per shard, they queued on it and on the GIL
+        for a third of a local prestage's time.  The window (8 shards per copier) keeps them
+        busy without holding reservations far ahead, which another process staging the same
+        dataset would wait on.
+        """
         sel = list(shards if shards is not None else ds.manifest.shards)
         self.check_fits(ds, to, sel, whole=True)
         rep = StageReport(dataset=ds.id, to=to, shards=len(sel))
@@ -306,6 +323,8 @@ class TierManager:
 
         n = concurrency or self.config.concurrency or default_parallelism(len(sel))
         rep.concurrency = max(1, min(n, len(sel)))
+        spec = self.spec(to)
+        policy = get_policy(spec.policy, f"tiers.{to}.policy")
         t0 = now_ns()
         prog = task = None
         if progress:
@@ -316,34 +335,86 @@ class TierManager:
             prog.start()
             task = prog.add_task(f"staging to {to}", total=sum(s.bytes for s in sel))
 
-        def one(s: ShardEntry) -> None:
-            status = self.stage_shard(ds, s, to, report=rep)
+        def done(s: ShardEntry, status: str) -> None:
             if prog is not None:
                 prog.advance(task, s.bytes)
             if on_shard is not None:
                 on_shard(s, status)
 
+        pending = list(reversed(sel))
+        unsubmitted: list[ShardEntry] = []    # reserved in this batch, not yet handed to a copier
+        # One copier goes shard by shard (each shard's on_shard runs before the next copy starts);
+        # several keep copies queued (8 each), so none waits while this thread, sharing the GIL
+        # with them, gets round to reserving more; 2 each left the copiers idle a sixth of the time.
+        window = 1 if rep.concurrency == 1 else 8 * rep.concurrency
+        # future -> (shard, source tier, reservation, pin); source tier None: stage_shard's own path (busy shards)
+        inflight: dict = {}
+        first_error: BaseException | None = None
+        def release(cancel) -> None:
+            """Drop the reservation and the source pin of each queued copy that ``cancel`` stops."""
+            for f, (s, src_tier, _, pin) in list(inflight.items()):
+                if src_tier is not None and cancel(f):
+                    del inflight[f]
+                    self.catalog.abort_copy(ds.id, s.path, to)
+                    if pin is not None:
+                        self.catalog.unpin(pin)
+
+        pool = ThreadPoolExecutor(max_workers=rep.concurrency, thread_name_prefix="iobench-stage")
         try:
-            if n <= 1:
-                for s in sel:
-                    one(s)
-            else:
-                with ThreadPoolExecutor(max_workers=n, thread_name_prefix="iobench-stage") as pool:
-                    futures = [pool.submit(one, s) for s in sel]
-                    first_error = None
-                    for f in futures:
-                        try:
-                            f.result()
-                        except BaseException as e:  # keep the first error, let the others finish or fail
-                            if first_error is None:
-                                first_error = e
-                                for g in futures:
-                                    g.cancel()
-                    if first_error is not None:
-                        raise first_error
+            while inflight or (pending and first_error is None):
+                if pending and first_error is None and len(inflight) < window:
+                    batch = [pending.pop() for _ in range(min(len(pending), window - len(inflight)))]
+                    rs = self.catalog.reserve_many(ds.id, [(s.path, s.bytes, s.checksum) for s in batch], to,
+                                                   spec.capacity_bytes, policy)
+                    unsubmitted = [s for s, r in zip(batch, rs) if r.status == "reserved"]
+                    for s, r in zip(batch, rs):
+                        if r.status == "ready":
+                            rep.present += 1
+                            done(s, "present")
+                        elif r.status == "full":
+                            rep.not_admitted += 1
+                            done(s, "full")
+                        elif r.status == "busy":   # another process is copying it: wait for it there
+                            inflight[pool.submit(self.stage_shard, ds, s, to, report=rep)] = (s, None, r, None)
+                        else:
+                            self._delete_victims(to, r.victims)
+                            src_tier, pin = self._source_for(ds, s.path, exclude=to)
+                            f = pool.submit(self._copy_reserved, ds, s, to, src_tier, pin)
+                            inflight[f] = (s, src_tier, r, pin)
+                            unsubmitted.remove(s)
+                    continue
+                finished, _ = wait_any(list(inflight), return_when=FIRST_COMPLETED)
+                ok = []
+                for f in finished:
+                    s, src_tier, r, _ = inflight.pop(f)
+                    try:
+                        res = f.result()
+                    except BaseException as e:  # keep the first error, let the running copies finish
+                        if first_error is None:
+                            first_error = e
+                        continue
+                    if src_tier is None:
+                        done(s, res)
+                    else:
+                        ok.append((s, src_tier, r, res))
+                if first_error is not None:
+                    release(lambda f: f.cancel())   # copies not started yet: never start them
+                if ok:
+                    self.catalog.commit_copies(ds.id, [s.path for s, *_ in ok], to)
+                    for s, src_tier, r, res in ok:
+                        self._count_staged(rep, f"{src_tier}->{to}", res, len(r.victims))
+                        done(s, "staged")
         finally:
+            # Interrupted (or a progress callback failed): release what never started; a copy still
+            # running keeps its reservation until this process exits (then reconcile drops it).
+            release(lambda f: f.cancel())
+            for s in unsubmitted:
+                self.catalog.abort_copy(ds.id, s.path, to)
+            pool.shutdown(wait=True)
             if prog is not None:
                 prog.stop()
+        if first_error is not None:
+            raise first_error
         rep.seconds = (now_ns() - t0) / 1e9
         return rep
 
