@@ -69,6 +69,8 @@ class ParquetWriter(Writer):
 
 
 class ParquetReader(Reader):
+    _scratch: np.ndarray | None = None    # row_group_pieces' shard buffer, reused (per process: made after fork)
+
     def iter_samples(self, data, shard) -> Iterator[Sample]:
         pf = pq.ParquetFile(pa.BufferReader(data))
         index = shard.first_sample
@@ -123,7 +125,16 @@ class ParquetReader(Reader):
         flen = struct.unpack("<I", bytes(tail[:4]))[0]
         foot, t, n = read(shard.bytes - 8 - flen, flen, False)
         t_io, n_req = t_io + t, n_req + n
-        buf = np.empty(shard.bytes, dtype=np.uint8)   # only the footer and the row groups read so far are set
+        # Only the footer and the row groups read so far are set.  With ``arrays`` the buffer is reused
+        # from shard to shard (a fresh 64 MiB buffer costs a page fault per 4 KiB, more than the copy
+        # into it): decoded rows are pyarrow's own memory (checked below), and every decode has ended
+        # when this generator does, before the next shard's pieces are read.
+        if arrays:
+            if self._scratch is None or len(self._scratch) < shard.bytes:
+                self._scratch = np.empty(shard.bytes, dtype=np.uint8)
+            buf = self._scratch[:shard.bytes]
+        else:
+            buf = np.empty(shard.bytes, dtype=np.uint8)
         buf[-8:] = np.frombuffer(tail, dtype=np.uint8)
         buf[shard.bytes - 8 - flen:-8] = np.frombuffer(foot, dtype=np.uint8)
         src = pa.py_buffer(buf)
@@ -155,7 +166,7 @@ class ParquetReader(Reader):
                 if rows is None or rows.shape[1] != seq_len:
                     raise IntegrityError(f"{shard.path}: row group {rg}: token rows are not all {seq_len} long, as "
                                          "the manifest's spec.seq_len says (use --access block, or iobench index)")
-                out = rows
+                out = rows.copy() if np.may_share_memory(rows, buf) else rows   # the buffer is reused
             else:
                 out = self._table_samples(table, index)
             return out, t_io, n_req, time.perf_counter() - t0
@@ -163,26 +174,34 @@ class ParquetReader(Reader):
         pool = _pool() if md.num_row_groups > 1 else None
         index = shard.first_sample
         pending = None
-        for rg in range(md.num_row_groups):
-            g = md.row_group(rg)
-            spans = []
-            for c in range(g.num_columns):
-                col = g.column(c)
-                start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
-                    else col.data_page_offset
-                spans.append((start, start + col.total_compressed_size))
-            a, b = min(x for x, _ in spans), max(y for _, y in spans)
-            data, t, n = read(a, b - a, False)
-            buf[a:b] = np.frombuffer(data, dtype=np.uint8)
-            job = (pool.submit(decode, rg) if pool is not None else None, t_io + t, n_req + n)
-            t_io, n_req = 0.0, 0
+        started: list = []   # the decodes that may still run
+        try:
+            for rg in range(md.num_row_groups):
+                g = md.row_group(rg)
+                spans = []
+                for c in range(g.num_columns):
+                    col = g.column(c)
+                    start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
+                        else col.data_page_offset
+                    spans.append((start, start + col.total_compressed_size))
+                a, b = min(x for x, _ in spans), max(y for _, y in spans)
+                data, t, n = read(a, b - a, False)
+                buf[a:b] = np.frombuffer(data, dtype=np.uint8)
+                job = (pool.submit(decode, rg) if pool is not None else None, t_io + t, n_req + n)
+                started = [x for x in (started[-1:] + [job[0]]) if x is not None]
+                t_io, n_req = 0.0, 0
+                if pending is not None:
+                    piece = finish(*pending)
+                    index += len(piece[0])
+                    yield piece
+                pending = (job, rg, index)
             if pending is not None:
-                piece = finish(*pending)
-                index += len(piece[0])
-                yield piece
-            pending = (job, rg, index)
-        if pending is not None:
-            yield finish(*pending)
+                yield finish(*pending)
+        finally:
+            # A generator closed early (a run stopped mid-shard) still has a decode reading ``buf``;
+            # wait for it, as the next shard reuses the buffer.
+            for f in started:
+                f.exception()
 
     def count_samples(self, data, shard) -> int:
         return pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows

@@ -88,6 +88,10 @@ def test_parquet_stream_pieces_equal_iter_samples(monkeypatch, token_dtype):
     m, backend = _dataset("parquet", "none", token_dtype)
     reader = get_format("parquet").reader(m)
     assert reader.stream_arrays()
+    data0 = backend.cat(m.shards[0].path)
+    early = reader.row_group_pieces(m.shards[0], lambda a, n, first: (data0[a:a + n], 0.0, int(first)), arrays=True)
+    next(early)
+    early.close()   # stopped mid-shard with a decode in flight: the reused buffer is safe afterwards
     for shard in m.shards:
         want = list(reader.iter_samples(backend.cat(shard.path), shard))
         as_samples = _pieces(reader, backend, shard, arrays=False)
