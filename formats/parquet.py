@@ -163,7 +163,7 @@ class ParquetReader(Reader):
             t0 = time.perf_counter()
             table = fut.result() if hasattr(fut, "result") else decode(rg)
             if arrays and table.num_rows == 0:
-                out = np.empty((0, seq_len), dtype=table.schema.field(columns[0]).type.value_type.to_pandas_dtype())
+                out = np.empty((0, int(seq_len)), dtype=table.schema.field(columns[0]).type.value_type.to_pandas_dtype())
             elif arrays:
                 rows = _rows(table.column(columns[0]).combine_chunks())
                 if rows is None or rows.shape[1] != seq_len:
