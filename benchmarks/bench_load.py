@@ -129,8 +129,50 @@ def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path) -> 
             "bs": bs, "direct": direct}
 
 
+def _gather_loop(files: list[str], fixed, batch: int, seed: int = 0) -> dict:
+    """The least work any shuffling loader does on these bytes, in one process: each shard read
+    whole (one preadv of the shard into a reused page-aligned buffer, fio's request), its rows
+    permuted, and every ``batch`` of them gathered into one batch buffer; no worker process, no
+    hand-off.  Against fio it is the price of the gather; against iobench, that of the hand-off."""
+    import mmap
+
+    import numpy as np
+
+    off0, rec, dtype = fixed
+    size = max(os.path.getsize(f) for f in files)
+    buf = np.frombuffer(mmap.mmap(-1, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE), dtype=np.uint8)
+    out = np.empty((batch, rec // dtype.itemsize), dtype=dtype)
+    rng = np.random.default_rng(seed)
+    n_bytes = 0
+
+    def run():
+        nonlocal n_bytes
+        for f in files:
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                got = os.preadv(fd, [buf[:size]], 0)
+            finally:
+                os.close(fd)
+            n_bytes += got
+            rows = buf[off0:off0 + (got - off0) // rec * rec].view(dtype).reshape(-1, rec // dtype.itemsize)
+            perm = rng.permutation(len(rows))
+            for j in range(0, len(rows), batch):
+                sel = perm[j:j + batch]
+                np.take(rows, sel, axis=0, out=out[:len(sel)], mode="clip")
+    t, _ = timed(run)
+    return {"bytes_per_s": n_bytes / t, "bytes_read": n_bytes, "wall_s": t, "batch": batch}
+
+
 def bench_fio(work: Path, scale: float) -> list[dict]:
-    """Raw tokens from local files: warm page cache vs fio --invalidate=0; cold vs fio --direct=1."""
+    """Raw tokens from local files: warm page cache vs fio --invalidate=0; cold vs fio --direct=1.
+
+    fio is a fair peer for the reads (checked: the same files, the same bytes, one request of the
+    shard size per shard, one stream), but it does less than a loader: it drops the bytes, while
+    iobench shuffles them into batches (a gather: a second copy of every byte) and hands each batch
+    to the consumer process.  So the warm rows also run, in the same rounds, the least work any
+    shuffling loader does on these bytes (``_gather_loop``: the same reads and the same gather in
+    one process), and report iobench against it: that ratio is the price of the hand-off alone.
+    """
     from iobench.io.pagecache import drop_pages, warm_file
 
     if not shutil.which("fio"):
@@ -144,15 +186,22 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     base = LoadConfig(dataset=url, access="block",
                       workers=W, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0,
                       read_ahead=1)
+    from iobench.formats import get_format
+
+    fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
-        iob, peer = [], []
-        for _ in range(REPEATS):
+        iob, peer, gather = [], [], []
+        for r in range(REPEATS):
             iob.append(load_rate(LoadConfig(**{**base.__dict__, "cache": state, "batch_size": batch,
                                                "odirect": state == "cold", "s3_block_size": f"{shard}B"})))
             for f in files:
                 (warm_file if state == "warm" else drop_pages)(f)
             peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
+            if state == "warm":
+                gather.append(_gather_loop(files, fixed, batch, seed=r))
+        same = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
+                "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
         out.append(paired_result(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs fio {W} jobs" +
             (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
@@ -160,7 +209,21 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
             f"collates {batch}-sample batches into shared memory and hands each to the consumer; "
             "iobench --read-ahead 1; "
-            "cold = iobench --odirect (O_DIRECT preads of the shard size into aligned buffers)"))
+            "cold = iobench --odirect (O_DIRECT preads of the shard size into aligned buffers); "
+            "fio is a fair peer for the reads (same files and bytes, one shard-sized request per shard, "
+            "one stream; fio skips each shard's 64-byte tail), not for the delivery: see the gather rows"))
+        out[-1]["bytes_checked"] = same
+        if gather:
+            out.append(paired_result(
+                f"raw tokens, {state}, batch {batch} x 1 KiB: one-process read + shuffled gather (no hand-off) "
+                "vs fio", gather, peer, "bytes_per_s", None,
+                "diagnostic, no target: the same shard reads as fio plus the shuffled gather of every batch, "
+                "in one process (benchmarks/bench_load.py _gather_loop): the price of the gather alone"))
+            out.append(paired_result(
+                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs one-process read + shuffled gather",
+                iob, gather, "bytes_per_s", None,
+                "diagnostic, no target: iobench against the same reads and gather with no worker process and "
+                "no hand-off: the price of the per-batch hand-off (slot, pipe message, wake-ups, Batch view)"))
     return out
 
 
@@ -171,7 +234,7 @@ def paired_result(name: str, iob: list[dict], peer: list[dict], metric: str, tar
     r = section_result(name, median_run(iob, metric), median_run(peer, metric), metric, target, note,
                        extra={"rounds": {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None}})
     r["ratio"] = r["rounds"]["median_ratio"]
-    r["met"] = r["ratio"] is not None and r["ratio"] >= target
+    r["met"] = (r["ratio"] is not None and r["ratio"] >= target) if target is not None else None
     return r
 
 
@@ -427,91 +490,143 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
     return out
 
 
-def bench_tar(work: Path, scale: float) -> list[dict]:
-    """Tar (WebDataset) images without decode: iobench vs the webdataset library, 1 worker each."""
-    import webdataset as wds
+# ---- file formats against their own libraries: whole processes, default access, cold and warm ----
 
-    url = str(work / "tar-images")
-    m = generate(GenSpec(format="tar", modality="images", num_samples=int(3000 * scale), image_width=160,
-                         image_height=120, shard_size="4MiB", fsync=False, workers=2), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=64, shuffle_buffer=0, cache="warm",
-                     monitor_interval_s=1.0)
+FILE_PEERS = ("webdataset", "pyarrow", "tfrecord")
 
-    def peer_run():
-        n = b = 0
+
+def file_peer_main(kind: str, paths_file: str) -> None:
+    """One format peer reading every shard in ``paths_file`` once, in its own process; prints a JSON line."""
+    t0 = time.perf_counter()
+    files = Path(paths_file).read_text().split()
+    n = b = 0
+    if kind == "webdataset":
+        import webdataset as wds
+
         for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
             n += 1
             b += len(sample["jpg"])
-        return n, b
+    elif kind == "pyarrow":
+        import pyarrow.parquet as pq
 
-    iob, peer = [], []
-    for _ in range(REPEATS):
-        iob.append(load_rate(cfg))
-        t, (n, b) = timed(peer_run)
-        peer.append({"samples_per_s": n / t, "samples": n, "payload_bytes": b, "wall_s": t})
-    return [paired_result("tar images, no decode: iobench W=1 vs webdataset.WebDataset (1 process)", iob, peer,
-                           "samples_per_s", 1.5, f"{m.total_samples} JPEGs in {len(files)} shards, page cache warm; "
-                           "torch is not installed, so the peer runs without DataLoader workers")]
-
-
-def bench_parquet(work: Path, scale: float) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    url = str(work / "parquet-tokens")
-    m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
-                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
-                     monitor_interval_s=1.0)
-
-    def peer_run():
-        n = 0
         for f in files:
             for rb in pq.ParquetFile(f).iter_batches():
                 n += rb.num_rows
-        return n
+    else:
+        from tfrecord.reader import tfrecord_loader
 
-    return _vs_single_process_peer(
-        cfg, peer_run, "parquet tokens: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
-        "page cache warm; the peer only decodes Arrow batches, iobench also reads the token column as one "
-        "2-D array (ParquetReader.tokens), shuffles, collates and hands batches over")
-
-
-def _vs_single_process_peer(cfg, peer_run, label: str, note: str) -> list[dict]:
-    """iobench at W=1 and W=2 against one peer process, alternating, REPEATS rounds each."""
-    out = []
-    for workers in (1, 2):
-        iob, peer = [], []
-        for _ in range(REPEATS):
-            iob.append(load_rate(LoadConfig(**{**cfg.__dict__, "workers": workers})))
-            t, n = timed(peer_run)
-            peer.append({"samples_per_s": n / t, "samples": n, "wall_s": t})
-        out.append(paired_result(label.format(workers=workers), iob, peer, "samples_per_s", 1.0, note))
-    return out
-
-
-def bench_tfrecord(work: Path, scale: float) -> list[dict]:
-    from tfrecord.reader import tfrecord_loader
-
-    url = str(work / "tfrecord-tokens")
-    m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(32768 * scale), seq_len=512,
-                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
-    cfg = LoadConfig(dataset=url, access="block", workers=1, prefetch=4, batch_size=256, shuffle_buffer=0, cache="warm",
-                     monitor_interval_s=1.0)
-
-    def peer_run():
-        n = 0
         for f in files:
             for _rec in tfrecord_loader(f, None, {"tokens": "byte"}):
                 n += 1
-        return n
+    print(json.dumps({"samples": n, "payload_bytes": b or None, "in_process_s": time.perf_counter() - t0}))
 
-    return _vs_single_process_peer(
-        cfg, peer_run, "tfrecord tokens: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
-        "page cache warm, same shards; iobench checks both CRCs of every record "
-        "(TFRecordReader.tokens: fixed-size records as one array), the peer checks none")
+
+def _set_cache(files: list[str], state: str) -> float:
+    """Warm (read every file) or cold (drop its pages); returns the largest resident fraction left."""
+    from iobench.io.pagecache import drop_pages, file_residency, warm_file
+
+    for f in files:
+        (warm_file if state == "warm" else drop_pages)(f)
+    res = [file_residency(f) for f in files]
+    return max((r for r in res if r is not None), default=0.0)
+
+
+def _whole(args: list[str]) -> tuple[float, str, float]:
+    """(wall seconds, stdout, CPU seconds user + system of the process and its children)."""
+    import resource
+
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=900))
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
+    return t, p.stdout, (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+
+
+def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: str, note: str, target: float,
+                    workers: tuple[int, ...] = (1, 2), batch: int = 256, extra: tuple[str, ...] = ()) -> list[dict]:
+    """``iobench load`` with its defaults (the format's default access pattern: stream for tar, Parquet
+    and TFRecord; real worker processes) against the format's own library in one process, each a
+    whole process timed from exec to exit (imports and start-up included), page cache warm and
+    cold, REPEATS alternating rounds; the sides swap which goes first every round."""
+    paths_file = work / f"{peer}-paths.txt"
+    paths_file.write_text("\n".join(files))
+    jpath = work / "load.json"
+    iob_exe = str(Path(sys.executable).parent / "iobench")
+    out = []
+    for state in ("warm", "cold"):
+        for w in workers:
+            iob_cmd = [iob_exe, "load", url, "-W", str(w), "--batch-size", str(batch), "--epochs", "1",
+                       "--cache", "as-is", "--no-progress", "--json", str(jpath), *extra]
+            peer_cmd = [sys.executable, __file__, "--file-peer", peer, "--file-paths", str(paths_file)]
+            iob, pr = [], []
+            for rnd in range(REPEATS):
+                for side in (("iob", "peer") if rnd % 2 == 0 else ("peer", "iob")):
+                    resident = _set_cache(files, state)
+                    if side == "iob":
+                        t, _, cpu = _whole(iob_cmd)
+                        m = json.loads(jpath.read_text())["metrics"]
+                        iob.append({"samples_per_s": m["samples"] / t, "samples": m["samples"], "wall_s": t,
+                                    "cpu_s": cpu,
+                                    "access": m["access"], "workers": w, "resident_at_start": resident,
+                                    "in_process_samples_per_s": m["throughput"]["samples_per_s"]})
+                    else:
+                        t, so, cpu = _whole(peer_cmd)
+                        d = json.loads(so.strip().splitlines()[-1])
+                        pr.append({"samples_per_s": d["samples"] / t, "samples": d["samples"], "wall_s": t,
+                                   "cpu_s": cpu,
+                                   "resident_at_start": resident, "in_process_s": d["in_process_s"],
+                                   "payload_bytes": d.get("payload_bytes")})
+            if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
+                raise RuntimeError(f"{label}: iobench and the peer read different sample counts "
+                                   f"({[i['samples'] for i in iob]} vs {[p['samples'] for p in pr]})")
+            out.append(paired_result(label.format(workers=w, state=state), iob, pr, "samples_per_s", target,
+                                     f"{note}; page cache {state} before each process (cold: pages dropped, largest "
+                                     f"resident fraction left {max(r['resident_at_start'] for r in iob + pr):.0%}); "
+                                     f"whole-process wall time from exec to exit, imports included; iobench: "
+                                     f"`iobench load -W {w} -B {batch}` with its default access "
+                                     f"({iob[0]['access']}); median of {REPEATS} alternating rounds; cpu_s = user + "
+                                     "system seconds of the whole process tree"))
+    return out
+
+
+def bench_tar(work: Path, scale: float) -> list[dict]:
+    """Tar (WebDataset) images without decode: iobench vs the webdataset library."""
+    url = str(work / "tar-images")
+    m = generate(GenSpec(format="tar", modality="images", num_samples=int(12000 * scale), image_width=160,
+                         image_height=120, shard_size="4MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    return _vs_format_peer(
+        work, url, files, "webdataset", "tar images, no decode, {state}: iobench W={workers} vs webdataset.WebDataset "
+        "(1 process)", f"{m.total_samples} JPEGs ({m.total_bytes / MiB:.0f} MiB) in {len(files)} shards; iobench "
+        "delivers batches of 64 image byte strings (labels included), webdataset yields one dict per sample; torch "
+        "is not installed, so the peer runs without DataLoader workers", 1.5, workers=(1,), batch=64)
+
+
+def bench_parquet(work: Path, scale: float) -> list[dict]:
+    url = str(work / "parquet-tokens")
+    m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(524288 * scale), seq_len=512,
+                         vocab_size=32000, shard_size="64MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    return _vs_format_peer(
+        work, url, files, "pyarrow", "parquet tokens, {state}: iobench W={workers} vs pyarrow "
+        "ParquetFile.iter_batches (1 process)",
+        f"{m.total_samples} samples of 512 uint16 tokens ({m.total_bytes / MiB:.0f} MiB of Parquet: no compression, "
+        f"Parquet keeps uint16 as INT32) in {len(files)} shards; the peer only decodes Arrow batches, iobench also "
+        "shuffles (the default buffer of 1000 samples per worker), collates 256-sample 2-D token batches into shared memory and hands "
+        "them over", 1.0)
+
+
+def bench_tfrecord(work: Path, scale: float) -> list[dict]:
+    url = str(work / "tfrecord-tokens")
+    m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
+                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    return _vs_format_peer(
+        work, url, files, "tfrecord", "tfrecord tokens, {state}: iobench W={workers} vs "
+        "tfrecord.reader.tfrecord_loader (1 process)",
+        f"{m.total_samples} samples ({m.total_bytes / MiB:.0f} MiB) in {len(files)} shards; iobench checks both CRCs "
+        "of every record, the peer checks none", 1.0)
 
 
 def bench_memory(work: Path, scale: float) -> list[dict]:
@@ -622,7 +737,12 @@ def main(argv=None) -> int:
     ap.add_argument("--s3-paths", help=argparse.SUPPRESS)
     ap.add_argument("--s3-emulate", help=argparse.SUPPRESS)
     ap.add_argument("--s3-in-flight", type=int, default=4, help=argparse.SUPPRESS)
+    ap.add_argument("--file-peer", choices=FILE_PEERS, help=argparse.SUPPRESS)   # internal: one format peer
+    ap.add_argument("--file-paths", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.file_peer:
+        file_peer_main(args.file_peer, args.file_paths)
+        return 0
     if args.s3_peer:
         s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate, args.s3_in_flight)
         sys.stdout.flush()

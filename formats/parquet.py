@@ -6,6 +6,7 @@ JPEG bytes) and ``label`` (int64).  ``zstd:LEVEL`` is Parquet's own page compres
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Iterator
 
@@ -69,6 +70,8 @@ class ParquetWriter(Writer):
 
 
 class ParquetReader(Reader):
+    _scratch: np.ndarray | None = None    # row_group_pieces' shard buffer, reused (per process: made after fork)
+
     def iter_samples(self, data, shard) -> Iterator[Sample]:
         pf = pq.ParquetFile(pa.BufferReader(data))
         index = shard.first_sample
@@ -78,28 +81,45 @@ class ParquetReader(Reader):
             yield from samples
 
     def _table_samples(self, table, index: int) -> list[Sample]:
-        out = []
         if self.manifest.modality == "tokens":
             col = table.column(_pick(table, ("tokens", "input_ids", "ids"))).combine_chunks()
+            rows = _rows(col)
+            if rows is not None:   # iterating a 2-D view is ~2x cheaper than slicing by offsets
+                return [Sample(index=index + j, data=r) for j, r in enumerate(rows)]
             values = col.values.to_numpy(zero_copy_only=False)
             offs = col.offsets.to_numpy()
-            for j in range(len(col)):
-                out.append(Sample(index=index + j, data=values[offs[j]:offs[j + 1]]))
-            return out
+            return [Sample(index=index + j, data=values[offs[j]:offs[j + 1]]) for j in range(len(col))]
         images = table.column(_pick(table, ("image", "jpg", "image/encoded"))).to_pylist()
         lname = next((n for n in ("label", "cls", "image/class/label") if n in table.column_names), None)
         labels = table.column(lname).to_pylist() if lname else [None] * len(images)
-        for j, (img, lab) in enumerate(zip(images, labels)):
-            out.append(Sample(index=index + j, data=img, label=None if lab is None else int(lab)))
-        return out
+        return [Sample(index=index + j, data=img, label=None if lab is None else int(lab))
+                for j, (img, lab) in enumerate(zip(images, labels))]
 
-    def row_group_pieces(self, shard, read) -> Iterator[tuple[list[Sample], float, int, float]]:
+    def stream_arrays(self) -> bool:
+        """Whether ``row_group_pieces(..., arrays=True)`` applies: token shards that ``iobench gen`` wrote
+        with one ``seq_len`` (its manifest says so), so each row group is one (rows, seq_len) array.  A
+        stream worker then keeps rows in its row store and a batch is one gather, instead of one Sample
+        object per row and a stack per batch (that per-row Python cost more than pyarrow's decode)."""
+        spec = self.manifest.spec or {}
+        seq_len = spec.get("seq_len")
+        return (self.manifest.modality == "tokens" and "indexed_from" not in spec
+                and isinstance(seq_len, int) and seq_len > 0)
+
+    def row_group_pieces(self, shard, read, arrays: bool = False) -> Iterator[tuple[object, float, int, float]]:
         """A streaming reader's view of the shard: the footer (one request), then each row group's
         byte range in order.  ``read(offset, length, first)`` returns (bytes, seconds, requests);
-        yields (samples, storage seconds, requests, parse seconds) per row group."""
+        yields (samples, storage seconds, requests, parse seconds) per row group; with ``arrays``
+        (see ``stream_arrays``) a (rows, seq_len) token array instead of the samples.
+
+        Row groups k+1 .. k+D (D = cores, at most 4) are read, and their decodes started on the
+        process's thread pool, before row group k is handed over: pyarrow releases the GIL while it
+        decodes, so D row groups decode at once and overlap the worker's own work on the rows it
+        already has (the stream reads D row groups ahead).  Parse seconds are the time the worker
+        waited for a decode plus the conversion, not the decode's own time on the other thread."""
         import struct
         import time
 
+        from iobench.dist.world import usable_cores
         from iobench.errors import IntegrityError
 
         tail, t_io, n_req = read(shard.bytes - 8, 8, True)
@@ -108,28 +128,84 @@ class ParquetReader(Reader):
         flen = struct.unpack("<I", bytes(tail[:4]))[0]
         foot, t, n = read(shard.bytes - 8 - flen, flen, False)
         t_io, n_req = t_io + t, n_req + n
-        buf = np.zeros(shard.bytes, dtype=np.uint8)   # sparse: only the footer and the row groups read so far
+        # Only the footer and the row groups read so far are set.  With ``arrays`` the buffer is reused
+        # from shard to shard (a fresh 64 MiB buffer costs a page fault per 4 KiB, more than the copy
+        # into it): decoded rows are pyarrow's own memory (checked below), and every decode has ended
+        # when this generator does, before the next shard's pieces are read.
+        if arrays:
+            if self._scratch is None or len(self._scratch) < shard.bytes:
+                self._scratch = np.empty(shard.bytes, dtype=np.uint8)
+            buf = self._scratch[:shard.bytes]
+        else:
+            buf = np.empty(shard.bytes, dtype=np.uint8)
         buf[-8:] = np.frombuffer(tail, dtype=np.uint8)
         buf[shard.bytes - 8 - flen:-8] = np.frombuffer(foot, dtype=np.uint8)
-        pf = pq.ParquetFile(pa.py_buffer(buf))
-        md = pf.metadata
-        index = shard.first_sample
-        for rg in range(md.num_row_groups):
-            g = md.row_group(rg)
-            spans = []
-            for c in range(g.num_columns):
-                col = g.column(c)
-                start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
-                    else col.data_page_offset
-                spans.append((start, start + col.total_compressed_size))
-            a, b = min(x for x, _ in spans), max(y for _, y in spans)
-            data, t, n = read(a, b - a, False)
-            buf[a:b] = np.frombuffer(data, dtype=np.uint8)
+        src = pa.py_buffer(buf)
+        md = pq.ParquetFile(src).metadata
+        names = md.schema.to_arrow_schema().names
+        if self.manifest.modality == "tokens":
+            name = next((x for x in ("tokens", "input_ids", "ids") if x in names), None)
+            if name is None:
+                raise IntegrityError(f"{shard.path}: parquet shard has none of the columns ('tokens', 'input_ids', "
+                                     f"'ids') (has {names})")
+            columns = [name]
+        else:
+            columns = None
+        seq_len = (self.manifest.spec or {}).get("seq_len")
+
+        def decode(rg: int):
+            # One ParquetFile per call (a reader is not safe to share between threads); the
+            # footer already parsed is passed in, not parsed again.
+            return pq.ParquetFile(src, metadata=md).read_row_group(rg, columns=columns, use_threads=False)
+
+        def finish(job, rg: int, index: int):
+            fut, t_io, n_req = job
             t0 = time.perf_counter()
-            samples = self._table_samples(pf.read_row_group(rg), index)
-            index += len(samples)
-            yield samples, t_io + t, n_req + n, time.perf_counter() - t0
-            t_io, n_req = 0.0, 0
+            table = fut.result() if hasattr(fut, "result") else decode(rg)
+            if arrays and table.num_rows == 0:
+                out = np.empty((0, seq_len), dtype=table.schema.field(columns[0]).type.value_type.to_pandas_dtype())
+            elif arrays:
+                rows = _rows(table.column(columns[0]).combine_chunks())
+                if rows is None or rows.shape[1] != seq_len:
+                    raise IntegrityError(f"{shard.path}: row group {rg}: token rows are not all {seq_len} long, as "
+                                         "the manifest's spec.seq_len says (use --access block, or iobench index)")
+                out = rows.copy() if np.may_share_memory(rows, buf) else rows   # the buffer is reused
+            else:
+                out = self._table_samples(table, index)
+            return out, t_io, n_req, time.perf_counter() - t0
+
+        pool = _pool() if md.num_row_groups > 1 else None
+        # Decodes in flight: one per core (pyarrow decodes one row group on one core, and the
+        # worker's own work on the rows is small), so a 2-core host decodes two row groups at once.
+        depth = min(usable_cores(), 4) if pool is not None else 0
+        firsts = np.concatenate([[0], np.cumsum([md.row_group(i).num_rows for i in range(md.num_row_groups)])])
+        queue: collections.deque = collections.deque()   # (job, row group) read and decoding, in file order
+        try:
+            for rg in range(md.num_row_groups):
+                g = md.row_group(rg)
+                spans = []
+                for c in range(g.num_columns):
+                    col = g.column(c)
+                    start = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset \
+                        else col.data_page_offset
+                    spans.append((start, start + col.total_compressed_size))
+                a, b = min(x for x, _ in spans), max(y for _, y in spans)
+                data, t, n = read(a, b - a, False)
+                buf[a:b] = np.frombuffer(data, dtype=np.uint8)
+                queue.append(((pool.submit(decode, rg) if pool is not None else None, t_io + t, n_req + n), rg))
+                t_io, n_req = 0.0, 0
+                while len(queue) > depth:
+                    job, r = queue.popleft()
+                    yield finish(job, r, shard.first_sample + int(firsts[r]))
+            while queue:
+                job, r = queue.popleft()
+                yield finish(job, r, shard.first_sample + int(firsts[r]))
+        finally:
+            # A generator closed early (a run stopped mid-shard) still has decodes reading ``buf``;
+            # wait for them, as the next shard reuses the buffer.
+            for (f, _, _), _ in queue:
+                if f is not None:
+                    f.exception()
 
     def count_samples(self, data, shard) -> int:
         return pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
@@ -154,27 +230,44 @@ class ParquetReader(Reader):
         if not (pa.types.is_list(pf.schema_arrow.field(name).type)
                 or pa.types.is_large_list(pf.schema_arrow.field(name).type)):
             return None
-        seq_len = None
         parts = []
         for chunk in _decode_row_groups(data, pf, name):
             if len(chunk) == 0:
                 continue
-            if chunk.null_count or chunk.values.null_count:
+            rows = _rows(chunk)
+            if rows is None or (parts and rows.shape[1] != parts[0].shape[1]):
                 return None
-            offs = chunk.offsets.to_numpy()
-            lengths = np.diff(offs)
-            if seq_len is None:
-                seq_len = int(lengths[0])
-            if seq_len == 0 or (lengths != seq_len).any():
-                return None
-            values = chunk.values.to_numpy(zero_copy_only=False)
-            parts.append(values[int(offs[0]):int(offs[-1])].reshape(-1, seq_len))
+            parts.append(rows)
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def _rows(chunk) -> np.ndarray | None:
+    """A list array's rows as one (rows, length) view of its values buffer; None when there are
+    none, or nulls, or rows of different (or zero) lengths."""
+    if len(chunk) == 0 or chunk.null_count or chunk.values.null_count:
+        return None
+    offs = chunk.offsets.to_numpy()
+    lengths = np.diff(offs)
+    seq_len = int(lengths[0])
+    if seq_len == 0 or (lengths != seq_len).any():
+        return None
+    values = chunk.values.to_numpy(zero_copy_only=False)
+    return values[int(offs[0]):int(offs[-1])].reshape(-1, seq_len)
+
+
 _POOL: tuple[int, object] | None = None   # (pid, pool): a forked child has none of its parent's threads
+
+
+def _pool():
+    """The process's decode pool (one thread per core), made again in a forked child."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="iobench-parquet"))
+    return _POOL[1]
 
 
 def _decode_row_groups(data, pf, name: str) -> list:
@@ -185,19 +278,16 @@ def _decode_row_groups(data, pf, name: str) -> list:
     independent and pyarrow releases the GIL while decoding, so a small thread pool (one per
     core, shared by the process) decodes them side by side; the chunks stay in file order.
     """
-    global _POOL
     n = pf.metadata.num_row_groups
     if n == 1 or (os.cpu_count() or 1) == 1:
         return pf.read(columns=[name], use_threads=False).column(name).chunks
-    if _POOL is None or _POOL[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = (os.getpid(), ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="iobench-parquet"))
+    md = pf.metadata
 
     def one(rg: int):
         # One ParquetFile per thread: a reader is not safe to share between threads.
-        return pq.ParquetFile(pa.BufferReader(data)).read_row_group(rg, columns=[name], use_threads=False).column(name)
-    return [c for col in _POOL[1].map(one, range(n)) for c in col.chunks]
+        return pq.ParquetFile(pa.BufferReader(data), metadata=md).read_row_group(rg, columns=[name],
+                                                                                 use_threads=False).column(name)
+    return [c for col in _pool().map(one, range(n)) for c in col.chunks]
 
 
 def _pick(table, names) -> str:

@@ -132,6 +132,21 @@ class RawReader(Reader):
             return arr[: arr.size - arr.size % seq_len].reshape(-1, seq_len)
         return arr.reshape(1, -1)
 
+    def check_records(self, head, shard, records: int) -> None:
+        """The checks ``tokens`` makes, for a token shard whose records were read apart from its
+        header (straight into a loader block): ``head`` is the header, ``records`` the rows read."""
+        magic, _v, itemsize, endian, compressed, seq_len, _vocab, count = _TOK.unpack_from(head, 0)
+        if magic != TOKENS_MAGIC:
+            raise IntegrityError(f"{shard.path}: offset 0: not a raw token shard (magic {magic!r})")
+        fixed = self.fixed_records(shard)
+        if compressed or fixed is None or itemsize != fixed[2].itemsize or chr(endian) not in "<=" \
+                or seq_len * itemsize != fixed[1]:
+            raise IntegrityError(f"{shard.path}: offset 0: header (itemsize {itemsize}, seq_len {seq_len}, "
+                                 f"compressed {compressed}) does not match the manifest's token layout")
+        if count != _TO_EOF and count != records * seq_len:
+            raise IntegrityError(f"{shard.path}: offset {HEADER_BYTES + records * fixed[1]}: "
+                                 f"header says {count} tokens, found {records * seq_len}")
+
     def _record(self, index: int, rec, compressed: bool, shard) -> Sample:
         if len(rec) < 4:
             raise IntegrityError(f"{shard.path}: sample {index}: record shorter than its label")

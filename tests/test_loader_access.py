@@ -77,6 +77,28 @@ def test_stream_buffer_fills_then_one_out_per_one_in():
     assert np.array_equal(buffer_shuffle(50, 0, None)[0], np.arange(50))
 
 
+def _buffer_shuffle_stepwise(n, buffer, rng):
+    """webdataset's buffer step by step (append, swap a uniform slot with the end, pop)."""
+    buf, out, u, o = [], [], rng.random(n), 0
+    for i in list(range(n)) + [None] * n:
+        if i is not None:
+            buf.append(i)
+        if buf and (len(buf) >= buffer or i is None):
+            k = int(u[o] * len(buf))
+            buf[k], buf[-1] = buf[-1], buf[k]
+            out.append(buf.pop())
+            o += 1
+    return out
+
+
+@pytest.mark.parametrize("n,buffer", [(0, 5), (1, 5), (4, 5), (5, 5), (6, 5), (100, 2), (100, 1000), (1000, 7),
+                                      (5000, 64)])
+def test_stream_buffer_vectorised_equals_stepwise(n, buffer):
+    for seed in range(3):
+        order, _ = buffer_shuffle(n, buffer, np.random.default_rng(seed))
+        assert order.tolist() == _buffer_shuffle_stepwise(n, buffer, np.random.default_rng(seed))
+
+
 def test_stream_deals_shards_to_workers_and_interleaves_their_batches():
     ep = stream_epoch(SIZES, 4, seed=1, epoch=0, workers=2, shuffle_buffer=1, shuffle=False)
     assert ep.workers[0].shards == (0, 2, 4) and ep.workers[1].shards == (1, 3, 5)

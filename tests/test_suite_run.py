@@ -12,16 +12,20 @@ from iobench.suite import generate as gen_stage
 
 
 def test_generate_stage_times_repeats_and_removes_them(tmp_path):
-    # a 0.1 s generation is no throughput: the stage generates again into scratch directories until it
-    # has REPEATS_MIN timings and REPEATS_MIN_S seconds of them, then removes the scratch copies
-    spec = GenSpec.from_mapping({"modality": "tokens", "num_samples": 64, "seq_len": 16, "vocab_size": 1000,
-                                 "shard_size": "32 samples", "format": "raw", "seed": 0})
+    # a 0.1 s generation is no throughput: the stage generates each dataset again into scratch
+    # directories, round-robin, until it has REPEATS_MIN timings and REPEATS_MIN_S seconds of them,
+    # then removes the scratch copies (and nothing else)
+    specs = {f"local/{fmt}-tokens": GenSpec.from_mapping({"modality": "tokens", "num_samples": 64, "seq_len": 16,
+                                                          "vocab_size": 1000, "shard_size": "32 samples",
+                                                          "format": fmt, "seed": 0}) for fmt in ("raw", "tar")}
     (tmp_path / "keep.txt").write_text("not the suite's")
-    scratch = str(tmp_path / ".repeats" / "raw-tokens")
-    seconds = gen_stage._repeat(spec, scratch, 0.0, None, None)     # (the kept generation would come first)
-    assert gen_stage.REPEATS_MIN - 1 <= len(seconds) <= gen_stage.REPEATS_MAX - 1
-    assert len(seconds) == gen_stage.REPEATS_MAX - 1 or sum(seconds) >= gen_stage.REPEATS_MIN_S
-    assert not os.path.exists(scratch) and (tmp_path / "keep.txt").read_text() == "not the suite's"
+    timings = {k: (spec, str(tmp_path), None, None, [0.05]) for k, spec in specs.items()}
+    gen_stage._repeat_round_robin(timings)
+    for *_, seconds in timings.values():
+        assert gen_stage.REPEATS_MIN <= len(seconds) <= gen_stage.REPEATS_MAX
+        assert len(seconds) == gen_stage.REPEATS_MAX or sum(seconds) >= gen_stage.REPEATS_MIN_S
+    assert sorted(os.listdir(tmp_path)) == ["keep.txt"] and (tmp_path / "keep.txt").read_text() == "not the suite's"
+    seconds = timings["local/raw-tokens"][4]
     t = gen_stage._throughput(1000, 64, seconds)
     lo, hi = t["bytes_per_s_ci95"]
     assert t["repeats"] == len(seconds) and lo < t["bytes_per_s"] < hi

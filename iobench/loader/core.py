@@ -316,7 +316,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     """Start the workers, run the consumer's steps, stop the workers; returns what each step saw."""
     import os
 
-    from .receiver import Receiver
+    from .receiver import Receiver, Sender
     from .slots import SlotPool, batch_from_meta
     from .sysmon import SystemMonitor
     from .worker import WorkerJob, run_worker
@@ -341,7 +341,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
                             total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
                             access=schedule.access, stream_read_size=read_size,
                             lag=lag)
-            p = ctx.Process(target=run_worker, args=(job, st.source, pool, pipes[wid][1], stop), daemon=True,
+            p = ctx.Process(target=run_worker, args=(job, st.source, pool, Sender(pipes[wid][1]), stop), daemon=True,
                             name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)

@@ -266,54 +266,63 @@ class BackendSource:
         return data
 
     def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
-                     out: np.ndarray) -> "tuple[np.ndarray, int]":
+                     out: np.ndarray) -> int:
         """A batch of fixed-size records (record r of a shard at ``first + r * length``), one
-        request per record: sample i is record ``local[i]`` of ``shards[shard_of[i]]``.
+        request per record: sample i is record ``local[i]`` of ``shards[shard_of[i]]`` and lands
+        in ``out[i]`` (the batch's order: ``out`` may be the batch's shared-memory slot, so no
+        second copy).  Returns the number of requests.
 
-        The records land in ``out`` grouped by shard (each shard's requests back to back, as a
-        DataLoader worker's would be cheapest too); returns ``(order, requests)`` where
-        ``out[j]`` holds sample ``order[j]``.  The caller has checked every ``local`` lies in
-        its shard.  Plain local files: a preadv per record straight into its row of ``out``.
-        Plain memory:// objects: one gather per shard (the null-storage floor; each request's
-        time is then the gathers' time / the records).  Others: ``read_range`` per record."""
+        The requests are made grouped by shard (each shard's back to back: one descriptor or
+        object looked up per shard, not per record).  The caller has checked every ``local``
+        lies in its shard.  Plain local files: a preadv per record straight into its row.
+        Plain memory:// objects: one gather per shard into a reused scratch array, then one
+        gather into ``out`` (the null-storage floor; each request's time is then the gathers'
+        time / the records).  Others: ``read_range`` per record."""
         import numpy as np
 
         from iobench.metrics import now_ns
 
         if self.backend is None:
             self.open()
-        self._request_log()
+        log = self._request_log()
         n = len(local)
         order = np.argsort(shard_of, kind="stable")
         so = shard_of[order]
         lo = local[order]
         if not (self.backend.inner is self.backend.base and self.backend.supports_pread):
-            for j, (s, x) in enumerate(zip(so.tolist(), lo.tolist())):
-                out[j] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
-            return order, n
+            for p, s, x in zip(order.tolist(), so.tolist(), lo.tolist()):
+                out[p] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
+            return n
         cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
         groups = so[cuts[:-1]].tolist() if n else []
-        log = self._log
         if self.backend.base.protocol == "memory":
+            scratch = self.__dict__.get("_scratch")
+            if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
+                scratch = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
             t0 = now_ns()
             for g, s in enumerate(groups):
                 a, b = cuts[g], cuts[g + 1]
                 # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
-                np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=out[a:b], mode="clip")
+                np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=scratch[a:b], mode="clip")
+            inv = np.empty(n, dtype=np.intp)
+            inv[order] = np.arange(n)
+            np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
             dt = now_ns() - t0
             if n:
                 log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
         else:
             import os
 
+            rows = order.tolist()
             offs = (lo * length + first).tolist()
+            clock, preadv, append = now_ns, os.preadv, log.append   # locals: this loop is the map hot path
             for g, s in enumerate(groups):
                 sh = shards[s]
                 fd = self._handle(sh)
                 for j in range(cuts[g], cuts[g + 1]):
-                    t0 = now_ns()
-                    got = os.preadv(fd, [out[j]], offs[j])
-                    log.append(now_ns() - t0)
+                    t0 = clock()
+                    got = preadv(fd, (out[rows[j]],), offs[j])
+                    append(clock() - t0)
                     if got != length:
                         from iobench.errors import IntegrityError
 
@@ -321,7 +330,53 @@ class BackendSource:
         self._log_bytes += length * n
         if len(log) >= 65536:
             self._flush_log()
-        return order, n
+        return n
+
+    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+        """A loader block of fixed-size records as one (records, length) array: each shard read
+        whole (one request), its records landing straight in their place after the previous
+        shard's -- no per-shard buffer and no concatenation after.  None where this source
+        cannot (O_DIRECT, emulated or faulty storage, object stores: ``read_shards`` then).
+
+        Plain local files: one preadv per shard, the header into a scratch buffer and the
+        records into the block.  Plain memory:// objects: one copy of the object's records.
+        ``check(header, shard, records)`` (the format reader's) vets each shard's header."""
+        import numpy as np
+
+        from iobench.metrics import now_ns
+
+        if self.backend is None:
+            self.open()
+        base = self.backend.base
+        if self.odirect or not (self.backend.inner is base and self.backend.supports_pread):
+            return None
+        counts = [(s.bytes - first) // length for s in shards]
+        if any(s.bytes != first + c * length or c != s.samples for s, c in zip(shards, counts)):
+            return None      # not exactly header + whole records: the general path checks it
+        total = sum(counts)
+        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
+        a = 0
+        for sh, c in zip(shards, counts):
+            t0 = now_ns()
+            if base.protocol == "memory":
+                np.copyto(rows[a:a + c], self._records_view(sh, first, length)[:c])
+                got = sh.bytes
+                head = self._handle(sh)[:first]
+            else:
+                import os
+
+                head = self.__dict__.get("_head")
+                if head is None or len(head) != first:
+                    head = self._head = bytearray(first)
+                got = os.preadv(self._handle(sh), [head, rows[a:a + c]], 0)
+            self.backend.record("read", now_ns() - t0, nread=got)
+            if got != sh.bytes:
+                from iobench.errors import IntegrityError
+
+                raise IntegrityError(f"{sh.path}: offset {got}: file is shorter than the manifest's {sh.bytes} bytes")
+            check(head, sh, c)
+            a += c
+        return rows
 
     def _records_view(self, shard: ShardEntry, first: int, length: int) -> np.ndarray:
         """A plain memory:// shard's records as a (records, length) view of the object (cached)."""

@@ -73,7 +73,7 @@ class _BlockData:
         self.read_s, self.parse_s = read_s, parse_s
 
 
-def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
+def _read_block(job: WorkerJob, source, reader, block, fixed=None) -> _BlockData:
     m = job.manifest
     ids = np.concatenate([np.arange(m.shards[s].first_sample, m.shards[s].first_sample + m.shards[s].samples)
                           for s in block.shards])
@@ -81,6 +81,12 @@ def _read_block(job: WorkerJob, source, reader, block) -> _BlockData:
         return _BlockData(None, None, ids)
     t0 = now_ns()
     shards = [m.shards[s] for s in block.shards]
+    check = getattr(reader, "check_records", None)
+    if fixed is not None and check is not None and callable(getattr(source, "read_block_records", None)):
+        # fixed-size token rows: the shards' records read straight into one block array (no concatenate)
+        rows = source.read_block_records(shards, fixed[0], fixed[1], check)
+        if rows is not None:
+            return _BlockData(rows.view(fixed[2]), None, ids, read_s=(now_ns() - t0) / 1e9)
     # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
     read_many = getattr(source, "read_shards", None)
     datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
@@ -163,6 +169,7 @@ class _Emitter:
         self.job, self.pool, self.conn, self.stop, self.stats = job, pool, conn, stop, stats
         self.per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
         self.start_ns: int | None = None
+        self._claimed: tuple[int, bool] | None = None   # map: (slot, the batch fits it) from claim()
 
     def gate(self, k: int) -> None:
         """map/stream: start batch ``k`` only once its index would have reached the worker —
@@ -179,10 +186,9 @@ class _Emitter:
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
                  fill_s: float = 0.0, requests: int = 0) -> None:
-        job, pool, stats = self.job, self.pool, self.stats
-        bs = len(sel)
+        job, pool = self.job, self.pool
         tp = now_ns()
-        meta, write = _collate(job, bd, sel, self.per_sample * bs)
+        meta, write = _collate(job, bd, sel, self.per_sample * len(sel))
         tw = now_ns()
         slot = pool.acquire(k, self.stop, job.wid)
         if slot is None:
@@ -196,19 +202,51 @@ class _Emitter:
             write(memoryview(tmp))
             meta["inline"] = bytes(tmp)
         te = now_ns()
-        prep_s += ((tw - tp) + (te - tw2)) / 1e9
+        self._send(k, epoch, meta, slot, bd.ids[sel], io_s, prep_s + ((tw - tp) + (te - tw2)) / 1e9, fill_s,
+                   requests, (tw2 - tw) / 1e9, te)
+
+    def claim(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """map: batch ``k``'s slot, taken before its reads so that they land in it (no copy
+        through a worker buffer), as an array of ``shape``; a private array where the batch
+        is larger than a slot.  Right after ``gate(k)`` this never waits: map has W·Q + 1 slots
+        and the gate lets batch k start only once batch k - W·Q was taken, i.e. once batch
+        k - W·Q - 1, the slot's previous user, was released."""
+        pool = self.pool
+        t0 = now_ns()
+        slot = pool.acquire(k, self.stop, self.job.wid)
+        if slot is None:
+            raise _Stopped
+        self.stats["slot_wait_s"] += (now_ns() - t0) / 1e9
+        nbytes = math.prod(shape) * dtype.itemsize
+        self._claimed = (slot, nbytes <= pool.slot_bytes)
+        if self._claimed[1]:
+            return pool.u8(slot)[:nbytes].view(dtype).reshape(shape)
+        return np.empty(shape, dtype=dtype)   # larger than a slot: pickled, and the results say so
+
+    def written(self, k: int, epoch: int, data: np.ndarray, ids: np.ndarray, io_s: float, prep_s: float,
+                requests: int) -> None:
+        """map: batch ``k`` was read straight into the array ``claim(k)`` gave; send it."""
+        (slot, in_slot), self._claimed = self._claimed, None
+        meta = {"layout": "array", "dtype": data.dtype.str, "shape": data.shape, "nbytes": data.nbytes,
+                "inline": None if in_slot else data.tobytes()}
+        self._send(k, epoch, meta, slot, ids, io_s, prep_s, 0.0, requests, 0.0, now_ns())
+
+    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
+              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int) -> None:
+        job, stats = self.job, self.stats
+        bs = len(ids)
         stats["busy_s"] += prep_s + io_s + fill_s
-        stats["slot_wait_s"] += (tw2 - tw) / 1e9
+        stats["slot_wait_s"] += slot_wait_s
         stats["batches"] += 1
         stats["samples"] += bs
         stats["payload_bytes"] += meta["nbytes"]
         _pack(meta)
         meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
-                    indices=bd.ids[sel].astype("<i8").tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
-                    fill_s=fill_s, requests=requests, ready_ns=te, start_ns=self.start_ns)
+                    indices=ids.astype("<i8").tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
+                    fill_s=fill_s, requests=requests, ready_ns=ready_ns, start_ns=self.start_ns)
         self.start_ns = None
         self.conn.send(("batch", meta))
-        pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
+        self.pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
 
 
 def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
@@ -257,8 +295,10 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 mine.append((plan.epoch, block, k_base))
             k_base += len(block.batch_sizes)
 
+    fixed = _fixed(reader, job.manifest) if job.manifest.modality == "tokens" else None
+
     def read(item):
-        return _read_block(job, source, reader, item[1])
+        return _read_block(job, source, reader, item[1], fixed)
 
     # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
     # A source whose reads may overlap (object stores: GETs from one shared pool) reads every
@@ -307,6 +347,7 @@ def _shard_starts(manifest) -> np.ndarray:
 
 
 _SHARD_CACHE_BYTES = 256 * 2**20
+_U8 = np.dtype(np.uint8)
 
 
 class _Ranges:
@@ -383,14 +424,14 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 if job.synthetic:
                     emit(k, plan.epoch, _BlockData(None, None, ids), sel, 0.0, 0.0)
                 elif fixed is not None:
-                    # fixed-size token rows: the same one request per sample, rows cut arithmetically
+                    # fixed-size token rows, one request per sample, each read straight into its row of
+                    # the batch's slot (rows cut arithmetically: no parse, no second copy)
+                    out = emit.claim(k, (bs, fixed[1]), _U8)
                     t0 = now_ns()
-                    out = np.empty((bs, fixed[1]), dtype=np.uint8)
                     shard_of = np.searchsorted(starts, ids, side="right") - 1
                     local = ids - starts[shard_of]
                     if rows_reader is not None:
-                        # The source reads the whole batch (grouped by shard) in one call; ``out``
-                        # comes back in its order, and the slot's gather puts it in batch order.
+                        # The source reads the whole batch (grouped by shard) in one call.
                         if bs and not (local < nrec[shard_of]).all():
                             from ..errors import IntegrityError
 
@@ -398,13 +439,10 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                             raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
                                                  f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
                         t1 = now_ns()
-                        order, requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out)
+                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out)
                         io_s = (now_ns() - t1) / 1e9
-                        row_ids = ids[order]
-                        sel = np.empty(bs, dtype=np.intp)
-                        sel[order] = np.arange(bs)
                     else:
-                        io_s, requests, row_ids = 0.0, 0, ids
+                        io_s, requests = 0.0, 0
                         for j, (x, s) in enumerate(zip(local.tolist(), shard_of.tolist())):
                             rec, t, n = ranges.read_at(m.shards[s], fixed[0] + x * fixed[1], fixed[1])
                             out[j] = np.frombuffer(rec, dtype=np.uint8)
@@ -412,8 +450,7 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                             requests += n
                     prep_s = (now_ns() - t0) / 1e9 - io_s
                     emit.stats["io_s"] += io_s
-                    emit(k, plan.epoch, _BlockData(out.view(fixed[2]), None, row_ids), sel, io_s, prep_s,
-                         requests=requests)
+                    emit.written(k, plan.epoch, out.view(fixed[2]), ids, io_s, prep_s, requests=requests)
                 else:
                     io_s = prep_s = 0.0
                     requests = 0
@@ -448,6 +485,9 @@ class _ShardStream:
         self.pieces = iter(())
         self.piecewise = callable(getattr(source, "read_piece", None))
         self.fixed = _fixed(reader, job.manifest)
+        # Pieces that come as (rows, cols) arrays: fixed-size records, or a reader that decodes a piece
+        # (a Parquet row group) into rows of one length; they take the row store, not per-sample objects.
+        self.arrays = self.fixed is not None or bool(getattr(reader, "stream_arrays", lambda: False)())
 
     def _open(self, shard) -> "object":
         return iter(_pieces(self, shard))
@@ -530,7 +570,7 @@ def _pieces(st: _ShardStream, shard):
         return
     rg = getattr(reader, "row_group_pieces", None)
     if rg is not None:
-        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f))
+        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f), arrays=st.arrays)
         return
     data, t, n = st.read(shard, 0, shard.bytes, True)   # no record index (e.g. a zstd shard): one piece
     t1 = now_ns()
@@ -585,17 +625,24 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 continue
             need = wp.need(out + bs - 1)
             ch = _Charge()
-            if stream.fixed is not None:
-                # fixed-size records: pieces land in a row store (the buffer's slots), a batch is one gather
+            if stream.arrays:
+                # rows (fixed-size records, decoded row groups): pieces land in a row store (the buffer's
+                # slots), a batch is one gather
                 while ingested < need:
                     arr, t, n, parse = stream.next_piece()
                     kk = len(arr)
                     if store is None:
-                        per = max(1, job.stream_read_size // stream.fixed[1])
+                        per = max(1, job.stream_read_size // stream.fixed[1]) if stream.fixed is not None else 1
                         cap = max(wp.fill, 1) + max(wp.batch_sizes) + max(per, kk) + 1
                         store = np.empty((cap, arr.shape[1]), dtype=arr.dtype)
                         free, top = np.arange(cap, dtype=np.int64), cap
                         slot_of = np.empty(wp.n, dtype=np.int64)
+                    elif top < kk:   # a piece larger than the first (row groups differ in size): grow the store
+                        grow = kk - top
+                        free = np.concatenate([free[:top], np.arange(len(store), len(store) + grow),
+                                               np.empty(len(store) - top, dtype=np.int64)])
+                        store = np.concatenate([store, np.empty((grow,) + store.shape[1:], dtype=store.dtype)])
+                        top += grow
                     ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
                     slots = free[top - kk:top]
                     top -= kk

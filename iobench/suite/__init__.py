@@ -142,11 +142,15 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
                 continue
             module, func = target.split(":")
             console.rule(f"[bold]{name}")
+            # The host's 1-minute load average around each stage: on a shared machine, other work
+            # shows here (the suite itself keeps ~2-3 busy), and explains two runs that disagree.
+            load_avg = [round(os.getloadavg()[0], 2)]
             t0 = time.perf_counter_ns()
             begin()  # the stage's results files carry their own start time
             metrics = getattr(importlib.import_module(module), func)(ctx)
             metrics = dict(metrics or {})
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
+            results.environment.setdefault("load_average_1m", {})[name] = load_avg + [round(os.getloadavg()[0], 2)]
             results.metrics[name] = metrics
             # Later stages (the report) see what earlier ones returned; run.json is written only at the end.
             ctx.state.stage_metrics[name] = metrics

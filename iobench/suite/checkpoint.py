@@ -11,7 +11,7 @@ def suite_stage(ctx) -> dict:
 
     from iobench.checkpointing.runner import CkptConfig, open_tiers, run_restore, run_saves
 
-    from .intervals import REPEATS, merge_repeats
+    from .intervals import REPEATS, REPEATS_NOTE, merge_repeats
 
     scale = float(ctx.config.get("checkpoint", {}).get("scale", 1e-4 if ctx.quick else 1e-3))
     opts = ctx.s3_storage_options if ctx.s3_url else None
@@ -33,8 +33,7 @@ def suite_stage(ctx) -> dict:
     cfg, _, got, _ = cycles[0]
     m = merge_repeats([c[1] for c in cycles])
     rm = merge_repeats([c[3] for c in cycles])
-    repeats = {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); other numbers: the "
-                                     "first repeat's"}
+    repeats = dict(REPEATS_NOTE)
     res = Results(command="ckpt", config=to_dict(cfg))
     res.metrics["checkpoint"] = m
     res.metrics["repeats"] = repeats

@@ -19,7 +19,7 @@ def suite_stage(ctx) -> dict:
     cfg = build(GdsBenchConfig, {"target": target, "create": size, "paths": ["cpu"], "io_sizes": ["128KiB", "4MiB"],
                                  "threads": [1, 4], "cache": ["cold", "warm"], "qd1_samples": 100,
                                  "qd1_max_seconds": 0.5, "probe_timeout_s": 15}, "gds")
-    from .intervals import REPEATS, merge_repeats
+    from .intervals import REPEATS, REPEATS_NOTE, merge_repeats
 
     pr = detect.probe(str(work), timeout_s=cfg.probe_timeout_s)
     # Each cell reads 32 MiB in a fraction of a second: the bench runs REPEATS times and every rate
@@ -32,8 +32,7 @@ def suite_stage(ctx) -> dict:
             runs.append((res, run_bench(cfg, results=res, probe=pr)))
     results = runs[0][0]
     results.metrics = merge_repeats([r.metrics for r, _ in runs])
-    results.metrics["repeats"] = {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); "
-                                                        "other numbers: the first repeat's"}
+    results.metrics["repeats"] = dict(REPEATS_NOTE)
     for r, _ in runs[1:]:
         for w in r.warnings:
             results.warn(w)

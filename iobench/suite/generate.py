@@ -16,8 +16,8 @@ SUITE_SPECS = {
 }
 # One generation of these takes ~0.1-0.5 s: a single one is no throughput (two identical runs
 # differed by more than 10% on 18 of them).  Each dataset is generated again into scratch
-# directories (removed at once) until there are at least REPEATS_MIN timings and REPEATS_MIN_S
-# seconds of them (at most REPEATS_MAX); the throughput is bytes / geometric-mean time, with the
+# directories (removed at the end), round-robin over the datasets, until each has at least
+# REPEATS_MIN timings and REPEATS_MIN_S seconds of them (at most REPEATS_MAX); the throughput is bytes / geometric-mean time, with the
 # Student t 95% interval of the mean log time (``bytes_per_s_ci95``), which `iobench compare` reads.
 REPEATS_MIN, REPEATS_MAX, REPEATS_MIN_S = 3, 20, 0.5
 
@@ -33,6 +33,7 @@ def suite_stage(ctx) -> dict:
     if ctx.s3_url:
         locations.append(("s3", ctx.s3_url.rstrip("/") + "/datasets", ctx.endpoint_url, ctx.s3_storage_options))
     datasets, per_dataset = [], {}
+    timings: dict[str, tuple] = {}     # key -> (spec, location root, endpoint, options, [seconds])
     res = Results(command="gen", config={"suite_specs": SUITE_SPECS})
     for fmt in SUITE_FORMATS:
         ok_count, total, nbytes, secs = 0, 0, 0, 0.0
@@ -43,15 +44,14 @@ def suite_stage(ctx) -> dict:
                 spec = GenSpec.from_mapping({**base, "format": fmt, "seed": 0})
                 stats: dict = {}
                 m = generate(spec, url, endpoint_url=endpoint, storage_options=opts, progress=False, stats=stats)
-                seconds = [stats["seconds"]] + _repeat(spec, f"{root.rstrip('/')}/.repeats/{name}", stats["seconds"],
-                                                       endpoint, opts)
+                timings[f"{location}/{name}"] = (spec, root, endpoint, opts, [stats["seconds"]])
                 rep = verify_dataset(url, endpoint_url=endpoint, storage_options=opts)
                 total += 1
                 ok_count += rep.ok
                 nbytes += m.total_bytes
                 secs += stats["seconds"] + rep.seconds
                 per_dataset[f"{location}/{name}"] = {
-                    **gen_metrics(m, stats), "throughput": _throughput(m.total_bytes, m.total_samples, seconds),
+                    **gen_metrics(m, stats),
                     "verify": {"ok": rep.ok, "seconds": rep.seconds,
                                "first_bad": str(rep.first_bad) if rep.first_bad else None}}
                 if not rep.ok:
@@ -62,6 +62,10 @@ def suite_stage(ctx) -> dict:
         ctx.row("generate", f"{fmt}: tokens+images, {'/'.join(loc for loc, *_ in locations)}",
                 f"{ok_count}/{total} verified; {format_bytes(nbytes)} written and checked in {secs:.1f} s")
     ctx.state.datasets = datasets
+    _repeat_round_robin(timings)
+    for key, (_, _, _, _, seconds) in timings.items():
+        d = per_dataset[key]
+        d["throughput"] = _throughput(d["bytes"], d["samples"], seconds)
     res.metrics = {"datasets": per_dataset, "verified": sum(d["verify"]["ok"] for d in per_dataset.values()),
                    "total": len(per_dataset)}
     path = ctx.out_dir / "generate.json"
@@ -71,24 +75,34 @@ def suite_stage(ctx) -> dict:
             "bytes": sum(d["bytes"] for d in per_dataset.values())}
 
 
-def _repeat(spec, scratch: str, first_s: float, endpoint, opts) -> list[float]:
-    """More timed generations of ``spec``, each into a fresh directory under ``scratch`` (removed after)."""
+def _repeat_round_robin(timings: dict) -> None:
+    """More timed generations of each dataset, into scratch directories (``<root>/.repeats``, removed
+    after), appended to its seconds.  Round-robin over the datasets, not one dataset's repeats in a
+    row: a burst of other work on the machine then lands in one repeat of many datasets (and widens
+    their intervals) instead of in every repeat of one (and shifts it, interval and all)."""
     from ..generate import generate
     from ..storage import open_backend
 
-    seconds: list[float] = []
+    def wanted(seconds: list[float]) -> bool:
+        return len(seconds) < REPEATS_MAX and (len(seconds) < REPEATS_MIN or sum(seconds) < REPEATS_MIN_S)
+
+    scratch = {(root, endpoint): opts for _, root, endpoint, opts, _ in timings.values()}
     try:
-        while len(seconds) + 1 < REPEATS_MAX and (len(seconds) + 1 < REPEATS_MIN
-                                                   or first_s + sum(seconds) < REPEATS_MIN_S):
-            stats: dict = {}
-            generate(spec, f"{scratch}/{len(seconds)}", endpoint_url=endpoint, storage_options=opts,
-                     progress=False, stats=stats)
-            seconds.append(stats["seconds"])
+        k = 0
+        while any(wanted(t[4]) for t in timings.values()):
+            for key, (spec, root, endpoint, opts, seconds) in timings.items():
+                if wanted(seconds):
+                    stats: dict = {}
+                    generate(spec, f"{root.rstrip('/')}/.repeats/{k}/{key.split('/', 1)[1]}", endpoint_url=endpoint,
+                             storage_options=opts, progress=False, stats=stats)
+                    seconds.append(stats["seconds"])
+            k += 1
     finally:  # the suite's own scratch copies: nothing else lives under .repeats
-        backend = open_backend(scratch, endpoint_url=endpoint, storage_options=opts, field_name="work_dir")
-        if backend.fs.exists(backend.root):
-            backend.fs.rm(backend.root, recursive=True)
-    return seconds
+        for (root, endpoint), opts in scratch.items():
+            backend = open_backend(f"{root.rstrip('/')}/.repeats", endpoint_url=endpoint, storage_options=opts,
+                                   field_name="work_dir")
+            if backend.fs.exists(backend.root):
+                backend.fs.rm(backend.root, recursive=True)
 
 
 def _throughput(nbytes: int, samples: int, seconds: list[float]) -> dict:

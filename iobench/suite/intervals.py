@@ -21,7 +21,10 @@ from typing import Any, Callable
 from ..report.compare import HIGHER_IS_BETTER
 from ..report.data import is_number
 
-REPEATS = 3            # the probe, checkpoint and gds stages: each measurement done this many times
+REPEATS = 3            # the probe, stage, checkpoint and gds stages: each measurement done this many times
+# what a merged result says about itself (``metrics.repeats``)
+REPEATS_NOTE = {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); other numbers: the "
+                                      "first repeat's"}
 
 
 def is_rate(key: Any) -> bool:

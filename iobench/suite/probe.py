@@ -13,7 +13,7 @@ def suite_stage(ctx) -> dict:
     from iobench.probe.runner import Target, build_config, run_tier
     from iobench.probe.summary import table
 
-    from .intervals import REPEATS, merge_repeats
+    from .intervals import REPEATS, REPEATS_NOTE, merge_repeats
 
     size_cap = 256 * 2**20
     local = ["file", "metadata", "smallfiles"]
@@ -38,8 +38,7 @@ def suite_stage(ctx) -> dict:
             runs.append(res)
     results = runs[0]
     results.metrics = merge_repeats([r.metrics for r in runs])
-    results.metrics["repeats"] = {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); "
-                                                        "other numbers: the first repeat's"}
+    results.metrics["repeats"] = dict(REPEATS_NOTE)
     for r in runs[1:]:
         for w in r.warnings:
             results.warn(w)

@@ -26,7 +26,7 @@ def suite_stage(ctx) -> dict:
     from iobench.tiers.run import open_dataset, run_stage
     from iobench.tiers.simulate import compare, distinct_bytes, read_trace
 
-    from .intervals import REPEATS, merge_repeats
+    from .intervals import REPEATS, REPEATS_NOTE, merge_repeats
 
     ds = _pick(ctx.state.datasets)
     if ds is None:
@@ -91,8 +91,7 @@ def suite_stage(ctx) -> dict:
     half = {r["policy"]: r["hit_ratio"] for r in sim if r["capacity_bytes"] == caps[1]}
     ctx.row("stage", "simulated hit ratio at ½ dataset", ", ".join(f"{k} {v:.2f}" for k, v in half.items()))
     res.metrics = {"prestage": pre, "ondemand": ond, "simulation": sim,
-                   "repeats": {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); other "
-                                                     "numbers: the first repeat's"}}
+                   "repeats": dict(REPEATS_NOTE)}
     res.environment["emulation"] = {"pfs": "pfs"}
     res.environment["tiers_file"] = tiers_file
     path = ctx.out_dir / "stage.json"
