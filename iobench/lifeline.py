@@ -33,6 +33,19 @@ def die_with_parent(parent_pid: int | None = None) -> bool:
             return False
     except (OSError, AttributeError):
         return False
-    if parent_pid is not None and os.getppid() != parent_pid:
+    # Under fork and spawn the parent is the process that started us; under forkserver it is
+    # the fork server (which exits with the starting process), so ask whether the starting
+    # process is still there rather than whether it is our parent.
+    if parent_pid is not None and os.getppid() != parent_pid and not _alive(parent_pid):
         os._exit(1)   # the parent died before the signal was armed
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True

@@ -53,6 +53,18 @@ def test_sampler_is_pure_and_complete():
     assert flat.tolist() == list(range(500))
 
 
+@pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
+def test_every_start_method_delivers_the_epoch(tokens_ds, start_method):
+    """Under forkserver a worker's parent is the fork server, not the loader: the parent-death
+    guard once took that for a dead parent and every worker exited 1 before its first read."""
+    url, _ = tokens_ds
+    seen, deliver = _recorder()
+    r = run_load(LoadConfig(dataset=url, workers=2, batch_size=25, epochs=1, start_method=start_method),
+                 deliver=deliver)
+    assert r.metrics["samples"] == 500
+    assert sorted(np.concatenate([ids for _, ids, _ in seen]).tolist()) == list(range(500))
+
+
 @pytest.mark.parametrize("access", ["map", "stream", "block"])
 def test_every_sample_once_per_epoch_same_order_across_runs_and_worker_counts(tokens_ds, access):
     url, manifest = tokens_ds
