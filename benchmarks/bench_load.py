@@ -543,12 +543,19 @@ def _whole(args: list[str]) -> tuple[float, str, float]:
     return t, p.stdout, (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
 
 
-def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: str, note: str, target: float,
+def _vs_format_peer(work: Path, spec: GenSpec, peer: str, label: str, note: str, target: float,
                     workers: tuple[int, ...] = (1, 2), batch: int = 256, extra: tuple[str, ...] = ()) -> list[dict]:
     """``iobench load`` with its defaults (the format's default access pattern: stream for tar, Parquet
     and TFRecord; real worker processes) against the format's own library in one process, each a
     whole process timed from exec to exit (imports and start-up included), page cache warm and
-    cold, REPEATS alternating rounds; the sides swap which goes first every round."""
+    cold, REPEATS alternating rounds; the sides swap which goes first every round.
+
+    The dataset is ``spec`` generated under ``work``; ``note`` may name ``{samples}``, ``{mib}`` and
+    ``{shards}`` of what was generated."""
+    url = str(work / f"{spec.format}-{spec.modality}")
+    m = generate(spec, url, progress=False)
+    files = [os.path.join(url, s.path) for s in m.shards]
+    note = note.format(samples=m.total_samples, mib=m.total_bytes / MiB, shards=len(files))
     paths_file = work / f"{peer}-paths.txt"
     paths_file.write_text("\n".join(files))
     jpath = work / "load.json"
@@ -592,41 +599,32 @@ def _vs_format_peer(work: Path, url: str, files: list[str], peer: str, label: st
 
 def bench_tar(work: Path, scale: float) -> list[dict]:
     """Tar (WebDataset) images without decode: iobench vs the webdataset library."""
-    url = str(work / "tar-images")
-    m = generate(GenSpec(format="tar", modality="images", num_samples=int(12000 * scale), image_width=160,
-                         image_height=120, shard_size="4MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
     return _vs_format_peer(
-        work, url, files, "webdataset", "tar images, no decode, {state}: iobench W={workers} vs webdataset.WebDataset "
-        "(1 process)", f"{m.total_samples} JPEGs ({m.total_bytes / MiB:.0f} MiB) in {len(files)} shards; iobench "
-        "delivers batches of 64 image byte strings (labels included), webdataset yields one dict per sample; torch "
-        "is not installed, so the peer runs without DataLoader workers", 1.5, workers=(1,), batch=64)
+        work, GenSpec(format="tar", modality="images", num_samples=int(12000 * scale), image_width=160,
+                      image_height=120, shard_size="4MiB", fsync=False),
+        "webdataset", "tar images, no decode, {state}: iobench W={workers} vs webdataset.WebDataset (1 process)",
+        "{samples} JPEGs ({mib:.0f} MiB) in {shards} shards; iobench delivers batches of 64 image byte strings "
+        "(labels included), webdataset yields one dict per sample; torch is not installed, so the peer runs without "
+        "DataLoader workers", 1.5, workers=(1,), batch=64)
 
 
 def bench_parquet(work: Path, scale: float) -> list[dict]:
-    url = str(work / "parquet-tokens")
-    m = generate(GenSpec(format="parquet", modality="tokens", num_samples=int(524288 * scale), seq_len=512,
-                         vocab_size=32000, shard_size="64MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
     return _vs_format_peer(
-        work, url, files, "pyarrow", "parquet tokens, {state}: iobench W={workers} vs pyarrow "
-        "ParquetFile.iter_batches (1 process)",
-        f"{m.total_samples} samples of 512 uint16 tokens ({m.total_bytes / MiB:.0f} MiB of Parquet: no compression, "
-        f"Parquet keeps uint16 as INT32) in {len(files)} shards; the peer only decodes Arrow batches, iobench also "
-        "shuffles (the default buffer of 1000 samples per worker), collates 256-sample 2-D token batches into shared memory and hands "
-        "them over", 1.0)
+        work, GenSpec(format="parquet", modality="tokens", num_samples=int(524288 * scale), seq_len=512,
+                      vocab_size=32000, shard_size="64MiB", fsync=False),
+        "pyarrow", "parquet tokens, {state}: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
+        "{samples} samples of 512 uint16 tokens ({mib:.0f} MiB of Parquet: no compression, Parquet keeps uint16 as "
+        "INT32) in {shards} shards; the peer only decodes Arrow batches, iobench also shuffles (the default buffer of "
+        "1000 samples per worker), collates 256-sample 2-D token batches into shared memory and hands them over", 1.0)
 
 
 def bench_tfrecord(work: Path, scale: float) -> list[dict]:
-    url = str(work / "tfrecord-tokens")
-    m = generate(GenSpec(format="tfrecord", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
-                         vocab_size=32000, shard_size="8MiB", fsync=False), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
     return _vs_format_peer(
-        work, url, files, "tfrecord", "tfrecord tokens, {state}: iobench W={workers} vs "
-        "tfrecord.reader.tfrecord_loader (1 process)",
-        f"{m.total_samples} samples ({m.total_bytes / MiB:.0f} MiB) in {len(files)} shards; iobench checks both CRCs "
-        "of every record, the peer checks none", 1.0)
+        work, GenSpec(format="tfrecord", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
+                      vocab_size=32000, shard_size="8MiB", fsync=False),
+        "tfrecord", "tfrecord tokens, {state}: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
+        "{samples} samples ({mib:.0f} MiB) in {shards} shards; iobench checks both CRCs of every record, the peer "
+        "checks none", 1.0)
 
 
 def bench_memory(work: Path, scale: float) -> list[dict]:
