@@ -169,7 +169,9 @@ def test_stream_buffer_fill_is_warmup_not_batch_io(tok):
     # 16 samples of fill = two batches' worth of reads (sleeps overshoot alike on a loaded host)
     assert m["fill_io_s_total"] == pytest.approx(2 * m["batch_io_s"]["p50"], rel=0.3)
     assert 0.45 < m["fill_io_s_total"] < 1.0
-    assert m["batch_io_s"]["max"] < 0.35                  # the fill is not in any batch's I/O
+    # the fill is not in any batch's I/O: a batch carrying it would take >= 0.75 s (16 + 8 reads of
+    # 31 ms); one sleep overshooting by ~0.2 s on a busy 2-core host (0.435 s seen in CI) is not that
+    assert m["batch_io_s"]["max"] < 0.6
     assert m["time_to_first_batch_s"] > 0.7               # fill + the first batch's own 8 samples
     assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.04)
     assert m["stall_ratio"] == pytest.approx(0.20, abs=0.15)

@@ -101,6 +101,45 @@ def test_slot_pool_orders_batches():
         pool.close()
 
 
+def _wait_for_slot(pool, k, stop, out) -> None:
+    out.put("started")
+    out.put(pool.acquire(k, stop, wid=0))
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_wake_pipes_reach_workers_not_forked_from_the_consumer(method):
+    """A spawned or forkserver worker sleeps on its wake pipe and wakes on the consumer's release.
+
+    The pipes were once bare fd numbers, valid only in a forked child; the fds held open here push
+    the pool's pipes to numbers a fresh child does not have, so that bug fails this test at once.
+    """
+    import multiprocessing as mp
+    import os
+
+    from iobench.loader.slots import SlotPool
+
+    ctx = mp.get_context(method)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(64)]
+    pool = SlotPool(ctx, 2, 16, workers=1)
+    stop, out = ctx.Event(), ctx.Queue()
+    p = ctx.Process(target=_wait_for_slot, args=(pool, 2, stop, out), daemon=True)
+    try:
+        p.start()
+        assert out.get(timeout=60) == "started"      # (a spawned child takes a while to import)
+        time.sleep(0.3)                              # the worker is asleep: slot 0 still holds batch 0
+        assert out.empty()
+        pool.release(0, next_worker=0)
+        assert out.get(timeout=30) == 0
+        p.join(10)
+        assert p.exitcode == 0
+    finally:
+        stop.set()
+        p.join(5)
+        pool.close()
+        for fd in held:
+            os.close(fd)
+
+
 def test_receiver_polls_sent_counter_then_falls_back_to_the_pipe():
     import multiprocessing as mp
     import threading

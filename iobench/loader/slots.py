@@ -35,11 +35,14 @@ class SlotPool:
         # Batches the consumer has taken so far (map/stream: DataLoader hands a worker its next
         # index when a batch is returned to the training loop; see ``wait_taken``).
         self.taken = ctx.Value("q", 0, lock=False)
+        # One wake pipe per worker, as multiprocessing Connections rather than bare fds: a
+        # spawned or forkserver worker gets a Connection duplicated into it, while a bare fd
+        # number means nothing there (EBADF) or, worse, names another of its files.
         self.wake = []
         for _ in range(workers):
-            r, w = os.pipe()
-            os.set_blocking(r, False)
-            os.set_blocking(w, False)
+            r, w = ctx.Pipe(duplex=False)
+            os.set_blocking(r.fileno(), False)
+            os.set_blocking(w.fileno(), False)
             self.wake.append((r, w))
 
     def _wait_until(self, ready, stop, wid: int) -> bool:
@@ -48,7 +51,7 @@ class SlotPool:
         The consumer writes a byte down the pipe after each release/take, so the worker wakes
         at once; the 50 ms select timeout only bounds how late a stop is noticed.
         """
-        r = self.wake[wid][0] if self.wake else None
+        r = self.wake[wid][0].fileno() if self.wake else None
         while not ready():
             if stop.is_set():
                 return False
@@ -81,7 +84,7 @@ class SlotPool:
         self.taken.value = k + 1
         if next_worker is not None and self.wake:
             try:
-                os.write(self.wake[next_worker][1], b"x")
+                os.write(self.wake[next_worker][1].fileno(), b"x")
             except BlockingIOError:
                 pass
 
@@ -90,7 +93,7 @@ class SlotPool:
         self.released[k % self.n] = k // self.n + 1
         if next_worker is not None and self.wake:
             try:
-                os.write(self.wake[next_worker][1], b"x")
+                os.write(self.wake[next_worker][1].fileno(), b"x")
             except BlockingIOError:  # its pipe is full of wake-ups already
                 pass
 
@@ -108,8 +111,8 @@ class SlotPool:
     def close(self) -> None:
         self.__dict__.pop("_u8", None)
         for r, w in self.wake:
-            os.close(r)
-            os.close(w)
+            r.close()
+            w.close()
         self.wake = []
         for shm in self.shms:
             try:
