@@ -212,6 +212,9 @@ def test_suite_stage_loads_each_dataset(tmp_path):
     assert len(ctx.results_files) == 4 and all(p.exists() for p in ctx.results_files)
     assert [r[0] for r in ctx.rows] == ["load", "load"]
     assert out["per_dataset"]["local/raw-tokens"]["prefetch"]["depth_recommended"] >= 3
+    # every load measured in PASSES passes (no S3 server here to restart between them)
+    assert out["passes"] == 3 and out["server_instances"] is None
+    assert all(e[c]["passes"] == 3 for e in out["per_dataset"].values() for c in ("cold", "warm"))
 
 
 def test_merge_ranks_takes_max_durations_sums_bytes_merges_histograms():
