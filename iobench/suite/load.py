@@ -13,11 +13,13 @@ from dataclasses import replace
 # ran on the host.  The merged result (``intervals.merge_passes``) states rates and the stall as the mean
 # of the passes with a Student t interval over them, i.e. it covers the between-pass (time, server
 # instance) spread; P99s pool the passes' batches.
+# Five short passes, not three long ones: t(4)·sd/√5 = 1.24 sd against t(2)·sd/√3 = 2.48 sd for
+# the same batches (with 3 × 200, intervals were up to ±60% on a busy host).
 # A pass runs PASS_STEPS batches (PASS_GUARD_S stops a slow store: the embedded S3 with map access does
-# ~20 batches/s): a cap on batches, not seconds, so two runs measure the same amount; three passes give
-# the ≥ 383 batches a P99's upper bound needs.  Images are read one per batch: at four per batch a
-# decode-bound load managed ~100 batches in 3 s.
-PASSES, PASS_STEPS, PASS_GUARD_S = 3, 200, 4.0
+# ~20 batches/s): a cap on batches, not seconds, so two runs measure the same amount; the passes
+# together give the ≥ 383 batches a P99's upper bound needs.  Images are read one per batch: at four
+# per batch a decode-bound load managed ~100 batches in 3 s.
+PASSES, PASS_STEPS, PASS_GUARD_S = 5, 120, 2.5
 _PASS = dict(until_stable=True, min_steps=60, steps=PASS_STEPS, max_time_s=PASS_GUARD_S)  # the guard needs until_stable
 _TOKENS = dict(workers=2, prefetch=2, batch_size=32, compute="5ms", shuffle_buffer=128, **_PASS)
 _IMAGES = dict(workers=2, prefetch=2, batch_size=1, compute="5ms", shuffle_buffer=4, decode=True, **_PASS)
