@@ -290,7 +290,8 @@ def markdown(res: dict) -> str:
               "(the commit point); the rank file goes out in 8 MiB chunks, each hashed (xxh3_64) just before its "
               "write, with its writeback started at once (`sync_file_range`), so the disk works while the next "
               "chunk is copied and the fsync waits for less. Restore = newest committed checkpoint, page cache "
-              "dropped, one `preadv` of the rank file into a fresh buffer, xxh3_64 verified.",
+              "dropped, the rank file read into a fresh buffer in 16 MiB `preadv`s, each chunk hashed (xxh3_64) on a "
+              "helper thread while the next is read, then verified.",
               "- Every restore (all three sides) runs and is timed in a fresh process, as after a job restart; "
               "imports and DCP's destination tensors are not timed. In the long-lived benchmark process "
               "torch.load's tensors had landed on memory that earlier sides had faulted in and freed (0 minor "
