@@ -172,7 +172,7 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     ck = Checkpointer(spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
     times_all = times
     # tiny checkpoints of each kind, for the restore children's untimed warm-up (see restore_child)
-    warm = work / "warm"
+    warm = work / f"warm-{mib}"
     tiny = from_params(4096)
     tiny_live = LiveState(tiny, [0])
     tiny_live.fill(0, 1)
