@@ -195,7 +195,7 @@ def test_delivery_registry():
 
 def test_suite_stage_loads_each_dataset(tmp_path):
     from iobench.generate import GenSpec, generate
-    from iobench.suite.load import suite_stage
+    from iobench.suite.load import PASSES, suite_stage
     from iobench.suite import SuiteContext
     from iobench.suite.state import GeneratedDataset
 
@@ -212,6 +212,9 @@ def test_suite_stage_loads_each_dataset(tmp_path):
     assert len(ctx.results_files) == 4 and all(p.exists() for p in ctx.results_files)
     assert [r[0] for r in ctx.rows] == ["load", "load"]
     assert out["per_dataset"]["local/raw-tokens"]["prefetch"]["depth_recommended"] >= 3
+    # every load measured in PASSES passes (no S3 server here to restart between them)
+    assert out["passes"] == PASSES and out["server_instances"] is None
+    assert all(e[c]["passes"] == PASSES for e in out["per_dataset"].values() for c in ("cold", "warm"))
 
 
 def test_merge_ranks_takes_max_durations_sums_bytes_merges_histograms():

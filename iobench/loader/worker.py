@@ -551,6 +551,12 @@ def _pieces(st: _ShardStream, shard):
             rows = np.frombuffer(data, dtype=dtype).reshape(k, -1)
             yield rows, t, n, (now_ns() - t1) / 1e9
         return
+    cut = getattr(reader, "array_pieces", None)
+    if st.arrays and cut is not None:
+        # the reader cuts pieces into (rows, seq_len) arrays itself (TFRecord: framing and CRCs checked with
+        # numpy over the piece), instead of one sample_from_range object per record
+        yield from cut(shard, lambda a, n, f: st.read(shard, a, n, f), size)
+        return
     ranges = [reader.sample_range(shard, i) for i in range(shard.samples)]
     if shard.samples and all(r is not None for r in ranges):
         i = 0
