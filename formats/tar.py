@@ -143,15 +143,12 @@ def _octal(field: bytes) -> int | None:
         return None
 
 
-def _slim_rest(buf: bytes) -> tuple[int, int, bytes, str] | None:
-    """What a header says outside its name and checksum fields: (their byte sum, size, typeflag,
+def _slim_rest(buf: bytes) -> tuple[int, bytes, str] | None:
+    """What a header says outside its name, size and checksum fields: (their byte sum, typeflag,
     ustar prefix), or None wherever the slim path is not sure (base-256 or malformed number fields,
     old GNU sparse members)."""
     typ = buf[156:157]
     if typ == b"S":
-        return None
-    size = _octal(buf[124:136])
-    if size is None:
         return None
     for a, b in _NUM_FIELDS:
         if _octal(buf[a:b]) is None:
@@ -160,14 +157,14 @@ def _slim_rest(buf: bytes) -> tuple[int, int, bytes, str] | None:
     if buf[345]:
         p = buf.find(b"\0", 345, 500)
         prefix = buf[345:p if p >= 0 else 500].decode("utf-8", "surrogateescape")
-    return sum(buf[100:148]) + sum(buf[156:]), size, typ, prefix
+    return sum(buf[100:124]) + sum(buf[136:148]) + sum(buf[156:]), typ, prefix
 
 
-# Headers' non-name parts already parsed, by their bytes (a process-wide, bounded cache): a shard's
-# members mostly share size, mode and times and differ only in name and checksum, so only those two
-# are read per member.  A stream worker parses one sample's range at a time, so a per-call cache
-# would never hit.
-_HEADER_RESTS: dict[bytes, tuple[int, int, bytes, str] | None] = {}
+# Headers' other parts already parsed, by their bytes (a process-wide, bounded cache): a shard's
+# members mostly share mode, owner, times and type and differ only in name, size and checksum, so
+# only those three are read per member.  A stream worker parses one sample's range at a time, so a
+# per-call cache would never hit.
+_HEADER_RESTS: dict[bytes, tuple[int, bytes, str] | None] = {}
 
 
 def _slim_header(buf: bytes) -> tuple[str, int, bytes] | None:
@@ -175,9 +172,10 @@ def _slim_header(buf: bytes) -> tuple[str, int, bytes] | None:
     them, or None wherever the slim path is not sure (bad checksum, base-256 or malformed number
     fields, old GNU sparse members): the caller then asks tarfile, which decides or raises."""
     chksum = _octal(buf[148:156])
-    if chksum is None:
+    size = _octal(buf[124:136])
+    if chksum is None or size is None:
         return None
-    key = buf[100:148] + buf[156:]
+    key = buf[100:124] + buf[136:148] + buf[156:]
     try:
         rest = _HEADER_RESTS[key]
     except KeyError:
@@ -187,9 +185,9 @@ def _slim_header(buf: bytes) -> tuple[str, int, bytes] | None:
         _HEADER_RESTS[key] = rest
     if rest is None:
         return None
-    rest_sum, size, typ, prefix = rest
+    rest_sum, typ, prefix = rest
     # the unsigned byte sum of the block with the checksum field as spaces (trailing NULs add nothing)
-    if chksum != 256 + rest_sum + sum(buf[:100].rstrip(b"\0")):
+    if chksum != 256 + rest_sum + sum(buf[124:136]) + sum(buf[:100].rstrip(b"\0")):
         return None                                 # tarfile also accepts the signed-char sum
     p = buf.find(b"\0", 0, 100)
     name = buf[:p if p >= 0 else 100].decode("utf-8", "surrogateescape")
@@ -320,17 +318,33 @@ class TarReader(Reader):
                     return Sample(index=index, data=np.frombuffer(raw, dtype=self.manifest.spec.get("token_dtype",
                                                                                                     "uint16")))
             raise IntegrityError(f"{where}: sample {index}: no token member (have {sorted(fields)})")
-        image = next((fields[e] for e in IMAGE_EXTS if e in fields), None)
+        image = label = None
+        for e in IMAGE_EXTS:          # loops, not next(genexpr): this runs once per sample
+            if e in fields:
+                image = fields[e]
+                break
         if image is None:
             raise IntegrityError(f"{where}: sample {index}: no image member (have {sorted(fields)})")
-        label = next((fields[e] for e in LABEL_EXTS if e in fields), None)
+        for e in LABEL_EXTS:
+            if e in fields:
+                label = fields[e]
+                break
         return Sample(index=index, data=bytes(image), label=int(bytes(label).strip()) if label is not None else None)
 
     def sample_from_range(self, shard, i, record) -> Sample:
-        groups = list(self.iter_groups(record, shard.path))
-        if len(groups) != 1:
+        # iter_groups' grouping, inlined: a stream or map read parses one sample's range per call
+        key, fields = None, {}
+        for name, _off, payload in iter_members(record, shard.path):
+            k, ext = split_key(name)
+            if key is not None and k != key:
+                fields = {}
+                break
+            key = k
+            fields[ext] = payload
+        if not fields:
+            groups = list(self.iter_groups(record, shard.path))
             raise IntegrityError(f"{shard.path}: sample {i}: range holds {len(groups)} samples, expected 1")
-        return self._sample(shard.first_sample + i, groups[0], shard.path)
+        return self._sample(shard.first_sample + i, fields, shard.path)
 
 
 FORMAT = FormatSpec(name="tar", extension=".tar", writer=TarWriter, reader=TarReader, indexable=True)

@@ -11,6 +11,8 @@ per line); ``zstd`` compresses the whole shard as one stream.
 from __future__ import annotations
 
 import struct
+import time
+from dataclasses import dataclass
 from typing import Iterator
 
 import crc32c as _crc32c
@@ -230,24 +232,66 @@ class TFRecordWriter(Writer):
         return ShardLayout(samples=n, offsets=tuple(self._offsets), index_bytes=index)
 
 
-def iter_records(data, where: str = "shard") -> Iterator[tuple[int, memoryview]]:
-    """(record offset, payload) of each record, checking both CRCs."""
+def iter_records(data, where: str = "shard", base: int = 0) -> Iterator[tuple[int, memoryview]]:
+    """(record offset, payload) of each record, checking both CRCs; ``data`` starts at byte
+    ``base`` of the shard (offsets, in the results and in errors, are the shard's)."""
     mv = memoryview(data)
     pos, n = 0, len(mv)
     while pos < n:
         if pos + 12 > n:
-            raise IntegrityError(f"{where}: offset {pos}: truncated record header")
+            raise IntegrityError(f"{where}: offset {base + pos}: truncated record header")
         length = struct.unpack_from("<Q", mv, pos)[0]
         if struct.unpack_from("<I", mv, pos + 8)[0] != masked_crc(mv[pos:pos + 8]):
-            raise IntegrityError(f"{where}: offset {pos}: bad length CRC")
+            raise IntegrityError(f"{where}: offset {base + pos}: bad length CRC")
         end = pos + 12 + length
         if end + 4 > n:
-            raise IntegrityError(f"{where}: offset {pos}: record runs past the end of the shard")
+            raise IntegrityError(f"{where}: offset {base + pos}: record runs past the end of the shard")
         payload = mv[pos + 12:end]
         if struct.unpack_from("<I", mv, end)[0] != masked_crc(payload):
-            raise IntegrityError(f"{where}: offset {pos}: bad payload CRC")
-        yield pos, payload
+            raise IntegrityError(f"{where}: offset {base + pos}: bad payload CRC")
+        yield base + pos, payload
         pos = end + 4
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a run of same-size token records shares: the framing header (length and its CRC) and the
+    payload's bytes outside the token value (the Example structure), decoded once from one record."""
+
+    head: np.ndarray        # 12 bytes: u64 length | masked crc32c of it
+    length: int             # payload bytes
+    a: int                  # token value's span in the record (framing included)
+    b: int
+    outside: np.ndarray     # the record's payload bytes outside [a, b), which every record must repeat
+    dtype: np.dtype
+
+
+def _fixed_rows(mv: memoryview, lay: _Layout, where: str, base: int) -> np.ndarray | None:
+    """The records in ``mv`` (whole records, shard offset ``base``) as a (records, tokens) view of
+    ``mv``, when each has ``lay``'s framing and structure; None when one does not (a different length
+    or Example layout: decode record by record).  Checks what ``iter_records`` checks, on every record,
+    with numpy over all of them at once (the payload CRCs: one crc32c call per record, no other
+    per-record object); a bad CRC raises iter_records' IntegrityError, at the record's shard offset."""
+    rec = 16 + lay.length
+    total = len(mv)
+    if total == 0 or total % rec:
+        return None
+    n = total // rec
+    arr = np.frombuffer(mv, dtype=np.uint8).reshape(n, rec)
+    if not (arr[:, :8] == lay.head[:8]).all():
+        return None                                  # lengths differ: not this layout
+    end = 12 + lay.length
+    crc = np.fromiter((_crc32c.crc32c(mv[o:o + lay.length]) for o in range(12, total, rec)), dtype=np.uint64, count=n)
+    masked = (((crc >> np.uint64(15)) | (crc << np.uint64(17))) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
+    if not ((arr[:, 8:12] == lay.head[8:]).all()
+            and (np.ascontiguousarray(arr[:, end:]).view("<u4")[:, 0] == masked).all()):
+        for _ in iter_records(mv, where, base):   # raises the error iter_samples would, at its offset
+            pass
+        return None
+    # Every payload must be the layout record's bytes outside the token value, so it decodes the same way.
+    if not ((arr[:, 12:lay.a] == lay.outside[:lay.a - 12]).all() and (arr[:, lay.b:end] == lay.outside[lay.a - 12:]).all()):
+        return None
+    return arr[:, lay.a:lay.b].view(lay.dtype)
 
 
 class TFRecordReader(Reader):
@@ -262,61 +306,108 @@ class TFRecordReader(Reader):
             data = decompress(data)
         return sum(1 for _ in iter_records(data, shard.path))
 
+    def _layout(self, mv: memoryview, index: int, where: str) -> _Layout | None:
+        """The layout of the record at the start of ``mv`` (sample ``index``) if it is a token record
+        whose tokens are one bytes value (what the generator writes); None otherwise (images, int64
+        token lists, a malformed record: those are decoded record by record, which reports errors)."""
+        if self.manifest.modality != "tokens" or len(mv) < 16:
+            return None
+        length = struct.unpack_from("<Q", mv, 0)[0]
+        if length == 0 or 16 + length > len(mv):
+            return None
+        payload = mv[12:12 + length]
+        try:
+            self._sample(index, payload, where)   # the per-sample decode of this record
+            span = _token_span(payload)
+        except Exception:  # noqa: BLE001 — malformed: the per-record path reports it the usual way
+            return None
+        dtype = np.dtype(self.manifest.spec.get("token_dtype", "uint16")).newbyteorder("<")
+        if span is None or span[1] == span[0] or (span[1] - span[0]) % dtype.itemsize:
+            return None
+        rec = np.frombuffer(mv, dtype=np.uint8, count=12 + length)
+        a, b = 12 + span[0], 12 + span[1]
+        return _Layout(head=rec[:12].copy(), length=length, a=a, b=b,
+                       outside=np.concatenate([rec[12:a], rec[b:12 + length]]), dtype=dtype)
+
     def tokens(self, data, shard) -> np.ndarray | None:
         """The shard's tokens as one (samples, seq_len) array, or None to use ``iter_samples``.
 
         Applies when every record has the same length and the same bytes outside the token
         value (what the generator writes for fixed-length samples): the records are then
-        rows of one uint8 matrix.  Checks what ``iter_records`` checks, every record: the
-        length and its CRC (vectorised; equal lengths have equal CRCs) and the payload CRC
-        (crc32c per record), and that all payloads match the first one's Example structure,
-        which is decoded as ``iter_samples`` decodes it.  A bad CRC raises the same
-        IntegrityError as ``iter_samples``.  None when the shape does not fit: images,
-        variable lengths, int64 token lists, an empty shard.  Rows equal ``iter_samples``' arrays.
+        rows of one uint8 matrix (``_fixed_rows``, which checks both CRCs of every record).
+        None when the shape does not fit: images, variable lengths, int64 token lists, an
+        empty shard.  Rows equal ``iter_samples``' arrays.
         """
-        if self.manifest.modality != "tokens":
-            return None
         if is_zstd(data):
             data = decompress(data)
         mv = memoryview(data).cast("B")
-        total = len(mv)
-        if total < 16:
-            return None
-        length = struct.unpack_from("<Q", mv, 0)[0]
-        rec = 16 + length
-        if length == 0 or total % rec:
-            return None
-        n = total // rec
-        arr = np.frombuffer(mv, dtype=np.uint8).reshape(n, rec)
-        if not (arr[:, :8] == arr[0, :8]).all():
-            return None                                  # lengths differ: not fixed-size records
-        if not (np.ascontiguousarray(arr[:, 8:12]).view("<u4")[:, 0] == masked_crc(mv[0:8])).all():
-            return self._integrity_error(mv, shard)
-        crc = np.fromiter((_crc32c.crc32c(mv[o:o + length]) for o in range(12, total, rec)),
-                          dtype=np.uint64, count=n)
-        masked = (((crc >> np.uint64(15)) | (crc << np.uint64(17))) + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)
-        if not (np.ascontiguousarray(arr[:, 12 + length:]).view("<u4")[:, 0] == masked).all():
-            return self._integrity_error(mv, shard)
-        first = mv[12:12 + length]
-        try:
-            self._sample(shard.first_sample, first, shard.path)   # the per-sample decode of record 0
-            span = _token_span(first)
-        except Exception:  # noqa: BLE001 — malformed: iter_samples reports it the usual way
-            return None
-        dtype = np.dtype(self.manifest.spec.get("token_dtype", "uint16")).newbyteorder("<")
-        if span is None or span[1] == span[0] or (span[1] - span[0]) % dtype.itemsize:
-            return None
-        a, b = 12 + span[0], 12 + span[1]
-        # Every payload must be record 0's bytes outside the token value, so it decodes the same way.
-        if not ((arr[:, 12:a] == arr[0, 12:a]).all() and (arr[:, b:12 + length] == arr[0, b:12 + length]).all()):
-            return None
-        return np.ascontiguousarray(arr[:, a:b]).view(dtype)
+        lay = self._layout(mv, shard.first_sample, shard.path)
+        rows = _fixed_rows(mv, lay, shard.path, 0) if lay is not None else None
+        return None if rows is None else np.ascontiguousarray(rows)
 
-    @staticmethod
-    def _integrity_error(mv, shard) -> None:
-        for _ in iter_records(mv, shard.path):   # raises the error iter_samples would, at its offset
-            pass
-        return None
+    def stream_arrays(self) -> bool:
+        """Whether ``array_pieces`` applies: token shards that ``iobench gen`` wrote with one ``seq_len``
+        (its manifest says so; not ``iobench index`` data).  A stream worker then keeps rows in its row
+        store and a batch is one gather, not one Sample object per record and a stack per batch."""
+        spec = self.manifest.spec or {}
+        seq_len = spec.get("seq_len")
+        return (self.manifest.modality == "tokens" and "indexed_from" not in spec
+                and isinstance(seq_len, int) and seq_len > 0)
+
+    def array_pieces(self, shard, read, size: int) -> Iterator[tuple[np.ndarray, float, int, float]]:
+        """The shard streamed in pieces of whole records of about ``size`` bytes (at least one record),
+        each as one (records, seq_len) token array.  ``read(offset, length, first)`` returns (bytes,
+        seconds, requests); yields (rows, storage seconds, requests, parse seconds) per piece.
+
+        Records of the shard's first layout are cut out with numpy (``_fixed_rows``: both CRCs of every
+        record checked); a piece that does not fit is decoded record by record, and must still give
+        rows of ``spec.seq_len`` tokens.  A shard without a record index (zstd: one stream per
+        shard) is one piece."""
+        seq_len = int(self.manifest.spec["seq_len"])
+        lay: list = []   # the shard's layout, from its first record
+
+        def rows_of(data, base: int) -> np.ndarray:
+            mv = memoryview(data).cast("B")
+            if not lay:
+                lay.append(self._layout(mv, shard.first_sample, shard.path))
+            rows = _fixed_rows(mv, lay[0], shard.path, base) if lay[0] is not None else None
+            if rows is None:
+                index = shard.first_sample + (int(np.searchsorted(offs, base)) if offs is not None else 0)
+                samples = [self._sample(index + j, p, shard.path) for j, (_, p) in enumerate(iter_records(mv, shard.path, base))]
+                bad = next((s for s in samples if s.data.shape != (seq_len,)), None)
+                if bad is not None:
+                    raise IntegrityError(f"{shard.path}: sample {bad.index} has {bad.data.shape[0]} tokens, not "
+                                         f"{seq_len} as the manifest's spec.seq_len says (use --access block, or "
+                                         "iobench index)")
+                dtype = np.dtype(self.manifest.spec.get("token_dtype", "uint16")).newbyteorder("<")
+                rows = np.stack([s.data for s in samples]).astype(dtype, copy=False) if samples else \
+                    np.empty((0, seq_len), dtype=dtype)
+            elif rows.shape[1] != seq_len:
+                raise IntegrityError(f"{shard.path}: offset {base}: records hold {rows.shape[1]} tokens, not "
+                                     f"{seq_len} as the manifest's spec.seq_len says (use --access block, or "
+                                     "iobench index)")
+            return rows
+
+        offs = None if shard.offsets is None else np.asarray(shard.offsets, dtype=np.int64)
+        if offs is None:
+            data, t, n = read(0, shard.bytes, True)
+            t0 = time.perf_counter()
+            rows = rows_of(decompress(data) if is_zstd(data) else data, 0)
+            yield rows, t, n, time.perf_counter() - t0
+            return
+        i, last, first = 0, len(offs) - 1, True
+        while i < last:
+            # whole records from i up to ``size`` bytes (at least record i)
+            j = max(i + 1, min(last, int(np.searchsorted(offs, offs[i] + size, side="right")) - 1))
+            a = int(offs[i])
+            data, t, n = read(a, int(offs[j]) - a, first)
+            first = False
+            t0 = time.perf_counter()
+            rows = rows_of(data, a)
+            if len(rows) != j - i:
+                raise IntegrityError(f"{shard.path}: offset {a}: {len(rows)} records where the index names {j - i}")
+            yield rows, t, n, time.perf_counter() - t0
+            i = j
 
     def _sample(self, index: int, payload, where: str) -> Sample:
         feats = decode_example(payload)
