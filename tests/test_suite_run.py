@@ -97,5 +97,10 @@ def test_merge_passes_interval_covers_the_spread_between_passes():
     assert m["steps"] == 450 and m["samples"] == 450 * 32
     assert not m["stable"] and "over 3 passes" in m["stability"]["not_stable_because"][0]
     assert [p["server_instance"] for p in m["passes"]] == [0, 1, 2]
+    # a pass's own numbers have no interval: compare must not judge them one by one (pair 4 of
+    # repeat.md failed 28 checks on passes[i].steady_samples_per_s while every merged rate agreed)
+    from iobench.report.compare import HIGHER_IS_BETTER, LOWER_IS_BETTER
+
+    assert not [k for p in m["passes"] for k in p if k.endswith(HIGHER_IS_BETTER + LOWER_IS_BETTER)]
     same = merge_passes([_pass(0.15, 4500.0, rng) for _ in range(3)], rule)
     assert same["intervals"]["stall_ratio"]["half_width"] == 0.0 and same["passes"][0]["server_instance"] is None

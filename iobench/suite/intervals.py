@@ -145,9 +145,11 @@ def merge_passes(passes: list[dict], rule: dict, instances: list | None = None) 
     m["stable"] = not reasons
     m["stability"] = {"rule": rule, "until_stable": False, "stopped": f"{n} passes done",
                       "not_stable_because": reasons}
+    # each pass's own numbers, named so that `iobench compare` does not judge them one by one (they
+    # carry no interval: the merged numbers above, with theirs, are what two runs are compared on)
     m["passes"] = [{"pass": i, "server_instance": None if instances is None else instances[i],
                     "steps": p["steps"], "stopped": (p.get("stability") or {}).get("stopped"),
-                    "stall_ratio": p["stall_ratio"],
-                    "steady_samples_per_s": (p.get("throughput") or {}).get("steady_samples_per_s")}
+                    "stall_of_pass": p["stall_ratio"],
+                    "steady_samples_per_s_of_pass": (p.get("throughput") or {}).get("steady_samples_per_s")}
                    for i, p in enumerate(passes)]
     return m
