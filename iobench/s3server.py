@@ -63,6 +63,7 @@ class S3Server:
     data_dir: str = ""
     pid: int | None = None
     _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _cmd: list[str] = field(default_factory=list, repr=False)
     _owns_dir: bool = field(default=False, repr=False)
 
     def start(self) -> "S3Server":
@@ -91,10 +92,28 @@ class S3Server:
             f"-s3.port.iceberg={iceberg}", f"-s3.port.lance={lance}",
             f"-iam.port={iam}", f"-debug.port={debug}", f"-metricsPort={metrics}",
             "-master.volumeSizeLimitMB=1024", "-volume.max=0", "-master.telemetry=false",
+            # one node: no peers to wait for.  A restart (same data) otherwise waits out a 10 s raft
+            # election, and a stop the volume server's 10 s pre-stop.
+            "-master.electionTimeout=250ms", "-volume.preStopSeconds=0",
         ]
         self.endpoint_url = f"http://127.0.0.1:{s3}"
-        log = open(data / "weed.log", "wb")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        self._cmd = cmd
+        self._launch()
+        return self
+
+    def restart(self) -> "S3Server":
+        """A fresh server process on the same data, ports and credentials (the endpoint stays valid):
+        `iobench run` measures each S3 load on several server instances, so that its intervals cover
+        the spread between instances, not only the spread within one."""
+        if not self._cmd:
+            raise EndpointError("s3 server", "restart() before start()", "call start() first")
+        self._terminate(2.0)   # nothing is written during a restart: a short grace, then SIGKILL
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        log = open(Path(self.data_dir) / "weed.log", "ab")
+        self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
         log.close()
         self.pid = self._proc.pid
@@ -103,7 +122,6 @@ class S3Server:
         except BaseException:
             self.stop()
             raise
-        return self
 
     def storage_options(self) -> dict:
         """fsspec/s3fs options that reach this server."""
@@ -140,8 +158,16 @@ class S3Server:
         raise EndpointError("s3 server", f"did not answer within {self.startup_timeout_s:.0f}s ({type(last).__name__})",
                             f"see {self.data_dir}/weed.log")
 
-    def stop(self, timeout_s: float = 8.0) -> None:
-        """SIGTERM the server's process group, wait, then SIGKILL; remove our temp data."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """SIGTERM the server's process group, wait, then SIGKILL; remove our temp data.  The wait is
+        8 s on a data dir the caller gave (weed flushes), 2 s on our own temp dir (removed next anyway;
+        weed's filer otherwise holds its gRPC streams open until the 8 s are up)."""
+        self._terminate(timeout_s if timeout_s is not None else (2.0 if self._owns_dir else 8.0))
+        if self._owns_dir and self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self._owns_dir = False
+
+    def _terminate(self, timeout_s: float = 8.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             try:
@@ -156,9 +182,6 @@ class S3Server:
                 except ProcessLookupError:
                     pass
                 proc.wait(5)
-        if self._owns_dir and self.data_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self._owns_dir = False
 
     def __enter__(self) -> "S3Server":
         return self.start()

@@ -370,3 +370,22 @@ def test_a_committed_step_is_never_overwritten(tmp_path):
     got = restore([("durable", durable)])
     live.fill(SEED, 1)
     assert got.step == 1 and same(live, got)
+
+
+def test_read_hashing_matches_one_shot_and_refuses_short_files(tmp_path, monkeypatch):
+    """The restore's overlapped read+hash gives the digest of the whole buffer, chunk boundaries
+    anywhere, and a file shorter than the manifest says is a short read, not a silent tail."""
+    from iobench.checkpointing import restore as rs
+    from iobench.checkpointing.local_writer import checksum
+    from iobench.errors import IntegrityError
+
+    monkeypatch.setattr(rs, "HASH_CHUNK", 4096)
+    data = np.random.default_rng(1).integers(0, 256, 50_001, dtype=np.uint8)
+    p = tmp_path / "rank.bin"
+    p.write_bytes(data.tobytes())
+    dst = np.zeros_like(data)
+    assert rs.read_hashing(str(p), "x", memoryview(dst), "xxh3_64") == checksum(memoryview(data))
+    assert np.array_equal(dst, data)
+    big = np.zeros(60_000, dtype=np.uint8)
+    with pytest.raises(IntegrityError, match="short read"):
+        rs.read_hashing(str(p), "x", memoryview(big), "xxh3_64")

@@ -31,10 +31,23 @@ def test_wrong_credentials_are_refused(s3_server):
 
 
 def test_private_server_stops_and_cleans_up():
+    import s3fs
+
     from iobench.s3server import S3Server
 
     server = S3Server(bucket="private").start()
     pid, data_dir = server.pid, server.data_dir
+    # a restart (how `iobench run` puts each S3 load pass on its own server instance) is a new process
+    # on the same data, endpoint and credentials
+    fs = s3fs.S3FileSystem(**server.storage_options())
+    fs.pipe_file("private/kept.bin", b"x" * 1000)
+    endpoint = server.endpoint_url
+    server.restart()
+    assert server.pid != pid and server.endpoint_url == endpoint
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert s3fs.S3FileSystem(**server.storage_options()).cat_file("private/kept.bin") == b"x" * 1000
+    pid = server.pid
     server.stop()
     assert not os.path.exists(data_dir)
     with pytest.raises(ProcessLookupError):

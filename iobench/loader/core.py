@@ -341,8 +341,8 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
                             total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
                             access=schedule.access, stream_read_size=read_size,
                             lag=lag)
-            p = ctx.Process(target=run_worker, args=(job, st.source, pool, Sender(pipes[wid][1]), stop), daemon=True,
-                            name=f"iobench-load-{wid}")
+            p = ctx.Process(target=run_worker, args=(job, st.source, pool, Sender(pipes[wid][1], pool.sent, wid), stop),
+                            daemon=True, name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)
         # Poll for batches before blocking only where a core is left over for the consumer

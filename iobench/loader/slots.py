@@ -35,6 +35,8 @@ class SlotPool:
         # Batches the consumer has taken so far (map/stream: DataLoader hands a worker its next
         # index when a batch is returned to the training loop; see ``wait_taken``).
         self.taken = ctx.Value("q", 0, lock=False)
+        # Set in a worker process (to its Sender's flush): called before the worker sleeps on a slot.
+        self.before_wait = None
         # One wake pipe per worker, as multiprocessing Connections rather than bare fds: a
         # spawned or forkserver worker gets a Connection duplicated into it, while a bare fd
         # number means nothing there (EBADF) or, worse, names another of its files.
@@ -52,6 +54,8 @@ class SlotPool:
         at once; the 50 ms select timeout only bounds how late a stop is noticed.
         """
         r = self.wake[wid][0].fileno() if self.wake else None
+        if not ready() and self.before_wait is not None:
+            self.before_wait()   # the worker's held batches go out before it sleeps (receiver.Sender)
         while not ready():
             if stop.is_set():
                 return False

@@ -43,7 +43,7 @@ class WorkerJob:
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
-    read_ahead: int = 0           # block: blocks a worker reads ahead of the one it is collating
+    read_ahead: int = 0           # block: blocks a worker reads ahead; map: extra sample reads in flight
     access: str = "block"         # map | stream | block
     stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
     lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
@@ -170,6 +170,7 @@ class _Emitter:
         self.per_sample = max(1, job.manifest.total_bytes // max(1, job.manifest.total_samples))
         self.start_ns: int | None = None
         self._claimed: tuple[int, bool] | None = None   # map: (slot, the batch fits it) from claim()
+        pool.before_wait = conn.flush   # held batches (receiver.Sender) go out before the worker sleeps
 
     def gate(self, k: int) -> None:
         """map/stream: start batch ``k`` only once its index would have reached the worker —
@@ -185,7 +186,9 @@ class _Emitter:
         self.stats["gate_wait_s"] = self.stats.get("gate_wait_s", 0.0) + (self.start_ns - t0) / 1e9
 
     def __call__(self, k: int, epoch: int, bd: "_BlockData", sel: np.ndarray, io_s: float, prep_s: float,
-                 fill_s: float = 0.0, requests: int = 0) -> None:
+                 fill_s: float = 0.0, requests: int = 0, more: bool = False) -> None:
+        """Batch ``k`` into its slot, then to the consumer; ``more``: the worker goes straight on to the
+        next batch (the rest of a block in memory), so this one may share its message (receiver.Sender)."""
         job, pool = self.job, self.pool
         tp = now_ns()
         meta, write = _collate(job, bd, sel, self.per_sample * len(sel))
@@ -203,7 +206,7 @@ class _Emitter:
             meta["inline"] = bytes(tmp)
         te = now_ns()
         self._send(k, epoch, meta, slot, bd.ids[sel], io_s, prep_s + ((tw - tp) + (te - tw2)) / 1e9, fill_s,
-                   requests, (tw2 - tw) / 1e9, te)
+                   requests, (tw2 - tw) / 1e9, te, hold=more)
 
     def claim(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """map: batch ``k``'s slot, taken before its reads so that they land in it (no copy
@@ -232,7 +235,7 @@ class _Emitter:
         self._send(k, epoch, meta, slot, ids, io_s, prep_s, 0.0, requests, 0.0, now_ns())
 
     def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
-              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int) -> None:
+              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
         job, stats = self.job, self.stats
         bs = len(ids)
         stats["busy_s"] += prep_s + io_s + fill_s
@@ -245,8 +248,7 @@ class _Emitter:
                     indices=ids.astype("<i8").tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
                     fill_s=fill_s, requests=requests, ready_ns=ready_ns, start_ns=self.start_ns)
         self.start_ns = None
-        self.conn.send(("batch", meta))
-        self.pool.sent[job.wid] += 1  # after the write: a consumer that sees it finds the message
+        self.conn.batch(meta, hold)   # counts it in pool.sent once written
 
 
 def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
@@ -331,7 +333,8 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 pos += bs
                 first = j == 0
                 emit(k, epoch, bd, sel, io_s=bd.read_s if first else 0.0, prep_s=bd.parse_s if first else 0.0,
-                     requests=len(block.shards) if first else 0)
+                     requests=len(block.shards) if first else 0,
+                     more=j + 1 < len(block.batch_sizes) and k + 1 < job.total_batches)
     finally:
         if ahead is not None:
             ahead.shutdown(wait=True, cancel_futures=True)
@@ -408,6 +411,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     ranges = _Ranges(source, reader)
     fixed = _fixed(reader, m)
     rows_reader = getattr(source, "read_records", None)
+    # read_ahead > 0: the worker keeps read_ahead + 1 of its batch's sample reads in flight
+    inflight = {"inflight": job.read_ahead + 1} if job.read_ahead else {}
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
     k_base = 0
@@ -439,7 +444,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                             raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
                                                  f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
                         t1 = now_ns()
-                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out)
+                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out,
+                                               **inflight)
                         io_s = (now_ns() - t1) / 1e9
                     else:
                         io_s, requests = 0.0, 0

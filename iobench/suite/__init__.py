@@ -19,6 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from ..config import build, load_yaml_file, to_dict
 from ..errors import ConfigError
@@ -89,6 +90,9 @@ class SuiteContext:
     s3_storage_options: dict = field(default_factory=dict, repr=False)
     endpoint_url: str | None = None
     quick: bool = True                  # the embedded default: small sizes, a few minutes in all
+    # the embedded S3 server's restart (same data and endpoint, a fresh process): the load stage measures
+    # each S3 load on several server instances; None on a cluster store
+    restart_object_store: Callable[[], object] | None = None
     config: dict = field(default_factory=dict)
     state: SuiteState = field(default_factory=SuiteState)    # what stages hand to each other
     rows: list[tuple[str, str, str]] = field(default_factory=list)
@@ -134,7 +138,8 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             s3_url, endpoint, opts = "s3://iobench/run", server.endpoint_url, {
                 "key": server.access_key, "secret": server.secret_key}
         ctx = SuiteContext(out_dir=out_dir, work_dir=work_dir, s3_url=s3_url, s3_storage_options=opts,
-                           endpoint_url=endpoint, quick=not cluster, config=config or {})
+                           endpoint_url=endpoint, quick=not cluster, config=config or {},
+                           restart_object_store=server.restart if server is not None else None)
         results.environment["object_tier"] = {"url": s3_url, "endpoint_url": endpoint,
                                               "embedded": server is not None}
         for name, target in STAGES:

@@ -85,3 +85,71 @@ def add_load_rate_intervals(metrics: dict) -> dict | None:
         "method": "batch means of the steady steps' batches per second, 95%; wall-clock rates carry the "
                   "same relative width"}
     return iv
+
+
+def merge_passes(passes: list[dict], rule: dict, instances: list | None = None) -> dict:
+    """One load measured in several passes (spread over the load stage; on the embedded S3, each on
+    its own server instance) as one result whose intervals cover the spread BETWEEN passes.
+
+    A single load's batch-means interval covers only the noise within its few seconds; two identical
+    `make run`s differed by more than that (other work on the host, the S3 server instance).  Here:
+
+    - rates (``throughput.*``, ``per_worker[*]``, AU) and the stall: mean of the passes, Student t 95%
+      over the passes (``merge_repeats``; the stall's goes to ``intervals.stall_ratio``);
+    - P99 batch service and wait times: order-statistic interval over the passes' batches pooled
+      (step 0 of each pass excluded), which is what a P99's upper bound needs (≥ 383 batches);
+    - ``steps``/``samples``: summed; every other number (series, histograms) is the first pass's;
+    - ``stable``: the stall interval within ±``rule['stall_ci_half_width']`` and the pooled P99 within
+      ±``rule['p99_ci_relative_half_width']`` (the loader's widths), else ``not_stable_because`` says which.
+    """
+    from iobench.loader.stability import mean_interval, quantile_interval
+
+    m = merge_repeats(passes)
+    n = len(passes)
+    stalls = [p["stall_ratio"] for p in passes]
+    st = mean_interval(stalls)
+    stall_iv = {"value": st["value"], "n": n, "method": f"mean of {n} passes, Student t 95% (between-pass spread)",
+                "low": None if st["low"] is None else max(0.0, st["low"]),
+                "high": None if st["high"] is None else min(1.0, st["high"]), "half_width": st["half_width"]}
+    m["stall_ratio"] = st["value"]
+    m["accelerator_utilization"] = 1.0 - st["value"]     # the loader's AU is 1 − its steady stall
+    m.pop("accelerator_utilization_ci95", None)          # compare bounds AU by the stall's interval
+    ivs = dict(m.get("intervals") or {})
+    ivs["stall_ratio"] = stall_iv
+    for name, series_key, block in (("batch_service_p99_s", "service_s", "batch_service_s"),
+                                    ("batch_wait_p99_s", "wait_s", "batch_wait_s")):
+        pooled = [x for p in passes for x in ((p.get("series") or {}).get(series_key) or [])[1:]]
+        if pooled:
+            q = quantile_interval(pooled, 0.99) | {"pooled_passes": n}
+            ivs[name] = q
+            if isinstance(m.get(block), dict):
+                m[block] = {**m[block], "p99": q["value"]}
+    m["intervals"] = ivs
+    m["steps"] = sum(p["steps"] for p in passes)
+    m["samples"] = sum(p.get("samples") or 0 for p in passes)
+    thr = m.get("throughput") or {}
+    val = thr.get("steady_samples_per_s")
+    ci = thr.get("steady_samples_per_s_ci95")
+    thr["interval"] = {"relative_half_width": (ci[1] - val) / val if ci and val else None, "passes": n,
+                       "method": f"mean of {n} passes, Student t 95% over the passes (each rate its own)"}
+    reasons = []
+    if stall_iv["half_width"] is None or stall_iv["half_width"] > rule["stall_ci_half_width"]:
+        reasons.append(f"stall ±{stall_iv['half_width'] * 100:.1f} pp over {n} passes > "
+                       f"±{rule['stall_ci_half_width'] * 100:g} pp" if stall_iv["half_width"] is not None
+                       else f"{n} pass(es): no interval")
+    p99 = ivs.get("batch_service_p99_s") or {}
+    if p99.get("high") is None:
+        reasons.append(p99.get("note") or "no P99")
+    elif p99["relative_half_width"] > rule["p99_ci_relative_half_width"]:
+        reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule['p99_ci_relative_half_width']:.0%}")
+    m["stable"] = not reasons
+    m["stability"] = {"rule": rule, "until_stable": False, "stopped": f"{n} passes done",
+                      "not_stable_because": reasons}
+    # each pass's own numbers, named so that `iobench compare` does not judge them one by one (they
+    # carry no interval: the merged numbers above, with theirs, are what two runs are compared on)
+    m["passes"] = [{"pass": i, "server_instance": None if instances is None else instances[i],
+                    "steps": p["steps"], "stopped": (p.get("stability") or {}).get("stopped"),
+                    "stall_of_pass": p["stall_ratio"],
+                    "steady_samples_per_s_of_pass": (p.get("throughput") or {}).get("steady_samples_per_s")}
+                   for i, p in enumerate(passes)]
+    return m
