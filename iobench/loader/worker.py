@@ -43,7 +43,7 @@ class WorkerJob:
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
-    read_ahead: int = 0           # block: blocks a worker reads ahead of the one it is collating
+    read_ahead: int = 0           # block: blocks a worker reads ahead; map: extra sample reads in flight
     access: str = "block"         # map | stream | block
     stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
     lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
@@ -411,6 +411,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     ranges = _Ranges(source, reader)
     fixed = _fixed(reader, m)
     rows_reader = getattr(source, "read_records", None)
+    # read_ahead > 0: the worker keeps read_ahead + 1 of its batch's sample reads in flight
+    inflight = {"inflight": job.read_ahead + 1} if job.read_ahead else {}
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
     k_base = 0
@@ -442,7 +444,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                             raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
                                                  f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
                         t1 = now_ns()
-                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out)
+                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out,
+                                               **inflight)
                         io_s = (now_ns() - t1) / 1e9
                     else:
                         io_s, requests = 0.0, 0
