@@ -254,6 +254,42 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
     return out
 
 
+def _pread_proc(paths, nrec, first, length, n, seed, bar, q) -> None:
+    import numpy as np
+
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
+    rng = np.random.default_rng(seed)
+    f = rng.integers(len(fds), size=n)
+    fi = f.tolist()
+    offs = (first + (rng.random(n) * np.asarray(nrec)[f]).astype(np.int64) * length).tolist()
+    out = np.empty((64, length), dtype=np.uint8)
+    preadv = os.preadv
+    bar.wait()
+    t0 = time.perf_counter()
+    for i in range(n):
+        preadv(fds[fi[i]], (out[i & 63],), offs[i])
+    q.put(n / (time.perf_counter() - t0))
+
+
+def bare_pread_loop(paths: list[str], nrec: list[int], first: int, length: int, procs: int, reads: int,
+                    seed: int) -> float:
+    """The least a Python map-style reader can do: ``procs`` processes, each a bare loop of one
+    os.preadv per random record (no sampler, no batches, no hand-off), started together and
+    timed inside the loop; reads per s summed over the processes."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    bar, q = ctx.Barrier(procs), ctx.Queue()
+    ps = [ctx.Process(target=_pread_proc, args=(paths, nrec, first, length, reads // procs, seed * 100 + w, bar, q))
+          for w in range(procs)]
+    for p in ps:
+        p.start()
+    rate = sum(q.get(timeout=300) for _ in ps)
+    for p in ps:
+        p.join()
+    return rate
+
+
 def bench_fio(work: Path, quick: bool) -> list[dict]:
     """Map-style 4 KiB random reads vs fio randread, same request size and queue depth; cold and warm cache."""
     if not shutil.which("fio"):
@@ -278,9 +314,20 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
         peers = {"same read-ahead": ["--fadvise_hint=0", "--blockalign=64"], "fio default (FADV_RANDOM)": []}
         iob: list[float] = []
         peer: dict[str, list[float]] = {k: [] for k in peers}
+        # cold only, diagnostics in the same rounds: a bare Python pread loop (W processes: the ceiling
+        # of one pread per sample from Python here) and iobench W=1 with 2 reads in flight in its one
+        # worker (read_ahead=1: the same queue depth 2 from one process)
+        bare: list[float] = []
+        iob_t: list[float] = []
+        cfg_t = LoadConfig(**{**cfg.__dict__, "workers": 1, "read_ahead": W - 1})
         for rnd in range(1 if quick else 3):
             m = run_load(cfg).metrics
             iob.append(m["throughput"]["steady_samples_per_s"])
+            if state == "cold":
+                iob_t.append(run_load(cfg_t).metrics["throughput"]["steady_samples_per_s"])
+                cold(paths)
+                bare.append(bare_pread_loop(paths, [s.samples for s in man.shards], 64, 4096, W, steps * batch,
+                                            rnd))
             fj = work / "fio.json"
             # cold: the same number of reads as the loader made, from the same dropped cache (a time-based fio
             # run would go on reading a cache its own read-ahead has warmed); warm: 2 s of reads
@@ -309,6 +356,28 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
                                 f"over the same shard files",
                         "iobench": i, "peer": p, "ratio": i / p, "target": target,
                         "met": i / p >= target if target else None, "iobench_runs": iob, "peer_runs": peer[name]})
+        if state == "cold":
+            p = statistics.median(peer["same read-ahead"])
+            fio_note = (f"fio randread bs=4k psync numjobs={W} iodepth=1 --invalidate=1 --fadvise_hint=0 "
+                        f"--blockalign=64, the same rounds, the same cold shard files")
+            b, t = statistics.median(bare), statistics.median(iob_t)
+            out += [{"section": "fio randread, cold cache: bare Python pread loop vs fio", "metric": "4 KiB reads per s",
+                     "note": f"diagnostic, the ceiling of one pread per sample from Python here: {W} processes, each "
+                             f"a bare loop of os.preadv of one random 4 KiB record (queue depth {W}; no sampler, "
+                             f"batches or hand-off), timed inside the loop, vs {fio_note}",
+                     "iobench": b, "peer": p, "ratio": b / p, "target": None, "met": None,
+                     "iobench_runs": bare, "peer_runs": peer["same read-ahead"]},
+                    {"section": "fio randread, cold cache: iobench vs bare Python pread loop", "metric": "4 KiB reads per s",
+                     "note": f"diagnostic: iobench --access map W={W} (the target row's loader) vs the bare loop above "
+                             f"(the same queue depth {W}): the loader's own per-sample cost",
+                     "iobench": i, "peer": b, "ratio": i / b, "target": None, "met": None,
+                     "iobench_runs": iob, "peer_runs": bare},
+                    {"section": f"fio randread, cold cache: iobench W=1 with {W} reads in flight vs fio",
+                     "metric": "4 KiB reads per s",
+                     "note": f"iobench --access map W=1 --read-ahead {W - 1} (one worker keeps {W} of its batch's "
+                             f"4 KiB preads in flight on threads: queue depth {W}) vs {fio_note}",
+                     "iobench": t, "peer": p, "ratio": t / p, "target": None, "met": None,
+                     "iobench_runs": iob_t, "peer_runs": peer["same read-ahead"]}]
     return out
 
 
@@ -435,7 +504,8 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                   f"iobench {r['iobench']:,.0f} vs peer {r['peer']:,.0f} {r['metric']}: ratio **{r['ratio']:.2f}** "
                   + (f"(target ≥ {r['target']}: {'met' if r['met'] else 'NOT met'})." if r["target"] else
                      ("(no target: fio tells the kernel its reads are random, so it reads no more than asked)."
-                      if "FADV_RANDOM" in r["section"] else
+                      if "FADV_RANDOM" in r["section"] else "(no target: a diagnostic beside the target row)."
+                      if "cold cache:" in r["section"] else
                       "(no target: the harness's ceiling with the page cache in the way).")), ""]
     L += ["## Reading these numbers", "",
           "- Steady-state stall: over the loader's steady window (`iobench.loader.stability.steady_window`, the same "

@@ -105,11 +105,13 @@ class ParquetReader(Reader):
         return (self.manifest.modality == "tokens" and "indexed_from" not in spec
                 and isinstance(seq_len, int) and seq_len > 0)
 
-    def row_group_pieces(self, shard, read, arrays: bool = False) -> Iterator[tuple[object, float, int, float]]:
+    def row_group_pieces(self, shard, read, arrays: bool = False, read_into=None) -> Iterator[tuple[object, float, int, float]]:
         """A streaming reader's view of the shard: the footer (one request), then each row group's
         byte range in order.  ``read(offset, length, first)`` returns (bytes, seconds, requests);
-        yields (samples, storage seconds, requests, parse seconds) per row group; with ``arrays``
-        (see ``stream_arrays``) a (rows, seq_len) token array instead of the samples.
+        ``read_into(offset, out, first)``, where given, reads into ``out`` and returns (seconds,
+        requests): row groups then land in the shard buffer with no copy.  Yields (samples, storage
+        seconds, requests, parse seconds) per row group; with ``arrays`` (see ``stream_arrays``) a
+        (rows, seq_len) token array instead of the samples.
 
         Row groups k+1 .. k+D (D = cores, at most 4) are read, and their decodes started on the
         process's thread pool, before row group k is handed over: pyarrow releases the GIL while it
@@ -190,8 +192,11 @@ class ParquetReader(Reader):
                         else col.data_page_offset
                     spans.append((start, start + col.total_compressed_size))
                 a, b = min(x for x, _ in spans), max(y for _, y in spans)
-                data, t, n = read(a, b - a, False)
-                buf[a:b] = np.frombuffer(data, dtype=np.uint8)
+                if read_into is not None:
+                    t, n = read_into(a, buf[a:b], False)
+                else:
+                    data, t, n = read(a, b - a, False)
+                    buf[a:b] = np.frombuffer(data, dtype=np.uint8)
                 queue.append(((pool.submit(decode, rg) if pool is not None else None, t_io + t, n_req + n), rg))
                 t_io, n_req = 0.0, 0
                 while len(queue) > depth:

@@ -212,3 +212,50 @@ def test_every_format_loads_exactly_once_in_its_default_pattern(tmp_path, fmt):
     r = run_load(LoadConfig(dataset=url, batch_size=8, workers=2, shuffle_buffer=10, epochs=1), deliver=deliver)
     assert r.metrics["access"] == default_access(fmt)
     assert sorted(np.concatenate(seen).tolist()) == list(range(m.total_samples))
+
+
+def test_map_reads_in_flight_on_threads_land_the_same_bytes(tmp_path):
+    # read_ahead > 0 on map: a worker keeps read_ahead + 1 of its batch's preads in flight (helper
+    # threads); every record lands in its own row, one request each, exactly as read one at a time
+    from iobench.errors import IntegrityError
+    from iobench.loader.source import BackendSource
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+
+    url = str(tmp_path / "tok")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=96, shard_size="16 samples", seq_len=16,
+                     vocab_size=1000, fsync=False), url, progress=False)
+    man = read_manifest(open_backend(url))
+    shards = man.shards
+    rng = np.random.default_rng(5)
+    shard_of = rng.integers(len(shards), size=40)
+    local = rng.integers(16, size=40)
+    rows = {}
+    for inflight in (1, 3):
+        src = BackendSource(url=url)
+        src.open()
+        out = np.zeros((40, 32), dtype=np.uint8)
+        assert src.read_records(shards, shard_of, local, 64, 32, out, inflight=inflight) == 40
+        st = src.stats()
+        assert st["calls"]["read"] == 40 and st["bytes_read"] == 40 * 32
+        rows[inflight] = out
+        src.close()
+    assert rows[1].any() and np.array_equal(rows[1], rows[3])
+    # each row is its record's bytes
+    with open(open_backend(url).local_path(shards[int(shard_of[0])].path), "rb") as f:
+        f.seek(64 + int(local[0]) * 32)
+        assert rows[3][0].tobytes() == f.read(32)
+    # a record past the end of its (truncated) file: the helper's short read names the shard
+    victim = open_backend(url).local_path(shards[int(shard_of[0])].path)
+    with open(victim, "r+b") as f:
+        f.truncate(64)
+    src = BackendSource(url=url)
+    src.open()
+    with pytest.raises(IntegrityError, match=shards[int(shard_of[0])].path):
+        src.read_records(shards, shard_of, local, 64, 32, np.zeros((40, 32), dtype=np.uint8), inflight=3)
+    src.close()
+
+
+def test_map_with_reads_in_flight_runs_and_counts_one_request_per_sample(tok):
+    m = run_load(_cfg(tok, access="map", steps=6, read_ahead=2)).metrics
+    assert m["access"] == "map" and m["requests"] == 6 * B

@@ -71,7 +71,8 @@ def register(sub) -> None:
     p.add_argument("--error-rate", type=float, help="inject read errors with this probability (seeded)")
     p.add_argument("--timeout-rate", type=float, help="inject read timeouts with this probability (seeded)")
     p.add_argument("--read-ahead", type=int, metavar="N",
-                   help="blocks each worker reads ahead while collating (default 0: prefetch is exactly Q)")
+                   help="block: blocks each worker reads ahead while collating; map: extra sample reads each worker keeps "
+                        "in flight (default 0: prefetch is exactly Q, one read at a time)")
     p.add_argument("--slot-bytes", type=int, help="bytes per prefetch slot (default: sized from the manifest)")
     p.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
     p.add_argument("--recommend", action="store_true",

@@ -59,6 +59,63 @@ def ranged_gets(size: int, block_size: int) -> list[tuple[int, int]]:
     return [(a, min(a + step, size)) for a in range(0, size, step)]
 
 
+
+class _ReadCrew:
+    """Helper threads that share one batch's reads with the calling thread (map, local files).
+
+    ``run(fn)`` calls ``fn`` in the caller and in every helper at once and returns when all
+    have returned (re-raising the first error); ``fn`` takes its next read from a shared
+    counter, so ``helpers + 1`` preads are in flight until the batch runs out (os.preadv
+    releases the GIL).  The helpers live as long as the source: a thread per batch would
+    cost more than a 4 KiB read."""
+
+    def __init__(self, helpers: int) -> None:
+        self._go = [threading.Semaphore(0) for _ in range(helpers)]
+        self._done = threading.Semaphore(0)
+        self._fn = None
+        self._err: BaseException | None = None
+        self._threads = [threading.Thread(target=self._serve, args=(g,), daemon=True, name="iobench-mapread")
+                         for g in self._go]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def size(self) -> int:
+        return len(self._threads) + 1
+
+    def _serve(self, go) -> None:
+        while True:
+            go.acquire()
+            fn = self._fn
+            if fn is None:
+                return
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 — re-raised in the caller by run()
+                self._err = self._err or e
+            finally:
+                self._done.release()
+
+    def run(self, fn) -> None:
+        self._fn, self._err = fn, None
+        for g in self._go:
+            g.release()
+        try:
+            fn()
+        finally:
+            for _ in self._go:
+                self._done.acquire()
+        if self._err is not None:
+            raise self._err
+
+    def close(self) -> None:
+        self._fn = None
+        for g in self._go:
+            g.release()
+        for t in self._threads:
+            t.join()
+
+
 @dataclass
 class BackendSource:
     """Reads whole shards from the dataset's backend, through the emulation/fault wrappers.
@@ -265,8 +322,31 @@ class BackendSource:
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
 
+    def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
+        """``read_piece`` into ``out`` (a writable byte buffer of the piece's length).  Plain local
+        files are read straight into it (one preadv): no bytes object per piece, whose fresh pages
+        cost a fault per 4 KiB, and no second copy."""
+        if self.backend is None:
+            self.open()
+        if self.backend.inner is self.backend.base and self.backend.supports_pread:
+            fd = self._handle(shard)
+            if isinstance(fd, int):
+                import os
+
+                from iobench.metrics import now_ns
+
+                t0 = now_ns()
+                got = os.preadv(fd, [out], start)
+                self._logged(now_ns() - t0, got)
+                if got != len(out):
+                    from iobench.errors import IntegrityError
+
+                    raise IntegrityError(f"{shard.path}: offset {start}: short read ({got} of {len(out)} bytes)")
+                return
+        memoryview(out).cast("B")[:] = memoryview(self.read_piece(shard, start, len(out), first)).cast("B")
+
     def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
-                     out: np.ndarray) -> int:
+                     out: np.ndarray, inflight: int = 1) -> int:
         """A batch of fixed-size records (record r of a shard at ``first + r * length``), one
         request per record: sample i is record ``local[i]`` of ``shards[shard_of[i]]`` and lands
         in ``out[i]`` (the batch's order: ``out`` may be the batch's shared-memory slot, so no
@@ -274,7 +354,9 @@ class BackendSource:
 
         The requests are made grouped by shard (each shard's back to back: one descriptor or
         object looked up per shard, not per record).  The caller has checked every ``local``
-        lies in its shard.  Plain local files: a preadv per record straight into its row.
+        lies in its shard.  Plain local files: a preadv per record straight into its row,
+        ``inflight`` of them at a time (the calling thread and ``inflight - 1`` helpers,
+        ``_ReadCrew``; 1: one after another, as a DataLoader worker's ``__getitem__`` does).
         Plain memory:// objects: one gather per shard into a reused scratch array, then one
         gather into ``out`` (the null-storage floor; each request's time is then the gathers'
         time / the records).  Others: ``read_range`` per record."""
@@ -316,6 +398,11 @@ class BackendSource:
             rows = order.tolist()
             offs = (lo * length + first).tolist()
             clock, preadv, append = now_ns, os.preadv, log.append   # locals: this loop is the map hot path
+            # several in flight: every shard's descriptor is taken first, here (the LRU of open
+            # descriptors is not for threads, and must not close one a helper is reading)
+            if inflight > 1 and n > 1 and len(groups) <= 64:
+                self._crew_reads(shards, groups, cuts, rows, offs, out, length, min(inflight, n))
+                groups = ()
             for g, s in enumerate(groups):
                 sh = shards[s]
                 fd = self._handle(sh)
@@ -331,6 +418,37 @@ class BackendSource:
         if len(log) >= 65536:
             self._flush_log()
         return n
+
+    def _crew_reads(self, shards, groups, cuts, rows, offs, out, length: int, inflight: int) -> None:
+        """One batch's record preads, ``inflight`` at a time (read_records' local-file path)."""
+        import itertools
+        import os
+
+        from iobench.metrics import now_ns
+
+        fds = []
+        for g, s in enumerate(groups):
+            fds += [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
+        crew = self.__dict__.get("_crew")
+        if crew is None or crew.size != inflight:
+            if crew is not None:
+                crew.close()
+            crew = self._crew = _ReadCrew(inflight - 1)
+        n, nxt = len(rows), itertools.count().__next__   # next() on a count is atomic under the GIL
+        clock, preadv, append = now_ns, os.preadv, self._log.append
+
+        def reads() -> None:
+            while (j := nxt()) < n:
+                t0 = clock()
+                got = preadv(fds[j], (out[rows[j]],), offs[j])
+                append(clock() - t0)
+                if got != length:
+                    from iobench.errors import IntegrityError
+
+                    path = next(shards[s].path for g, s in enumerate(groups) if cuts[g] <= j < cuts[g + 1])
+                    raise IntegrityError(f"{path}: offset {offs[j]}: short read ({got} of {length} bytes)")
+
+        crew.run(reads)
 
     def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
         """A loader block of fixed-size records as one (records, length) array: each shard read
@@ -437,15 +555,19 @@ class BackendSource:
         fd = self._handle(shard)
         t0 = now_ns()
         data = os.pread(fd, length, start) if isinstance(fd, int) else bytes(fd[start:start + length])
-        self._log.append(now_ns() - t0)
-        self._log_bytes += len(data)
-        if len(self._log) >= 65536:
-            self._flush_log()
+        self._logged(now_ns() - t0, len(data))
         if len(data) != length:
             from iobench.errors import IntegrityError
 
             raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
         return data
+
+    def _logged(self, ns: int, nbytes: int) -> None:
+        """One request of ``nbytes`` that took ``ns`` (after ``_handle``, which makes the log)."""
+        self._log.append(ns)
+        self._log_bytes += nbytes
+        if len(self._log) >= 65536:
+            self._flush_log()
 
     def _direct_buffer(self, size: int):
         """A page-aligned buffer, reused once nothing refers to it (fresh ones cost a page fault per page)."""
@@ -488,6 +610,9 @@ class BackendSource:
         if self.backend is not None:
             self._flush_log()
 
+        crew = self.__dict__.pop("_crew", None)
+        if crew is not None:
+            crew.close()
         self.__dict__.pop("_views", None)   # views of memory:// buffers must go before the buffers are released
         for fd in self.__dict__.pop("_fds", {}).values():
             if isinstance(fd, int):

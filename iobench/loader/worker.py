@@ -43,7 +43,7 @@ class WorkerJob:
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
-    read_ahead: int = 0           # block: blocks a worker reads ahead of the one it is collating
+    read_ahead: int = 0           # block: blocks a worker reads ahead; map: extra sample reads in flight
     access: str = "block"         # map | stream | block
     stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
     lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
@@ -411,6 +411,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     ranges = _Ranges(source, reader)
     fixed = _fixed(reader, m)
     rows_reader = getattr(source, "read_records", None)
+    # read_ahead > 0: the worker keeps read_ahead + 1 of its batch's sample reads in flight
+    inflight = {"inflight": job.read_ahead + 1} if job.read_ahead else {}
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
     k_base = 0
@@ -442,7 +444,8 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                             raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
                                                  f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
                         t1 = now_ns()
-                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out)
+                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out,
+                                               **inflight)
                         io_s = (now_ns() - t1) / 1e9
                     else:
                         io_s, requests = 0.0, 0
@@ -534,6 +537,18 @@ class _ShardStream:
             data = memoryview(self._whole)[start:start + length]
         return data, (now_ns() - t0) / 1e9, 1 if first else 0
 
+    def read_into(self, shard, start: int, out, first: bool) -> tuple[float, int]:
+        """``read`` into ``out`` (a byte buffer of the piece's length); (seconds, requests)."""
+        into = getattr(self.source, "read_piece_into", None) if self.piecewise else None
+        if into is None:
+            data, t, n = self.read(shard, start, len(out), first)
+            t0 = now_ns()
+            memoryview(out).cast("B")[:] = memoryview(data).cast("B")
+            return t + (now_ns() - t0) / 1e9, n
+        t0 = now_ns()
+        into(shard, start, out, first)
+        return (now_ns() - t0) / 1e9, 1 if first else 0
+
 
 def _pieces(st: _ShardStream, shard):
     """(samples, storage seconds, requests) per piece of one shard, in stored order."""
@@ -557,8 +572,10 @@ def _pieces(st: _ShardStream, shard):
         # numpy over the piece), instead of one sample_from_range object per record
         yield from cut(shard, lambda a, n, f: st.read(shard, a, n, f), size)
         return
-    ranges = [reader.sample_range(shard, i) for i in range(shard.samples)]
-    if shard.samples and all(r is not None for r in ranges):
+    # (a reader without byte ranges, e.g. Parquet, says so for sample 0: no list of a shard's Nones)
+    ranges = [reader.sample_range(shard, i) for i in range(shard.samples)] \
+        if shard.samples and reader.sample_range(shard, 0) is not None else []
+    if ranges and all(r is not None for r in ranges):
         i = 0
         while i < shard.samples:
             j = i
@@ -579,7 +596,8 @@ def _pieces(st: _ShardStream, shard):
         return
     rg = getattr(reader, "row_group_pieces", None)
     if rg is not None:
-        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f), arrays=st.arrays)
+        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f), arrays=st.arrays,
+                      read_into=lambda a, out, f: st.read_into(shard, a, out, f))
         return
     data, t, n = st.read(shard, 0, shard.bytes, True)   # no record index (e.g. a zstd shard): one piece
     t1 = now_ns()
@@ -619,7 +637,7 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
         stream = _ShardStream(job, source, reader, wp.shards)
         held: dict[int, object] = {}
         ingested = out = 0
-        store = free = slot_of = None
+        store = free = slot_of = at = None
         top = 0
         for r, bs in enumerate(wp.batch_sizes):
             k = ks[r]
@@ -636,7 +654,8 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             ch = _Charge()
             if stream.arrays:
                 # rows (fixed-size records, decoded row groups): pieces land in a row store (the buffer's
-                # slots), a batch is one gather
+                # slots), a batch is one gather from it straight into the batch's slot (``at``: the sample
+                # index each store row holds, so the emitter takes rows and ids by store row)
                 while ingested < need:
                     arr, t, n, parse = stream.next_piece()
                     kk = len(arr)
@@ -646,25 +665,29 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                         store = np.empty((cap, arr.shape[1]), dtype=arr.dtype)
                         free, top = np.arange(cap, dtype=np.int64), cap
                         slot_of = np.empty(wp.n, dtype=np.int64)
+                        at = np.empty(cap, dtype=ids_all.dtype)
                     elif top < kk:   # a piece larger than the first (row groups differ in size): grow the store
                         grow = kk - top
                         free = np.concatenate([free[:top], np.arange(len(store), len(store) + grow),
                                                np.empty(len(store) - top, dtype=np.int64)])
                         store = np.concatenate([store, np.empty((grow,) + store.shape[1:], dtype=store.dtype)])
+                        at = np.concatenate([at, np.empty(grow, dtype=at.dtype)])
                         top += grow
                     ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
                     slots = free[top - kk:top]
                     top -= kk
                     store[slots] = arr
                     slot_of[ingested:ingested + kk] = slots
+                    at[slots] = ids_all[ingested:ingested + kk]
                     ingested += kk
                 t1 = now_ns()
-                sl = slot_of[picks]
-                data = store[sl]
-                free[top:top + bs] = sl
+                sel = slot_of[picks]
+                # the rows go back to the free list now, but are only overwritten by later pieces: the
+                # emitter gathers them below, before this loop reads again
+                free[top:top + bs] = sel
                 top += bs
                 ch.prep_s += (now_ns() - t1) / 1e9
-                body = _BlockData(data, None, ids_all[picks])
+                body = _BlockData(store, None, at)
             else:
                 while ingested < need:
                     smp, t, n, parse = stream.next()
