@@ -201,21 +201,24 @@ def test_tfrecord_falls_back_where_it_cannot_apply():
     _same(reader.tokens(extra, shard), list(reader.iter_samples(extra, shard)))
 
 
-@pytest.mark.parametrize("where", ["length", "length_crc", "payload", "payload_crc"])
-def test_tfrecord_fast_path_keeps_crc_checks(where):
+def _corrupt_tfrecord(where: str, k: int):
+    """(reader, shard, its bytes with record ``k`` corrupted at ``where``, record size)."""
     m, backend = _dataset("tfrecord", "none", "uint16")
     reader = get_format("tfrecord").reader(m)
     shard = m.shards[0]
     data = bytearray(backend.cat(shard.path))
     length = struct.unpack_from("<Q", data, 0)[0]
     rec = 16 + length
-    k = 5                                               # corrupt record 5
-    pos = {"length_crc": 8, "payload": 12 + length - 3, "payload_crc": 12 + length + 1}.get(where)
     if where == "length":
         struct.pack_into("<Q", data, k * rec, length + 1)        # the length CRC no longer matches
-        pos = None
-    if pos is not None:
-        data[k * rec + pos] ^= 0xFF
+    else:
+        data[k * rec + {"length_crc": 8, "payload": 12 + length - 3, "payload_crc": 12 + length + 1}[where]] ^= 0xFF
+    return reader, shard, data, rec
+
+
+@pytest.mark.parametrize("where", ["length", "length_crc", "payload", "payload_crc"])
+def test_tfrecord_fast_path_keeps_crc_checks(where):
+    reader, shard, data, _ = _corrupt_tfrecord(where, 5)
     with pytest.raises(IntegrityError) as slow:
         list(reader.iter_samples(bytes(data), shard))
     if where == "length":
@@ -255,14 +258,7 @@ def test_tfrecord_array_pieces_equal_iter_samples(compression, token_dtype):
 @pytest.mark.parametrize("where", ["length_crc", "payload", "payload_crc"])
 def test_tfrecord_array_pieces_keep_crc_checks(where):
     """A corrupt record in a later piece raises iter_samples' error, at the same shard offset."""
-    m, backend = _dataset("tfrecord", "none", "uint16")
-    reader = get_format("tfrecord").reader(m)
-    shard = m.shards[0]
-    data = bytearray(backend.cat(shard.path))
-    length = struct.unpack_from("<Q", data, 0)[0]
-    rec = 16 + length
-    pos = {"length_crc": 8, "payload": 12 + length - 3, "payload_crc": 12 + length + 1}[where]
-    data[7 * rec + pos] ^= 0xFF
+    reader, shard, data, rec = _corrupt_tfrecord(where, 7)
     with pytest.raises(IntegrityError) as slow:
         list(reader.iter_samples(bytes(data), shard))
     with pytest.raises(IntegrityError) as fast:

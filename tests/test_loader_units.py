@@ -209,12 +209,14 @@ def test_suite_stage_loads_each_dataset(tmp_path):
     ctx.state.datasets = ds
     out = suite_stage(ctx)
     assert out["datasets"] == 2
-    assert len(ctx.results_files) == 4 and all(p.exists() for p in ctx.results_files)
+    # the embedded (quick) run measures local loads cold only: warm = cold on its few-MiB datasets
+    assert len(ctx.results_files) == 2 and all(p.exists() for p in ctx.results_files)
+    assert all("skipped" in e["warm"] for e in out["per_dataset"].values())
     assert [r[0] for r in ctx.rows] == ["load", "load"]
     assert out["per_dataset"]["local/raw-tokens"]["prefetch"]["depth_recommended"] >= 3
     # every load measured in PASSES passes (no S3 server here to restart between them)
     assert out["passes"] == PASSES and out["server_instances"] is None
-    assert all(e[c]["passes"] == PASSES for e in out["per_dataset"].values() for c in ("cold", "warm"))
+    assert all(e["cold"]["passes"] == PASSES for e in out["per_dataset"].values())
 
 
 def test_merge_ranks_takes_max_durations_sums_bytes_merges_histograms():

@@ -104,3 +104,45 @@ def test_merge_passes_interval_covers_the_spread_between_passes():
     assert not [k for p in m["passes"] for k in p if k.endswith(HIGHER_IS_BETTER + LOWER_IS_BETTER)]
     same = merge_passes([_pass(0.15, 4500.0, rng) for _ in range(3)], rule)
     assert same["intervals"]["stall_ratio"]["half_width"] == 0.0 and same["passes"][0]["server_instance"] is None
+
+
+def test_repeated_stages_spread_their_repeats_over_the_run(tmp_path):
+    # within `iobench run` a repeated stage measures once at its own place, once mid-load
+    # (spread_point) and the rest when the runner merges; called alone, all repeats run at once
+    from iobench.suite import SuiteContext
+    from iobench.suite.intervals import REPEATS, merge_repeats
+
+    calls = []
+
+    def measure():
+        calls.append(len(calls))
+        return {"x_bytes_per_s": 100.0 + 10 * len(calls)}
+
+    alone = SuiteContext(out_dir=tmp_path / "a", work_dir=tmp_path / "wa")
+    m = alone.repeated("probe", measure, merge_repeats)
+    assert len(calls) == REPEATS and m["x_bytes_per_s_ci95"][0] < m["x_bytes_per_s"] < m["x_bytes_per_s_ci95"][1]
+    calls.clear()
+    ctx = SuiteContext(out_dir=tmp_path / "b", work_dir=tmp_path / "wb", spread_over_run=True)
+    assert ctx.repeated("probe", measure, merge_repeats) is None and len(calls) == 1
+    ctx.spread_point()
+    assert len(calls) == 2
+    (s,) = ctx.spread
+    merged = s.done()
+    assert len(calls) == REPEATS and len(s.at_s) == REPEATS and s.at_s == sorted(s.at_s)
+    assert merged["x_bytes_per_s"] == pytest.approx(np.mean([110.0, 120.0, 130.0]))
+    ctx.spread_point()  # owes nothing more: no extra repeat
+    assert len(calls) == REPEATS
+
+
+def test_run_merges_a_spread_stage_into_run_json(tmp_path):
+    import json
+
+    from iobench.suite import run_suite
+    from iobench.suite.intervals import REPEATS
+
+    path = run_suite(tmp_path / "out", stages=["gds"], progress=False)
+    gds = json.loads(path.read_text())["metrics"]["gds"]
+    assert len(gds["repeats_at_s"]) == REPEATS and gds["stage_s"] > 0
+    cpu = gds["cpu"]["warm"]
+    assert cpu["bytes_per_s_ci95"][0] <= cpu["bytes_per_s"] <= cpu["bytes_per_s_ci95"][1]
+    assert (tmp_path / "out" / "gds.json").exists()

@@ -29,11 +29,12 @@ from .state import SuiteState
 # Order matters: later stages read what earlier ones put in ctx.state.
 STAGES: list[tuple[str, str]] = [
     ("generate", "iobench.suite.generate:suite_stage"),      # gen + verify; fills state.datasets
+    # probe and gds: one repeat here, one between load passes, one after checkpoint (ctx.repeated)
     ("probe", "iobench.suite.probe:suite_stage"),            # short probe of each tier
+    ("gds", "iobench.suite.gds:suite_stage"),                # probe + CPU path numbers
     ("stage", "iobench.suite.stage:suite_stage"),            # staging across nvme/pfs/object; fills state.tiers_file
     ("load", "iobench.suite.load:suite_stage"),              # cold/warm loads + prefetch recommendation
     ("checkpoint", "iobench.suite.checkpoint:suite_stage"),
-    ("gds", "iobench.suite.gds:suite_stage"),                # probe + CPU path numbers
     ("report", "iobench.suite.report:suite_stage"),          # HTML + Markdown from the run's results
 ]
 
@@ -98,9 +99,31 @@ class SuiteContext:
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     results_files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    spread_over_run: bool = False       # set by run_suite: ``repeated`` stages spread their repeats
+    spread: list = field(default_factory=list)   # SpreadRepeats still owed repeats (run_suite merges them)
+    t0: float = field(default_factory=time.perf_counter)   # the run's start
 
     def row(self, stage: str, what: str, value: str) -> None:
         self.rows.append((stage, what, value))
+
+    def repeated(self, name: str, measure: Callable[[], object], finish: Callable[[list], dict]) -> dict | None:
+        """A stage's REPEATS repeats of a short measurement (``intervals.SpreadRepeats``).  Within
+        `iobench run` the first runs now and the rest are spread over the run (between load passes,
+        after checkpoint); run_suite merges them before the report, and the stage returns None.
+        Called on its own (tests), all repeats run now and the merged metrics are returned."""
+        from .intervals import SpreadRepeats
+
+        s = SpreadRepeats(name, measure, finish, t0=self.t0)
+        s.more()
+        if not self.spread_over_run:
+            return s.done()
+        self.spread.append(s)
+        return None
+
+    def spread_point(self) -> None:
+        """One more repeat of every spread stage that still owes one (the load stage calls this mid-way)."""
+        for s in self.spread:
+            s.more()
 
     def local_dir(self, name: str) -> Path:
         p = self.work_dir / name
@@ -139,12 +162,25 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
                 "key": server.access_key, "secret": server.secret_key}
         ctx = SuiteContext(out_dir=out_dir, work_dir=work_dir, s3_url=s3_url, s3_storage_options=opts,
                            endpoint_url=endpoint, quick=not cluster, config=config or {},
-                           restart_object_store=server.restart if server is not None else None)
+                           restart_object_store=server.restart if server is not None else None,
+                           spread_over_run=True)
+
+        def finish_spread() -> None:
+            # the spread stages' last repeats (after load and checkpoint), merged into their metrics
+            for s in ctx.spread:
+                m = dict(s.done())
+                m["stage_s"], m["repeats_at_s"] = s.took_s, s.at_s
+                results.metrics[s.name] = ctx.state.stage_metrics[s.name] = m
+            ctx.spread.clear()
+            order = {n: i for i, (n, _) in enumerate(STAGES)}
+            ctx.rows.sort(key=lambda r: order.get(r[0], len(order)))  # stable: each stage's rows keep their order
         results.environment["object_tier"] = {"url": s3_url, "endpoint_url": endpoint,
                                               "embedded": server is not None}
         for name, target in STAGES:
             if stages and name not in stages:
                 continue
+            if name == "report":
+                finish_spread()
             module, func = target.split(":")
             console.rule(f"[bold]{name}")
             # The host's 1-minute load average around each stage: on a shared machine, other work
@@ -153,12 +189,18 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             t0 = time.perf_counter_ns()
             begin()  # the stage's results files carry their own start time
             metrics = getattr(importlib.import_module(module), func)(ctx)
+            if metrics is None and any(s.name == name for s in ctx.spread):
+                results.metrics[name] = {}     # keeps its place in run.json; finish_spread fills it
+                results.environment.setdefault("load_average_1m", {})[name] = load_avg + [
+                    round(os.getloadavg()[0], 2)]
+                continue
             metrics = dict(metrics or {})
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
             results.environment.setdefault("load_average_1m", {})[name] = load_avg + [round(os.getloadavg()[0], 2)]
             results.metrics[name] = metrics
             # Later stages (the report) see what earlier ones returned; run.json is written only at the end.
             ctx.state.stage_metrics[name] = metrics
+        finish_spread()  # when the report stage was not run
         for w in ctx.warnings:
             results.warn(w)
         # relative to out_dir: the run's folder can be moved or copied and still compared as a whole

@@ -5,10 +5,9 @@ from __future__ import annotations
 import warnings
 
 
-def suite_stage(ctx) -> dict:
+def suite_stage(ctx) -> dict | None:
     from iobench.config import build, to_dict
     from iobench.results import Results
-    from iobench.units import format_rate, format_seconds
 
     from iobench.gds import GdsFallbackWarning, detect
     from iobench.gds.bench import GdsBenchConfig, run_bench
@@ -19,21 +18,29 @@ def suite_stage(ctx) -> dict:
     cfg = build(GdsBenchConfig, {"target": target, "create": size, "paths": ["cpu"], "io_sizes": ["128KiB", "4MiB"],
                                  "threads": [1, 4], "cache": ["cold", "warm"], "qd1_samples": 100,
                                  "qd1_max_seconds": 0.5, "probe_timeout_s": 15}, "gds")
-    from .intervals import REPEATS, REPEATS_NOTE, merge_repeats
-
     pr = detect.probe(str(work), timeout_s=cfg.probe_timeout_s)
     # Each cell reads 32 MiB in a fraction of a second: the bench runs REPEATS times and every rate
-    # is the mean with its 95% interval (suite.intervals), so two runs compare on intervals.
-    runs = []
-    for _ in range(REPEATS):
+    # is the mean with its 95% interval (suite.intervals), so two runs compare on intervals.  The
+    # repeats are spread over the run (ctx.repeated): back to back they missed the memory/disk drift.
+    def measure():
         res = Results(command="gds bench", config=to_dict(cfg))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", GdsFallbackWarning)
-            runs.append((res, run_bench(cfg, results=res, probe=pr)))
-    results = runs[0][0]
-    results.metrics = merge_repeats([r.metrics for r, _ in runs])
+            run_bench(cfg, results=res, probe=pr)
+        return res
+
+    return ctx.repeated("gds", measure, lambda runs: _finish(ctx, cfg, pr, runs))
+
+
+def _finish(ctx, cfg, pr, runs: list) -> dict:
+    from iobench.units import format_rate, format_seconds
+
+    from .intervals import REPEATS_NOTE, merge_repeats
+
+    results = runs[0]
+    results.metrics = merge_repeats([r.metrics for r in runs])
     results.metrics["repeats"] = dict(REPEATS_NOTE)
-    for r, _ in runs[1:]:
+    for r in runs[1:]:
         for w in r.warnings:
             results.warn(w)
     out = {"metrics": results.metrics}

@@ -16,6 +16,8 @@ threshold fails.  A rate measured once in 0.1 s has no interval, and two identic
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..report.compare import HIGHER_IS_BETTER
@@ -25,6 +27,46 @@ REPEATS = 3            # the probe, stage, checkpoint and gds stages: each measu
 # what a merged result says about itself (``metrics.repeats``)
 REPEATS_NOTE = {"n": REPEATS, "rule": "rates: mean of the repeats, Student t 95% (…_ci95); other numbers: the "
                                       "first repeat's"}
+
+
+@dataclass
+class SpreadRepeats:
+    """One stage's REPEATS repeats, spread over the run instead of back to back.
+
+    Back to back, the repeats of a 0.1 s measurement span a few seconds and their interval sees only
+    that: a disk or memory bandwidth that drifts over the run (2x between two `make run`s 12 minutes
+    apart, reports/reference/repeat.md) falls outside it.  Spread (one at the stage's place in the run,
+    one between load passes, one after the load and checkpoint stages: ``SuiteContext.spread_point``),
+    the interval covers what drifts within the run.  ``measure()`` is one repeat; ``finish(runs)`` merges
+    them into the stage's metrics.
+    """
+
+    name: str
+    measure: Callable[[], Any]
+    finish: Callable[[list], dict]
+    runs: list = field(default_factory=list)
+    at_s: list = field(default_factory=list)        # each repeat's start, seconds since ``t0``
+    took_s: float = 0.0                             # the repeats' own time, summed
+    t0: float = field(default_factory=time.perf_counter)
+
+    @property
+    def owed(self) -> bool:
+        return len(self.runs) < REPEATS
+
+    def more(self) -> None:
+        """One more repeat, if any is still owed."""
+        if not self.owed:
+            return
+        t = time.perf_counter()
+        self.at_s.append(round(t - self.t0, 1))
+        self.runs.append(self.measure())
+        self.took_s += time.perf_counter() - t
+
+    def done(self) -> dict:
+        """The rest of the repeats (back to back: nothing was left to spread them over), then the merge."""
+        while self.owed:
+            self.more()
+        return self.finish(self.runs)
 
 
 def is_rate(key: Any) -> bool:

@@ -5,15 +5,14 @@ from __future__ import annotations
 from ..units import format_rate, format_seconds
 
 
-def suite_stage(ctx) -> dict:
+def suite_stage(ctx) -> dict | None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from ..results import Results
     from iobench.probe.runner import Target, build_config, run_tier
-    from iobench.probe.summary import table
 
-    from .intervals import REPEATS, REPEATS_NOTE, merge_repeats
+    from .intervals import REPEATS
 
     size_cap = 256 * 2**20
     local = ["file", "metadata", "smallfiles"]
@@ -24,18 +23,30 @@ def suite_stage(ctx) -> dict:
         plans.append((Target("object", ctx.s3_url.rstrip("/") + "/probe"), remote,
                       {p: build_config(p, {}, quick=True, protocol="s3") for p in remote}))
     # Each quick probe point is one ~0.1 s measurement: the whole probe runs REPEATS times and every
-    # rate is the mean with its 95% interval (suite.intervals), so two runs compare on intervals.
-    runs = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=Console(stderr=True), transient=True, disable=not Console(stderr=True).is_terminal) as progress:
-        for _ in range(REPEATS):
-            res = Results(command="probe", config={"probe": "suite", "quick": True, "repeats": REPEATS})
+    # rate is the mean with its 95% interval (suite.intervals), so two runs compare on intervals.  The
+    # repeats are spread over the run (ctx.repeated): back to back they missed the disk's drift.
+    def measure():
+        res = Results(command="probe", config={"probe": "suite", "quick": True, "repeats": REPEATS})
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=Console(stderr=True), transient=True,
+                      disable=not Console(stderr=True).is_terminal) as progress:
             for target, probes, configs in plans:
                 # force: the tier folder may hold other stages' data; the probe works in its own subfolder
                 run_tier(res, target, probes, configs, size_cap, force=True, endpoint_url=ctx.endpoint_url,
                          storage_options=ctx.s3_storage_options if target.url.startswith("s3://") else None,
                          progress=progress)
-            runs.append(res)
+        return res
+
+    return ctx.repeated("probe", measure, lambda runs: _finish(ctx, runs))
+
+
+def _finish(ctx, runs: list) -> dict:
+    from rich.console import Console
+
+    from iobench.probe.summary import table
+
+    from .intervals import REPEATS_NOTE, merge_repeats
+
     results = runs[0]
     results.metrics = merge_repeats([r.metrics for r in runs])
     results.metrics["repeats"] = dict(REPEATS_NOTE)
