@@ -87,6 +87,15 @@ class Reader(ABC):
         """Decode sample ``i`` from the bytes that ``sample_range(shard, i)`` names."""
         raise NotImplementedError(f"{type(self).__name__} has no per-sample byte ranges")
 
+    def generated_token_rows(self) -> bool:
+        """Token shards that ``iobench gen`` wrote with one ``seq_len`` (its manifest says so; not
+        ``iobench index`` data): every sample is a row of that many tokens.  Formats whose stream
+        path cuts pieces into (rows, seq_len) arrays offer ``stream_arrays`` on this."""
+        spec = self.manifest.spec or {}
+        seq_len = spec.get("seq_len")
+        return (self.manifest.modality == "tokens" and "indexed_from" not in spec
+                and isinstance(seq_len, int) and seq_len > 0)
+
 
 @dataclass(frozen=True)
 class FormatSpec:

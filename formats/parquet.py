@@ -100,10 +100,7 @@ class ParquetReader(Reader):
         with one ``seq_len`` (its manifest says so), so each row group is one (rows, seq_len) array.  A
         stream worker then keeps rows in its row store and a batch is one gather, instead of one Sample
         object per row and a stack per batch (that per-row Python cost more than pyarrow's decode)."""
-        spec = self.manifest.spec or {}
-        seq_len = spec.get("seq_len")
-        return (self.manifest.modality == "tokens" and "indexed_from" not in spec
-                and isinstance(seq_len, int) and seq_len > 0)
+        return self.generated_token_rows()
 
     def row_group_pieces(self, shard, read, arrays: bool = False, read_into=None) -> Iterator[tuple[object, float, int, float]]:
         """A streaming reader's view of the shard: the footer (one request), then each row group's

@@ -349,10 +349,7 @@ class TFRecordReader(Reader):
         """Whether ``array_pieces`` applies: token shards that ``iobench gen`` wrote with one ``seq_len``
         (its manifest says so; not ``iobench index`` data).  A stream worker then keeps rows in its row
         store and a batch is one gather, not one Sample object per record and a stack per batch."""
-        spec = self.manifest.spec or {}
-        seq_len = spec.get("seq_len")
-        return (self.manifest.modality == "tokens" and "indexed_from" not in spec
-                and isinstance(seq_len, int) and seq_len > 0)
+        return self.generated_token_rows()
 
     def array_pieces(self, shard, read, size: int) -> Iterator[tuple[np.ndarray, float, int, float]]:
         """The shard streamed in pieces of whole records of about ``size`` bytes (at least one record),

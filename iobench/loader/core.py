@@ -59,7 +59,8 @@ class LoadConfig:
     slot_bytes: int = 0               # 0: sized from the manifest
     odirect: bool = False             # local files: O_DIRECT reads (bypass the page cache)
     verify_checksums: bool = False    # check each shard's manifest checksum as it is read (iobench.loader.verifying)
-    read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating
+    read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating;
+                                      # map: extra sample reads each worker keeps in flight
     access: str = "auto"              # map | stream | block | auto (raw, files -> map; others -> stream)
     stream_read_size: str = "64KiB"   # stream: whole samples per piece of a shard's streamed read
     until_stable: bool = False        # run until the stall and P99 intervals are narrow (or max_time_s)

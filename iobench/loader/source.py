@@ -45,6 +45,14 @@ from dataclasses import dataclass, field  # noqa: E402
 
 from iobench.io.retry import RetryPolicy  # noqa: E402
 
+def short_read(where: str, got: int, want: int, start: int | None = None):
+    """The IntegrityError of a read that returned fewer bytes than asked (one message everywhere)."""
+    from iobench.errors import IntegrityError
+
+    at = f" offset {start}:" if start is not None else ""
+    return IntegrityError(f"{where}:{at} short read ({got} of {want} bytes)")
+
+
 def ranged_gets(size: int, block_size: int) -> list[tuple[int, int]]:
     """``[start, end)`` of the GETs that read ``size`` bytes in requests of about ``block_size``.
 
@@ -181,9 +189,7 @@ class BackendSource:
         where = lambda: f"GET {self.backend.path(rel)} bytes {start}-{end}"  # noqa: E731
         n = self.retry.call(lambda: self.backend.cat_into(rel, start, end, out), where, self._rng)
         if n != end - start:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{rel}: offset {start}: short read ({n} of {end - start} bytes)")
+            raise short_read(rel, n, end - start, start)
 
     def _get_buffer(self, shard: ShardEntry) -> memoryview:
         """A whole shard in one GET (retried), as a view of the buffer the client filled."""
@@ -191,9 +197,7 @@ class BackendSource:
         with self._in_flight:
             data = self.retry.call(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), where, self._rng)
         if len(data) != shard.bytes:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: short read ({len(data)} of {shard.bytes} bytes)")
+            raise short_read(shard.path, len(data), shard.bytes)
         return memoryview(data).cast("B")
 
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
@@ -302,9 +306,7 @@ class BackendSource:
             return self._pread(shard, start, length)
         data = self._get(shard.path, start, start + length)
         if len(data) != length:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
+            raise short_read(shard.path, len(data), length, start)
         return data
 
     def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
@@ -317,9 +319,7 @@ class BackendSource:
         data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
                                self._rng)
         if len(data) != length:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
+            raise short_read(shard.path, len(data), length, start)
         return data
 
     def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
@@ -339,9 +339,7 @@ class BackendSource:
                 got = os.preadv(fd, [out], start)
                 self._logged(now_ns() - t0, got)
                 if got != len(out):
-                    from iobench.errors import IntegrityError
-
-                    raise IntegrityError(f"{shard.path}: offset {start}: short read ({got} of {len(out)} bytes)")
+                    raise short_read(shard.path, got, len(out), start)
                 return
         memoryview(out).cast("B")[:] = memoryview(self.read_piece(shard, start, len(out), first)).cast("B")
 
@@ -411,9 +409,7 @@ class BackendSource:
                     got = preadv(fd, (out[rows[j]],), offs[j])
                     append(clock() - t0)
                     if got != length:
-                        from iobench.errors import IntegrityError
-
-                        raise IntegrityError(f"{sh.path}: offset {offs[j]}: short read ({got} of {length} bytes)")
+                        raise short_read(sh.path, got, length, offs[j])
         self._log_bytes += length * n
         if len(log) >= 65536:
             self._flush_log()
@@ -443,10 +439,8 @@ class BackendSource:
                 got = preadv(fds[j], (out[rows[j]],), offs[j])
                 append(clock() - t0)
                 if got != length:
-                    from iobench.errors import IntegrityError
-
                     path = next(shards[s].path for g, s in enumerate(groups) if cuts[g] <= j < cuts[g + 1])
-                    raise IntegrityError(f"{path}: offset {offs[j]}: short read ({got} of {length} bytes)")
+                    raise short_read(path, got, length, offs[j])
 
         crew.run(reads)
 
@@ -557,9 +551,7 @@ class BackendSource:
         data = os.pread(fd, length, start) if isinstance(fd, int) else bytes(fd[start:start + length])
         self._logged(now_ns() - t0, len(data))
         if len(data) != length:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: offset {start}: short read ({len(data)} of {length} bytes)")
+            raise short_read(shard.path, len(data), length, start)
         return data
 
     def _logged(self, ns: int, nbytes: int) -> None:

@@ -411,8 +411,7 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     ranges = _Ranges(source, reader)
     fixed = _fixed(reader, m)
     rows_reader = getattr(source, "read_records", None)
-    # read_ahead > 0: the worker keeps read_ahead + 1 of its batch's sample reads in flight
-    inflight = {"inflight": job.read_ahead + 1} if job.read_ahead else {}
+    inflight = job.read_ahead + 1   # the batch's sample reads a worker keeps in flight (1: one after another)
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
     k_base = 0
@@ -444,8 +443,7 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                             raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
                                                  f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
                         t1 = now_ns()
-                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out,
-                                               **inflight)
+                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out, inflight)
                         io_s = (now_ns() - t1) / 1e9
                     else:
                         io_s, requests = 0.0, 0

@@ -189,14 +189,12 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             t0 = time.perf_counter_ns()
             begin()  # the stage's results files carry their own start time
             metrics = getattr(importlib.import_module(module), func)(ctx)
+            results.environment.setdefault("load_average_1m", {})[name] = load_avg + [round(os.getloadavg()[0], 2)]
             if metrics is None and any(s.name == name for s in ctx.spread):
                 results.metrics[name] = {}     # keeps its place in run.json; finish_spread fills it
-                results.environment.setdefault("load_average_1m", {})[name] = load_avg + [
-                    round(os.getloadavg()[0], 2)]
                 continue
             metrics = dict(metrics or {})
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9
-            results.environment.setdefault("load_average_1m", {})[name] = load_avg + [round(os.getloadavg()[0], 2)]
             results.metrics[name] = metrics
             # Later stages (the report) see what earlier ones returned; run.json is written only at the end.
             ctx.state.stage_metrics[name] = metrics
