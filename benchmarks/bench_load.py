@@ -10,6 +10,8 @@ are noise; ratios from the same run are what to compare (DESIGN.md, rule 8).
 Writes OUT.json (everything) and OUT.md (a table), and prints the table.  ``--merge``
 reruns only the chosen sections: their rows replace the same rows of an existing OUT.json,
 the other rows stay, and the rerun's command and machine are recorded under meta.updates.
+``--replay RUN.json --merge`` measures nothing: it merges the rows of an earlier run written
+elsewhere (``--out``), so a branch's sections land on a report that changed in the meantime.
 """
 
 from __future__ import annotations
@@ -731,6 +733,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work", help="scratch directory (default: a temp dir on the same disk as /tmp)")
     ap.add_argument("--merge", action="store_true",
                     help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
+    ap.add_argument("--replay", metavar="RUN.json",
+                    help="run nothing: take the rows of an earlier run's OUT.json (with --merge, into OUT), "
+                         "so a branch's measured sections land on a report that moved on meanwhile")
     ap.add_argument("--s3-peer", choices=S3_PEERS, help=argparse.SUPPRESS)   # internal: one peer process
     ap.add_argument("--s3-paths", help=argparse.SUPPRESS)
     ap.add_argument("--s3-emulate", help=argparse.SUPPRESS)
@@ -747,6 +752,9 @@ def main(argv=None) -> int:
         # Skip interpreter finalisation: obstore's runtime, torn down with asyncio's loop there,
         # sometimes aborts the process after the measurement is printed.
         os._exit(0)
+    if args.replay:
+        earlier = json.loads(Path(args.replay).read_text())
+        return write_report(Path(args.out), earlier["meta"], earlier["results"], args.merge)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     work = Path(tempfile.mkdtemp(prefix="iobench-bench-load-", dir=args.work))
     t0 = time.perf_counter()
@@ -765,9 +773,14 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     meta = {"command": "python benchmarks/bench_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": machine(), "seconds": time.perf_counter() - t0}
-    out = Path(args.out)
+    return write_report(Path(args.out), meta, results, args.merge)
+
+
+def write_report(out: Path, meta: dict, results: list[dict], merge: bool) -> int:
+    """OUT.json, OUT.rows.json and OUT.md from this run's rows (with ``merge``, in place of only
+    the sections it ran)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    if args.merge and out.with_suffix(".json").exists():
+    if merge and out.with_suffix(".json").exists():
         meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results,
                                       _LEGACY_PREFIX)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
