@@ -217,6 +217,10 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
             f"collates {batch}-sample batches into shared memory and hands each to the consumer; "
             "iobench --read-ahead 1; "
+            "warm = iobench's default for a block of one plain local shard (here every block: "
+            "--shuffle-buffer 8192 = one shard's samples): the shard mapped with MAP_POPULATE (its storage "
+            "time and bytes counted there) and each batch gathered from the page cache straight into its slot, "
+            "as memmap token loaders do (one copy of each byte; fio preads the shard into its buffer); "
             "cold = iobench --odirect (O_DIRECT preads of the shard size into aligned buffers); "
             "fio is a fair peer for the reads (same files and bytes, one shard-sized request per shard, "
             "one stream; fio skips each shard's 64-byte tail), not for the delivery: see the gather rows"))

@@ -259,3 +259,42 @@ def test_map_reads_in_flight_on_threads_land_the_same_bytes(tmp_path):
 def test_map_with_reads_in_flight_runs_and_counts_one_request_per_sample(tok):
     m = run_load(_cfg(tok, access="map", steps=6, read_ahead=2)).metrics
     assert m["access"] == "map" and m["requests"] == 6 * B
+
+
+def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_path):
+    """block, plain local files: a one-shard block's records are a view of the mapped file (the
+    gather then copies each byte once, from the page cache into the slot); bytes are counted as
+    the read's, a block of several shards is still read into one array, and a file shorter than
+    the manifest says is an integrity error before anything is mapped past its end."""
+    from iobench.errors import IntegrityError
+    from iobench.formats import get_format
+    from iobench.loader.source import BackendSource
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+
+    url = str(tmp_path / "tok")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=64, shard_size="32 samples", seq_len=16,
+                     vocab_size=1000, fsync=False), url, progress=False)
+    man = read_manifest(open_backend(url))
+    reader = get_format("raw").reader(man)
+    first, length, _ = reader.fixed_records(man.shards[0])
+    paths = [open_backend(url).local_path(sh.path) for sh in man.shards]
+    want = [np.frombuffer(open(p, "rb").read()[first:], dtype=np.uint8).reshape(-1, length) for p in paths]
+
+    src = BackendSource(url=url)
+    src.open()
+    one = src.read_block_records(man.shards[:1], first, length, reader.check_records)
+    assert not one.flags.writeable and np.array_equal(one, want[0])   # the read-only mapping, not a copy
+    st = src.stats()
+    assert st["calls"]["read"] == 1 and st["bytes_read"] == man.shards[0].bytes
+    both = src.read_block_records(man.shards, first, length, reader.check_records)
+    assert both.flags.writeable and np.array_equal(both, np.concatenate(want))
+    del one
+    src.close()
+    with open(paths[0], "r+b") as f:
+        f.truncate(first + length)
+    src = BackendSource(url=url)
+    src.open()
+    with pytest.raises(IntegrityError, match=man.shards[0].path):
+        src.read_block_records(man.shards[:1], first, length, reader.check_records)
+    src.close()
