@@ -217,7 +217,7 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
             f"collates {batch}-sample batches into shared memory and hands each to the consumer; "
             "iobench --read-ahead 1; "
-            "warm = iobench's default for a block of one plain local shard (here every block: "
+            "warm = iobench's default for a block of one plain local shard wholly in the page cache (here every block: "
             "--shuffle-buffer 8192 = one shard's samples): the shard mapped with MAP_POPULATE (its storage "
             "time and bytes counted there) and each batch gathered from the page cache straight into its slot, "
             "as memmap token loaders do (one copy of each byte; fio preads the shard into its buffer); "

@@ -262,12 +262,13 @@ def test_map_with_reads_in_flight_runs_and_counts_one_request_per_sample(tok):
 
 
 def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_path):
-    """block, plain local files: a one-shard block's records are a view of the mapped file (the
-    gather then copies each byte once, from the page cache into the slot); bytes are counted as
-    the read's, a block of several shards is still read into one array, and a file shorter than
-    the manifest says is an integrity error before anything is mapped past its end."""
+    """block, plain local files: a one-shard block in the page cache is a view of the mapped file
+    (the gather then copies each byte once, from the page cache into the slot); bytes are counted
+    as the read's; a block of several shards, or a shard not in the page cache, is still read into
+    one array; a file shorter than the manifest says is an integrity error."""
     from iobench.errors import IntegrityError
     from iobench.formats import get_format
+    from iobench.io.pagecache import drop_pages
     from iobench.loader.source import BackendSource
     from iobench.manifest import read_manifest
     from iobench.storage import open_backend
@@ -289,7 +290,11 @@ def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_
     assert st["calls"]["read"] == 1 and st["bytes_read"] == man.shards[0].bytes
     both = src.read_block_records(man.shards, first, length, reader.check_records)
     assert both.flags.writeable and np.array_equal(both, np.concatenate(want))
-    del one
+    del one                       # (mapped pages cannot be dropped)
+    drop_pages(paths[0])          # not in the page cache: read (a read's large requests), not mapped
+    cold = src.read_block_records(man.shards[:1], first, length, reader.check_records)
+    assert cold.flags.writeable and np.array_equal(cold, want[0])
+    del cold
     src.close()
     with open(paths[0], "r+b") as f:
         f.truncate(first + length)
