@@ -461,7 +461,9 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                       f"{bs // 1024} KiB ranged GETs, {conc} in flight per worker"
                       + (f" (from a probe of this server: {plan.why})" if not emulate else "")
                       + f", batches of 256 x 1 KiB delivered to the consumer; the concurrent peer keeps {w * conc} "
-                      "GETs of whole objects in flight; peers: one process each; each client made before its "
+                      "GETs of whole objects in flight; the peers fetch the same objects and drop them: they neither "
+                      "shuffle nor hand batches on, while iobench gathers every sample into a shuffled batch in shared "
+                      "memory for the consumer; peers: one process each; each client made before its "
                       f"clock starts; the server shares the machine's {usable_cores()} cores; median of {S3_ROUNDS} "
                       "alternating rounds; server_cpu_s = the server's CPU time during each side")
             if emulate:
