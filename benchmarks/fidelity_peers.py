@@ -97,9 +97,16 @@ def torch_map(spec: dict) -> dict:
     from torch.utils.data import DataLoader, RandomSampler
 
     ds = TokenShards(spec["shards"], spec["sample_bytes"], spec["dtype"])
-    g = torch.Generator()
-    g.manual_seed(spec.get("seed", 0))
-    dl = DataLoader(ds, batch_size=spec["batch"], sampler=RandomSampler(ds, generator=g),
+    if spec.get("indices") is not None:
+        # The caller's sample order (iobench's, for the same seed): the same samples in the same
+        # batches, and exactly ``steps`` batches of them -- the DataLoader has nothing to prefetch
+        # past the last step, so its device bytes are the steps' bytes, as iobench's are.
+        sampler = spec["indices"]
+    else:
+        g = torch.Generator()
+        g.manual_seed(spec.get("seed", 0))
+        sampler = RandomSampler(ds, generator=g)
+    dl = DataLoader(ds, batch_size=spec["batch"], sampler=sampler,
                     num_workers=spec["workers"], prefetch_factor=spec["prefetch"], persistent_workers=False)
     return _consume_and_stop(iter(dl), spec, lambda b: (len(b), b.numel() * b.element_size()))
 
@@ -108,6 +115,8 @@ def _consume_and_stop(it, spec: dict, nbytes) -> dict:
     """The consumer loop, then the DataLoader's workers stopped: they keep prefetching after the last
     step, and the device counter is read only once nothing of the peer reads any more."""
     out = consume(it, spec["steps"], spec["compute_s"], nbytes)
+    # the device counter as the last step ends, before the workers stop (what they read past it: the rest)
+    out["device_bytes_at_last_step"] = cgroup_read_bytes(spec)
     stop = getattr(it, "_shutdown_workers", None)
     if stop is not None:
         stop()
@@ -141,6 +150,8 @@ def main() -> None:
     out = fn(spec)
     after = cgroup_read_bytes(spec)
     out["device_bytes_read"] = after - before if None not in (before, after) else None
+    last = out.pop("device_bytes_at_last_step", None)
+    out["device_bytes_by_last_step"] = last - before if None not in (before, last) else None
     out["process_s"] = time.perf_counter() - t0
     print(json.dumps(out))
 
