@@ -524,10 +524,10 @@ def _open_fsspec(url: str, protocol: str, storage_options: dict | None, field_na
 def parse_storage_options(items: list[str] | None, field_name: str = "--storage-option") -> dict:
     """``KEY=VALUE`` strings into fsspec storage options; values parse as YAML scalars
     (``anon=true`` -> True, ``block_size=1048576`` -> int), dotted keys nest (``client_kwargs.region_name=x``)."""
-    import yaml
-
     out: dict = {}
     for item in items or []:
+        import yaml   # only when there are options: most loads give none (~20 ms of start-up)
+
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(field_name, f"{item.split('=')[0]!r}... is not KEY=VALUE", "e.g. --storage-option anon=true")
