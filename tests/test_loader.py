@@ -301,6 +301,42 @@ def test_odirect_reads_the_same_bytes(tokens_ds):
     assert all(np.array_equal(x[2], y[2]) for x, y in zip(seen_a, seen_b)) and len(seen_a) == len(seen_b)
 
 
+@pytest.mark.parametrize("pages, block_pages, requests", [(3, 1, 4), (3, 8, 1), (16, 4, 4), (17, 4, 4)])
+def test_odirect_requests_are_whole_pages_and_a_short_tail_joins_the_last(tmp_path, monkeypatch, pages,
+                                                                          block_pages, requests):
+    """A shard a few bytes past a page multiple is read in ``requests`` O_DIRECT preads (the tail
+    page rides with the last one, as ``ranged_gets`` cuts GETs), every byte as on disk."""
+    import mmap
+    import os
+
+    from iobench.errors import IntegrityError
+    from iobench.loader.source import BackendSource
+    from iobench.manifest import ShardEntry
+
+    page = mmap.PAGESIZE
+    data = np.random.default_rng(pages).integers(0, 256, pages * page + 64, dtype=np.uint8).tobytes()
+    (tmp_path / "s.bin").write_bytes(data)
+    shard = ShardEntry(path="s.bin", bytes=len(data), samples=1, checksum=None, first_sample=0)
+    src = BackendSource(url=str(tmp_path), odirect=True, block_size=block_pages * page)
+    src.open()
+    if not src.backend.base.supports_odirect:
+        pytest.skip("no O_DIRECT on this file system")
+    calls = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, bufs, off: calls.append((off, sum(len(b) for b in bufs)))
+                        or real(fd, bufs, off))
+    try:
+        got = src.read_shards([shard])[0]
+    except OSError as e:  # tmpfs and some FUSE filesystems refuse O_DIRECT
+        pytest.skip(str(e))
+    assert bytes(got) == data
+    assert len(calls) == requests and all(off % page == 0 and n % page == 0 for off, n in calls)
+    (tmp_path / "s.bin").write_bytes(data[:page + 10])   # truncated behind the manifest's back
+    with pytest.raises(IntegrityError, match="short O_DIRECT read"):
+        src.read_shards([shard])
+    src.close()
+
+
 def test_read_ahead_keeps_order_and_counts(tokens_ds):
     url, manifest = tokens_ds
     seen, deliver = _recorder()

@@ -287,3 +287,70 @@ def test_slot_wait_flushes_held_batches_first():
         assert pool.acquire(1, stop) is None and calls == [1]   # would sleep: flushed once first
     finally:
         pool.close()
+
+
+def test_worker_polls_for_its_slot_before_it_sleeps(monkeypatch):
+    """With a core to spare (spin_s), a worker waiting for a slot polls the release counters and
+    never sleeps on its wake pipe when the slot comes free within the poll: the consumer's
+    release then wakes no sleeping process (the wake-up cost the consumer 20-40 us a step)."""
+    import multiprocessing as mp
+    import threading
+
+    from iobench.loader import slots as slots_mod
+    from iobench.loader.slots import SlotPool
+
+    ctx = mp.get_context("fork")
+    pool = SlotPool(ctx, 1, 64, workers=1, spin_s=30.0)
+    stop = ctx.Event()
+
+    def no_sleep(*a, **k):
+        raise AssertionError("the worker slept on its wake pipe")
+
+    monkeypatch.setattr(slots_mod.select, "select", no_sleep)
+    try:
+        assert pool.acquire(0, stop) == 0
+        t = threading.Timer(0.05, lambda: pool.released.__setitem__(0, 1))   # a release with no wake byte
+        t.start()
+        assert pool.acquire(1, stop) == 0
+        t.join()
+        stop.set()
+        assert pool.acquire(2, stop) is None    # a stop ends the poll
+    finally:
+        pool.close()
+
+
+def test_worker_holds_a_batch_only_while_the_consumer_has_two_in_hand():
+    import multiprocessing as mp
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from iobench.loader.receiver import Sender
+    from iobench.loader.slots import SlotPool
+    from iobench.loader.worker import _BlockData, _Emitter
+
+    ctx = mp.get_context("fork")
+    pool = SlotPool(ctx, 8, 64, workers=1)
+    r, w = ctx.Pipe(duplex=False)
+    job = SimpleNamespace(synthetic=True, wid=0, lag=0, manifest=SimpleNamespace(total_bytes=8, total_samples=8))
+    stats = {"busy_s": 0.0, "slot_wait_s": 0.0, "batches": 0, "samples": 0, "payload_bytes": 0}
+    emit = _Emitter(job, pool, Sender(w, pool.sent, 0), ctx.Event(), stats)
+    ids = np.arange(2)
+    try:
+        def one(k):
+            emit(k, 0, _BlockData(None, None, ids), np.arange(2), 0.0, 0.0, more=True)
+
+        one(0)
+        assert pool.sent[0] == 1          # the consumer has nothing in hand: sent at once, though more follow
+        one(1)
+        assert pool.sent[0] == 2          # it has one (its step's): still sent at once
+        one(2)
+        assert pool.sent[0] == 2          # it has two: this one may wait for the next
+        pool.release(0)                   # the consumer is down to one in hand
+        one(3)
+        assert pool.sent[0] == 4          # held and new go out together
+        assert pool.queued() == 3
+    finally:
+        r.close()
+        w.close()
+        pool.close()

@@ -11,25 +11,57 @@ from iobench.generate import GenSpec
 from iobench.suite import generate as gen_stage
 
 
-def test_generate_stage_times_repeats_and_removes_them(tmp_path):
-    # a 0.1 s generation is no throughput: the stage generates each dataset again into scratch
-    # directories, round-robin, until it has REPEATS_MIN timings and REPEATS_MIN_S seconds of them,
-    # then removes the scratch copies (and nothing else)
+def test_generate_stage_times_rounds_and_removes_them(tmp_path):
+    # a 0.1 s generation is no throughput: each round generates each dataset again into scratch
+    # directories, round-robin, until it has ROUND_MIN_S seconds of timings, then removes the scratch
+    # copies (and nothing else); the rate's interval is over the rounds, not the timings pooled
     specs = {f"local/{fmt}-tokens": GenSpec.from_mapping({"modality": "tokens", "num_samples": 64, "seq_len": 16,
                                                           "vocab_size": 1000, "shard_size": "32 samples",
                                                           "format": fmt, "seed": 0}) for fmt in ("raw", "tar")}
     (tmp_path / "keep.txt").write_text("not the suite's")
-    timings = {k: (spec, str(tmp_path), None, None, [0.05]) for k, spec in specs.items()}
-    gen_stage._repeat_round_robin(timings)
-    for *_, seconds in timings.values():
-        assert gen_stage.REPEATS_MIN <= len(seconds) <= gen_stage.REPEATS_MAX
-        assert len(seconds) == gen_stage.REPEATS_MAX or sum(seconds) >= gen_stage.REPEATS_MIN_S
+    timings = {k: (spec, str(tmp_path), None, None) for k, spec in specs.items()}
+    seconds = gen_stage._timing_round(timings)
+    assert set(seconds) == set(specs)
+    for t in seconds.values():
+        assert 1 <= len(t) <= gen_stage.ROUND_MAX
+        assert len(t) == gen_stage.ROUND_MAX or sum(t) >= gen_stage.ROUND_MIN_S
     assert sorted(os.listdir(tmp_path)) == ["keep.txt"] and (tmp_path / "keep.txt").read_text() == "not the suite's"
-    seconds = timings["local/raw-tokens"][4]
-    t = gen_stage._throughput(1000, 64, seconds)
+    # three rounds that each agree within themselves but differ between them (a busy host in round 1):
+    # the interval spans the rounds, as many pooled timings of round 1 would not
+    rounds = [[0.30, 0.31, 0.29], [0.10], [0.11, 0.10]]
+    t = gen_stage._throughput(1000, 64, rounds)
     lo, hi = t["bytes_per_s_ci95"]
-    assert t["repeats"] == len(seconds) and lo < t["bytes_per_s"] < hi
-    assert t["samples_per_s"] == pytest.approx(64 / np.exp(np.mean(np.log(seconds))))
+    assert t["repeats"] == 6 and t["rounds"] == 3 and lo < 1000 / 0.30 and hi > 1000 / 0.10
+    geo = [float(np.exp(np.mean(np.log(r)))) for r in rounds]
+    assert t["samples_per_s"] == pytest.approx(64 / np.exp(np.mean(np.log(geo))))
+
+
+def test_generate_stage_spreads_its_rounds_over_the_run(tmp_path, monkeypatch):
+    # within `iobench run` the generate stage times one round at its place and owes the rest
+    # (SuiteContext.repeated); its datasets are ready for the later stages at once
+    from iobench.suite import SuiteContext
+
+    # one small dataset, one timing a round: the test stays short
+    monkeypatch.setattr(gen_stage, "SUITE_FORMATS", ("raw",))
+    monkeypatch.setattr(gen_stage, "SUITE_SPECS", {"tokens": {"modality": "tokens", "num_samples": 64, "seq_len": 16,
+                                                              "vocab_size": 1000, "shard_size": "32 samples"}})
+    monkeypatch.setattr(gen_stage, "ROUND_MIN_S", 0.001)
+    ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work", spread_over_run=True)
+    (tmp_path / "out").mkdir()
+    assert gen_stage.suite_stage(ctx) is None
+    assert len(ctx.state.datasets) == 1 and [s.name for s in ctx.spread] == ["generate"]
+    for p in range(1, 5):   # the load stage's points between its passes
+        ctx.spread_point(p)
+    assert len(ctx.spread[0].runs) == 1 + len(gen_stage.ROUND_POINTS)
+    m = ctx.spread[0].done()
+    assert m["verified"] == 1
+    import json
+
+    d = json.loads((tmp_path / "out" / "generate.json").read_text())["metrics"]["datasets"]
+    thr = d["local/raw-tokens"]["throughput"]
+    assert thr["rounds"] == gen_stage.ROUNDS and len(ctx.spread[0].at_s) == gen_stage.ROUNDS
+    assert thr["bytes_per_s_ci95"][0] < thr["bytes_per_s"] < thr["bytes_per_s_ci95"][1]
+    assert not (tmp_path / "work" / "datasets" / ".repeats").exists()
 
 
 def test_merge_repeats_gives_every_rate_its_interval():
@@ -124,13 +156,15 @@ def test_repeated_stages_spread_their_repeats_over_the_run(tmp_path):
     calls.clear()
     ctx = SuiteContext(out_dir=tmp_path / "b", work_dir=tmp_path / "wb", spread_over_run=True)
     assert ctx.repeated("probe", measure, merge_repeats) is None and len(calls) == 1
-    ctx.spread_point()
+    ctx.spread_point(1)  # not one of the probe's points: no repeat
+    assert len(calls) == 1
+    ctx.spread_point(3)
     assert len(calls) == 2
     (s,) = ctx.spread
     merged = s.done()
     assert len(calls) == REPEATS and len(s.at_s) == REPEATS and s.at_s == sorted(s.at_s)
     assert merged["x_bytes_per_s"] == pytest.approx(np.mean([110.0, 120.0, 130.0]))
-    ctx.spread_point()  # owes nothing more: no extra repeat
+    ctx.spread_point(3)  # owes nothing more: no extra repeat
     assert len(calls) == REPEATS
 
 

@@ -26,7 +26,7 @@ from .schedule import Schedule, build_schedule
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _MAX_EPOCHS_FOR_STEPS = 100_000
-_SPIN_S = 0.002   # how long the consumer polls for its next batch before it sleeps on the pipes
+_SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls before it sleeps on a pipe
 
 
 @dataclass(frozen=True)
@@ -324,7 +324,10 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
 
     cfg, schedule, total = st.cfg, st.schedule, st.schedule.total
     ctx = mp.get_context(cfg.start_method)
-    pool = SlotPool(ctx, st.slots, st.slot_bytes, cfg.workers)
+    # Poll before blocking only where a core is left over for each process (an object store
+    # served from this host needs one of them: spinning would starve it).
+    spin_s = _SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0
+    pool = SlotPool(ctx, st.slots, st.slot_bytes, cfg.workers, spin_s=spin_s)
     owner = schedule.owner
     pipes = [ctx.Pipe(duplex=False) for _ in range(cfg.workers)]
     stop = ctx.Event()
@@ -346,10 +349,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
                             daemon=True, name=f"iobench-load-{wid}")
             p.start()
             procs.append(p)
-        # Poll for batches before blocking only where a core is left over for the consumer
-        # (an object store served from this host needs one of them: spinning would starve it).
-        rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent,
-                      spin_s=_SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0,
+        rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent, spin_s=spin_s,
                       build=lambda meta: batch_from_meta(meta, pool))
         monitor.start([os.getpid()] + [p.pid for p in procs])
         if progress:

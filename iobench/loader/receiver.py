@@ -34,7 +34,8 @@ class Sender:
     pipe, a wake-up of its process (an inter-processor interrupt on a VM) — per batch, that
     is the hand-off's largest cost where cores are short.  A worker holds a batch only when
     it goes straight on to collate the next one into a free slot (the rest of a block already
-    in memory); whatever is held goes out before the worker can wait for anything (a slot,
+    in memory) and the consumer has two batches in hand (``worker._HOLD_WHILE_QUEUED``: a held
+    batch never leaves it idle); whatever is held goes out before the worker can wait for anything (a slot,
     the next block's reads: ``flush``), before any other message, and at ``max_held``, so a
     held batch is late by at most the collation of the ones after it.  ``sent`` (the shared
     counters the consumer polls) counts batches, after their message is written.

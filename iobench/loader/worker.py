@@ -162,6 +162,13 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
     return meta, write
 
 
+# A batch is held back (to share a message with the next ones) only while the consumer has at
+# least this many batches in hand (its step's and one more): holding a batch the consumer is about
+# to wait for left it idle while the worker filled every slot, then the worker idle until the
+# consumer caught up (W=1, compute 0, memory://: 0.8 -> 1.1M samples/s; 1.38-1.61x in 3 pairs).
+_HOLD_WHILE_QUEUED = 2
+
+
 class _Emitter:
     """Collates one batch into its slot and sends the consumer its metadata (all patterns)."""
 
@@ -206,7 +213,7 @@ class _Emitter:
             meta["inline"] = bytes(tmp)
         te = now_ns()
         self._send(k, epoch, meta, slot, bd.ids[sel], io_s, prep_s + ((tw - tp) + (te - tw2)) / 1e9, fill_s,
-                   requests, (tw2 - tw) / 1e9, te, hold=more)
+                   requests, (tw2 - tw) / 1e9, te, hold=more and pool.queued() >= _HOLD_WHILE_QUEUED)
 
     def claim(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """map: batch ``k``'s slot, taken before its reads so that they land in it (no copy

@@ -29,7 +29,8 @@ from .state import SuiteState
 # Order matters: later stages read what earlier ones put in ctx.state.
 STAGES: list[tuple[str, str]] = [
     ("generate", "iobench.suite.generate:suite_stage"),      # gen + verify; fills state.datasets
-    # probe and gds: one repeat here, one between load passes, one after checkpoint (ctx.repeated)
+    # generate's timing rounds, probe and gds: one repeat here, one between load passes, one after
+    # checkpoint (ctx.repeated)
     ("probe", "iobench.suite.probe:suite_stage"),            # short probe of each tier
     ("gds", "iobench.suite.gds:suite_stage"),                # probe + CPU path numbers
     ("stage", "iobench.suite.stage:suite_stage"),            # staging across nvme/pfs/object; fills state.tiers_file
@@ -106,24 +107,29 @@ class SuiteContext:
     def row(self, stage: str, what: str, value: str) -> None:
         self.rows.append((stage, what, value))
 
-    def repeated(self, name: str, measure: Callable[[], object], finish: Callable[[list], dict]) -> dict | None:
-        """A stage's REPEATS repeats of a short measurement (``intervals.SpreadRepeats``).  Within
-        `iobench run` the first runs now and the rest are spread over the run (between load passes,
-        after checkpoint); run_suite merges them before the report, and the stage returns None.
-        Called on its own (tests), all repeats run now and the merged metrics are returned."""
-        from .intervals import SpreadRepeats
+    def repeated(self, name: str, measure: Callable[[], object], finish: Callable[[list], dict],
+                 repeats: int | None = None, points: tuple[int, ...] | None = None) -> dict | None:
+        """A stage's repeats (REPEATS unless given) of a short measurement (``intervals.SpreadRepeats``).
+        Within `iobench run` the first runs now and the rest are spread over the run (before the load
+        passes in ``points``, then after checkpoint); run_suite merges them before the report, and the
+        stage returns None.  Called on its own (tests), all repeats run now and the merged metrics are
+        returned."""
+        from .intervals import REPEATS, SpreadRepeats
 
-        s = SpreadRepeats(name, measure, finish, t0=self.t0)
+        s = SpreadRepeats(name, measure, finish, repeats=repeats or REPEATS, t0=self.t0)
+        if points is not None:
+            s.points = points
         s.more()
         if not self.spread_over_run:
             return s.done()
         self.spread.append(s)
         return None
 
-    def spread_point(self) -> None:
-        """One more repeat of every spread stage that still owes one (the load stage calls this mid-way)."""
+    def spread_point(self, load_pass: int) -> None:
+        """One more repeat of every spread stage that takes one before this load pass (0-based)."""
         for s in self.spread:
-            s.more()
+            if load_pass in s.points:
+                s.more()
 
     def local_dir(self, name: str) -> Path:
         p = self.work_dir / name
@@ -165,11 +171,13 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
                            restart_object_store=server.restart if server is not None else None,
                            spread_over_run=True)
 
+        own_s: dict[str, float] = {}   # a spread stage's time at its own place outside its repeats (set-up)
+
         def finish_spread() -> None:
             # the spread stages' last repeats (after load and checkpoint), merged into their metrics
             for s in ctx.spread:
                 m = dict(s.done())
-                m["stage_s"], m["repeats_at_s"] = s.took_s, s.at_s
+                m["stage_s"], m["repeats_at_s"] = own_s.get(s.name, 0.0) + s.took_s, s.at_s
                 results.metrics[s.name] = ctx.state.stage_metrics[s.name] = m
             ctx.spread.clear()
             order = {n: i for i, (n, _) in enumerate(STAGES)}
@@ -190,8 +198,10 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             begin()  # the stage's results files carry their own start time
             metrics = getattr(importlib.import_module(module), func)(ctx)
             results.environment.setdefault("load_average_1m", {})[name] = load_avg + [round(os.getloadavg()[0], 2)]
-            if metrics is None and any(s.name == name for s in ctx.spread):
+            spread = next((s for s in ctx.spread if s.name == name), None)
+            if metrics is None and spread is not None:
                 results.metrics[name] = {}     # keeps its place in run.json; finish_spread fills it
+                own_s[name] = (time.perf_counter_ns() - t0) / 1e9 - spread.took_s
                 continue
             metrics = dict(metrics or {})
             metrics["stage_s"] = (time.perf_counter_ns() - t0) / 1e9

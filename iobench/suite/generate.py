@@ -15,14 +15,23 @@ SUITE_SPECS = {
     "images": {"modality": "images", "num_samples": 16, "shard_size": "4 samples"},
 }
 # One generation of these takes ~0.1-0.5 s: a single one is no throughput (two identical runs
-# differed by more than 10% on 18 of them).  Each dataset is generated again into scratch
-# directories (removed at the end), round-robin over the datasets, until each has at least
-# REPEATS_MIN timings and REPEATS_MIN_S seconds of them (at most REPEATS_MAX); the throughput is bytes / geometric-mean time, with the
-# Student t 95% interval of the mean log time (``bytes_per_s_ci95``), which `iobench compare` reads.
-REPEATS_MIN, REPEATS_MAX, REPEATS_MIN_S = 3, 20, 0.5
+# differed by more than 10% on 18 of them).  Each dataset is generated again into scratch directories
+# in ROUNDS rounds spread over the run like the probe's repeats (``SuiteContext.repeated``: one round at
+# the stage's place, one before each of load passes 3-5 (ROUND_POINTS), one after the checkpoint
+# stage); five, not three, because the interval is over the rounds: t(4)/sqrt(5) = 1.24 sd against
+# t(2)/sqrt(3) = 2.48 sd (three rounds gave rates whose intervals spanned 5-80x).  A round times each
+# dataset, round-robin over the datasets, until it has ROUND_MIN_S seconds of timings (at most
+# ROUND_MAX) and removes its scratch copies.  The throughput is bytes / geometric-mean time over the
+# rounds, with the Student t 95% interval over the rounds' mean log times (``bytes_per_s_ci95``), which
+# `iobench compare` reads.  All rounds back to back at the stage's place (before) covered only its
+# ~20 s: other work on the host for those seconds (load average 4.9 in one run, 1.0 in the next: pair 6
+# in reports/reference/repeat.md) made every generation 1.2-2.6x slower and fell outside the interval.
+# The first generation of each dataset (the one the later stages use) is not a timing: it also pays
+# for one-time imports and connections (the run's very first one took 3-8x its repeats).
+ROUNDS, ROUND_POINTS, ROUND_MAX, ROUND_MIN_S = 5, (2, 3, 4), 7, 0.2
 
 
-def suite_stage(ctx) -> dict:
+def suite_stage(ctx) -> dict | None:
     """`iobench run` stage: tokens and images in every format, locally and on S3, each verified."""
     from ..generate import GenSpec, gen_metrics, generate
     from ..results import Results
@@ -33,7 +42,7 @@ def suite_stage(ctx) -> dict:
     if ctx.s3_url:
         locations.append(("s3", ctx.s3_url.rstrip("/") + "/datasets", ctx.endpoint_url, ctx.s3_storage_options))
     datasets, per_dataset = [], {}
-    timings: dict[str, tuple] = {}     # key -> (spec, location root, endpoint, options, [seconds])
+    timings: dict[str, tuple] = {}     # key -> (spec, location root, endpoint, options)
     res = Results(command="gen", config={"suite_specs": SUITE_SPECS})
     for fmt in SUITE_FORMATS:
         ok_count, total, nbytes, secs = 0, 0, 0, 0.0
@@ -44,7 +53,7 @@ def suite_stage(ctx) -> dict:
                 spec = GenSpec.from_mapping({**base, "format": fmt, "seed": 0})
                 stats: dict = {}
                 m = generate(spec, url, endpoint_url=endpoint, storage_options=opts, progress=False, stats=stats)
-                timings[f"{location}/{name}"] = (spec, root, endpoint, opts, [stats["seconds"]])
+                timings[f"{location}/{name}"] = (spec, root, endpoint, opts)
                 rep = verify_dataset(url, endpoint_url=endpoint, storage_options=opts)
                 total += 1
                 ok_count += rep.ok
@@ -62,10 +71,14 @@ def suite_stage(ctx) -> dict:
         ctx.row("generate", f"{fmt}: tokens+images, {'/'.join(loc for loc, *_ in locations)}",
                 f"{ok_count}/{total} verified; {format_bytes(nbytes)} written and checked in {secs:.1f} s")
     ctx.state.datasets = datasets
-    _repeat_round_robin(timings)
-    for key, (_, _, _, _, seconds) in timings.items():
-        d = per_dataset[key]
-        d["throughput"] = _throughput(d["bytes"], d["samples"], seconds)
+    return ctx.repeated("generate", lambda: _timing_round(timings), lambda rounds: _finish(ctx, res, per_dataset, rounds),
+                        repeats=ROUNDS, points=ROUND_POINTS)
+
+
+def _finish(ctx, res, per_dataset: dict, rounds: list[dict]) -> dict:
+    """The rounds' timings (``_timing_round``) into each dataset's throughput; writes generate.json."""
+    for key, d in per_dataset.items():
+        d["throughput"] = _throughput(d["bytes"], d["samples"], [r[key] for r in rounds])
     res.metrics = {"datasets": per_dataset, "verified": sum(d["verify"]["ok"] for d in per_dataset.values()),
                    "total": len(per_dataset)}
     path = ctx.out_dir / "generate.json"
@@ -75,27 +88,29 @@ def suite_stage(ctx) -> dict:
             "bytes": sum(d["bytes"] for d in per_dataset.values())}
 
 
-def _repeat_round_robin(timings: dict) -> None:
-    """More timed generations of each dataset, into scratch directories (``<root>/.repeats``, removed
-    after), appended to its seconds.  Round-robin over the datasets, not one dataset's repeats in a
-    row: a burst of other work on the machine then lands in one repeat of many datasets (and widens
-    their intervals) instead of in every repeat of one (and shifts it, interval and all)."""
+def _timing_round(timings: dict) -> dict[str, list[float]]:
+    """One round: timed generations of each dataset into scratch directories (``<root>/.repeats``,
+    removed at the end of the round), until each has ROUND_MIN_S seconds of them (at most ROUND_MAX).
+    Round-robin over the datasets, not one dataset's generations in a row: a burst of other work on the
+    machine then lands in one timing of many datasets instead of in every timing of one."""
     from ..generate import generate
     from ..storage import open_backend
 
-    def wanted(seconds: list[float]) -> bool:
-        return len(seconds) < REPEATS_MAX and (len(seconds) < REPEATS_MIN or sum(seconds) < REPEATS_MIN_S)
+    seconds: dict[str, list[float]] = {key: [] for key in timings}
 
-    scratch = {(root, endpoint): opts for _, root, endpoint, opts, _ in timings.values()}
+    def wanted(t: list[float]) -> bool:
+        return len(t) < ROUND_MAX and sum(t) < ROUND_MIN_S
+
+    scratch = {(root, endpoint): opts for _, root, endpoint, opts in timings.values()}
     try:
         k = 0
-        while any(wanted(t[4]) for t in timings.values()):
-            for key, (spec, root, endpoint, opts, seconds) in timings.items():
-                if wanted(seconds):
+        while any(wanted(t) for t in seconds.values()):
+            for key, (spec, root, endpoint, opts) in timings.items():
+                if wanted(seconds[key]):
                     stats: dict = {}
                     generate(spec, f"{root.rstrip('/')}/.repeats/{k}/{key.split('/', 1)[1]}", endpoint_url=endpoint,
                              storage_options=opts, progress=False, stats=stats)
-                    seconds.append(stats["seconds"])
+                    seconds[key].append(stats["seconds"])
             k += 1
     finally:  # the suite's own scratch copies: nothing else lives under .repeats
         for (root, endpoint), opts in scratch.items():
@@ -103,16 +118,25 @@ def _repeat_round_robin(timings: dict) -> None:
                                    field_name="work_dir")
             if backend.fs.exists(backend.root):
                 backend.fs.rm(backend.root, recursive=True)
+    return seconds
 
 
-def _throughput(nbytes: int, samples: int, seconds: list[float]) -> dict:
-    """Bytes and samples per second over the repeats, each with its 95% interval (see REPEATS_MIN)."""
+def _throughput(nbytes: int, samples: int, rounds: list[list[float]]) -> dict:
+    """Bytes and samples per second over the rounds' timings, each with its 95% interval over the
+    rounds (a round's geometric-mean time is one value: its timings lie seconds apart, the rounds
+    minutes apart, and what differs between runs is what the rounds see)."""
+    import math
+
     from iobench.loader.stability import mean_interval, rate_interval
 
-    out: dict = {"repeats": len(seconds), "seconds": mean_interval(seconds),
-                 "method": "bytes / geometric-mean time of the repeats; interval: Student t on the log times, 95%"}
+    per_round = [math.exp(sum(math.log(t) for t in r) / len(r)) for r in rounds]
+    out: dict = {"repeats": sum(len(r) for r in rounds), "rounds": len(rounds),
+                 "seconds": mean_interval([t for r in rounds for t in r]),
+                 "round_seconds": per_round,
+                 "method": "bytes / geometric-mean time of the rounds' geometric-mean times; interval: Student t "
+                           "over the rounds' mean log times, 95%"}
     for key, amount in (("bytes_per_s", nbytes), ("samples_per_s", samples)):
-        r = rate_interval(amount, seconds)
+        r = rate_interval(amount, per_round)
         out[key] = r["value"]
         if r["low"] is not None and r["high"] is not None:
             out[f"{key}_ci95"] = [r["low"], r["high"]]

@@ -44,6 +44,10 @@ class SpreadRepeats:
     name: str
     measure: Callable[[], Any]
     finish: Callable[[list], dict]
+    repeats: int = REPEATS
+    # the load passes (0-based) before which one more repeat runs (``SuiteContext.spread_point``); the
+    # rest run after the checkpoint stage.  Default: the middle of the load stage (before pass 4 of 5).
+    points: tuple[int, ...] = (3,)
     runs: list = field(default_factory=list)
     at_s: list = field(default_factory=list)        # each repeat's start, seconds since ``t0``
     took_s: float = 0.0                             # the repeats' own time, summed
@@ -51,7 +55,7 @@ class SpreadRepeats:
 
     @property
     def owed(self) -> bool:
-        return len(self.runs) < REPEATS
+        return len(self.runs) < self.repeats
 
     def more(self) -> None:
         """One more repeat, if any is still owed."""

@@ -69,8 +69,8 @@ def suite_stage(ctx) -> dict:
             break
         if p and ctx.restart_object_store is not None:
             ctx.restart_object_store()
-        if p == PASSES // 2 + 1:
-            ctx.spread_point()  # the probe's and gds's middle repeat (SuiteContext.repeated), mid-load
+        if p:
+            ctx.spread_point(p)  # the spread stages' repeats between passes (SuiteContext.repeated)
         instances.append(p if ctx.restart_object_store is not None else None)
         for d, cfg in plan:
             passes.setdefault((d.key, cfg.cache), []).append(run_load(cfg, storage_options=d.storage_options))
