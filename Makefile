@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	@# An editable install leaves our own modules without .pyc files, and where PYTHONDONTWRITEBYTECODE
+	@# is set (as on these machines) every `iobench` process compiled all of them again at start-up.
+	$(PY) -m compileall -q iobench formats checkpointing gds > /dev/null
 	touch $(STAMP)
 
 # The core install is small; `make run` and `make test` add the extras they use (see pyproject).

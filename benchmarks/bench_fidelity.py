@@ -39,7 +39,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from iobench.blockdev import device_of, own_cgroup
+from iobench.blockdev import device_of, diskstats_read_bytes, own_cgroup
 from iobench.io.pagecache import drop_pages, file_residency
 from iobench.generate import GenSpec, generate
 from iobench.loader import fidelity
@@ -261,40 +261,69 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
     return out
 
 
-def _pread_proc(paths, nrec, first, length, n, seed, bar, q) -> None:
+def _pread_proc(paths, files, offs, length, bar, q) -> None:
     import numpy as np
 
     fds = [os.open(p, os.O_RDONLY) for p in paths]
-    rng = np.random.default_rng(seed)
-    f = rng.integers(len(fds), size=n)
-    fi = f.tolist()
-    offs = (first + (rng.random(n) * np.asarray(nrec)[f]).astype(np.int64) * length).tolist()
     out = np.empty((64, length), dtype=np.uint8)
-    preadv = os.preadv
+    preadv, n = os.preadv, len(offs)
     bar.wait()
     t0 = time.perf_counter()
     for i in range(n):
-        preadv(fds[fi[i]], (out[i & 63],), offs[i])
-    q.put(n / (time.perf_counter() - t0))
+        preadv(fds[files[i]], (out[i & 63],), offs[i])
+    q.put((t0, time.perf_counter(), n))
 
 
-def bare_pread_loop(paths: list[str], nrec: list[int], first: int, length: int, procs: int, reads: int,
-                    seed: int) -> float:
-    """The least a Python map-style reader can do: ``procs`` processes, each a bare loop of one
-    os.preadv per random record (no sampler, no batches, no hand-off), started together and
-    timed inside the loop; reads per s summed over the processes."""
+def map_worker_reads(man, batch: int, seed: int, steps: int, workers: int, first: int, length: int) -> list:
+    """The (shard index, offset) of every record read by each of iobench's map workers, in its
+    order: the seed's sample order (``delivery_order``), batch k to worker k % W, each batch's
+    reads grouped by shard as ``BackendSource.read_records`` makes them."""
+    import numpy as np
+
+    ids = delivery_order("map", [s.samples for s in man.shards], batch, seed, 0)[:steps * batch]
+    starts = np.array([s.first_sample for s in man.shards], dtype=np.int64)
+    out = []
+    for w in range(workers):
+        files: list[int] = []
+        offs: list[int] = []
+        for k in range(w, steps, workers):
+            b = ids[k * batch:(k + 1) * batch]
+            sh = np.searchsorted(starts, b, side="right") - 1
+            o = np.argsort(sh, kind="stable")
+            files += sh[o].tolist()
+            offs += (first + (b - starts[sh])[o] * length).tolist()
+        out.append((files, offs))
+    return out
+
+
+def fio_iolog(path: Path, paths: list[str], files: list[int], offs: list[int], length: int) -> Path:
+    """A fio version-2 iolog that reads ``length`` bytes at each (paths[files[i]], offs[i]), in order
+    (``fio --read_iolog``: no timestamps, so replayed as fast as the job goes)."""
+    with open(path, "w") as f:
+        f.write("fio version 2 iolog\n")
+        f.writelines(f"{p} add\n" for p in paths)
+        f.writelines(f"{p} open\n" for p in paths)
+        f.writelines(f"{paths[i]} read {o} {length}\n" for i, o in zip(files, offs))
+        f.writelines(f"{p} close\n" for p in paths)
+    return path
+
+
+def bare_pread_loop(paths: list[str], reads: list, length: int) -> float:
+    """The least a Python map-style reader can do: one process per worker, each a bare loop of
+    one os.preadv per record of ``reads`` (that worker's (shard indices, offsets): iobench's own
+    reads, see ``map_worker_reads``), with no sampler, batches or hand-off; started together,
+    timed inside the loops: reads over first start to last end."""
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
-    bar, q = ctx.Barrier(procs), ctx.Queue()
-    ps = [ctx.Process(target=_pread_proc, args=(paths, nrec, first, length, reads // procs, seed * 100 + w, bar, q))
-          for w in range(procs)]
+    bar, q = ctx.Barrier(len(reads)), ctx.Queue()
+    ps = [ctx.Process(target=_pread_proc, args=(paths, f, o, length, bar, q)) for f, o in reads]
     for p in ps:
         p.start()
-    rate = sum(q.get(timeout=300) for _ in ps)
+    got = [q.get(timeout=300) for _ in ps]
     for p in ps:
         p.join()
-    return rate
+    return sum(n for _, _, n in got) / (max(b for _, b, _ in got) - min(a for a, _, _ in got))
 
 
 def bench_fio(work: Path, quick: bool) -> list[dict]:
@@ -308,47 +337,81 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
     backend = open_backend(url)
     man = read_manifest(backend)
     paths = [backend.local_path(s.path) for s in man.shards]
+    dev = device_of(paths[0])
     W, batch = 2, 64
     out = []
+
+    def device_kib(fn, reads: int):
+        """fn()'s result and the device's KiB read per record read meanwhile (/proc/diskstats: the
+        whole device, so another process's reads count too; None where unavailable)."""
+        b0 = diskstats_read_bytes(dev) if dev else None
+        r = fn()
+        b1 = diskstats_read_bytes(dev) if dev else None
+        return r, (b1 - b0) / 1024 / reads if None not in (b0, b1) else None
+
     for state in ("cold", "warm"):
         steps = (100 if quick else 200) if state == "cold" else (200 if quick else 600)
         cfg = LoadConfig(dataset=url, access="map", workers=W, prefetch=2, batch_size=batch, steps=steps, cache=state,
                          monitor_interval_s=1.0, seed=3)
         # fio's default fadvise_hint tells the kernel the reads are random (POSIX_FADV_RANDOM), which turns the
-        # disk's read-ahead off; a map-style Dataset (torch's, ours) does not, so a cold miss pulls up to
-        # read_ahead_kb.  The target row compares at the same kernel policy (--fadvise_hint=0) and at the same
-        # alignment (--blockalign=64: samples sit 64 bytes off page boundaries); the default-hint row is shown too.
-        peers = {"same read-ahead": ["--fadvise_hint=0", "--blockalign=64"], "fio default (FADV_RANDOM)": []}
+        # disk's read-ahead off; a map-style Dataset (torch's, ours) does not, so a cold miss may pull more
+        # than it asked for.  The cold target row compares at the same kernel policy (--fadvise_hint=0) and
+        # on the very same reads: one fio job per loader worker replays that worker's reads (read_iolog:
+        # its samples, in its order).  Random offsets were not the same reads: --blockalign=64 (random
+        # 64-byte-aligned offsets, no random map) repeated ~4.7% of its reads, which the page cache then
+        # served (0.95 device reads per read); --offset=64 with fio's random map takes the next free block
+        # on a collision, an adjacent one that the kernel's read-ahead treats as sequential (8.5 KiB read
+        # per 4 KiB); lfsr's sequence did so more (9.5 KiB).  Warm rows stay random (2 s, time-based).
+        # The default-hint row is shown too.
+        peers = {"same read-ahead": ["--fadvise_hint=0"] + (["--replay"] if state == "cold" else ["--blockalign=64"]),
+                 "fio default (FADV_RANDOM)": []}
         iob: list[float] = []
         peer: dict[str, list[float]] = {k: [] for k in peers}
-        # cold only, diagnostics in the same rounds: a bare Python pread loop (W processes: the ceiling
-        # of one pread per sample from Python here) and iobench W=1 with 2 reads in flight in its one
-        # worker (read_ahead=1: the same queue depth 2 from one process)
+        kib: dict[str, list] = {"iobench": [], **{k: [] for k in peers}}
+        lat: list[dict] = []
+        # cold only, diagnostics in the same rounds: a bare Python pread loop (W processes making the
+        # loader's own reads: the ceiling of one pread per sample from Python here) and iobench W=1 with
+        # 2 reads in flight in its one worker (read_ahead=1: the same queue depth 2 from one process)
         bare: list[float] = []
         iob_t: list[float] = []
         cfg_t = LoadConfig(**{**cfg.__dict__, "workers": 1, "read_ahead": W - 1})
+        reads = map_worker_reads(man, batch, cfg.seed, steps, W, 64, 4096) if state == "cold" else []
+        logs = [fio_iolog(work / f"fio-w{w}.iolog", paths, f, o, 4096) for w, (f, o) in enumerate(reads)]
+        n = steps * batch
         for rnd in range(1 if quick else 3):
-            m = run_load(cfg).metrics
+            m, k = device_kib(lambda: run_load(cfg).metrics, n)
             iob.append(m["throughput"]["steady_samples_per_s"])
+            kib["iobench"].append(k)
+            rl = (m.get("read_latency_s") or {}).get("read") or {}
+            lat.append({q: rl.get(q) for q in ("p50", "p90", "p99", "max")})
             if state == "cold":
                 iob_t.append(run_load(cfg_t).metrics["throughput"]["steady_samples_per_s"])
                 cold(paths)
-                bare.append(bare_pread_loop(paths, [s.samples for s in man.shards], 64, 4096, W, steps * batch,
-                                            rnd))
+                bare.append(bare_pread_loop(paths, reads, 4096))
             fj = work / "fio.json"
             # cold: the same number of reads as the loader made, from the same dropped cache (a time-based fio
             # run would go on reading a cache its own read-ahead has warmed); warm: 2 s of reads
-            span = [f"--number_ios={steps * batch // W}"] if state == "cold" else ["--time_based", "--runtime=2"]
+            span = [f"--number_ios={n // W}"] if state == "cold" else ["--time_based", "--runtime=2"]
             for name, extra in peers.items():
                 if state == "cold":
                     cold(paths)
-                args = ["fio", "--output-format=json", f"--output={fj}", "--group_reporting", "--name=randread",
-                        "--rw=randread", "--bs=4k", "--ioengine=psync", "--iodepth=1", f"--numjobs={W}",
-                        f"--invalidate={1 if state == 'cold' else 0}", *span, *extra,
-                        "--filename=" + ":".join(p.replace(":", "\\:") for p in paths)]
-                subprocess.run(args, check=True, capture_output=True)
-                text = fj.read_text()      # fio may put its notices ("blockalign turns off randommap") first
+                args = ["fio", "--output-format=json", f"--output={fj}", "--group_reporting", "--rw=randread",
+                        "--bs=4k", "--ioengine=psync", "--iodepth=1", f"--invalidate={1 if state == 'cold' else 0}"]
+                if "--replay" in extra:   # one job per worker, each replaying that worker's reads
+                    args += [x for x in extra if x != "--replay"]
+                    args += [a for w, log in enumerate(logs) for a in (f"--name=w{w}", f"--read_iolog={log}")]
+                else:
+                    args += ["--name=randread", f"--numjobs={W}", *span, *extra,
+                             "--filename=" + ":".join(p.replace(":", "\\:") for p in paths)]
+                _, k = device_kib(lambda: subprocess.run(args, check=True, capture_output=True), n)
+                text = fj.read_text()      # fio may put its notices first
                 peer[name].append(json.loads(text[text.index("{"):])["jobs"][0]["read"]["iops"])
+                kib[name].append(k if state == "cold" else None)
+
+        def mid(xs):
+            xs = [x for x in xs if x is not None]
+            return statistics.median(xs) if xs else None
+
         i = statistics.median(iob)
         for name, extra in peers.items():
             p = statistics.median(peer[name])
@@ -358,33 +421,42 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
                         "note": f"{state} page cache; iobench --access map W={W} (one pread per 4 KiB sample, queue "
                                 f"depth {W}; samples sit 64 bytes off page boundaries, so a cold one costs two pages) "
                                 f"vs fio randread bs=4k psync numjobs={W} iodepth=1 (buffered, "
-                                f"{'--invalidate=1 --number_ios=' + str(steps * batch // W) if state == 'cold' else '--invalidate=0'} "
-                                f"{' '.join(extra)}) "
-                                f"over the same shard files",
+                                + ("--invalidate=1 --fadvise_hint=0, one job per loader worker replaying its reads with "
+                                   "--read_iolog: the same samples in the same order) over the same shard files"
+                                   if "--replay" in extra else
+                                   f"{'--invalidate=1 --number_ios=' + str(n // W) if state == 'cold' else '--invalidate=0'} "
+                                   f"{' '.join(extra)}) over the same shard files"),
                         "iobench": i, "peer": p, "ratio": i / p, "target": target,
-                        "met": i / p >= target if target else None, "iobench_runs": iob, "peer_runs": peer[name]})
+                        "met": i / p >= target if target else None, "iobench_runs": iob, "peer_runs": peer[name],
+                        "round_ratios": [a / b for a, b in zip(iob, peer[name])],
+                        "iobench_device_kib_per_read": mid(kib["iobench"]) if state == "cold" else None,
+                        "peer_device_kib_per_read": mid(kib[name]),
+                        "iobench_read_latency_s": lat})
         if state == "cold":
             p = statistics.median(peer["same read-ahead"])
-            fio_note = (f"fio randread bs=4k psync numjobs={W} iodepth=1 --invalidate=1 --fadvise_hint=0 "
-                        f"--blockalign=64, the same rounds, the same cold shard files")
+            fio_note = (f"fio bs=4k psync iodepth=1 --invalidate=1 --fadvise_hint=0, {W} jobs replaying the loader "
+                        f"workers' reads (--read_iolog), the same rounds, the same cold shard files")
             b, t = statistics.median(bare), statistics.median(iob_t)
             out += [{"section": "fio randread, cold cache: bare Python pread loop vs fio", "metric": "4 KiB reads per s",
                      "note": f"diagnostic, the ceiling of one pread per sample from Python here: {W} processes, each "
-                             f"a bare loop of os.preadv of one random 4 KiB record (queue depth {W}; no sampler, "
-                             f"batches or hand-off), timed inside the loop, vs {fio_note}",
+                             f"a bare loop of os.preadv over one iobench worker's own reads (the same samples, in "
+                             f"the same order, grouped by shard per batch; queue depth {W}; no sampler, batches or "
+                             f"hand-off), timed inside the loops, vs {fio_note}",
                      "iobench": b, "peer": p, "ratio": b / p, "target": None, "met": None,
-                     "iobench_runs": bare, "peer_runs": peer["same read-ahead"]},
+                     "iobench_runs": bare, "peer_runs": peer["same read-ahead"],
+                     "round_ratios": [x / y for x, y in zip(bare, peer["same read-ahead"])]},
                     {"section": "fio randread, cold cache: iobench vs bare Python pread loop", "metric": "4 KiB reads per s",
                      "note": f"diagnostic: iobench --access map W={W} (the target row's loader) vs the bare loop above "
-                             f"(the same queue depth {W}): the loader's own per-sample cost",
+                             f"(the same reads, the same queue depth {W}): the loader's own per-sample cost",
                      "iobench": i, "peer": b, "ratio": i / b, "target": None, "met": None,
-                     "iobench_runs": iob, "peer_runs": bare},
+                     "iobench_runs": iob, "peer_runs": bare, "round_ratios": [x / y for x, y in zip(iob, bare)]},
                     {"section": f"fio randread, cold cache: iobench W=1 with {W} reads in flight vs fio",
                      "metric": "4 KiB reads per s",
                      "note": f"iobench --access map W=1 --read-ahead {W - 1} (one worker keeps {W} of its batch's "
                              f"4 KiB preads in flight on threads: queue depth {W}) vs {fio_note}",
                      "iobench": t, "peer": p, "ratio": t / p, "target": None, "met": None,
-                     "iobench_runs": iob_t, "peer_runs": peer["same read-ahead"]}]
+                     "iobench_runs": iob_t, "peer_runs": peer["same read-ahead"],
+                     "round_ratios": [x / y for x, y in zip(iob_t, peer["same read-ahead"])]}]
     return out
 
 
@@ -514,6 +586,16 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                       if "FADV_RANDOM" in r["section"] else "(no target: a diagnostic beside the target row)."
                       if "cold cache:" in r["section"] else
                       "(no target: the harness's ceiling with the page cache in the way).")), ""]
+            if r.get("round_ratios"):
+                L[-1:-1] = ["", "Per-round ratios: " + ", ".join(f"{x:.2f}" for x in r["round_ratios"]) + "."]
+            if r.get("peer_device_kib_per_read") is not None:
+                ik = r.get("iobench_device_kib_per_read")
+                L[-1:-1] = ["", "Device KiB read per 4 KiB read (median over rounds, /proc/diskstats, the whole disk): "
+                            + (f"iobench {ik:.2f}, " if ik is not None else "") + f"fio {r['peer_device_kib_per_read']:.2f}."]
+            lat = [x for x in r.get("iobench_read_latency_s") or [] if x.get("p50") is not None]
+            if lat and r.get("target"):
+                L[-1:-1] = ["", "iobench's pread latency per round (p50 / p99 / max, µs): " + "; ".join(
+                    f"{1e6 * x['p50']:.0f} / {1e6 * x['p99']:.0f} / {1e6 * x['max']:.0f}" for x in lat) + "."]
     L += ["## Reading these numbers", "",
           "- Steady-state stall: over the loader's steady window (`iobench.loader.stability.steady_window`, the same "
           "rule for iobench and the peers): from the second step that waited to the last, so the batches read "
@@ -537,7 +619,14 @@ def to_markdown(results: list[dict], meta: dict) -> str:
           "DataLoader's pickling of each 2 MiB batch was not timed apart; the peer's steady stall matching the "
           "formula bounds it below ~0.5 pp here.",
           "- fio and whole-process rows are CPU-bound on this 2-core host under a load of ~10: they describe the "
-          "loader's per-sample cost here, not the storage.", ""]
+          "loader's per-sample cost here, not the storage.",
+          "- fio cold row: fio replays the loader workers' own reads, so both sides read the same device bytes "
+          "(the KiB per read above); no read-ahead of megabytes on either side. iobench's median pread matches "
+          "fio's; its slow tail is time spent runnable but not running: `perf sched` on one iobench run showed "
+          "its workers' wake-to-run delay at p50 22 us, p99 3.5 ms (260 waits over 1 ms in 13k switches) while "
+          "two other tenants' processes used ~1.5 s of CPU each during the 1.2 s run. A bare loop of the same "
+          "reads in 2 processes keeps up with fio, so the gap is the loader's consumer and hand-off sharing the "
+          "2 cores, not Python's pread.", ""]
     return "\n".join(L) + "\n"
 
 

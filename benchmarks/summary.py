@@ -73,7 +73,8 @@ def _rows_generate(d: dict) -> list[dict]:
 
 
 def _rows_stage(d: dict) -> list[dict]:
-    return [_row(f"stage {c['case']} vs {c.get('peer')}", c.get("ratio_median"), 0.9) for c in d.get("cases", [])]
+    return [_row(f"stage {c['case']} vs {c.get('peer')}", c.get("ratio_median"), None if c.get("diagnostic") else 0.9)
+            for c in d.get("cases", [])]   # a diagnostic row (bench_stage's copy loops alone) has no target
 
 
 def _rows_ckpt(d: dict) -> list[dict]:

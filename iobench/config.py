@@ -14,8 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
-import yaml
-
 from .errors import ConfigError
 
 T = TypeVar("T")
@@ -123,6 +121,8 @@ def parse_set(items: list[str] | None) -> dict:
         key, raw = item.split("=", 1)
         if not key.strip():
             raise ConfigError("--set", f"{item!r} has an empty key", "use --set section.key=value")
+        import yaml   # here, not at the top: most commands parse no YAML (~20 ms of start-up)
+
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
@@ -194,6 +194,8 @@ def load_workload(name_or_path: str) -> dict:
             raise ConfigError("--workload", f"unknown workload {name_or_path!r}", nearest(name_or_path, names))
         # One name per joinpath call: several at once need Python 3.11.
         text = resources.files("iobench").joinpath("workloads").joinpath(name_or_path + ".yaml").read_text()
+    import yaml
+
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -204,6 +206,8 @@ def load_workload(name_or_path: str) -> dict:
 
 
 def load_yaml_file(path: str, field: str) -> dict:
+    import yaml
+
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:

@@ -233,6 +233,26 @@ def test_cli_entry_point_runs():
     assert out.returncode == 0 and "version" in out.stdout
 
 
+def test_cli_registers_every_command_module_and_a_plain_load_skips_yaml_and_the_planner():
+    import pkgutil
+
+    from iobench import commands
+    from iobench.cli import _command_names, build_parser
+
+    want = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    assert _command_names() == want and "load" in want
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert sorted(sub.choices) == want
+    # start-up: what `iobench load DATA` imports before it reads anything (fresh interpreter)
+    code = ("import sys; from iobench.cli import build_parser; import iobench.commands.load, iobench.loader.core, "
+            "iobench.storage, iobench.results, iobench.dist.launch; "
+            "iobench.storage.parse_storage_options([]); "
+            "print(sorted(m for m in ('yaml', 'iobench.planner.pipeline', 'iobench.loader.analysis') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_usage_error_is_one_line():
     e = ConfigError("loader.prefetch", "must be at least 1, got 0", "use --prefetch 1 or more")
     assert "\n" not in str(e) and str(e).startswith("loader.prefetch:")

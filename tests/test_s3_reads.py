@@ -63,10 +63,11 @@ def test_server_on_this_host_reads_the_endpoint():
     assert not open_backend("memory://x").server_on_this_host
 
 
-@pytest.mark.parametrize("client,block", [("obstore", "4KiB"), ("s3fs", "4KiB"), ("obstore", "1MiB")])
+@pytest.mark.parametrize("client,block", [("obstore", "4KiB"), ("s3fs", "4KiB"), ("obstore", "1MiB"), ("s3fs", "1MiB")])
 def test_blocks_read_ahead_concurrently_deliver_every_row(s3_server, s3_prefix, client, block):
     """Several blocks read at once (read-ahead 3) share one GET pool and one buffer pool
-    (4 KiB GETs), or each shard is one GET parsed in the client's own buffer (1 MiB):
+    (4 KiB GETs), or each shard is one GET parsed in the client's own buffer (obstore,
+    1 MiB) or read into a reused one of ours (s3fs, 1 MiB):
     every delivered row must still be its shard's bytes, each sample exactly once."""
     if client == "obstore":
         pytest.importorskip("obstore", reason="the s3fast extra (obstore) is not installed")
@@ -98,3 +99,20 @@ def test_blocks_read_ahead_concurrently_deliver_every_row(s3_server, s3_prefix, 
     local = [w for w in r.warnings if "runs on this machine" in w]
     assert bool(local) == (cfg.workers >= usable_cores())
     assert all(s3_server.secret_key not in w for w in r.warnings)
+
+
+def test_s3fs_ranged_reads_land_in_the_callers_buffer(s3_server, s3_prefix):
+    """s3fs's cat_into streams the body into the caller's buffer: the exact range, a short
+    count where the object ends first, and S3's missing key as FileNotFoundError."""
+    b = open_backend(s3_prefix, endpoint_url=s3_server.endpoint_url, s3_client="s3fs",
+                     storage_options={"key": s3_server.access_key, "secret": s3_server.secret_key})
+    data = np.random.default_rng(3).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+    b.fs.pipe_file(b.path("obj"), data)
+    assert not b.zero_copy_reads
+    out = bytearray(300_000)
+    assert b.cat_into("obj", 1000, 250_000, out) == 249_000
+    assert bytes(out[:249_000]) == data[1000:250_000]
+    assert b.cat_into("obj", 200_000, 400_000, out) == 100_000
+    assert bytes(out[:100_000]) == data[200_000:]
+    with pytest.raises(FileNotFoundError):
+        b.cat_into("missing", 0, 10, out)

@@ -467,3 +467,21 @@ def test_each_rank_prestages_its_own_assignment(tmp_path, ds_dir):
     assert r["rank_shards"] == 5 and r["staging"]["staged_shards"] == 5 and r["epochs"][0]["hit_ratio"] == 1.0
     assert sorted(f.rsplit("/", 1)[1] for f in tier_files(tmp_path / "nvme")) == [
         f"shard-{i:05d}.bin" for i in (1, 3, 5, 7, 9)]
+
+
+def test_processes_opening_a_new_catalog_together_all_get_in(tmp_path):
+    """Ranks of one job open a fresh catalog at the same moment: switching it to WAL must wait
+    for the others (SQLite says "database is locked" at once there, without the busy handler)."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time\nfrom iobench.tiers.catalog import Catalog\n"
+            "while time.time() < float(sys.argv[2]): pass\n"
+            "Catalog(sys.argv[1]).ensure_tier('nvme', None)\n")
+    for rnd in range(4):
+        start = time.time() + 1.0
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"c{rnd}.sqlite"), str(start)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        errs = [p.communicate(timeout=60)[1] for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e for e in errs if e][:1]

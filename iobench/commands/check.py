@@ -25,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--samples", type=int, metavar="N", help="synthetic dataset size in samples (default: one pass)")
     p.add_argument("--format", default="raw", help="synthetic dataset format: raw | tar | parquet | tfrecord | files")
     p.add_argument("--cache", default="as-is", choices=("cold", "warm", "as-is"), help="page cache before loading")
+    p.add_argument("--emulate", default="none", metavar="SPEC",
+                   help="emulated storage (as `iobench load --emulate`), e.g. bw:400MiB/s: what a slower tier would do")
     p.add_argument("--max-stall", type=float, metavar="R", help="exit 1 when the stall exceeds R (e.g. 0.05)")
     add_endpoint_flag(p)
     add_storage_option_flag(p)
@@ -45,7 +47,8 @@ def run(args) -> int:
     cfg = CheckConfig(step_s=parse_duration(args.step_time, "--step-time"), batch_size=args.batch_size,
                       workers=args.workers, prefetch=args.prefetch, steps=args.steps, target=args.target,
                       dataset=args.dataset, sample_bytes=parse_size(args.sample_size, "--sample-size"),
-                      samples=args.samples, format=args.format, cache=args.cache, max_stall=args.max_stall)
+                      samples=args.samples, format=args.format, cache=args.cache, max_stall=args.max_stall,
+                      emulate=args.emulate)
     so = parse_storage_options(args.storage_option) or None
 
     def say(msg: str) -> None:

@@ -142,7 +142,6 @@ def run(args) -> int:
     from ..units import format_bytes, format_seconds
     from ..dist import detect_world
     from ..dist.launch import collect, start
-    from ..loader.analysis import analyze, recommend, validate
     from ..loader.core import run_load
 
     cfg = build_config(args)
@@ -164,6 +163,8 @@ def run(args) -> int:
             from ..errors import ConfigError
 
             raise ConfigError("--analyze", "cannot be combined with --tiers", "analyze the dataset URL directly")
+        from ..loader.analysis import analyze   # here: the planner it imports is start-up a plain load skips
+
         analysis, run_ = analyze(cfg, **kw)
     else:
         run_ = run_load(cfg, source=source, **kw)
@@ -178,6 +179,8 @@ def run(args) -> int:
     if analysis is not None:
         metrics["analysis"] = analysis
     if args.recommend:
+        from ..loader.analysis import recommend, validate
+
         rec = recommend(metrics, cfg.compute_model().nominal_s, consumers=world.size)
         if args.validate and rec.get("depth_recommended"):
             rec["validation"] = validate(replace(cfg, cache=cfg.cache), rec, access=metrics["access"], **kw)
@@ -193,6 +196,8 @@ def run(args) -> int:
         return 0
     if world.size > 1:
         if "prefetch_recommendation" in metrics:
+            from ..loader.analysis import recommend
+
             results.metrics["prefetch_recommendation"] = recommend(results.metrics, cfg.compute_model().nominal_s,
                                                                    consumers=world.size)
         results.metrics["rank0"] = {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}

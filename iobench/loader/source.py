@@ -200,6 +200,13 @@ class BackendSource:
             raise short_read(shard.path, len(data), shard.bytes)
         return memoryview(data).cast("B")
 
+    def _get_whole_into(self, shard: ShardEntry) -> memoryview:
+        """A whole shard in one GET (retried) into a reused buffer of ours."""
+        buf = self._direct_buffer(shard.bytes)
+        with self._in_flight:
+            self._get_into(shard.path, 0, shard.bytes, memoryview(buf)[:shard.bytes])
+        return memoryview(buf[:shard.bytes])
+
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
         return self.read_shards([shard])[0]
 
@@ -222,8 +229,11 @@ class BackendSource:
         if all(len(ranged_gets(s.bytes, self.block_size)) == 1 for s in shards) and \
                 (len(shards) == 1 or self.concurrency == 1):
             # One GET per shard, made in this thread: each shard is parsed in the client's own
-            # buffer (no copy into ours).  Several shards in one block still go through the pool.
-            return [self._get_buffer(s) for s in shards]
+            # buffer where that costs no copy (obstore), else read into a reused one of ours
+            # (s3fs).  Several shards in one block still go through the pool.
+            if self.backend.base.zero_copy_reads:
+                return [self._get_buffer(s) for s in shards]
+            return [self._get_whole_into(s) for s in shards]
         bufs = [self._direct_buffer(s.bytes) for s in shards]
         jobs = []
         for s, buf in zip(shards, bufs):

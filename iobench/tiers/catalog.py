@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import time
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,7 +135,7 @@ class Catalog:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             c = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                 check_same_thread=True)
-            c.execute("PRAGMA journal_mode=WAL")
+            self._use_wal(c)
             # NORMAL in WAL mode survives process crashes; a power loss can only lose a
             # recent transaction, whose orphaned files `reconcile` removes.
             c.execute("PRAGMA synchronous=NORMAL")
@@ -142,6 +143,27 @@ class Catalog:
             self._local.conn, self._local.pid = c, os.getpid()
             self._init_schema(c)
         return c
+
+    def _use_wal(self, c: sqlite3.Connection) -> None:
+        """Switch the catalog to WAL, waiting out other processes that open it at the same moment.
+
+        Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+        locked" at once instead of calling the busy handler when another connection holds the
+        file (ranks of one job opening a new catalog together); so retry here, for as long as
+        the busy timeout allows.  The mode is stored in the file: once WAL, nothing to change.
+        """
+        deadline = time.monotonic() + self.busy_timeout_s
+        delay = 0.001
+        while True:
+            try:
+                if c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    c.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
 
     @staticmethod
     @contextmanager
