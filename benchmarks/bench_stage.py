@@ -128,6 +128,20 @@ def s3fs_get(server, prefix: str, files: list[str], dst: Path) -> float:
     return timed(lambda: fs.get([f"{prefix}/{f}" for f in files], [str(dst / f) for f in files]))
 
 
+def alternate(ours_fn, peer_fn, repeats: int) -> tuple[list[float], list[float]]:
+    """Time ``ours_fn`` and ``peer_fn`` in ``repeats`` rounds, taking turns at going first
+    (this disk's level drifts within a run: alternating puts both sides on the same drift)."""
+    ours, peers = [], []
+    for i in range(repeats):
+        if i % 2:
+            t_peer, t_ours = peer_fn(), ours_fn()
+        else:
+            t_ours, t_peer = ours_fn(), peer_fn()
+        ours.append(t_ours)
+        peers.append(t_peer)
+    return ours, peers
+
+
 def ratio_block(name, total, ours, peers, peer_name) -> dict:
     r = [p / o for o, p in zip(ours, peers)]  # throughput ratio = peer time / our time
     return {"case": name, "peer": peer_name, "bytes": total,
@@ -165,33 +179,19 @@ def main() -> int:
                                  TierSpec(name="object", url=str(work))), catalog=str(work / "catalog.sqlite"))
         # 1. local -> local
         for fsync, verify in ((True, True), (False, True), (False, False)):
-            ours, peers = [], []
             vcfg = replace(cfg, verify=verify)
-            for i in range(args.repeats):
-                pair = [lambda: iobench_prestage(vcfg, str(src), fsync, args.concurrency),
-                        lambda: cp_parallel(src, files, work / "cp", args.concurrency, fsync)]
-                if i % 2:
-                    t_peer, t_ours = pair[1](), pair[0]()
-                else:
-                    t_ours, t_peer = pair[0](), pair[1]()
-                ours.append(t_ours)
-                peers.append(t_peer)
+            ours, peers = alternate(lambda: iobench_prestage(vcfg, str(src), fsync, args.concurrency),
+                                    lambda: cp_parallel(src, files, work / "cp", args.concurrency, fsync),
+                                    args.repeats)
             label = f"local→local prestage, fsync {'on' if fsync else 'off'}" + ("" if verify else ", verify off")
             out["cases"].append(ratio_block(label, total, ours,
                                             peers, f"xargs -P {args.concurrency} cp" + (" + sync FILES" if fsync else "")))
             print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
 
         # diagnostic: the copy loops alone (verified vs copy_file_range), same threads, no harness
-        ours, peers = [], []
-        for i in range(args.repeats):
-            pair = [lambda: copy_loops(src, files, work / "loop", args.concurrency, True),
-                    lambda: copy_loops(src, files, work / "loop", args.concurrency, False)]
-            if i % 2:
-                t_peer, t_ours = pair[1](), pair[0]()
-            else:
-                t_ours, t_peer = pair[0](), pair[1]()
-            ours.append(t_ours)
-            peers.append(t_peer)
+        ours, peers = alternate(lambda: copy_loops(src, files, work / "loop", args.concurrency, True),
+                                lambda: copy_loops(src, files, work / "loop", args.concurrency, False),
+                                args.repeats)
         out["cases"].append({**ratio_block("diagnostic: verified copy loop alone (read, xxh64, write)", total, ours,
                                            peers, f"copy_file_range loop, {args.concurrency} threads"),
                              "diagnostic": True})
@@ -206,16 +206,9 @@ def main() -> int:
                                    TierSpec(name="object", url="s3://iobench/bench", endpoint_url=server.endpoint_url,
                                             storage_options=opts)),
                             catalog=str(work / "catalog-s3.sqlite"))
-        ours, peers = [], []
-        for i in range(args.repeats):
-            a = lambda: iobench_prestage(replace(s3cfg), f"s3://{prefix}", False, args.concurrency)  # noqa: E731
-            b = lambda: s3fs_get(server, prefix, files, work / "get")  # noqa: E731
-            if i % 2:
-                t_peer, t_ours = b(), a()
-            else:
-                t_ours, t_peer = a(), b()
-            ours.append(t_ours)
-            peers.append(t_peer)
+        ours, peers = alternate(lambda: iobench_prestage(replace(s3cfg), f"s3://{prefix}", False, args.concurrency),
+                                lambda: s3fs_get(server, prefix, files, work / "get"),
+                                args.repeats)
         out["cases"].append(ratio_block("S3→local prestage (fsync off on both)", total, ours, peers,
                                         "s3fs get (its default batching)"))
         print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
