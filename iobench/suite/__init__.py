@@ -116,9 +116,8 @@ class SuiteContext:
         returned."""
         from .intervals import REPEATS, SpreadRepeats
 
-        s = SpreadRepeats(name, measure, finish, repeats=repeats or REPEATS, t0=self.t0)
-        if points is not None:
-            s.points = points
+        s = SpreadRepeats(name, measure, finish, repeats=repeats or REPEATS, t0=self.t0,
+                          **({} if points is None else {"points": points}))
         s.more()
         if not self.spread_over_run:
             return s.done()

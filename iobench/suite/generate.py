@@ -125,11 +125,11 @@ def _throughput(nbytes: int, samples: int, rounds: list[list[float]]) -> dict:
     """Bytes and samples per second over the rounds' timings, each with its 95% interval over the
     rounds (a round's geometric-mean time is one value: its timings lie seconds apart, the rounds
     minutes apart, and what differs between runs is what the rounds see)."""
-    import math
+    from statistics import geometric_mean
 
     from iobench.loader.stability import mean_interval, rate_interval
 
-    per_round = [math.exp(sum(math.log(t) for t in r) / len(r)) for r in rounds]
+    per_round = [geometric_mean(r) for r in rounds]
     out: dict = {"repeats": sum(len(r) for r in rounds), "rounds": len(rounds),
                  "seconds": mean_interval([t for r in rounds for t in r]),
                  "round_seconds": per_round,
