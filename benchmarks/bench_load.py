@@ -37,6 +37,7 @@ from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks
 
 MiB = 2**20
 REPEATS = 3
+FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
 
 
 def best(xs):
@@ -127,9 +128,13 @@ def bench_access(work: Path, scale: float) -> list[dict]:
 def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path) -> dict:
     groups = [files[i::jobs] for i in range(jobs)]
     args = ["fio", "--output-format=json", f"--output={out_json}", "--group_reporting"]
+    folder = os.path.dirname(files[0])
+    assert all(os.path.dirname(f) == folder for f in files)
     for i, g in enumerate(groups):
+        # names relative to --directory: fio refuses a --filename list over 4096 characters
         args += [f"--name=j{i}", "--rw=read", f"--bs={bs}", "--ioengine=psync", f"--direct={int(direct)}",
-                 "--invalidate=0", "--filename=" + ":".join(g), "--file_service_type=sequential"]
+                 "--invalidate=0", f"--directory={folder}", "--filename=" + ":".join(os.path.basename(f) for f in g),
+                 "--file_service_type=sequential"]
     t, _ = timed(lambda: subprocess.run(args, check=True, stdout=subprocess.DEVNULL))
     rep = json.loads(out_json.read_text())["jobs"][0]["read"]
     return {"bytes_per_s": rep["io_bytes"] / (rep["runtime"] / 1000) if rep["runtime"] else None,
@@ -187,7 +192,10 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
         return [{"section": "fio", "skipped": "fio not installed"}]
     url = str(work / "raw-tokens")
     shard = 8 * MiB
-    m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(262144 * scale), seq_len=512,
+    # 1 GiB (128 shards): at 32 shards a cold round was 32 requests in 0.3 s, and this disk's
+    # speed moves by +-30% within seconds, so 3 such rounds measured the disk, not iobench
+    # (rows 0.66-1.02 from one hour to the next; 10 sandwiched rounds at 1 GiB: 0.90).
+    m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(1048576 * scale), seq_len=512,
                          vocab_size=32000, shard_size=f"{shard}B", fsync=True), url, progress=False)
     files = [os.path.join(url, s.path) for s in m.shards]
     W = 1  # one stream each: the consumer is one process, as fio's job is
@@ -200,12 +208,20 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
         iob, peer, gather = [], [], []
-        for r in range(REPEATS):
-            iob.append(load_rate(LoadConfig(**{**base.__dict__, "cache": state, "batch_size": batch,
-                                               "odirect": state == "cold", "s3_block_size": f"{shard}B"})))
-            for f in files:
-                (warm_file if state == "warm" else drop_pages)(f)
-            peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
+        cfg = LoadConfig(**{**base.__dict__, "cache": state, "batch_size": batch, "odirect": state == "cold",
+                            "s3_block_size": f"{shard}B"})
+        for r in range(FIO_ROUNDS):
+            def ours():
+                iob.append(load_rate(cfg))
+
+            def theirs():
+                for f in files:
+                    (warm_file if state == "warm" else drop_pages)(f)
+                peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
+            # the sides swap which goes first every round, so a drift of the disk or the host
+            # within a round does not always favour the same side
+            for side in ((ours, theirs) if r % 2 == 0 else (theirs, ours)):
+                side()
             if state == "warm":
                 gather.append(_gather_loop(files, fixed, batch, seed=r))
         same = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),

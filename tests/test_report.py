@@ -99,8 +99,10 @@ def test_report_is_self_contained_with_plots_for_every_shape(tmp_path):
 def test_report_cli_thresholds_set_the_exit_code(tmp_path, capsys):
     good, bad = load_results(tmp_path / "good.json"), load_results(tmp_path / "bad.json", stall=0.3, au=0.7)
     assert main(["report", str(good), "-o", str(tmp_path / "r1"), "--min-au", "0.9"]) == 0
+    capsys.readouterr()
     assert main(["report", str(bad), "-o", str(tmp_path / "r2"), "--min-au", "0.9"]) == 1
-    assert "FAIL" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 of 1 checks failed.") and any("FAIL" in line for line in out[1:])
     assert main(["report", str(good), "-o", str(tmp_path / "r3"), "--max-stall", "0.01"]) == 1
     assert main(["report", str(good), "-o", str(tmp_path / "r4"), "--min-au", "90"]) == 2
     assert main(["report", str(tmp_path / "missing.json"), "-o", str(tmp_path / "r5")]) == 2

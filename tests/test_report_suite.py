@@ -36,6 +36,10 @@ def test_suite_stage_renders_stage_results_and_plans(tmp_path):
     assert any(r[0] == "report" and r[2].endswith("report.html") for r in ctx.rows)
     assert any(str(p).endswith("interval-ckpt.json") for p in ctx.results_files)
     assert m["results_files"] == 2 and any("junk.json" in w for w in ctx.warnings)
+    # the answer first: the run prints this line before its table, and both pages open with it
+    assert ctx.verdict == m["verdict"] and ctx.verdict.startswith("Data stall 10.00% in load.json.")
+    md = Path(m["markdown"]).read_text().splitlines()
+    assert md[2] == f"**{ctx.verdict}**"
 
 
 def test_suite_stage_with_nothing_measured_still_writes_a_report(tmp_path):

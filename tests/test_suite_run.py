@@ -180,3 +180,15 @@ def test_run_merges_a_spread_stage_into_run_json(tmp_path):
     cpu = gds["cpu"]["warm"]
     assert cpu["bytes_per_s_ci95"][0] <= cpu["bytes_per_s"] <= cpu["bytes_per_s_ci95"][1]
     assert (tmp_path / "out" / "gds.json").exists()
+
+
+def test_run_prints_the_verdict_before_its_summary_table(tmp_path, capsys):
+    import json
+
+    from iobench.suite import run_suite
+
+    path = run_suite(tmp_path / "out", stages=["gds", "report"], progress=False)
+    out = capsys.readouterr().out.splitlines()
+    verdict = json.loads(path.read_text())["metrics"]["report"]["verdict"]
+    assert verdict and out[0] == verdict
+    assert any("iobench run — summary" in line for line in out[1:])

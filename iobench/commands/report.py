@@ -36,6 +36,7 @@ def run(args) -> int:
     from ..report.build import build_report
 
     rep = build_report(args.results, args.out, args.title, threshold_limits(args))
+    print(rep.verdict)
     print(f"report: {rep.html}")
     print(f"summary: {rep.markdown}")
     from ..report.format import check_line

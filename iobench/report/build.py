@@ -22,6 +22,7 @@ class Report:
     html: Path
     markdown: Path
     checks: list[dict] = field(default_factory=list)
+    verdict: str = ""       # the line a reader acts on: printed first by the commands, atop both pages
 
     @property
     def ok(self) -> bool:
@@ -117,7 +118,8 @@ def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench repor
     when = now_iso()
     page = html.render(docs, title, checks, when)
     md = markdown.render(docs, title, checks, when)
+    text, _ = html.verdict(docs, checks)
     hp, mp = out / "report.html", out / "report.md"
     atomic_write_bytes(hp, page.encode("utf-8"), fsync=False)
     atomic_write_bytes(mp, md.encode("utf-8"), fsync=False)
-    return Report(hp, mp, checks)
+    return Report(hp, mp, checks, text)

@@ -19,10 +19,10 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
            generated_at: str = "", html_name: str = "report.html") -> str:
     from ..units import format_seconds
     from .format import fmt
-    from .html import group_tables, plotted, recommendations
+    from .html import group_tables, plotted, recommendations, verdict
 
-    out = [f"# {title}", "", f"Generated {generated_at} from {len(docs)} results file(s); plots are in "
-                              f"[{html_name}]({html_name}).", ""]
+    out = [f"# {title}", "", f"**{verdict(docs, checks)[0]}**", "",
+           f"Generated {generated_at} from {len(docs)} results file(s); plots are in [{html_name}]({html_name}).", ""]
     head = headline_rows(docs)
     if head:
         out += ["## Headline", "", _md_table(["results", "metric", "value"], head), ""]

@@ -98,6 +98,7 @@ class SuiteContext:
     config: dict = field(default_factory=dict)
     state: SuiteState = field(default_factory=SuiteState)    # what stages hand to each other
     rows: list[tuple[str, str, str]] = field(default_factory=list)
+    verdict: str = ""              # the report stage's one-line answer, printed before the summary table
     results_files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     spread_over_run: bool = False       # set by run_suite: ``repeated`` stages spread their repeats
@@ -218,7 +219,10 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
             table.add_column(col)
         for r in ctx.rows:
             table.add_row(*r)
-        Console().print(table)
+        out = Console()
+        if ctx.verdict:   # the answer first, then the detail
+            out.print(ctx.verdict, markup=False, highlight=False, soft_wrap=True)
+        out.print(table)
         return path
     finally:
         if created_s3 is not None and not keep_data:

@@ -41,10 +41,6 @@ def suite_stage(ctx) -> dict | None:
 
 
 def _finish(ctx, runs: list) -> dict:
-    from rich.console import Console
-
-    from iobench.probe.summary import table
-
     from .intervals import REPEATS_NOTE, merge_repeats
 
     results = runs[0]
@@ -70,5 +66,6 @@ def _finish(ctx, runs: list) -> dict:
             ctx.row("probe", f"{tier} metadata ops/s", f"{row['metadata_ops_per_s']:,.0f}")
         if row.get("smallfile_penalty"):
             ctx.row("probe", f"{tier} small-file penalty", f"{row['smallfile_penalty']:.1f}×")
-    Console(stderr=True).print(table(summary))
+    # No probe table here: its numbers are rows of the run's summary (printed after the verdict)
+    # and of the report; a table of its own printed at the end of the run came before the answer.
     return {"summary": summary, "results_file": str(path)}

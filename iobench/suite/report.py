@@ -69,9 +69,10 @@ def suite_stage(ctx) -> dict:
         "warnings": list(ctx.warnings), "environment": {"object_tier": ctx.s3_url, "endpoint_url": ctx.endpoint_url,
                                                         "quick": ctx.quick}}
     rep = build_report([("summary", summary), *plan_docs, *docs], ctx.out_dir, title="iobench run")
+    ctx.verdict = rep.verdict   # run_suite prints it before its summary table
     ctx.row("report", "HTML", str(rep.html))
     ctx.row("report", "Markdown", str(rep.markdown))
-    return {"html": str(rep.html), "markdown": str(rep.markdown), "results_files": len(docs),
+    return {"verdict": rep.verdict, "html": str(rep.html), "markdown": str(rep.markdown), "results_files": len(docs),
             "plans": [p["model"] for _, p in plans]}
 
 
