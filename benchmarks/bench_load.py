@@ -483,19 +483,23 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
             runs: dict[str, list[dict]] = {k: [] for k in [*sides, *peers]}
-            for _ in range(S3_ROUNDS):  # alternating rounds: every side once per round
-                for k, fn in sides.items():
+            def peer_run(k: str) -> dict:
+                r = _run_s3_peer(k, srv, paths_file, emulate, in_flight=w * conc)
+                if r.get("error") is None and r["bytes_read"] != total:
+                    raise RuntimeError(f"{k} read {r['bytes_read']} bytes, expected {total}")
+                return r
+            todo = [(k, fn) for k, fn in sides.items()] + [(k, lambda k=k: peer_run(k)) for k in peers]
+            for rnd in range(S3_ROUNDS):  # alternating rounds: every side once per round, the order
+                for k, fn in (todo if rnd % 2 == 0 else todo[::-1]):   # reversed every other round
                     runs[k].append(fn())
-                for k in peers:
-                    r = _run_s3_peer(k, srv, paths_file, emulate, in_flight=w * conc)
-                    if r.get("error") is None and r["bytes_read"] != total:
-                        raise RuntimeError(f"{k} read {r['bytes_read']} bytes, expected {total}")
-                    runs[k].append(r)
             # Per-round ratios, then their median: the server and the host swing between rounds.
             def ratio_vs(a: str, b: str) -> dict:
-                rs = sorted(x["bytes_per_s"] / y["bytes_per_s"] for x, y in zip(runs[a], runs[b])
-                            if x.get("bytes_per_s") and y.get("bytes_per_s"))
-                return {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None}
+                seq = [x["bytes_per_s"] / y["bytes_per_s"] for x, y in zip(runs[a], runs[b])
+                       if x.get("bytes_per_s") and y.get("bytes_per_s")]
+                rs = sorted(seq)
+                # in_round_order: odd rounds ran in reverse order, so a position effect shows there
+                return {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None,
+                        "in_round_order": seq}
             fastest = max(peers, key=lambda k: median_run(runs[k], "bytes_per_s").get("bytes_per_s") or 0)
             tag = f", emulated {emulate} latency" if emulate else ""
             common = (f"{len(paths)} objects of {shard // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
@@ -506,7 +510,8 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                       "shuffle nor hand batches on, while iobench gathers every sample into a shuffled batch in shared "
                       "memory for the consumer; peers: one process each; each client made before its "
                       f"clock starts; the server shares the machine's {usable_cores()} cores; median of {S3_ROUNDS} "
-                      "alternating rounds; server_cpu_s = the server's CPU time during each side")
+                      "alternating rounds, the order reversed every other round; server_cpu_s = the server's "
+                      "CPU time during each side; client_cpu_s (peers) = the peer's CPU inside its clock")
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "
                            "'object' profile (lognormal p50 50 ms, p99 500 ms, 400 MB/s per stream)")
