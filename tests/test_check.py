@@ -93,3 +93,16 @@ def test_check_capacity_is_bytes_over_busy_time_in_the_stall_window():
     assert cap == pytest.approx(2 * 4 * mib * 5 / 0.013)
     assert delivered == pytest.approx(4 * mib * 5 / 0.021)
     assert compute_s == 0.001
+
+
+def test_verdict_names_the_hand_over_when_the_loop_received_less_than_capacity():
+    from iobench.check import CheckConfig, verdict_line
+
+    cfg = CheckConfig(step_s=0.001, target="x", workers=2)
+    m = {"stall_ratio": 0.3, "batch_bytes": 4 * 2**20}
+    gib = 2**30
+    line = verdict_line(cfg, m, 4.0 * gib, 2.5 * gib)
+    assert "storage delivers 4.0 GiB/s of the 3.9 GiB/s you need, but the loop received 2.5 GiB/s" in line
+    # no stall, or the loop got nearly all of it: nothing to explain
+    assert "loop received" not in verdict_line(cfg, {**m, "stall_ratio": 0.0}, 4.0 * gib, 2.5 * gib)
+    assert "loop received" not in verdict_line(cfg, m, 4.0 * gib, 3.8 * gib)

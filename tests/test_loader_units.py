@@ -183,6 +183,52 @@ def test_collate_gathers_rows_in_block_order():
     assert np.frombuffer(out, dtype=np.uint16).tolist() == [6, 7, 0, 1]
 
 
+def test_emitter_array_fast_path_delivers_the_rows_and_ids_of_the_order():
+    """The block path's fixed-row batches (gathered straight into the slot, ids sliced from the block's
+    delivery order) carry the same bytes, ids and sizes as the general collate path, in the slot and,
+    for a batch larger than a slot, pickled inline."""
+    import multiprocessing as mp
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from iobench.loader.receiver import Sender
+    from iobench.loader.slots import SlotPool, batch_from_meta
+    from iobench.loader.worker import _BlockData, _Emitter
+
+    ctx = mp.get_context("fork")
+    rows = np.arange(40, dtype=np.uint16).reshape(10, 4)      # 8 bytes a row
+    ids = np.arange(100, 110)
+    order = np.array([7, 2, 9, 0, 5, 1])
+    for slot_bytes, inline in ((64, False), (16, True)):
+        pool = SlotPool(ctx, 3, slot_bytes, workers=1)
+        r, w = ctx.Pipe(duplex=False)
+        job = SimpleNamespace(synthetic=False, wid=0, lag=0, manifest=SimpleNamespace(total_bytes=80, total_samples=10))
+        stats = {"busy_s": 0.0, "slot_wait_s": 0.0, "batches": 0, "samples": 0, "payload_bytes": 0}
+        emit = _Emitter(job, pool, Sender(w, pool.sent, 0), ctx.Event(), stats)
+        try:
+            bd = _BlockData(rows, None, ids)
+            wire = np.ascontiguousarray(ids[order], dtype="<i8")
+            for k, (a, b) in enumerate(((0, 3), (3, 6))):
+                emit(k, 0, bd, order[a:b], 0.0, 0.0, ids=wire[a:b])
+                msg = r.recv()
+                assert msg[0] == "batch"
+                meta = msg[1]
+                assert (meta["inline"] is not None) == inline
+                assert meta["nbytes"] == 24 and meta["shape"] == (3, 4) and meta["n"] == 3
+                got = batch_from_meta(meta, pool)
+                assert got.data.tolist() == rows[order[a:b]].tolist()
+                assert got.indices.tolist() == ids[order[a:b]].tolist()
+                del got
+                pool.release(k)
+            assert stats["payload_bytes"] == 48 and stats["samples"] == 6
+        finally:
+            emit._views.clear()
+            r.close()
+            w.close()
+            pool.close()
+
+
 def test_delivery_registry():
     from iobench.loader.delivery import get_delivery, register_delivery
 

@@ -32,6 +32,9 @@ class SlotPool:
         # A release is one store plus a byte down the wake pipe of the worker that fills the
         # slot next — no lock and no wake-up handshake on the consumer's critical path.
         self.released = ctx.Array("q", n_slots, lock=False)
+        # Their sum, kept by the consumer too: a worker reads it on every batch (``queued``), and
+        # summing the per-slot counters through ctypes cost ~1.5 us a batch.
+        self.released_total = ctx.Value("q", 0, lock=False)
         # Batch messages each worker has written to its pipe so far: written only by that worker,
         # read by the consumer, which polls it briefly before it blocks on the pipes (a hint only:
         # the message itself still travels through the pipe).  A consumer that is polling is not
@@ -109,6 +112,7 @@ class SlotPool:
     def release(self, k: int, next_worker: int | None = None) -> None:
         """Batch ``k`` is done with its slot; wake the worker that fills it next."""
         self.released[k % self.n] = k // self.n + 1
+        self.released_total.value += 1
         if next_worker is not None and self.wake:
             try:
                 os.write(self.wake[next_worker][1].fileno(), b"x")
@@ -117,7 +121,8 @@ class SlotPool:
 
     def queued(self) -> int:
         """Batches sent to the consumer and not yet released by it (the one its step holds included)."""
-        return sum(self.sent) - sum(self.released)
+        sent = self.sent
+        return (sent[0] if len(sent) == 1 else sum(sent)) - self.released_total.value
 
     def buf(self, s: int) -> memoryview:
         return self.shms[s].buf
