@@ -261,6 +261,35 @@ def test_map_with_reads_in_flight_runs_and_counts_one_request_per_sample(tok):
     assert m["access"] == "map" and m["requests"] == 6 * B
 
 
+def test_residency_of_an_open_file_by_cachestat_and_by_mincore_agree(tmp_path, monkeypatch):
+    """pagecache.resident_pages_fd (the loader's check before it maps a shard): cachestat(2) where
+    the kernel has it and mincore otherwise count the same pages, cached, dropped and partly read."""
+    import os
+
+    from iobench.io import pagecache
+
+    p = tmp_path / "f.bin"
+    p.write_bytes(os.urandom(64 * 4096 + 100))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pagecache.warm_file(str(p))
+        seen = []
+        for how in (None, False):      # cachestat tried first (mincore if the kernel lacks it), then mincore
+            monkeypatch.setattr(pagecache, "_cachestat_works", how)
+            seen.append(pagecache.resident_pages_fd(fd, size))
+        assert seen[0] == seen[1] == (65, 65)
+        pagecache.drop_pages(str(p))
+        os.pread(fd, 4096, 0)        # one page back (read-ahead may bring more: both must agree)
+        seen = []
+        for how in (None, False):
+            monkeypatch.setattr(pagecache, "_cachestat_works", how)
+            seen.append(pagecache.resident_pages_fd(fd, size))
+        assert seen[0] == seen[1] and 1 <= seen[0][0] < 65
+    finally:
+        os.close(fd)
+
+
 def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_path):
     """block, plain local files: a one-shard block in the page cache is a view of the mapped file
     (the gather then copies each byte once, from the page cache into the slot); bytes are counted

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
+import sys
 from typing import Iterable
 
 from ..config import check_choice
@@ -32,6 +34,7 @@ def _lib():
                              ctypes.c_long]
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        lib.syscall.restype = ctypes.c_long
         _libc = lib
     return _libc
 
@@ -64,30 +67,60 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
 
 
 def resident_pages(path: str) -> tuple[int, int] | None:
-    """(resident, total) pages of the file in the page cache; None where mincore is unavailable."""
-    size = os.path.getsize(path)
+    """(resident, total) pages of the file in the page cache; None where neither call is available."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return resident_pages_fd(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted",
+                                                 "nr_recently_evicted")]
+
+
+_NR_CACHESTAT = 451        # the same number on every Linux architecture (added in 6.5)
+_cachestat_works: bool | None = None
+
+
+def resident_pages_fd(fd: int, size: int) -> tuple[int, int] | None:
+    """(resident, total) pages of bytes ``0:size`` of an open file.
+
+    ``cachestat(2)`` where the kernel has it (Linux 6.5+): one call that walks the file's cache
+    entries in order.  Else ``mincore`` over a mapping of the file, which looks each page up on
+    its own (~0.5 ms per 8 MiB on a busy 2-core VM: a third of the loader's cost of mapping a
+    cached shard, measured with perf).  None where neither works."""
+    global _cachestat_works
     pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
     if pages == 0:
         return 0, 0
     lib = _lib()
-    fd = os.open(path, os.O_RDONLY)
+    if _cachestat_works is not False and sys.platform.startswith("linux"):
+        rng, st = _CachestatRange(0, size), _Cachestat()
+        if lib.syscall(_NR_CACHESTAT, fd, ctypes.byref(rng), ctypes.byref(st), 0) == 0:
+            _cachestat_works = True
+            return min(int(st.nr_cache), pages), pages
+        if _cachestat_works is None and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
+            _cachestat_works = False   # an older kernel (or a seccomp filter): mincore from now on
+    addr = lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        return None
     try:
-        addr = lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr is None or addr == ctypes.c_void_p(-1).value:
+        vec = (ctypes.c_ubyte * pages)()
+        if lib.mincore(ctypes.c_void_p(addr), size, vec) != 0:
             return None
-        try:
-            vec = (ctypes.c_ubyte * pages)()
-            if lib.mincore(ctypes.c_void_p(addr), size, vec) != 0:
-                return None
-            import numpy as np
+        import numpy as np
 
-            # bit 0 of each byte: resident.  Counted in numpy: a Python loop over the vector cost
-            # ~1.6 s per GiB of file, which a checkpoint restore paid on every file.
-            return int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1)), pages
-        finally:
-            lib.munmap(ctypes.c_void_p(addr), size)
+        # bit 0 of each byte: resident.  Counted in numpy: a Python loop over the vector cost
+        # ~1.6 s per GiB of file, which a checkpoint restore paid on every file.
+        return int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1)), pages
     finally:
-        os.close(fd)
+        lib.munmap(ctypes.c_void_p(addr), size)
 
 
 def warm_file(path: str, chunk: int = 8 << 20) -> int:

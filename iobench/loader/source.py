@@ -524,7 +524,7 @@ class BackendSource:
         in this call, so its time and bytes are counted here, as a read's would be, and the
         gather never faults.  The mapping lives as long as the view (the block's batches), no longer.
 
-        Only a shard wholly in the page cache (``mincore``) is mapped; None otherwise, and it is
+        Only a shard wholly in the page cache (``pagecache.resident_pages_fd``) is mapped; None otherwise, and it is
         read: faulting a cold shard in reads it 128 KiB at a time, one request after another
         (0.79x a read, cold, 3 alternating rounds), where a read gets the kernel's large read-ahead."""
         import mmap
@@ -532,15 +532,15 @@ class BackendSource:
 
         import numpy as np
 
-        from iobench.io.pagecache import resident_pages
+        from iobench.io.pagecache import resident_pages_fd
         from iobench.metrics import now_ns
 
         fd = self._handle(shard)
         t0 = now_ns()
-        res = resident_pages(self.backend.base.local_path(shard.path))
+        size = os.fstat(fd).st_size
+        res = resident_pages_fd(fd, min(size, shard.bytes))
         if res is None or res[0] < res[1]:
             return None
-        size = os.fstat(fd).st_size
         if size < shard.bytes:   # mapping past the end would fault (SIGBUS) in the gather
             raise short_read(shard.path, size, shard.bytes)
         m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
