@@ -369,8 +369,16 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
                                force_path_style=True)
         c.head_object(bucket, keys[0])
         run = lambda: sum(len(ch) for k in keys for ch in c.get_object(bucket, k))  # noqa: E731
+    import resource
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    c0 = cpu()
     t, n = timed(run)
-    print(json.dumps({"bytes_read": n, "wall_s": t, "bytes_per_s": n / t,
+    # client_cpu_s: this process's CPU inside the clock (its GETs), comparable with the server's
+    # CPU for the side; the whole-process figure the parent records adds interpreter start and imports.
+    print(json.dumps({"bytes_read": n, "wall_s": t, "bytes_per_s": n / t, "client_cpu_s": cpu() - c0,
                       "process_s": time.perf_counter() - t_start}))
 
 
@@ -418,11 +426,17 @@ def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_fligh
 
 
 ONE_BATCH = "iobench (obstore), one batch per block"
-S3_ROUNDS = 5   # the shared server swings most between rounds; each S3 round takes ~10 s
+# The shared server swings most between rounds: per-round ratios spread 0.58-0.84 in 5 rounds, and
+# the median of 5 moved 0.61-0.73 between runs.  Each S3 round takes ~10 s.
+S3_ROUNDS = 7
 
 
 def _s3_read_plan(srv, opts: dict, shard_bytes: int, workers: int):
-    """The loader's request size and GETs in flight, from a short `iobench probe s3` GET sweep of this server."""
+    """The loader's request size and GETs in flight, from a short `iobench probe s3` GET sweep of this server.
+
+    The loader reads whole shards here (block access), so the plan takes the largest GET size near the
+    best (whole_shards): the smallest one, 4 MiB on some runs, cut each shard in two GETs (more requests
+    for the server sharing the 2 cores, and a copy out of obstore's buffers)."""
     from iobench.planner.s3_reads import plan_s3_reads
     from iobench.probe.s3_probe import S3ProbeConfig, run_s3_probe
     from iobench.probe.safety import ProbeArea
@@ -432,7 +446,7 @@ def _s3_read_plan(srv, opts: dict, shard_bytes: int, workers: int):
         res = run_s3_probe(area, S3ProbeConfig(sizes=("1MiB", "2MiB", "4MiB", "8MiB"), concurrency=(1, 2, 4, 8),
                                                runtime="0.5s", ops=("get",)))
     points = res["metrics"]["points"]
-    return plan_s3_reads(points, shard_bytes, workers), [
+    return plan_s3_reads(points, shard_bytes, workers, whole_shards=True), [
         {k: p[k] for k in ("object_size", "concurrency", "bytes_per_s")} for p in points]
 
 
@@ -499,19 +513,23 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
             runs: dict[str, list[dict]] = {k: [] for k in [*sides, *peers]}
-            for _ in range(S3_ROUNDS):  # alternating rounds: every side once per round
-                for k, fn in sides.items():
+            def peer_run(k: str) -> dict:
+                r = _run_s3_peer(k, srv, paths_file, emulate, in_flight=w * conc)
+                if r.get("error") is None and r["bytes_read"] != total:
+                    raise RuntimeError(f"{k} read {r['bytes_read']} bytes, expected {total}")
+                return r
+            todo = [(k, fn) for k, fn in sides.items()] + [(k, lambda k=k: peer_run(k)) for k in peers]
+            for rnd in range(S3_ROUNDS):  # alternating rounds: every side once per round, the order
+                for k, fn in (todo if rnd % 2 == 0 else todo[::-1]):   # reversed every other round
                     runs[k].append(fn())
-                for k in peers:
-                    r = _run_s3_peer(k, srv, paths_file, emulate, in_flight=w * conc)
-                    if r.get("error") is None and r["bytes_read"] != total:
-                        raise RuntimeError(f"{k} read {r['bytes_read']} bytes, expected {total}")
-                    runs[k].append(r)
             # Per-round ratios, then their median: the server and the host swing between rounds.
             def ratio_vs(a: str, b: str) -> dict:
-                rs = sorted(x["bytes_per_s"] / y["bytes_per_s"] for x, y in zip(runs[a], runs[b])
-                            if x.get("bytes_per_s") and y.get("bytes_per_s"))
-                return {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None}
+                seq = [x["bytes_per_s"] / y["bytes_per_s"] for x, y in zip(runs[a], runs[b])
+                       if x.get("bytes_per_s") and y.get("bytes_per_s")]
+                rs = sorted(seq)
+                # in_round_order: odd rounds ran in reverse order, so a position effect shows there
+                return {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None,
+                        "in_round_order": seq}
             fastest = max(peers, key=lambda k: median_run(runs[k], "bytes_per_s").get("bytes_per_s") or 0)
             tag = f", emulated {emulate} latency" if emulate else ""
             common = (f"{len(paths)} objects of {shard // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
@@ -522,7 +540,8 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                       "shuffle nor hand batches on, while iobench gathers every sample into a shuffled batch in shared "
                       "memory for the consumer; peers: one process each; each client made before its "
                       f"clock starts; the server shares the machine's {usable_cores()} cores; median of {S3_ROUNDS} "
-                      "alternating rounds; server_cpu_s = the server's CPU time during each side")
+                      "alternating rounds, the order reversed every other round; server_cpu_s = the server's "
+                      "CPU time during each side; client_cpu_s (peers) = the peer's CPU inside its clock")
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "
                            "'object' profile (lognormal p50 50 ms, p99 500 ms, 400 MB/s per stream)")

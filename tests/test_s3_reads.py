@@ -42,6 +42,14 @@ def test_plan_picks_the_smallest_size_and_fewest_in_flight_near_the_best():
     # every probed size above the shard: the shard itself, one GET each
     assert plan_s3_reads(pts, MiB // 2).block_size == MiB // 2
     assert "4 MiB" in p.why and "per worker" in p.why
+    # whole shards buffered (block access): the largest size near the best, here the 16 MiB of 520
+    w = plan_s3_reads(pts, shard_bytes=64 * MiB, whole_shards=True)
+    assert (w.block_size, w.concurrency, w.expected_bytes_per_s) == (16 * MiB, 4, 510 * MiB)
+    assert "whole shards" in w.why
+    # ... never above the shard, nor a size that falls short of the best by more than `near`
+    assert plan_s3_reads(pts, 8 * MiB + 64, whole_shards=True).block_size == 4 * MiB
+    assert plan_s3_reads(_pts({(MiB, 4): 500, (8 * MiB, 4): 440}), 8 * MiB + 64,
+                         whole_shards=True).block_size == MiB
 
 
 def test_plan_refuses_results_without_gets():
