@@ -47,7 +47,8 @@ def test_zero_stages_shrink_the_rank_state():
 
 
 def test_every_model_runs_with_its_defaults_and_required_inputs():
-    required = {"size": "1GB", "rate": "1GB/s", "duration": "10s", "int": 4, "float": 2.0, "ratio": 0.5}
+    required = {"size": "1GB", "rate": "1GB/s", "duration": "10s", "int": 4, "float": 2.0, "ratio": 0.5,
+                "points": [{"op": "get", "object_size": 2**20, "concurrency": c, "bytes_per_s": 1e8 * c} for c in (1, 4)]}
     for m in MODELS.values():
         sets = {p.name: required[p.kind] for p in m.params if p.default is not None and p.default.__class__ is object}
         if m.name == "interval":

@@ -124,3 +124,33 @@ def test_s3fs_ranged_reads_land_in_the_callers_buffer(s3_server, s3_prefix):
     assert bytes(out[:100_000]) == data[200_000:]
     with pytest.raises(FileNotFoundError):
         b.cat_into("missing", 0, 10, out)
+
+
+def test_cli_plan_s3_reads_from_probe_results(tmp_path, capsys):
+    import json
+
+    from iobench.cli import main
+    from iobench.results import Results
+    from iobench.units import parse_size
+
+    pts = _pts({(4 * MiB, 1): 300, (4 * MiB, 4): 760, (8 * MiB, 1): 420, (8 * MiB, 4): 780, (8 * MiB, 8): 800})
+    src = Results(command="probe", metrics={"points": pts}).write(tmp_path / "probe.json")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "s3-reads", "--from", str(src), "--set", "shard_bytes=8MiB", "--set", "workers=2",
+                 "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["metrics"]["plan"]
+    # block access buffers whole shards: one 8 MiB GET per shard, not two of 4 MiB; 4 in flight in all
+    assert (p["outputs"]["s3_block_bytes"], p["outputs"]["s3_concurrency"]) == (8 * MiB, 2)
+    assert p["inputs_from"]["points"] == "results:metrics.points"
+    rec = p["recommendation"]
+    assert "--s3-block-size 8MiB --s3-concurrency 2 --read-ahead 1" in rec and rec in capsys.readouterr().out
+    assert parse_size(rec.split("--s3-block-size ")[1].split()[0], "x") == 8 * MiB
+    # map access: the smallest size near the best
+    assert main(["plan", "s3-reads", "--from", str(src), "--set", "shard_bytes=8MiB", "--set", "access=map",
+                 "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["metrics"]["plan"]["outputs"]["s3_block_bytes"] == 4 * MiB
+    # no probe results: one line naming the input and the fix, exit 2
+    capsys.readouterr()
+    assert main(["plan", "s3-reads", "--set", "shard_bytes=8MiB"]) == 2
+    assert "points" in capsys.readouterr().err
+    assert main(["plan", "s3-reads", "--from", str(src), "--set", "shard_bytes=8MiB", "--set", "access=rand"]) == 2

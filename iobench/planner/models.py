@@ -24,7 +24,7 @@ REQUIRED = object()
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str                        # size | rate | duration | durations | ratio | float | int | bool | str
+    kind: str                        # size | rate | duration | durations | ratio | float | int | bool | str | points
     default: Any = REQUIRED
     help: str = ""
     sources: tuple[str, ...] = ()    # dotted paths in a results file that can supply the value
@@ -95,6 +95,11 @@ def convert(p: Param, value, field: str | None = None):
         return tuple(_parse_duration(v.strip() if isinstance(v, str) else v, field) for v in items if str(v).strip())
     if p.kind == "ratio":
         return _parse_ratio(value, field)
+    if p.kind == "points":   # a probe's measured points, as its results file holds them
+        if not (isinstance(value, (list, tuple)) and value and all(isinstance(x, dict) for x in value)):
+            raise ConfigError(field, "expected the probe's measured points", "give --from a results file of "
+                              "`iobench probe s3 URL --ops get --json`")
+        return [dict(x) for x in value]
     if p.kind in ("float", "int"):
         try:
             v = float(value)
@@ -357,6 +362,21 @@ def _m_endurance(x):
             "recommendation": f"local checkpoints use {e.fraction_of_budget:.1%} of the drive's daily write budget"}
 
 
+def _m_s3_reads(x):
+    from .s3_reads import plan_s3_reads
+
+    def size_flag(n: int) -> str:   # what --s3-block-size takes back exactly
+        return next((f"{n // u}{name}" for u, name in ((2**20, "MiB"), (2**10, "KiB")) if n % u == 0), f"{n}B")
+
+    r = plan_s3_reads(x["points"], int(x["shard_bytes"]), x["workers"], x["near"],
+                      whole_shards=x["access"] == "block")
+    return {"s3_block_bytes": r.block_size, "s3_concurrency": r.concurrency, "read_ahead": r.read_ahead,
+            "expected_bytes_per_s": r.expected_bytes_per_s, "why": r.why,
+            "recommendation": f"iobench load ... --access {x['access']} -W {x['workers']} "
+                              f"--s3-block-size {size_flag(r.block_size)} "
+                              f"--s3-concurrency {r.concurrency} --read-ahead {r.read_ahead}"}
+
+
 def _m_scale(x):
     from .scale import Point, leave_one_out, parse_points, per_accelerator_demand, straggler_cap, sustained
 
@@ -497,6 +517,15 @@ MODELS: dict[str, Model] = {m.name: m for m in [
         Param("p_slow", "ratio", 0.0, "synchronous steps: share of one rank's steps that wait"),
         Param("slow_wait", "duration", 0.0, "synchronous steps: mean wait of those steps"),
         Param("nodes", "str", "8,16,32,64,128,256,512,1024,2048,4096", "node counts to predict")), _m_scale),
+    Model("s3-reads", "the loader's S3 GET size, GETs in flight and read-ahead from a probe's GET sweep "
+                      "(iobench.planner.s3_reads)", (
+        Param("points", "points", REQUIRED, "the probe's GET points (`iobench probe s3 URL --ops get --json`)",
+              ("metrics.points",)),
+        Param("shard_bytes", "size", REQUIRED, "the dataset's largest shard"),
+        Param("workers", "int", 1, "loader workers (-W) sharing the GETs in flight"),
+        Param("access", "str", "block", "the loader's access pattern: block buffers whole shards, so the "
+              "largest GET size near the best is taken; otherwise the smallest", choices=("block", "map", "stream")),
+        Param("near", "ratio", 0.9, "a size or count within this share of the best counts as the best")), _m_s3_reads),
     Model("economics", "stream every epoch vs stage once: cost per year and break-even epochs", (
         Param("dataset_bytes", "size", REQUIRED, "dataset size"),
         Param("epochs", "float", REQUIRED, "epochs per run"),
@@ -524,7 +553,7 @@ def _measured(p: Param, results: dict):
         v = lookup(results, path)
         if isinstance(v, dict) and "mean" in v:   # an HDR summary: the mean unless the path names a percentile
             v = v["mean"]
-        if v is not None and not isinstance(v, (dict, list)):
+        if v is not None and (not isinstance(v, (dict, list)) or (p.kind == "points" and isinstance(v, list))):
             return v, path
     return None, None
 

@@ -66,6 +66,8 @@ def format_value(name: str, v) -> str:
 
 
 def format_input(kind: str, v) -> str:
+    if kind == "points":
+        return f"{len(v)} measured points"
     if isinstance(v, list):
         return ", ".join(format_input(kind, x) for x in v) or "-"
     if isinstance(v, bool) or not isinstance(v, (int, float)):
