@@ -134,14 +134,15 @@ def test_cli_plan_s3_reads_from_probe_results(tmp_path, capsys):
     from iobench.units import parse_size
 
     pts = _pts({(4 * MiB, 1): 300, (4 * MiB, 4): 760, (8 * MiB, 1): 420, (8 * MiB, 4): 780, (8 * MiB, 8): 800})
-    src = Results(command="probe", metrics={"points": pts}).write(tmp_path / "probe.json")
+    # shaped as `iobench probe s3 URL --json` writes it (one tier named "object")
+    src = Results(command="probe", metrics={"tiers": {"object": {"s3": {"points": pts}}}}).write(tmp_path / "probe.json")
     out = tmp_path / "plan.json"
     assert main(["plan", "s3-reads", "--from", str(src), "--set", "shard_bytes=8MiB", "--set", "workers=2",
                  "--json", str(out)]) == 0
     p = json.loads(out.read_text())["metrics"]["plan"]
     # block access buffers whole shards: one 8 MiB GET per shard, not two of 4 MiB; 4 in flight in all
     assert (p["outputs"]["s3_block_bytes"], p["outputs"]["s3_concurrency"]) == (8 * MiB, 2)
-    assert p["inputs_from"]["points"] == "results:metrics.points"
+    assert p["inputs_from"]["points"] == "results:metrics.tiers.object.s3.points"
     rec = p["recommendation"]
     assert "--s3-block-size 8MiB --s3-concurrency 2 --read-ahead 1" in rec and rec in capsys.readouterr().out
     assert parse_size(rec.split("--s3-block-size ")[1].split()[0], "x") == 8 * MiB

@@ -520,7 +520,7 @@ MODELS: dict[str, Model] = {m.name: m for m in [
     Model("s3-reads", "the loader's S3 GET size, GETs in flight and read-ahead from a probe's GET sweep "
                       "(iobench.planner.s3_reads)", (
         Param("points", "points", REQUIRED, "the probe's GET points (`iobench probe s3 URL --ops get --json`)",
-              ("metrics.points",)),
+              ("metrics.tiers.*.s3.points", "metrics.points")),
         Param("shard_bytes", "size", REQUIRED, "the dataset's largest shard"),
         Param("workers", "int", 1, "loader workers (-W) sharing the GETs in flight"),
         Param("access", "str", "block", "the loader's access pattern: block buffers whole shards, so the "
@@ -548,9 +548,22 @@ def get_model(name: str) -> Model:
     return MODELS[name]
 
 
+def _lookup_any(results: dict, path: str):
+    """(value, the path it was at): a ``*`` part matches any key (the first that holds the rest)."""
+    if "*" not in path:
+        return lookup(results, path), path
+    head, _, rest = path.partition(".*.")
+    node = lookup(results, head)
+    for key in (node if isinstance(node, dict) else {}):
+        v, at = _lookup_any(node[key], rest) if isinstance(node[key], dict) else (None, rest)
+        if v is not None:
+            return v, f"{head}.{key}.{at}"
+    return None, path
+
+
 def _measured(p: Param, results: dict):
-    for path in p.sources:
-        v = lookup(results, path)
+    for pattern in p.sources:
+        v, path = _lookup_any(results, pattern)
         if isinstance(v, dict) and "mean" in v:   # an HDR summary: the mean unless the path names a percentile
             v = v["mean"]
         if v is not None and (not isinstance(v, (dict, list)) or (p.kind == "points" and isinstance(v, list))):
