@@ -165,3 +165,21 @@ def test_report_of_run_json_includes_the_stage_files_it_lists(tmp_path):
     rep = build_report([run.write(tmp_path / "run.json")], tmp_path / "out")
     page = rep.html.read_text()
     assert "load/local-raw-tokens-cold.json" in page and "latency by percentile: batch wait" in page
+
+
+def test_verdict_gives_the_most_stalled_loads_own_advice():
+    from iobench.report.html import verdict
+
+    def load(stall, rec=None):
+        m = {"stall_ratio": stall, "accelerator_utilization": 1 - stall, "throughput": {"bytes_per_s": 1e8}}
+        if rec:
+            m["prefetch_recommendation"] = rec
+        return {"command": "load", "metrics": m}
+
+    docs = [(f"l{i}.json", load(0.01)) for i in range(4)]
+    text, bad = verdict(docs + [("s3.json", load(0.84, {"workers_recommended": 18, "depth_recommended": 39,
+                                                         "note": "18 workers exceed this host's 2 cores"}))], None)
+    assert bad and "to 84.00% (s3.json)." in text
+    assert "To feed it: 18 workers, depth 39 (18 workers exceed this host's 2 cores)." in text
+    # nothing stalls: no advice to give
+    assert "To feed it" not in verdict(docs, None)[0]

@@ -289,6 +289,17 @@ def stall_text(m: dict) -> str:
     return s
 
 
+def load_advice(m: dict) -> str:
+    """A load's workers / prefetch advice in a few words ("18 workers, depth 39"), or ""."""
+    rec = m.get("prefetch_recommendation") or {}
+    advice = []
+    if rec.get("workers_recommended"):
+        advice.append(f"{rec['workers_recommended']} workers")
+    if rec.get("depth_recommended"):
+        advice.append(f"depth {rec['depth_recommended']}")
+    return ", ".join(advice)
+
+
 def load_rows(docs: list[tuple[str, dict]]) -> list[list[str]]:
     """The headline table: one row per load, worst stall first."""
     from ..units import format_rate, format_seconds
@@ -301,11 +312,6 @@ def load_rows(docs: list[tuple[str, dict]]) -> list[list[str]]:
         rec = m.get("prefetch_recommendation") or {}
         wait = (m.get("batch_wait_s") or {}).get("p99")
         bps = (m.get("throughput") or {}).get("bytes_per_s")
-        advice = []
-        if rec.get("workers_recommended"):
-            advice.append(f"{rec['workers_recommended']} workers")
-        if rec.get("depth_recommended"):
-            advice.append(f"depth {rec['depth_recommended']}")
         val = rec.get("validation")
         validated = (f"yes: {val['stall_ratio_at_depth']:.1%} at depth {val['depth']} vs "
                      f"{val['stall_ratio_at_depth_1']:.1%} at 1" if isinstance(val, dict) and
@@ -314,7 +320,7 @@ def load_rows(docs: list[tuple[str, dict]]) -> list[list[str]]:
         dataset = dataset if len(dataset) <= 40 else "…" + dataset[-39:]
         rows.append((m["stall_ratio"], [name, dataset, stall_text(m), format_rate(bps) if data.is_number(bps) else "-",
                                         format_seconds(wait) if data.is_number(wait) else "-",
-                                        ", ".join(advice) or "-", validated]))
+                                        load_advice(m) or "-", validated]))
     rows.sort(key=lambda r: -r[0])
     return [r for _, r in rows]
 
@@ -340,6 +346,12 @@ def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[st
         bits.append(f"{len(loads)} loads: data stall from {stall_text(best[1])} ({best[0]}) to "
                     f"{stall_text(worst[1])} ({worst[0]}).")
         bad = bad or worst[1]["stall_ratio"] > 0.05
+        advice = load_advice(worst[1])
+        if worst[1]["stall_ratio"] > 0.05 and advice:
+            # the most stalled load's own advice is what to act on first; its caveat (e.g. more
+            # workers than cores) comes with it
+            note = (worst[1].get("prefetch_recommendation") or {}).get("note")
+            bits.append(f"To feed it: {advice}" + (f" ({note})" if note else "") + ".")
     recs = recommendations(docs)
     if recs:
         bits.append(f"First recommendation: {recs[0][2]} ({recs[0][0]}).")
