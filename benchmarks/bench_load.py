@@ -125,14 +125,15 @@ def bench_access(work: Path, scale: float) -> list[dict]:
     return out
 
 
-def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path) -> dict:
+def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path, iodepth: int = 1) -> dict:
     groups = [files[i::jobs] for i in range(jobs)]
     args = ["fio", "--output-format=json", f"--output={out_json}", "--group_reporting"]
     folder = os.path.dirname(files[0])
     assert all(os.path.dirname(f) == folder for f in files)
     for i, g in enumerate(groups):
         # names relative to --directory: fio refuses a --filename list over 4096 characters
-        args += [f"--name=j{i}", "--rw=read", f"--bs={bs}", "--ioengine=psync", f"--direct={int(direct)}",
+        engine = ["--ioengine=psync"] if iodepth == 1 else ["--ioengine=libaio", f"--iodepth={iodepth}"]
+        args += [f"--name=j{i}", "--rw=read", f"--bs={bs}", *engine, f"--direct={int(direct)}",
                  "--invalidate=0", f"--directory={folder}", "--filename=" + ":".join(os.path.basename(f) for f in g),
                  "--file_service_type=sequential"]
     t, _ = timed(lambda: subprocess.run(args, check=True, stdout=subprocess.DEVNULL))
@@ -222,7 +223,7 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
-        iob, peer, gather, mapped = [], [], [], []
+        iob, peer, gather, mapped, peer_qd2 = [], [], [], [], []
         cfg = LoadConfig(**{**base.__dict__, "cache": state, "batch_size": batch, "odirect": state == "cold",
                             "s3_block_size": f"{shard}B"})
         for r in range(FIO_ROUNDS):
@@ -240,6 +241,8 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             if state == "warm":
                 gather.append(_gather_loop(files, fixed, batch, seed=r))
                 mapped.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
+            else:   # is the device saturated by one request in flight? (then more would only hide gaps)
+                peer_qd2.append(_fio(files, shard, W, direct=True, out_json=work / "fio.json", iodepth=2))
         same = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
                 "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
         out.append(paired_result(
@@ -257,6 +260,13 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             "fio is a fair peer for the reads (same files and bytes, one shard-sized request per shard, "
             "one stream; fio skips each shard's 64-byte tail), not for the delivery: see the gather rows"))
         out[-1]["bytes_checked"] = same
+        if peer_qd2:
+            out.append(paired_result(
+                f"raw tokens, {state}: fio 2 requests in flight (libaio --iodepth=2) vs fio 1 (psync)",
+                peer_qd2, peer, "bytes_per_s", None,
+                "diagnostic, no target: the same O_DIRECT shard reads with a second request in flight; near 1 means "
+                "one request saturates this device, so a loader keeping two in flight would only hide its own gaps "
+                "between reads, not use device parallelism fio leaves idle"))
         if gather:
             out.append(paired_result(
                 f"raw tokens, {state}, batch {batch} x 1 KiB: one-process read + shuffled gather (no hand-off) "
