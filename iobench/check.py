@@ -65,7 +65,7 @@ def verdict_line(cfg: CheckConfig, metrics: dict, capacity_bps: float | None,
     iv = (metrics.get("intervals") or {}).get("stall_ratio") or {}
     hw = iv.get("half_width")
     stall_s = f"{stall:.1%}" + (f" (±{hw * 100:.1f} pp)" if isinstance(hw, (int, float)) else " (no interval: too few steps)")
-    need = (metrics.get("batch_bytes") or 0) / cfg.step_s
+    need = _need_bps(cfg, metrics)
     line = (f"at {format_seconds(cfg.step_s)}/step, batch {cfg.batch_size}, {cfg.workers} "
             f"worker{'s' if cfg.workers > 1 else ''}: stall {stall_s}")
     if capacity_bps:
@@ -83,6 +83,11 @@ def verdict_line(cfg: CheckConfig, metrics: dict, capacity_bps: float | None,
         if w and w != cfg.workers:
             line += f"; {w} worker{'s' if w > 1 else ''} would do"
     return line
+
+
+def _need_bps(cfg: CheckConfig, metrics: dict) -> float:
+    """What training needs: batch bytes / step time."""
+    return (metrics.get("batch_bytes") or 0) / cfg.step_s
 
 
 def _window_rates(cfg: CheckConfig, metrics: dict) -> tuple[float | None, float | None, float | None]:
@@ -142,7 +147,7 @@ def run_check(cfg: CheckConfig, *, endpoint_url: str | None = None, storage_opti
         metrics = dict(run.metrics)
         metrics["prefetch_recommendation"] = recommend(metrics, cfg.step_s)
         capacity, delivered, compute_s = _window_rates(cfg, metrics)
-        need = (metrics.get("batch_bytes") or 0) / cfg.step_s
+        need = _need_bps(cfg, metrics)
         out = {"verdict": verdict_line(cfg, metrics, capacity, delivered), "stall_ratio": metrics["stall_ratio"],
                "stall_interval": (metrics.get("intervals") or {}).get("stall_ratio"),
                "capacity_bytes_per_s": capacity, "need_bytes_per_s": need, "delivered_bytes_per_s": delivered,
