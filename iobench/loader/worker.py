@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..metrics import now_ns
-from .sampler import EpochPlan
+from .sampler import EpochPlan, order_of
 
 
 @dataclass
@@ -322,7 +322,7 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(("ready", job.wid))
         emit = _Emitter(job, pool, conn, stop, stats)
-        {"map": _produce_map, "stream": _produce_stream}.get(job.access, _produce_block)(job, source, reader, emit)
+        produce(job, source, reader, emit)
     except _Stopped:
         pass
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
@@ -336,6 +336,13 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
             pass
     stats["source"] = _source_stats(source)
     conn.send(("done", job.wid, stats))
+
+
+def produce(job: WorkerJob, source, reader, emit: "_Emitter") -> None:
+    """Make this worker's batches for its access pattern (in a worker process, or in the consumer
+    itself for ``--workers 0``: iobench.loader.inprocess)."""
+    {"map": _produce_map, "stream": _produce_stream}.get(order_of(job.access), _produce_block)(job, source, reader,
+                                                                                              emit)
 
 
 def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
