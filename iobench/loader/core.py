@@ -300,8 +300,9 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
 
         source = MappedSource(source)
     if cfg.verify_checksums and not synthetic:
-        from .verifying import VerifyingSource
+        from .verifying import VerifyingSource, check_sizes
 
+        check_sizes(backend, [manifest.shards[s] for s in schedule.shards])
         source = VerifyingSource(source)
         if order_of(schedule.access) == "map":
             warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "

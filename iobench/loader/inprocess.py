@@ -121,7 +121,7 @@ def step_loop(st, progress: bool, synthetic: bool, stop_rule=None):
     """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself."""
     from .core import _device_counter, _Steps
     from .sysmon import SystemMonitor
-    from .worker import WorkerJob, _Emitter, _source_stats, _Stopped, open_source, produce
+    from .worker import WorkerJob, _Emitter, _source_stats, open_source, produce
 
     from ..formats import get_format
     from ..units import parse_size
@@ -153,10 +153,7 @@ def step_loop(st, progress: bool, synthetic: bool, stop_rule=None):
             open_source(source, 0)   # storage connections: start-up, as a worker's are
         reader = get_format(st.manifest.format).reader(st.manifest)
         rec.t_start = conn.t_prev = now_ns()
-        try:
-            produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))
-        except _Stopped:
-            pass
+        produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
         rec.t_end = now_ns()
         rec.system = monitor.stop()
     finally:
