@@ -289,8 +289,9 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if cfg.verify_checksums and not synthetic:
-        from .verifying import VerifyingSource
+        from .verifying import VerifyingSource, check_sizes
 
+        check_sizes(backend, [manifest.shards[s] for s in schedule.shards])
         source = VerifyingSource(source)
         if schedule.access == "map":
             warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "

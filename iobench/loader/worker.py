@@ -322,9 +322,13 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(("ready", job.wid))
         emit = _Emitter(job, pool, conn, stop, stats)
-        {"map": _produce_map, "stream": _produce_stream}.get(job.access, _produce_block)(job, source, reader, emit)
-    except _Stopped:
-        pass
+        try:
+            {"map": _produce_map, "stream": _produce_stream}.get(job.access, _produce_block)(job, source, reader, emit)
+        except _Stopped:
+            pass
+        finish = getattr(source, "finish", None)   # --verify-checksums: shards a stream left part-read
+        if finish is not None:
+            finish()   # before close: it may read; a corrupt shard is this worker's error
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         stats["source"] = _source_stats(source)
         conn.send(("error", job.wid, _picklable(e), traceback.format_exc()))
