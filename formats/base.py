@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Iterator
+from typing import IO, TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,6 +112,13 @@ class FormatSpec:
     # or with the extension replaced (Megatron's PREFIX.bin + PREFIX.idx).
     index_suffix: str = ".index"
     index_replaces_extension: bool = False
+    # ``iobench index``'s scan of one file, for formats whose module owns it:
+    # scan(backend, rel, facts, modality) -> (samples, offsets, index path, modality), recording
+    # dataset-wide facts (dtype, dataset name) in ``facts`` (they become the manifest's spec).
+    scan: "Callable | None" = None
+    # Files a whole dataset carries beside its shards (HF save_to_disk's state.json), made from
+    # the finished manifest: dataset_files(manifest) -> {relative name: bytes}.
+    dataset_files: "Callable | None" = None
 
     def index_path(self, shard_path: str) -> str:
         if self.index_replaces_extension and shard_path.endswith(self.extension):
