@@ -92,7 +92,7 @@ class Reader(ABC):
 
     def __init__(self, manifest: "Manifest") -> None:
         self.manifest = manifest
-        self._fixed: "tuple[int, int, np.dtype] | None | bool" = False   # fixed_layout(), once known
+        self._layout_memo: "tuple[int, int, np.dtype] | None | bool" = False   # fixed_layout(), once known
 
     @abstractmethod
     def iter_samples(self, data: "bytes | memoryview", shard: "ShardEntry") -> Iterator[Sample]:
@@ -108,6 +108,10 @@ class Reader(ABC):
         """Decode sample ``i`` from the bytes that ``sample_range(shard, i)`` names."""
         raise NotImplementedError(f"{type(self).__name__} has no per-sample byte ranges")
 
+    def count_samples(self, data: "bytes | memoryview", shard: "ShardEntry") -> int:
+        """How many samples the shard's contents hold (formats with a count in a header say so faster)."""
+        return sum(1 for _ in self.iter_samples(data, shard))
+
     def tokens(self, data: "bytes | memoryview", shard: "ShardEntry") -> "np.ndarray | None":
         """The shard's token samples as one (samples, seq_len) array (the block pattern's fast path),
         or None: the loader then takes ``iter_samples``' samples one by one."""
@@ -120,11 +124,11 @@ class Reader(ABC):
 
     def fixed_layout(self) -> "tuple[int, int, np.dtype] | None":
         """``fixed_records`` where every shard of the manifest has the same one, else None (once per reader)."""
-        if self._fixed is False:
+        if self._layout_memo is False:
             shards = self.manifest.shards
             f = self.fixed_records(shards[0]) if shards else None
-            self._fixed = f if f is not None and all(self.fixed_records(sh) == f for sh in shards[1:]) else None
-        return self._fixed  # type: ignore[return-value]
+            self._layout_memo = f if f is not None and all(self.fixed_records(sh) == f for sh in shards[1:]) else None
+        return self._layout_memo  # type: ignore[return-value]
 
     def check_records(self, head: "bytes | memoryview", shard: "ShardEntry", records: int) -> None:
         """Vet a shard whose ``records`` fixed-size rows were read apart from its header ``head``
@@ -204,6 +208,15 @@ class FormatSpec:
     # Where compression applies, per modality: "sample" (records compressed one by one; the
     # byte index stays valid), "shard" (one zstd stream per shard), "page" (Parquet's own pages).
     compression_scope: tuple[tuple[str, str], ...] = (("tokens", "shard"), ("images", "shard"))
+    # A shard's side index file (ShardLayout.index_bytes): its name is the shard's plus this suffix,
+    # or with the extension replaced (Megatron's PREFIX.bin + PREFIX.idx).
+    index_suffix: str = ".index"
+    index_replaces_extension: bool = False
+
+    def index_path(self, shard_path: str) -> str:
+        if self.index_replaces_extension and shard_path.endswith(self.extension):
+            return shard_path[: -len(self.extension)] + self.index_suffix
+        return shard_path + self.index_suffix
 
     def scope(self, modality: str) -> str:
         return dict(self.compression_scope).get(modality, "shard")

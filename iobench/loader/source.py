@@ -33,7 +33,8 @@ class ShardSource:
     """
 
     # Capability flags (a subclass sets the ones it has; a wrapper reports its own, honestly).
-    supports_range_reads = False   # read_range / read_records cost one request per call (else: whole shards)
+    supports_range_reads = False   # read_range costs one request (else: a whole shard, sliced)
+    supports_record_reads = False  # read_records reads no whole shards (else the worker slices cached shards)
     supports_pieces = False        # read_piece is one streamed request in pieces (else: a whole read, sliced)
     supports_pread = False         # records read in place by positional reads (read_records, read_block_records)
     supports_mmap = False          # read_block_records may map a shard wholly in the page cache
@@ -90,6 +91,10 @@ class ShardSource:
         records landing straight in their place; None where this source cannot (the caller then
         uses ``read_shards``).  ``check(header, shard, records)`` vets each shard's header."""
         return None
+
+    def finish(self) -> None:
+        """Called after the last read, before ``close``: complete whatever was left part-read (a
+        verifying source checks the shards a stream stopped short of their end; it may read)."""
 
     def stats(self) -> dict:
         """This worker's counters (bytes read, mergeable histograms per operation)."""
@@ -214,6 +219,7 @@ class BackendSource(ShardSource):
     _log_bytes: int = field(default=0, init=False, repr=False, compare=False)
 
     supports_range_reads = True
+    supports_record_reads = True
     supports_pieces = True
 
     def open(self, worker_id: int = 0) -> None:

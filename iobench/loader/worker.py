@@ -31,7 +31,7 @@ import numpy as np
 
 from ..metrics import now_ns
 from .messages import Done, ExceptionWrapper, Failed, Ready
-from .sampler import EpochPlan
+from .sampler import EpochPlan, order_of
 from .source import ShardSource
 
 
@@ -306,7 +306,7 @@ def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
     # Objects inherited from the parent (e.g. its S3 sessions) must not be finalized here,
     # on another event loop; freezing keeps the collector away from them.
     gc.freeze()
-    failed = None
+    failed: Failed | None = None
     try:
         from ..formats import get_format
 
@@ -315,17 +315,26 @@ def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(Ready(job.wid))
         emit = _Emitter(job, pool, conn, stop, stats)
-        {"map": _produce_map, "stream": _produce_stream}.get(job.access, _produce_block)(job, source, reader, emit)
-    except _Stopped:
-        pass
+        produce(job, source, reader, emit)
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         failed = Failed(job.wid, ExceptionWrapper.of(e))
-    stats["source"] = _source_stats(source)   # before close: a verifying source reads the rest of open shards
+    stats["source"] = _source_stats(source)
     try:
         source.close()
     except Exception:  # noqa: BLE001
         pass
     conn.send(failed or Done(job.wid, stats))
+
+
+def produce(job: WorkerJob, source: ShardSource, reader, emit: "_Emitter") -> None:
+    """Make this worker's batches for its access pattern (in a worker process, or in the consumer
+    itself for ``--workers 0``: iobench.loader.inprocess)."""
+    try:
+        {"map": _produce_map, "stream": _produce_stream}.get(order_of(job.access), _produce_block)(
+            job, source, reader, emit)
+    except _Stopped:
+        pass
+    source.finish()   # before close: it may read (--verify-checksums: shards a stream left part-read)
 
 
 def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
@@ -458,7 +467,7 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     starts = _shard_starts(m)
     ranges = _Ranges(source, reader)
     fixed = reader.fixed_layout()
-    rows_reader = source.read_records if source.supports_range_reads else None
+    rows_reader = source.read_records if source.supports_record_reads else None
     inflight = job.read_ahead + 1   # the batch's sample reads a worker keeps in flight (1: one after another)
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
