@@ -459,7 +459,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
-        rec = step_loop(st, progress, synthetic, stop_rule)
+        rec = step_loop(st, _Steps(), progress, synthetic, stop_rule,
+                        device=lambda: _device_counter(st.backend, st.manifest, synthetic))
     else:
         rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
