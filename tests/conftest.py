@@ -28,6 +28,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _iobench_cache_dir(tmp_path_factory):
+    """Indexed manifests and host ceilings (iobench.driver.cache_dir) go to a session directory, not ~/.cache."""
+    old = os.environ.get("IOBENCH_CACHE_DIR")
+    os.environ["IOBENCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("iobench-cache"))
+    yield
+    if old is None:
+        os.environ.pop("IOBENCH_CACHE_DIR", None)
+    else:
+        os.environ["IOBENCH_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """The embedded S3 server; yields the running S3Server (bucket 'iobench')."""

@@ -22,7 +22,7 @@ from ..metrics import LatencyHistogram, now_ns
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
-from .sampler import ACCESS_PATTERNS
+from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -33,7 +33,7 @@ _SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls bef
 @dataclass(frozen=True)
 class LoadConfig:
     dataset: str
-    workers: int = 2
+    workers: int = 2                  # 0: batches made in the consumer process (iobench.loader.inprocess)
     prefetch: int = 2                 # Q: batches ready (or being filled) ahead of the consumer
     batch_size: int = 32
     epochs: int = 1
@@ -73,7 +73,7 @@ class LoadConfig:
     start_method: str = "fork"
 
     def __post_init__(self) -> None:
-        for name, low in (("workers", 1), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
+        for name, low in (("workers", 0), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
                           ("s3_concurrency", 1), ("retries", 1)):
             v = getattr(self, name)
             if v < low:
@@ -247,8 +247,11 @@ class _Steps:
 
 def slots_for(access: str, workers: int, prefetch: int) -> int:
     """Prefetch slots: ``prefetch`` per worker for map/stream (DataLoader's ``prefetch_factor``:
-    W·Q batches in flight), ``prefetch`` in all for block; +1 for the batch the step computes on."""
-    return (prefetch * workers if access in ("map", "stream") else prefetch) + 1
+    W·Q batches in flight), ``prefetch`` in all for block; +1 for the batch the step computes on.
+    No workers (W=0): the one batch the consumer builds and computes on."""
+    if workers == 0:
+        return 1
+    return (prefetch * workers if order_of(access) in ("map", "stream") else prefetch) + 1
 
 
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
@@ -274,8 +277,12 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                         f"the {cfg.workers} workers and the consumer share {usable_cores()} cores, so the numbers "
                         "include that contention (a server on another machine would not take the loader's cores)")
     schedule = build_schedule(cfg, manifest, rank, world)
-    if schedule.access == "map" and not synthetic:
+    if order_of(schedule.access) == "map" and not synthetic:
         _check_map_ranges(manifest)
+    if schedule.access == "memmap" and not synthetic:
+        from .memmap import check_memmap
+
+        check_memmap(cfg, backend, manifest, source)   # before any work: memmap reads local fixed rows only
     compute = Compute(cfg.compute_model())
     deliver = deliver or get_delivery(cfg.device)
     if getattr(deliver, "bind", None) is not None:  # a GPU delivery picks its route for this dataset (iobench.gds)
@@ -289,11 +296,16 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                                concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
-    if cfg.verify_checksums and not synthetic:
-        from .verifying import VerifyingSource
+    if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
+        from .memmap import MappedSource
 
+        source = MappedSource(source)
+    if cfg.verify_checksums and not synthetic:
+        from .verifying import VerifyingSource, check_sizes
+
+        check_sizes(backend, [manifest.shards[s] for s in schedule.shards])
         source = VerifyingSource(source)
-        if schedule.access == "map":
+        if order_of(schedule.access) == "map":
             warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "
                             "per-sample ranges")
     if cfg.odirect and not synthetic:
@@ -338,7 +350,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     bar = None
     rx = None
     read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
-    lag = cfg.prefetch * cfg.workers if schedule.access in ("map", "stream") else 0
+    lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
     rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
     try:
         for wid in range(cfg.workers):
@@ -445,7 +457,12 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         if not cfg.steps:
             cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
     st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver)
-    rec = _step_loop(st, progress, synthetic, stop_rule)
+    if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
+        from .inprocess import step_loop
+
+        rec = step_loop(st, progress, synthetic, stop_rule)
+    else:
+        rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
 
 
@@ -626,6 +643,10 @@ def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s
 
 
 ACCESS_SEMANTICS = {
+    "memmap": "nanoGPT get_batch / Megatron GPTDataset: map's order (seeded permutation per epoch, batch j to worker "
+              "j % W); each shard mapped once per reading process and every batch one gather of its fixed-size rows "
+              "from the mappings (no syscall per sample): page faults and the kernel's read-around are the I/O "
+              "(requests = major page faults; device_io.read_amplification = device bytes / bytes asked for)",
     "map": "PyTorch map-style: seeded permutation of global sample indices per epoch (rank::world); batch j of an "
            "epoch made by worker j % W from one ranged read per sample; prefetch_factor Q batches per worker",
     "stream": "webdataset/tf.data: shards rank::world then worker::W, each worker streams its shards in order "

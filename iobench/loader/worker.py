@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..metrics import now_ns
-from .sampler import EpochPlan
+from .sampler import EpochPlan, order_of
 
 
 @dataclass
@@ -322,9 +322,7 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(("ready", job.wid))
         emit = _Emitter(job, pool, conn, stop, stats)
-        {"map": _produce_map, "stream": _produce_stream}.get(job.access, _produce_block)(job, source, reader, emit)
-    except _Stopped:
-        pass
+        produce(job, source, reader, emit)
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         stats["source"] = _source_stats(source)
         conn.send(("error", job.wid, _picklable(e), traceback.format_exc()))
@@ -336,6 +334,19 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
             pass
     stats["source"] = _source_stats(source)
     conn.send(("done", job.wid, stats))
+
+
+def produce(job: WorkerJob, source, reader, emit: "_Emitter") -> None:
+    """Make this worker's batches for its access pattern (in a worker process, or in the consumer
+    itself for ``--workers 0``: iobench.loader.inprocess)."""
+    try:
+        {"map": _produce_map, "stream": _produce_stream}.get(order_of(job.access), _produce_block)(
+            job, source, reader, emit)
+    except _Stopped:
+        pass
+    finish = getattr(source, "finish", None)   # --verify-checksums: shards a stream left part-read
+    if finish is not None:
+        finish()   # before close: it may read; a corrupt shard is this worker's error
 
 
 def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
