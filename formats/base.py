@@ -108,6 +108,15 @@ class FormatSpec:
     # Where compression applies, per modality: "sample" (records compressed one by one; the
     # byte index stays valid), "shard" (one zstd stream per shard), "page" (Parquet's own pages).
     compression_scope: tuple[tuple[str, str], ...] = (("tokens", "shard"), ("images", "shard"))
+    # A shard's side index file (ShardLayout.index_bytes): its name is the shard's plus this suffix,
+    # or with the extension replaced (Megatron's PREFIX.bin + PREFIX.idx).
+    index_suffix: str = ".index"
+    index_replaces_extension: bool = False
+
+    def index_path(self, shard_path: str) -> str:
+        if self.index_replaces_extension and shard_path.endswith(self.extension):
+            return shard_path[: -len(self.extension)] + self.index_suffix
+        return shard_path + self.index_suffix
 
     def scope(self, modality: str) -> str:
         return dict(self.compression_scope).get(modality, "shard")

@@ -183,17 +183,14 @@ def cache_dir() -> str:
 
 
 def detect_format(backend) -> str:
-    """The format of a dataset without a manifest: the suffix most of its files share."""
-    from .index import _SUFFIXES
+    """The format of a dataset without a manifest (``iobench.index.detect_format``, the one rule
+    ``iobench index`` follows); ``files`` where no suffix decides."""
+    from .index import detect_format as by_suffix
 
-    counts = {fmt: 0 for fmt in _SUFFIXES}
-    for full in backend.fs.find(backend.root):
-        name = full.lower()
-        for fmt, suffixes in _SUFFIXES.items():
-            if name.endswith(suffixes):
-                counts[fmt] += 1
-    best = max(counts, key=lambda f: counts[f])
-    return best if counts[best] else "files"
+    try:
+        return by_suffix(backend)
+    except ConfigError:
+        return "files"
 
 
 def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
@@ -216,7 +213,7 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
         manifest = index_dataset(backend, IndexOptions(format=fmt))
     except ConfigError as e:
         raise ConfigError("--dataset", f"{url} has no manifest and indexing it as {fmt} failed ({e.problem})",
-                          f"index it yourself: iobench index {url} --format tar|parquet|tfrecord|files|npz") from None
+                          f"index it yourself: iobench index {url} --format FORMAT (docs/index.md)") from None
     from .io.atomic import atomic_write_bytes
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
