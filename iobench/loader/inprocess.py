@@ -117,18 +117,17 @@ class _StepOnSend:
         pass
 
 
-def step_loop(st, progress: bool, synthetic: bool, stop_rule=None):
-    """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself."""
-    from .core import _device_counter, _Steps
+def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=None):
+    """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
+    each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
     from .sysmon import SystemMonitor
-    from .worker import WorkerJob, _Emitter, _source_stats, open_source, produce
+    from .worker import WorkerJob, _Emitter, _source_stats, produce
 
     from ..formats import get_format
     from ..units import parse_size
 
     cfg, schedule = st.cfg, st.schedule
     stop = threading.Event()
-    rec = _Steps()
     job = WorkerJob(wid=0, workers=1, manifest=st.manifest, plans=list(schedule.plans), total_batches=schedule.total,
                     decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead, access=schedule.access,
                     stream_read_size=parse_size(cfg.stream_read_size, "load.stream_read_size"), lag=0)
@@ -144,13 +143,13 @@ def step_loop(st, progress: bool, synthetic: bool, stop_rule=None):
         bar = (p, p.add_task("load", total=schedule.total))
     conn = _StepOnSend(st, rec, pool, stop, stop_rule, bar)
     monitor = SystemMonitor(cfg.monitor_interval_s)
-    rec.device = _device_counter(st.backend, st.manifest, synthetic)   # before the first read
+    rec.device = device() if device is not None else None   # before the first read
     source = st.source
     try:
         monitor.start([os.getpid()])
         rec.t_spawn = now_ns()
         if not synthetic:
-            open_source(source, 0)   # storage connections: start-up, as a worker's are
+            source.open(worker_id=0)   # storage connections: start-up, as a worker's are
         reader = get_format(st.manifest.format).reader(st.manifest)
         rec.t_start = conn.t_prev = now_ns()
         produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
