@@ -323,6 +323,9 @@ class TarReader(Reader):
             if e in fields:
                 image = fields[e]
                 break
+        if image is None and self.manifest.modality == "records":
+            # opaque records (members with keys of their own, e.g. webdataset's .bin): its non-label members
+            image = b"".join(bytes(v) for e, v in fields.items() if e not in LABEL_EXTS)
         if image is None:
             raise IntegrityError(f"{where}: sample {index}: no image member (have {sorted(fields)})")
         for e in LABEL_EXTS:

@@ -454,8 +454,7 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                              f"each read of {format_bytes(per_req_b)} took {format_seconds(per_req_s)}: more reads in "
                              "flight hide it (more workers, --read-ahead)")
         return Judgement("storage", "storage bandwidth",
-                         f"storage delivers {format_rate(cap)} in all: faster storage, a faster tier, or staging "
-                         "(more workers share the same bandwidth)")
+                         "faster storage, a faster tier, or staging; more workers share the same bandwidth")
     if r.delivered_bytes_per_s and cap and r.delivered_bytes_per_s < 0.9 * cap:
         return Judgement("storage", "hand-over",
                          "each batch's hand-over from its worker to the loop (pipe, wake-up, batch view) is the "

@@ -218,6 +218,8 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None) -> Manifes
         first += n
         if on_file is not None:
             on_file(rel, size)
+    if modality is None and opts.format in ("tar", "files"):
+        modality = "records"    # members with keys of their own (webdataset's .bin, .cls, ...): opaque records
     if modality is None:
         raise ConfigError("--modality", f"cannot tell what the {opts.format} samples under {backend.url} hold",
                           "give --modality tokens, images or records")
