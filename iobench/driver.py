@@ -182,27 +182,13 @@ def cache_dir() -> str:
     return d
 
 
-def detect_format(backend) -> str:
-    """The format of a dataset without a manifest: the suffix most of its files share."""
-    from .index import _SUFFIXES
-
-    counts = {fmt: 0 for fmt in _SUFFIXES}
-    for full in backend.fs.find(backend.root):
-        name = full.lower()
-        for fmt, suffixes in _SUFFIXES.items():
-            if name.endswith(suffixes):
-                counts[fmt] += 1
-    best = max(counts, key=lambda f: counts[f])
-    return best if counts[best] else "files"
-
-
 def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
     """Index a dataset that has no manifest; the manifest goes to the cache directory, keyed by URL,
     and is reused while the dataset's file list and sizes are unchanged."""
-    from .index import IndexOptions, index_dataset
+    from .index import IndexOptions, detect_format, index_dataset
     from .manifest import Manifest
 
-    fmt = detect_format(backend)
+    fmt = detect_format(backend)   # a dataset of several formats is refused here, naming them
     listing = sorted((f, backend.fs.size(f)) for f in backend.fs.find(backend.root))
     key = hashlib.sha256(json.dumps([url, listing]).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), "manifests", f"{key}.json")
@@ -216,7 +202,7 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
         manifest = index_dataset(backend, IndexOptions(format=fmt))
     except ConfigError as e:
         raise ConfigError("--dataset", f"{url} has no manifest and indexing it as {fmt} failed ({e.problem})",
-                          f"index it yourself: iobench index {url} --format tar|parquet|tfrecord|files|npz") from None
+                          f"index it yourself: iobench index {url} --format FORMAT (docs/index.md)") from None
     from .io.atomic import atomic_write_bytes
 
     os.makedirs(os.path.dirname(path), exist_ok=True)

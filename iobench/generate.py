@@ -43,7 +43,8 @@ MODALITIES = ("tokens", "images", "records")
 _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900, ("tar", "images"): 1800,
              ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
              ("tfrecord", "images"): 80, ("raw", "records"): 12, ("tfrecord", "records"): 80,
-             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
+             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600,
+             ("npy", "records"): 128, ("npy", "images"): 128}
 
 
 MAX_SHARDS = 10_000_000
@@ -281,7 +282,7 @@ def _write_one(spec, backend, fmt, synth, plan, defer_fsync, report, should_stop
         raise IobenchError(f"{plan.path}: writer reported {layout.samples} samples, planned {plan.count}")
     index_path = None
     if layout.index_bytes is not None:
-        index_path = plan.path + ".index"
+        index_path = fmt.index_path(plan.path)
         backend.write_bytes(index_path, layout.index_bytes, fsync=spec.fsync and not defer_fsync)
     return ShardEntry(path=plan.path, bytes=tally.count, samples=plan.count, checksum=tally.digest(),
                       offsets=layout.offsets, index_path=index_path, first_sample=plan.first)

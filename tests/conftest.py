@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# Every results file a test writes (in this process or a command it starts) is checked against
+# docs/results.schema.json before it is written (iobench.results.write_json).
+os.environ["IOBENCH_VALIDATE_RESULTS"] = "1"
+
 
 def _has_gpu() -> bool:
     return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
