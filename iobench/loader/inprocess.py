@@ -133,7 +133,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
     """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
     each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
     from .sysmon import SystemMonitor
-    from .worker import WorkerJob, _Emitter, _source_stats, open_source, produce
+    from .worker import WorkerJob, _Emitter, _source_stats, produce
 
     from ..formats import get_format
     from ..units import parse_size
@@ -161,7 +161,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
         monitor.start([os.getpid()])
         rec.t_spawn = now_ns()
         if not synthetic:
-            open_source(source, 0)   # storage connections: start-up, as a worker's are
+            source.open(worker_id=0)   # storage connections: start-up, as a worker's are
         reader = get_format(st.manifest.format).reader(st.manifest)
         rec.t_start = conn.t_prev = now_ns()
         produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
