@@ -297,7 +297,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
         source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
-                                emulation=cfg.emulate, seed=cfg.seed,
+                                # the tier's bandwidth is shared by the workers (iobench.wrappers)
+                                emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers), seed=cfg.seed,
                                 block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
                                 concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                 retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
@@ -317,7 +318,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if cfg.odirect and not synthetic:
         _check_odirect(backend, source, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
-                  deliver=deliver, cache_state=cache_state, emulation=resolve_emulation(cfg.emulate),
+                  deliver=deliver, cache_state=cache_state,
+                  emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers),
                   slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
                   slots=slots_for(schedule.access, cfg.workers, cfg.prefetch), warnings=warnings)
 
