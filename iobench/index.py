@@ -55,6 +55,16 @@ def _rel(backend: Backend, full: str) -> str:
     return rel
 
 
+def _check_local_file(backend: Backend, rel: str) -> None:
+    """A listed local file is read only if it is a regular file inside the root: a symlink out
+    of the root (to /etc) is never followed, and a FIFO or device would block the read."""
+    from .io.inputs import require_regular
+    from .paths import check_inside
+
+    full = check_inside(backend.root, rel, f"dataset file {rel}")
+    require_regular(full, f"dataset file {rel}", "index a dataset of regular files: remove or replace this one")
+
+
 def list_files(backend: Backend, fmt: str) -> list[str]:
     """Data files of ``fmt`` under the root, sorted (the order samples are numbered in)."""
     try:
@@ -68,6 +78,8 @@ def list_files(backend: Backend, fmt: str) -> list[str]:
         if name.startswith(".") or rel == MANIFEST_NAME or name.endswith(".index"):
             continue
         if fmt == "files" or name.lower().endswith(_SUFFIXES[fmt]):
+            if backend.is_local:
+                _check_local_file(backend, rel)
             rels.append(rel)
     if not rels:
         want = "any file" if fmt == "files" else " or ".join(_SUFFIXES[fmt])

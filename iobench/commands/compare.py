@@ -2,6 +2,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_json_flag
     from .report import add_threshold_flags
 
@@ -14,6 +15,8 @@ def register(sub) -> None:
     p.add_argument("--markdown", metavar="PATH", help="also write the comparison as Markdown")
     add_threshold_flags(p)
     add_json_flag(p)
+    guard.declare(p, guard.in_file("a", "A.json"), guard.in_file("b", "B.json"),
+                  guard.out_file("markdown", "--markdown", owner="markdown"))
     p.set_defaults(func=run)
 
 

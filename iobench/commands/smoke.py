@@ -2,6 +2,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag
 
     p = sub.add_parser("smoke", help="short end-to-end pass/fail check against an S3-compatible store (for CI)")
@@ -13,6 +14,7 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="deadline per check in seconds")
     p.add_argument("--max-stall", type=float, metavar="R", help="also fail if the read's data stall exceeds R")
     add_json_flag(p)
+    guard.declare(p, guard.out_file("junit", "--junit", owner="junit"))
     p.set_defaults(func=run)
 
 
