@@ -2,13 +2,19 @@
 
 ``VerifyingSource`` wraps any shard source (the dataset's backend, a tiers source): whole
 shards (``block``) are hashed when read; a streamed shard (``stream``) is hashed piece by
-piece, in order, and checked when its last piece arrives -- no second read.  A mismatch
-fails the run (``IntegrityError``, exit 1) naming the shard, instead of delivering a
-flipped byte silently.  The hashing time is counted per worker and reported as
-``metrics.verify_checksums`` (shards, bytes, seconds, bytes_per_s), so the cost is known.
-The ``map`` pattern reads single samples by byte range and never sees a whole shard: with
-verification on it reads whole shards (verified, kept in the worker's shard cache) and slices
-them, and the results say so.  Checksums come from the one module, ``iobench.io.checksum``.
+piece and checked once its hash has covered the whole shard -- no second read of what the
+stream delivered.  Pieces may arrive out of order (a Parquet reader takes the footer first):
+a piece ahead of the hash is kept (up to ``AHEAD_BYTES``) until the bytes before it arrive,
+and bytes the stream never delivers (a tar's end-of-archive padding, a shard the run stopped
+in) are read once when the shard is finished.  A mismatch fails the run (``IntegrityError``,
+exit 1) naming the shard, instead of delivering a flipped byte silently.  The hashing time is
+counted per worker and reported as ``metrics.verify_checksums`` (shards, bytes, seconds,
+bytes_per_s), so the cost is known.  The ``map`` pattern reads single samples by byte range
+and never sees a whole shard: with verification on it reads whole shards (verified, kept in
+the worker's shard cache) and slices them, and the results say so.  Every shard's size is
+checked against the manifest before the run (``check_sizes``, as ``iobench verify`` does):
+bytes appended after the manifest's end are never read by a ranged stream, so only the size
+shows them.  Checksums come from the one module, ``iobench.io.checksum``.
 """
 
 from __future__ import annotations
@@ -17,29 +23,70 @@ import time
 
 from ..errors import IntegrityError
 from ..io.checksum import algo_of, matches, new_hasher
+from .source import ShardSource
+
+AHEAD_BYTES = 64 << 20   # pieces kept while the hash catches up; past it the gap is read at once
 
 
-class VerifyingSource:
+class _Open:
+    """One shard being hashed: the hash covers [0, at); ``ahead`` holds pieces past ``at``."""
+
+    __slots__ = ("shard", "hasher", "at", "ahead", "ahead_bytes")
+
+    def __init__(self, shard) -> None:
+        self.shard, self.hasher, self.at = shard, new_hasher(shard.checksum), 0
+        self.ahead: dict[int, bytes] = {}
+        self.ahead_bytes = 0
+
+    def take(self, start: int, data) -> None:
+        """Hash what of [start, start + len) lies past ``at``, then any kept piece it reaches."""
+        end = start + len(data)
+        if start <= self.at < end:
+            self.hasher.update(memoryview(data).cast("B")[self.at - start:])
+            self.at = end
+        elif end > self.at:   # past the hash (start > at): keep it for later
+            self.ahead[start] = bytes(data)
+            self.ahead_bytes += len(data)
+        while True:
+            nxt = [s for s in self.ahead if s <= self.at]
+            if not nxt:
+                return
+            piece = self.ahead.pop(nxt[0])
+            self.ahead_bytes -= len(piece)
+            if nxt[0] + len(piece) > self.at:
+                self.hasher.update(memoryview(piece)[self.at - nxt[0]:])
+                self.at = nxt[0] + len(piece)
+
+
+class VerifyingSource(ShardSource):
+    """Wraps any ``ShardSource``; only whole-shard reads and pieces reach the wrapped source
+    (each hashed).  Its capability flags are its own: no range, record or in-place reads (the
+    base class's defaults, built on the verified ``read_shard``, serve those), so the map
+    pattern reads whole shards (verified) and slices them -- what a verify-grade run has to
+    read anyway -- and a read method added to ``ShardSource`` later cannot bypass the check."""
+
     concurrent_reads = False   # its counters and open hashes are not guarded: one read at a time
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner: ShardSource) -> None:
         self.inner = inner
-        self._open: dict = {}   # shard path -> (hasher, next expected offset, shard entry)
+        self._open: dict[str, _Open] = {}   # shard path -> its hash in progress
         self.shards = 0
         self.bytes = 0
         self.seconds = 0.0
 
-    def __getattr__(self, name):   # everything else is the wrapped source's
-        if name == "inner" or (name.startswith("read_") and name != "read_piece"):
-            # Only whole-shard reads (and in-order pieces) are forwarded: any other read_* (sample
-            # ranges, records) is hidden, so the map pattern reads whole shards (verified) and
-            # slices them -- what a verify-grade run has to read anyway -- and a read method
-            # added later cannot bypass the check.
-            raise AttributeError(name)
-        if name == "read_piece":
-            getattr(self.inner, "read_piece")   # AttributeError when the wrapped source streams no pieces
-            return self._read_piece
-        return getattr(self.inner, name)
+    @property
+    def supports_pieces(self) -> bool:   # type: ignore[override]
+        return self.inner.supports_pieces
+
+    @property
+    def supports_odirect(self) -> bool:   # type: ignore[override]
+        return self.inner.supports_odirect   # its whole-shard reads are the wrapped source's
+
+    def open(self, worker_id: int = 0) -> None:
+        self.inner.open(worker_id)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def __getstate__(self) -> dict:
         return {"inner": self.inner}
@@ -51,9 +98,12 @@ class VerifyingSource:
         if algo_of(shard.checksum) == "none":
             return
         t0 = time.perf_counter()
+        n = memoryview(data).nbytes
+        if n != shard.bytes:
+            raise IntegrityError(f"{shard.path}: read {n} bytes, the manifest says {shard.bytes}")
         h = new_hasher(shard.checksum)
         h.update(data)
-        self._done(shard, h, len(data), t0)
+        self._done(shard, h, n, t0)
 
     def _done(self, shard, h, n: int, t0: float) -> None:
         ok = matches(shard.checksum, h.hexdigest())
@@ -70,68 +120,74 @@ class VerifyingSource:
         return data
 
     def read_shards(self, shards):
-        read_many = getattr(self.inner, "read_shards", None)
-        datas = read_many(shards) if read_many else [self.inner.read_shard(s) for s in shards]
+        datas = self.inner.read_shards(shards)
         for s, d in zip(shards, datas):
             self._check(s, d)
         return datas
 
-    def _read_piece(self, shard, start: int, length: int, first: bool):
+    def read_piece(self, shard, start: int, length: int, first: bool):
+        if not self.inner.supports_pieces:   # whole shards (verified by read_shard), sliced
+            return super().read_piece(shard, start, length, first)
         data = self.inner.read_piece(shard, start, length, first)
         if algo_of(shard.checksum) == "none":
             return data
-        if first:
-            self._finish_pending(keep=shard.path)
+        if first:   # a new request: whatever was open (this shard's last epoch included) is finished now
+            self.finish()
         t0 = time.perf_counter()
-        if first or shard.path not in self._open:
-            self._open[shard.path] = (new_hasher(shard.checksum), 0, shard)
-        h, at, _ = self._open[shard.path]
-        if start > at:   # a skipped header (raw shards stream from byte 64): read the gap once
-            h.update(self._bytes(shard, at, start - at))
-            at = start
-        elif start != at:   # going back: this stream cannot be hashed in one pass
-            self._open.pop(shard.path, None)
-            raise IntegrityError(f"{shard.path}: pieces arrived out of order ({start} after {at}); "
-                                 "cannot verify the checksum in one pass")
-        h.update(data)
-        at += len(data)
+        st = self._open.get(shard.path)
+        if st is None:
+            st = self._open[shard.path] = _Open(shard)
+        if st.ahead_bytes + len(data) > AHEAD_BYTES and start > st.at:
+            st.take(st.at, self._bytes(shard, st.at, start - st.at))   # too much kept: read the gap once
+        st.take(start, data)
         self.seconds += time.perf_counter() - t0
-        if at >= shard.bytes:
-            self._open.pop(shard.path, None)
-            self._done(shard, h, at, time.perf_counter())
-        else:
-            self._open[shard.path] = (h, at, shard)
+        if st.at >= shard.bytes:
+            del self._open[shard.path]
+            self._done(shard, st.hasher, shard.bytes, time.perf_counter())
         return data
 
     def _bytes(self, shard, start: int, length: int):
-        ranged = getattr(self.inner, "read_range", None)
-        if ranged is not None:
-            return ranged(shard, start, length)
-        return memoryview(self.inner.read_shard(shard))[start:start + length]
+        return self.inner.read_range(shard, start, length)
 
-    def _finish_pending(self, keep: str | None = None) -> None:
-        """Shards whose stream stopped before their end (a tar's end-of-archive padding, the
-        last samples of an epoch not taken): read the remaining bytes once and check."""
-        for path in [p for p in self._open if p != keep]:
-            h, at, shard = self._open.pop(path)
+    def finish(self) -> None:
+        """Check the shards whose stream stopped before their end (a tar's end-of-archive padding,
+        the last samples of an epoch not taken): the bytes the stream did not deliver are read once.
+        The worker calls it after its last read, before ``close`` (a corrupt shard fails the run)."""
+        while self._open:
+            _path, st = self._open.popitem()
             t0 = time.perf_counter()
-            rest = shard.bytes - at
-            if rest > 0:
-                h.update(self._bytes(shard, at, rest))
-            self._done(shard, h, shard.bytes, t0)
+            while st.at < st.shard.bytes:
+                nxt = min((s for s in st.ahead), default=st.shard.bytes)
+                if nxt > st.at:
+                    st.take(st.at, self._bytes(st.shard, st.at, nxt - st.at))
+                else:
+                    st.take(nxt, b"")   # a kept piece the hash has reached
+            self._done(st.shard, st.hasher, st.shard.bytes, t0)
 
     def stats(self) -> dict:
-        self._finish_pending()
-        fn = getattr(self.inner, "stats", None)
-        out = dict(fn() if fn else {})
-        out["verify"] = {"shards": self.shards, "bytes": self.bytes, "seconds": self.seconds}
+        out = dict(self.inner.stats())
+        out["verify"] = {"shards": self.shards, "bytes": self.bytes, "seconds": self.seconds,
+                         "unfinished": len(self._open)}
         return out
 
     def describe(self) -> dict:
-        fn = getattr(self.inner, "describe", None)
-        d = dict(fn() if fn else {"kind": type(self.inner).__name__})
+        d = dict(self.inner.describe())
         d["verify_checksums"] = True
         return d
+
+
+def check_sizes(backend, shards) -> None:
+    """Every shard's stored size against the manifest's, before the run (as ``iobench verify``):
+    a ranged read stops at the manifest's end, so bytes appended to a shard show only here."""
+    for shard in shards:
+        try:
+            size = backend.size(shard.path)
+        except FileNotFoundError:
+            raise IntegrityError(f"{shard.path}: listed in the manifest but not found "
+                                 "(`iobench verify` checks the whole dataset)") from None
+        if size != shard.bytes:
+            raise IntegrityError(f"{shard.path}: {size} bytes, the manifest says {shard.bytes} "
+                                 "(`iobench verify` checks the whole dataset)")
 
 
 def merge_verify(per_worker_sources: list[dict]) -> dict | None:
@@ -144,4 +200,5 @@ def merge_verify(per_worker_sources: list[dict]) -> dict | None:
     secs = sum(p["seconds"] for p in parts)
     return {"shards": shards, "bytes": nbytes, "seconds": secs,
             "bytes_per_s": nbytes / secs if secs > 0 else None,
+            "unfinished": sum(p.get("unfinished", 0) for p in parts),
             "note": "hashing time summed over workers (CPU seconds spent verifying, inside the batch I/O time)"}
