@@ -44,7 +44,8 @@ def register(sub) -> None:
     r.add_argument("--max-accelerators", type=int, default=64, help="--find-max search limit (default 64)")
     add_endpoint_flag(r)
     add_json_flag(r)
-    guard.declare(r, guard.dataset("dataset", "DATASET_URL"), guard.not_a_path("workload", "--workload"))
+    guard.declare(r, guard.dataset("dataset", "DATASET_URL"), guard.not_a_path("workload", "--workload"),
+                  guard.root("checkpoint_folder", "--checkpoint-folder"))
     r.set_defaults(func=run)
 
     d = ms.add_parser("datasize", help="files needed for a rule-compliant dataset (5x memory, 500 steps per epoch)")
