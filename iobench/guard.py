@@ -11,7 +11,8 @@ one line naming both flags):
 1. an output that *is*, or lies inside, any input of the same command: a dataset root or one
    of its files, a tier root, the catalog, a checkpoint root, a results/config/trace file read
    (``verify DS --json DS/manifest.json``, ``compare A B --json A``);
-2. two outputs at one path;
+2. two outputs at one path, or an output file inside an output directory of the same command
+   (``gen --out DS --json DS/manifest.json``);
 3. roots that overlap: every pair of dataset roots, read-write roots and output directories
    must be neither the same nor nested (``ckpt --local D --durable D/x``); tier roots are held
    to the same rule by ``TiersConfig`` itself;
@@ -345,6 +346,12 @@ def check(args) -> None:
         for qf, q in outputs[:n]:
             if o.path == q.path:
                 raise ConfigError(pf.flag, f"{o.given} is also {qf.flag}", "give each output its own path")
+    for pf, o in outputs:
+        for qf, q in outputs:
+            if pf.role is Role.OUT_FILE and qf.role is Role.OUT_DIR and within(o.path, q.path):
+                # `gen --out DS --json DS/manifest.json`: the file would replace what the directory's writer makes
+                raise ConfigError(pf.flag, f"{o.given} lies inside {qf.flag} ({q.given}), which this command fills",
+                                  "write it outside that directory")
     check_disjoint(roots)
     for pf, o in outputs:
         if pf.role is Role.OUT_FILE and pf.owner:
