@@ -24,10 +24,11 @@ from .errors import ConfigError, IntegrityError
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry
 from .storage import Backend
 
-INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron")
+INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron", "hdf5", "arrow")
 # file suffixes each format's scan picks up (everything else under the root is left alone)
 _SUFFIXES = {"tar": (".tar",), "parquet": (".parquet", ".pq"), "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
-             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",)}
+             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",), "hdf5": (".h5", ".hdf5", ".hdf"),
+             "arrow": (".arrow",)}
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm")
 
 
@@ -342,7 +343,9 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
         elif fmt in ("hdf5", "arrow"):
             from .formats import get_format
 
-            n, offsets, index_rel, seen = get_format(fmt).reader.scan(backend, rel, facts, modality)
+            scan = get_format(fmt).scan
+            assert scan is not None
+            n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
         else:
             n, offsets, index_rel = 1, None, None
             seen = "images" if rel.lower().endswith(_IMAGE_SUFFIXES) else None

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .io.atomic import atomic_write_bytes
 
 from .schema import SCHEMA_VERSION

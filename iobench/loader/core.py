@@ -262,7 +262,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
     from ..io.retry import RetryPolicy
-    from .source import BackendSource
+    from .source import backend_source
 
     warnings: list[str] = []
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
@@ -290,12 +290,13 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
-        source = BackendSource(url=cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
-                               emulation=cfg.emulate, seed=cfg.seed,
-                               block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
-                               concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
-                               retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
-                               error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+        source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
+                                # the tier's bandwidth is shared by the workers (iobench.wrappers)
+                                emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers), seed=cfg.seed,
+                                block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
+                                concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
+                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
+                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
         from .memmap import MappedSource
 
@@ -309,9 +310,10 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
             warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "
                             "per-sample ranges")
     if cfg.odirect and not synthetic:
-        _check_odirect(backend, manifest, warnings)
+        _check_odirect(backend, source, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
-                  deliver=deliver, cache_state=cache_state, emulation=resolve_emulation(cfg.emulate),
+                  deliver=deliver, cache_state=cache_state,
+                  emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers),
                   slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
                   slots=slots_for(schedule.access, cfg.workers, cfg.prefetch), warnings=warnings)
 
@@ -460,7 +462,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
-        rec = step_loop(st, progress, synthetic, stop_rule)
+        rec = step_loop(st, _Steps(), progress, synthetic, stop_rule,
+                        device=lambda: _device_counter(st.backend, st.manifest, synthetic))
     else:
         rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
@@ -667,11 +670,15 @@ def _device_counter(backend, manifest, synthetic: bool):
     return c if c.dev is not None else None
 
 
-def _check_odirect(backend, manifest, warnings: list[str]) -> None:
+def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
     import os
 
     if not backend.supports_odirect:
         warnings.append(f"--odirect ignored: {backend.protocol}:// has no O_DIRECT; reads are buffered")
+        return
+    if not source.supports_odirect:
+        warnings.append("--odirect ignored: emulated or faulty storage (or this source) passes every read through "
+                        "its wrappers; reads are buffered")
         return
     path = backend.local_path(manifest.shards[0].path)
     try:

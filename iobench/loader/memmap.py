@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ConfigError, IntegrityError
 from ..metrics import now_ns
+from .source import BackendSource, LocalFileSource, ShardSource
 
 # Mappings kept open per process (LRU): each is address space only, but the kernel caps a
 # process's mappings (vm.max_map_count, 65530 by default).
@@ -36,7 +37,6 @@ _MAX_MAPS = 1024
 def check_memmap(cfg, backend, manifest, source) -> None:
     """Refuse, before any work, a load ``--access memmap`` cannot do (field-and-fix errors)."""
     from ..formats import get_format
-    from .source import BackendSource
 
     if not backend.is_local:
         raise ConfigError("--access", f"memmap maps local files; {backend.protocol}:// has no mapping",
@@ -50,23 +50,22 @@ def check_memmap(cfg, backend, manifest, source) -> None:
         if on:
             raise ConfigError(flag, "cannot apply to --access memmap: page faults read the mapping, "
                                     "not the storage wrappers or O_DIRECT", f"drop {flag}, or use --access map")
-    reader = get_format(manifest.format).reader(manifest)
-    fn = getattr(reader, "fixed_records", None)
-    fixed = fn(manifest.shards[0]) if fn is not None and manifest.shards else None
-    if fixed is None or any(fn(sh) != fixed for sh in manifest.shards[1:]):
+    if get_format(manifest.format).reader(manifest).fixed_layout() is None:
         raise ConfigError("--access", f"memmap slices fixed-size token rows; this {manifest.format} "
                                       f"{manifest.modality} dataset has none",
                           "use --access map (or stream) for it")
 
 
-class MappedSource:
-    """A BackendSource whose batches of fixed-size records are gathered from mappings of the shards.
+class MappedSource(ShardSource):
+    """A LocalFileSource whose batches of fixed-size records are gathered from mappings of the shards.
 
     ``read_records`` is the one read the map producer makes for such records (worker
-    ``_produce_map``); everything else (opening, counters, description) is the inner source's.
+    ``_produce_map``); everything else (whole shards, opening, counters, description) is the inner source's.
     """
 
-    def __init__(self, inner) -> None:
+    supports_record_reads = True
+
+    def __init__(self, inner: LocalFileSource) -> None:
         self.inner = inner
         self._maps: OrderedDict = OrderedDict()
         self._scratch: np.ndarray | None = None
@@ -77,6 +76,9 @@ class MappedSource:
     def open(self, worker_id: int = 0) -> None:
         self.inner.open(worker_id=worker_id)
         self._maps.clear()
+
+    def read_shard(self, shard):
+        return self.inner.read_shard(shard)
 
     def stats(self) -> dict:
         out = self.inner.stats()
