@@ -18,7 +18,7 @@ Spec strings (``parse_emulation``) are terms joined by ``+``::
     lognormal:p50=20ms,p99=500ms     the usual shape of storage tails
     spike:p=0.01,extra=2s            with probability p a request takes `extra` longer
     bw:500MB                         bandwidth cap in bytes per second ("/s" optional)
-    nvme | pfs | object              named profiles from the seed's tier table (PROFILES)
+    nvme | pfs | object              named profiles from the domain models' tier table (PROFILES)
 
 e.g. ``pfs+spike:p=0.02,extra=300ms`` or ``const:150ms+bw:1GiB/s``.
 """
@@ -106,8 +106,8 @@ class EmulationSpec:
         return d
 
 
-# Seed chapter 4, Table 4.2 (access latency per tier) and the per-node bandwidth shares of
-# §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
+# The domain models' tier table (docs/design.md: chapter 4, Table 4.2, access latency per tier) and the
+# per-node bandwidth shares of §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
 # 10x below the PFS).  The P99s follow the prefetch-depth example (P99 of a 40 MB batch:
 # NVMe ~50 ms, PFS ~200 ms, object store ~500 ms): the per-request tails below give about
 # those batch P99s at those bandwidths.

@@ -1,4 +1,4 @@
-"""Declared and measured page-cache state of a dataset's shards (measurement rule 3).
+"""Declared and measured page-cache state of a dataset's shards (measurement rule 3, "declared and measured cache state", docs/design.md).
 
 ``cold`` writes back and evicts each shard's pages (``posix_fadvise DONTNEED``), ``warm``
 reads each shard once, ``as-is`` leaves them; in every case the residency is then

@@ -1,6 +1,6 @@
 """How far a load's stall and P99 can be trusted, and when a load has measured enough.
 
-Measurement rule 9: a percentile or ratio carries its confidence interval and the count
+Measurement rule 9 ("enough samples", docs/design.md): a percentile or ratio carries its confidence interval and the count
 it rests on.  Two estimators, both on the steady steps (step 0 excluded):
 
 - **stall ratio — batch means**: the steps are cut into ``m`` (≤ 20) contiguous groups of
