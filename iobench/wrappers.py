@@ -31,7 +31,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, cast
 
 from .config import nearest
 from .errors import ConfigError
@@ -167,9 +167,9 @@ def parse_emulation(spec: str) -> EmulationSpec:
                                   "give one latency model, one bw and one spike at most")
             seen[what] = term
         if name in PROFILES and not body:
-            p = PROFILES[name]
-            out = replace(out, kind=p.kind, latency_s=p.latency_s, std_s=p.std_s, p50_s=p.p50_s, p99_s=p.p99_s,
-                          bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or p.bandwidth_bytes_per_s)
+            prof = PROFILES[name]
+            out = replace(out, kind=prof.kind, latency_s=prof.latency_s, std_s=prof.std_s, p50_s=prof.p50_s,
+                          p99_s=prof.p99_s, bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or prof.bandwidth_bytes_per_s)
             continue
         if name not in kinds:
             raise ConfigError(_FIELD, f"unknown emulation {name!r}", nearest(name, kinds + tuple(PROFILES)))
@@ -297,7 +297,7 @@ class _FileProxy:
     """A file object whose reads and writes go through hooks; everything else is forwarded."""
 
     def __init__(self, f: IO, on_read, on_write=None) -> None:
-        self._f = f
+        self._f: Any = f
         self._on_read = on_read
         self._on_write = on_write
 
@@ -336,7 +336,7 @@ def _counted_output(inner, rel: str, fsync: bool, done: Callable[[int, int], Non
         return fn(data)
 
     with inner.open_output(rel, fsync=fsync) as f:
-        yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        yield cast(IO, _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write))
     done(written[0], t0)
 
 
@@ -416,7 +416,7 @@ class EmulatedBackend(BackendWrapper):
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
-        return _FileProxy(f, self._on_read)
+        return cast(IO, _FileProxy(f, self._on_read))
 
     def _on_read(self, fn, arg, counts_result: bool = False):
         return self._request(fn, arg, counts_result=counts_result)
@@ -544,7 +544,7 @@ class InstrumentedBackend(BackendWrapper):
                 self.bytes_written += len(data)
             return n
 
-        return _FileProxy(f, on_read, on_write)
+        return cast(IO, _FileProxy(f, on_read, on_write))
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
@@ -641,4 +641,4 @@ class FaultyBackend(BackendWrapper):
             self._maybe_fail(rel)
             return fn(arg)
 
-        return _FileProxy(f, on_read)
+        return cast(IO, _FileProxy(f, on_read))
