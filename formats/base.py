@@ -212,6 +212,13 @@ class FormatSpec:
     # or with the extension replaced (Megatron's PREFIX.bin + PREFIX.idx).
     index_suffix: str = ".index"
     index_replaces_extension: bool = False
+    # ``iobench index``'s scan of one file, for formats whose module owns it:
+    # scan(backend, rel, facts, modality) -> (samples, offsets, index path, modality), recording
+    # dataset-wide facts (dtype, dataset name) in ``facts`` (they become the manifest's spec).
+    scan: "Callable | None" = None
+    # Files a whole dataset carries beside its shards (HF save_to_disk's state.json), made from
+    # the finished manifest: dataset_files(manifest) -> {relative name: bytes}.
+    dataset_files: "Callable | None" = None
 
     def index_path(self, shard_path: str) -> str:
         if self.index_replaces_extension and shard_path.endswith(self.extension):

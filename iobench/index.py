@@ -24,10 +24,11 @@ from .errors import ConfigError, IntegrityError
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry
 from .storage import Backend
 
-INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron")
+INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron", "hdf5", "arrow")
 # file suffixes each format's scan picks up (everything else under the root is left alone)
 _SUFFIXES = {"tar": (".tar",), "parquet": (".parquet", ".pq"), "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
-             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",)}
+             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",), "hdf5": (".h5", ".hdf5", ".hdf"),
+             "arrow": (".arrow",)}
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm")
 
 
@@ -61,6 +62,16 @@ def _rel(backend: Backend, full: str) -> str:
     if rel.startswith("/") or ".." in rel.split("/"):
         raise ConfigError("dataset", f"{rel!r} is not inside {backend.url}", "index a dataset whose files are below its root")
     return rel
+
+
+def _check_local_file(backend: Backend, rel: str) -> None:
+    """A listed local file is read only if it is a regular file inside the root: a symlink out
+    of the root (to /etc) is never followed, and a FIFO or device would block the read."""
+    from .io.inputs import require_regular
+    from .paths import check_inside
+
+    full = check_inside(backend.root, rel, f"dataset file {rel}")
+    require_regular(full, f"dataset file {rel}", "index a dataset of regular files: remove or replace this one")
 
 
 def _all_files(backend: Backend) -> list[str]:
@@ -102,6 +113,9 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
                               + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
                               "check the shard names or the brace range")
     rels = [r for r in all_rels if _is_data(r, fmt, names)]
+    if backend.is_local:
+        for r in rels:
+            _check_local_file(backend, r)
     if fmt == "arrow":
         rels = _arrow_order(backend, rels)
     if not rels:
@@ -342,7 +356,9 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
         elif fmt in ("hdf5", "arrow"):
             from .formats import get_format
 
-            n, offsets, index_rel, seen = get_format(fmt).reader.scan(backend, rel, facts, modality)
+            scan = get_format(fmt).scan
+            assert scan is not None
+            n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
         else:
             n, offsets, index_rel = 1, None, None
             seen = "images" if rel.lower().endswith(_IMAGE_SUFFIXES) else None
@@ -487,3 +503,38 @@ def contained_rel_path(rel: str) -> str:
     from .paths import contained_rel
 
     return contained_rel(rel, "dataset")
+
+
+def dataset_manifest(backend: Backend, only: tuple[str, ...] | None = None) -> Manifest:
+    """The manifest a dataset URL stands for (``resolve_dataset_url``): the root's own, or for a
+    brace range / one shard, those shards -- taken from the root's manifest where it lists them
+    all, else indexed now in memory (no checksums; nothing is written)."""
+    import dataclasses
+
+    from .manifest import read_manifest
+
+    if only is None:
+        return read_manifest(backend)
+    if backend.exists(MANIFEST_NAME):
+        full = read_manifest(backend)
+        by_path = {s.path: s for s in full.shards}
+        if all(p in by_path for p in only):
+            shards, first = [], 0
+            for p in only:
+                shards.append(dataclasses.replace(by_path[p], first_sample=first))
+                first += by_path[p].samples
+            return dataclasses.replace(full, shards=tuple(shards),
+                                       extra={**full.extra, "selected_from": backend.describe()["url"]})
+    return index_dataset(backend, IndexOptions(), only=only)
+
+
+def open_dataset(url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
+                 field_name: str = "dataset") -> tuple[Backend, Manifest]:
+    """(the backend at the dataset's root, its manifest) for any dataset URL: a root, a brace
+    range of shards or one shard (``resolve_dataset_url``, ``dataset_manifest``)."""
+    from .storage import open_backend
+
+    ref = resolve_dataset_url(url)
+    backend = open_backend(ref.root, endpoint_url=endpoint_url, storage_options=storage_options,
+                           field_name=field_name, check=True)
+    return backend, dataset_manifest(backend, ref.only)

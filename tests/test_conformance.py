@@ -32,7 +32,8 @@ from iobench.loader.verifying import VerifyingSource
 from iobench.manifest import read_manifest
 from iobench.storage import open_backend
 
-FORMATS = ("raw", "tfrecord", "tar", "parquet")
+FORMATS = ("raw", "tfrecord", "tar", "parquet", "npy", "megatron", "hdf5", "arrow")
+NO_RANGES = ("parquet", "arrow")      # no per-sample byte ranges: map is refused
 ACCESSES = ("map", "stream", "block")
 # storage kind -> what the factory must pick for plain storage of that kind
 KINDS = {"local": LocalFileSource, "memory": MemorySource, "s3": ObjectStoreSource}
@@ -74,7 +75,8 @@ def datasets(tmp_path_factory, request):
 
     def get(kind: str, fmt: str) -> _Data:
         if (kind, fmt) not in made:
-            pytest.importorskip("pyarrow") if fmt == "parquet" else None
+            pytest.importorskip("pyarrow") if fmt in ("parquet", "arrow") else None
+            pytest.importorskip("h5py") if fmt == "hdf5" else None
             opts, endpoint = {}, None
             if kind == "local":
                 url = str(tmp_path_factory.mktemp(f"conf-{fmt}") / "ds")
@@ -386,7 +388,7 @@ def _load_options(name: str) -> tuple[dict, bool]:
 def test_every_sample_once_with_its_bytes(name, fmt, access, datasets):
     data = datasets(SOURCES[name][0], fmt)
     kw, _ = _load_options(name)
-    if access == "map" and fmt == "parquet":
+    if access == "map" and fmt in NO_RANGES:
         with pytest.raises(ConfigError, match="load.access"):   # no per-sample ranges: refused before any work
             _load(data, access, **kw)
         return
