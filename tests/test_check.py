@@ -21,7 +21,8 @@ def test_check_prints_the_verdict_first_and_cleans_up(tmp_path, capsys):
     target.mkdir()
     (target / "keep.txt").write_text("user data")
     rc = main(["check", str(target), "--step-time", "20ms", "--batch-size", "8", "--workers", "2", "--steps", "30",
-               "--sample-size", "16KiB", "--max-stall", "0.9", "--no-progress", "--json", str(tmp_path / "c.json")])
+               "--sample-size", "16KiB", "--max-stall", "0.9", "--no-progress", "--json", str(tmp_path / "c.json"),
+               "--host-ceiling", "cached"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     v = VERDICT.match(out[0])
