@@ -257,18 +257,24 @@ def slots_for(access: str, workers: int, prefetch: int) -> int:
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver) -> _Setup:
     from ..io.pagecache import set_cache_state
-    from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
     from ..io.retry import RetryPolicy
     from .source import backend_source
 
+    from dataclasses import replace
+
+    from ..index import dataset_manifest, resolve_dataset_url
+
     warnings: list[str] = []
+    ref = resolve_dataset_url(cfg.dataset)     # a brace range or one shard: those files, under their directory
+    if ref.only is not None:
+        cfg = replace(cfg, dataset=ref.root)
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
                            field_name="dataset", check=True)
     if manifest is None:
-        manifest = read_manifest(backend)
+        manifest = dataset_manifest(backend, ref.only)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
     check_against_dataset(cfg, manifest, world)
