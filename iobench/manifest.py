@@ -227,8 +227,24 @@ def read_manifest(backend: Backend) -> Manifest:
 
 
 def check_manifest_inside(root: str, manifest: Manifest) -> None:
-    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``."""
+    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``, or
+    are not regular files: a FIFO in place of a shard would block every reader's ``open`` (the
+    loader's workers, the page-cache probe, a stage copy) forever.  A missing file passes here:
+    ``verify`` reports it as missing."""
     for i, s in enumerate(manifest.shards):
-        check_inside(root, s.path, f"manifest.shards[{i}].path")
+        _check_data_file(check_inside(root, s.path, f"manifest.shards[{i}].path"), f"manifest.shards[{i}].path")
         if s.index_path:
-            check_inside(root, s.index_path, f"manifest.shards[{i}].index_path")
+            _check_data_file(check_inside(root, s.index_path, f"manifest.shards[{i}].index_path"),
+                             f"manifest.shards[{i}].index_path")
+
+
+def _check_data_file(full: str, field: str) -> None:
+    try:
+        st = os.stat(full)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        from .io.inputs import kind_of
+
+        raise ConfigError(field, f"{full} is {kind_of(st.st_mode)}, not a data file",
+                          "replace it with the file the manifest names, or regenerate the dataset")

@@ -231,6 +231,8 @@ class Backend:
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
+        if self.is_local:
+            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_buffer(self, rel: str, start: int, end: int):
@@ -239,6 +241,8 @@ class Backend:
         shard read in one GET is parsed where it landed)."""
         if self.reader is not None:
             return self.reader.get_range(self.path(rel), start, end)
+        if self.is_local:
+            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
@@ -250,7 +254,9 @@ class Backend:
         """
         out = memoryview(out).cast("B")[:end - start]
         if self.is_local:
-            fd = os.open(self.path(rel), os.O_RDONLY)
+            from .io.inputs import open_regular
+
+            fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
             try:
                 got = 0
                 while got < len(out):
@@ -270,6 +276,8 @@ class Backend:
         return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        if self.is_local and "r" in mode:
+            _require_regular(self.path(rel))
         return self.fs.open(self.path(rel), mode, **kw)
 
     def memory_buffer(self, rel: str) -> memoryview:
@@ -351,6 +359,16 @@ class Backend:
 # ``failed_calls``) instead of hiding inside one measured latency; elsewhere (writers, checks)
 # the client's own safety net stays.
 CLIENT_ATTEMPTS = 3
+
+
+_NOT_A_FILE_FIX = "replace it with a regular file"
+
+
+def _require_regular(path: str) -> None:
+    """Local reads open only regular files: fsspec's ``open`` of a FIFO blocks forever."""
+    from .io.inputs import require_regular
+
+    require_regular(path, "path", _NOT_A_FILE_FIX)
 
 
 def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,

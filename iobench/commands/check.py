@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_storage_option_flag
 
     p = sub.add_parser("check", help="will this storage stall training? one verdict from your step time, "
@@ -48,6 +49,7 @@ def register(sub) -> None:
     add_storage_option_flag(p)
     add_progress_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.work("target", "TARGET"), guard.dataset("dataset", "--dataset"))
     p.set_defaults(func=run)
 
 

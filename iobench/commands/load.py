@@ -15,6 +15,7 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag, add_storage_option_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
@@ -99,6 +100,8 @@ def register(sub) -> None:
                         "(default: $IOBENCH_HOST_CEILING, else cached)")
     add_set_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.dataset("dataset", "DATASET_URL"), guard.tiers_file(),
+                  guard.in_file("workload", "--workload"), guard.in_file("compute", "--compute", prefix="file:"))
     add_progress_flag(p)
     p.set_defaults(func=run)
 

@@ -25,6 +25,7 @@ from ..errors import IntegrityError
 from ..metrics import now_ns
 from ..storage import Backend
 from .checksum import matches, new_hasher
+from .inputs import open_regular_file
 from .retry import RetryPolicy, any_failure
 
 CHUNK = 8 * 1024 * 1024
@@ -108,7 +109,7 @@ def _direct_copy(src_path: str, f, h) -> int:
     buf = _buffer(COPY_BUF)
     view = memoryview(buf)
     n = 0
-    with open(src_path, "rb", buffering=0) as s:
+    with open_regular_file(src_path, "shard", "replace it with the shard file", buffering=0) as s:
         fd = s.fileno()
         while True:
             got = os.readv(fd, [buf])
@@ -125,7 +126,7 @@ def _kernel_copy(src_path: str, f, nbytes: int) -> int:
     f.flush()
     out = f.fileno()
     n = 0
-    with open(src_path, "rb", buffering=0) as s:
+    with open_regular_file(src_path, "shard", "replace it with the shard file", buffering=0) as s:
         while True:
             got = os.copy_file_range(s.fileno(), out, max(nbytes - n, CHUNK))
             if got == 0:

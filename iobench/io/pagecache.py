@@ -39,8 +39,16 @@ def _lib():
     return _libc
 
 
+def _open_data(path: str) -> int:
+    """A data file opened for a cache operation; a FIFO or device is refused, never waited on
+    (the residency probe runs on every shard before a load)."""
+    from .inputs import open_regular
+
+    return open_regular(path, "shard", "replace it with the data file")
+
+
 def drop_pages(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_data(path)
     try:
         os.fdatasync(fd)  # dirty pages cannot be dropped
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -68,7 +76,7 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
 
 def resident_pages(path: str) -> tuple[int, int] | None:
     """(resident, total) pages of the file in the page cache; None where neither call is available."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_data(path)
     try:
         return resident_pages_fd(fd, os.fstat(fd).st_size)
     finally:
@@ -125,7 +133,7 @@ def resident_pages_fd(fd: int, size: int) -> tuple[int, int] | None:
 
 def warm_file(path: str, chunk: int = 8 << 20) -> int:
     n = 0
-    with open(path, "rb", buffering=0) as f:
+    with os.fdopen(_open_data(path), "rb", buffering=0) as f:
         while True:
             b = f.read(chunk)
             if not b:

@@ -15,7 +15,6 @@ import importlib
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError
@@ -71,9 +70,10 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
     if kind == "const":
         return ComputeModel(kind="const", mean_s=parse_duration(body, field), mode=mode, callback=callback, seed=seed)
     if kind == "file":
-        p = Path(body)
+        from ..io.inputs import read_text
+
         try:
-            lines = [ln.strip() for ln in p.read_text().splitlines()]
+            lines = [ln.strip() for ln in read_text(body, field, what="step-time file").splitlines()]
         except OSError as e:
             raise ConfigError(field, f"cannot read step-time file {body!r} ({e.strerror})",
                               "give a file with one step time per line") from None
