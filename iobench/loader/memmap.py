@@ -116,7 +116,7 @@ class MappedSource(ShardSource):
         """Bytes ``start:start+length`` of the shard as a view of its mapping (faulted in when read)."""
         f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
         t0 = now_ns()
-        view = memoryview(self._mapped(shard)[start:start + length])
+        view = self._mapped(shard)[start:start + length].data   # a memoryview of the mapping
         if len(view) != length:
             raise IntegrityError(f"{shard.path}: offset {start}: {length} bytes asked for, the shard holds "
                                  f"{shard.bytes}")
