@@ -427,6 +427,6 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
                 f'</summary>'
                 + (f'<details class="section"><summary>Overview by command</summary>{overview}</details>'
                    if overview else "") + sections + "</details>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"generator\" content=\"iobench\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
