@@ -57,7 +57,7 @@ class Synthetic:
     format: str = "raw"
     sample_bytes: int = 128 * 1024
     samples: int | None = None        # default: enough for the time cap at the step's need, within max_bytes
-    max_bytes: int = 1 << 30
+    max_bytes: int = 2 << 30          # 2 GiB: 64 batches of 256 x 128 KiB, more than min_steps
 
     def __post_init__(self) -> None:
         if self.sample_bytes <= 0:
@@ -221,8 +221,8 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
 
 
 def _synthetic_samples(cfg: DriveConfig, syn: Synthetic) -> int:
-    """Enough samples for the run: steps x batch when fixed, else the time cap at the step's need
-    (a cold run stops at the end of one pass), within ``max_bytes``; at least 4 batches."""
+    """Enough samples for the run: steps x batch when fixed, else the time cap at the step's need and
+    at least min_steps (a cold run stops at the end of one pass), within ``max_bytes``; at least 4 batches."""
     b = cfg.load.batch_size
     if syn.samples:
         return syn.samples
@@ -230,7 +230,7 @@ def _synthetic_samples(cfg: DriveConfig, syn: Synthetic) -> int:
         want = b * (cfg.load.steps + 2)
     else:
         step = max(cfg.step_s, 1e-3)
-        want = int(b * (cfg.load.max_time_s / step + 2))
+        want = max(int(b * (cfg.load.max_time_s / step + 2)), b * (cfg.load.min_steps + 2))
     return max(b * 4, min(want, syn.max_bytes // syn.sample_bytes))
 
 
