@@ -62,7 +62,7 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
-        return build(tp, value, field)
+        return build(typing.cast(type, tp), value, field)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -99,7 +99,7 @@ def build(cls: type[T], mapping: Mapping[str, Any] | None, section: str = "") ->
     """Build the frozen dataclass ``cls`` from ``mapping``; unknown keys are an error."""
     mapping = dict(mapping or {})
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls)) if f.init}
     kwargs = {}
     for key, value in mapping.items():
         key_n = str(key).replace("-", "_")

@@ -436,7 +436,7 @@ class ObstoreReader:
         import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
 
         ck = opts.get("client_kwargs", {})
-        self._config = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
+        self._config: Any = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
                                           ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
                                           ("session_token", opts.get("token"))) if v}
         self._stores: dict = {}
@@ -475,7 +475,7 @@ class ObstoreReader:
 
         try:
             if end is None:   # to the end of the object (fsspec's meaning of end=None)
-                opts = {"range": {"offset": start}} if start else None
+                opts: Any = {"range": {"offset": start}} if start else None
                 return obstore.get(self.store(bucket), key, options=opts).bytes()
             return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
         # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows

@@ -5,7 +5,7 @@ def register(sub) -> None:
     from .. import guard
     from ..cli import add_json_flag, add_set_flag
 
-    p = sub.add_parser("plan", help="turn measured results and the seed's models into plans (prefetch depth, "
+    p = sub.add_parser("plan", help="turn measured results and the domain models' models into plans (prefetch depth, "
                                     "checkpoint interval, ...)")
     p.add_argument("model", nargs="?", metavar="MODEL", help="planner model (see --list)")
     p.add_argument("--list", action="store_true", help="list the models and their inputs")

@@ -19,7 +19,7 @@ import errno
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 from ..errors import IntegrityError
 from ..metrics import now_ns
@@ -225,7 +225,7 @@ def copy_verified(src: Backend, src_rel: str, dst: Backend, dst_rel: str, nbytes
 
     out = _policy(retries, backoff_s).run(attempt, lambda: f"copy of {src_rel} to {dst.url} from {src.path(src_rel)}",
                                           retry_if=any_failure, on_retry=on_retry)
-    return CopyResult(int(out.value), (now_ns() - t0) / 1e9, out.attempts, out.refetches)
+    return CopyResult(cast(int, out.value), (now_ns() - t0) / 1e9, out.attempts, out.refetches)
 
 
 def fetch_verified(src: Backend, rel: str, nbytes: int, checksum: str, *, retries: int = 3,

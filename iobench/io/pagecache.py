@@ -1,4 +1,4 @@
-"""Declared and measured page-cache state of a dataset's shards (measurement rule 3).
+"""Declared and measured page-cache state of a dataset's shards (measurement rule 3, "declared and measured cache state", docs/design.md).
 
 ``cold`` writes back and evicts each shard's pages (``posix_fadvise DONTNEED``), ``warm``
 reads each shard once, ``as-is`` leaves them; in every case the residency is then
@@ -126,7 +126,7 @@ def resident_pages_fd(fd: int, size: int) -> tuple[int, int] | None:
 
         # bit 0 of each byte: resident.  Counted in numpy: a Python loop over the vector cost
         # ~1.6 s per GiB of file, which a checkpoint restore paid on every file.
-        return int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1)), pages
+        return int(np.count_nonzero(np.frombuffer(memoryview(vec), dtype=np.uint8) & 1)), pages
     finally:
         lib.munmap(ctypes.c_void_p(addr), size)
 
@@ -166,13 +166,13 @@ def odirect_supported(directory: str) -> tuple[bool, str]:
     try:
         fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
     except OSError as e:
-        return False, f"open(O_DIRECT) failed: {os.strerror(e.errno)} (tmpfs and some FUSE filesystems reject it)"
+        return False, f"open(O_DIRECT) failed: {e.strerror} (tmpfs and some FUSE filesystems reject it)"
     try:
         buf = mmap.mmap(-1, mmap.PAGESIZE)
         try:
             os.pwritev(fd, [buf], 0)
         except OSError as e:
-            return False, f"O_DIRECT write failed: {os.strerror(e.errno)}"
+            return False, f"O_DIRECT write failed: {e.strerror}"
         finally:
             buf.close()
         return True, ""

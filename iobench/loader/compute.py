@@ -111,6 +111,8 @@ def load_callback(target: str) -> Callable:
             if not os.path.isfile(module):
                 raise ImportError(f"no file {module}")
             spec = ilu.spec_from_file_location(os.path.basename(module)[:-3], module)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"{module} is not a Python module")
             mod = ilu.module_from_spec(spec)
             spec.loader.exec_module(mod)
         else:
@@ -144,7 +146,7 @@ class Compute:
     def __init__(self, model: ComputeModel) -> None:
         self.model = model
         self._rng = random.Random(model.seed)
-        self._fn = load_callback(model.callback) if model.mode == "callback" else None
+        self._fn = load_callback(model.callback) if model.mode == "callback" and model.callback else None
 
     def duration(self, step: int) -> float:
         m = self.model
