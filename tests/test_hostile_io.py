@@ -41,6 +41,10 @@ class World:
         assert ok.rc == 0, ok.stderr
         shards = sorted(n for n in os.listdir(p["ds"]) if n.startswith("shard-"))
         p["shard"] = shards[0]
+        # ways to name a dataset's files without naming them: a symlink to one, to the root, '..'
+        os.makedirs(at("links", "links"))
+        os.symlink(os.path.join(p["ds"], "manifest.json"), at("link_manifest", "links", "manifest-link.json"))
+        os.symlink(p["ds"], at("link_ds", "links", "ds-link"))
         for name in ("a", "b"):
             r = run_inprocess(["verify", p["ds"], "--json", at(f"res_{name}", "res", f"{name}.json")], timeout_s=60)
             assert r.rc == 0, r.stderr
@@ -148,7 +152,8 @@ def world(tmp_path_factory):
 
 # ---- declarations the rows are generated from ----------------------------------------------
 
-DS_VICTIMS = ["{ds}", "{ds}/manifest.json", "{ds}/{shard}", "{ds}/new.json"]
+DS_VICTIMS = ["{ds}", "{ds}/manifest.json", "{ds}/{shard}", "{ds}/new.json", "{link_manifest}", "{link_ds}/{shard}",
+              "{ds}/../ds/manifest.json"]
 TIER_VICTIMS = ["{tiers}", "{nvme}", "{nvme}/scratch.txt", "{nvme}/new.json", "{pfs}/new.json", "{catalog}"]
 
 # command line, its output flags, the inputs it reads (each output flag is pointed at each)
@@ -179,6 +184,8 @@ COMMANDS: dict[str, tuple[list[str], list[str], list[str]]] = {
             ["{wl}", "{base}/newds/manifest.json"]),
     "smoke": (["smoke", "--endpoint-url", "http://127.0.0.1:9", "--bucket", "b"], ["--json", "--junit"], []),
     "run": (["run", "--config", "{cfg}"], ["--out"], ["{cfg}"]),
+    "mlperf ckpt": (["mlperf", "ckpt", "--out", "{local}", "--scale", "1e-6"], ["--json"],
+                    ["{local}", "{local}/new.json"]),
 }
 
 # input flag -> (command line with {IN} where the hostile path goes, what the error names besides the file)
@@ -245,6 +252,8 @@ def _rows():
                 rows.append(pytest.param(argv + [flag, foreign], flag, id=f"foreign-file:{name} {flag} {foreign}"))
     rows.append(pytest.param(COMMANDS["report"][0] + ["-o", "{rep1}"], "-o", id="foreign-file:report own report.html"))
     rows.append(pytest.param(COMMANDS["report"][0] + ["-o", "{rep2}"], "-o", id="foreign-file:report own report.md"))
+    for d in ("{rep1}", "{rep2}"):
+        rows.append(pytest.param(["run", "--out", d, "--stages", "probe"], "--out", id=f"foreign-file:run --out {d}"))
     # 3. two outputs at one path
     for name, (argv, outs, _) in COMMANDS.items():
         if len(outs) > 1 and "--checkpoint-folder" not in outs:

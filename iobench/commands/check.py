@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument("--max-time", default="60s", metavar="DURATION", help="time cap of the load (60s)")
     p.add_argument("--sample-size", default="128KiB", metavar="SIZE", help="synthetic sample size (128KiB)")
     p.add_argument("--samples", type=int, metavar="N", help="synthetic dataset size in samples "
-                                                             "(default: enough for --max-time, within 1 GiB)")
+                                                             "(default: enough for --max-time, within 2 GiB)")
     p.add_argument("--format", default="raw", help="synthetic dataset format: raw | tar | parquet | tfrecord | files")
     p.add_argument("--cache", default="cold", choices=("cold", "warm", "as-is"),
                    help="page cache before loading: cold (default: storage numbers; pages dropped, residency "

@@ -98,16 +98,22 @@ def open_regular_file(path: str | os.PathLike, field: str, fix: str = "give a re
 def read_bytes(path: str | os.PathLike, field: str, max_bytes: int = MAX_CONFIG_BYTES,
                what: str = "file") -> bytes:
     """The whole of a user-given file; ConfigError (exit 2) when missing, not regular or too big."""
-    p = os.fspath(path)
     try:
-        fd = open_regular(p, field, f"give a {what}")
+        return read_regular(path, field, max_bytes, f"give a {what}", what)
     except FileNotFoundError:
-        raise ConfigError(field, f"{p} does not exist", f"give the path of an existing {what}") from None
+        raise ConfigError(field, f"{os.fspath(path)} does not exist", f"give the path of an existing {what}") \
+            from None
+
+
+def read_regular(path: str | os.PathLike, field: str, max_bytes: int, fix: str, what: str = "file") -> bytes:
+    """``read_bytes`` for callers that say themselves what a missing file means: FileNotFoundError
+    passes through; any other problem is ``ConfigError(field, ..., fix)``."""
+    p = os.fspath(path)
+    fd = open_regular(p, field, fix)
     try:
         size = os.fstat(fd).st_size
         if size > max_bytes:
-            raise ConfigError(field, f"{p} is {size} bytes, more than the {max_bytes} a {what} may have",
-                              f"give a {what}")
+            raise ConfigError(field, f"{p} is {size} bytes, more than the {max_bytes} a {what} may have", fix)
         chunks, left = [], max_bytes + 1
         while left > 0:
             b = os.read(fd, min(left, 1 << 20))
@@ -117,10 +123,10 @@ def read_bytes(path: str | os.PathLike, field: str, max_bytes: int = MAX_CONFIG_
             left -= len(b)
         data = b"".join(chunks)
         if len(data) > max_bytes:   # grew while we read (or st_size lied: /proc-like files)
-            raise ConfigError(field, f"{p} is more than {max_bytes} bytes", f"give a {what}")
+            raise ConfigError(field, f"{p} is more than {max_bytes} bytes", fix)
         return data
     except IsADirectoryError:
-        raise ConfigError(field, f"{p} is a directory", f"give a {what}") from None
+        raise ConfigError(field, f"{p} is a directory", fix) from None
     finally:
         os.close(fd)
 

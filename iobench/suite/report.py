@@ -64,10 +64,11 @@ def suite_stage(ctx) -> dict:
         plan_docs.append((path.name, res.to_dict()))
         ctx.row("plan", p["model"], p["recommendation"])
     stage_metrics = dict(ctx.state.stage_metrics)
-    summary = {"command": "run (so far)", "metrics": {"summary": [
+    # the run so far as a results document of its own (started at the run's start, as run.json will be)
+    summary = Results(command="run", config=dict(ctx.config or {}), metrics={"summary": [
         {"stage": s, "what": w, "value": v} for s, w, v in ctx.rows], "stages": stage_metrics},
-        "warnings": list(ctx.warnings), "environment": {"object_tier": ctx.s3_url, "endpoint_url": ctx.endpoint_url,
-                                                        "quick": ctx.quick}}
+        warnings=list(ctx.warnings), environment={"object_tier": ctx.s3_url, "endpoint_url": ctx.endpoint_url,
+                                                  "quick": ctx.quick}).to_dict()
     rep = build_report([("summary", summary), *plan_docs, *docs], ctx.out_dir, title="iobench run")
     ctx.verdict = rep.verdict   # run_suite prints it before its summary table
     ctx.row("report", "HTML", str(rep.html))
