@@ -31,6 +31,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import ConfigError, IntegrityError
+from ..io.inputs import open_regular
 from ..metrics import now_ns
 from .source import BackendSource, LocalFileSource, ShardSource
 
@@ -136,7 +137,7 @@ class MappedSource(ShardSource):
                 except BufferError:
                     pass
             path = self.inner.backend.base.local_path(shard.path)
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_regular(path, "shard", "replace it with the shard file")   # never blocks on a FIFO
             try:
                 size = os.fstat(fd).st_size
                 if size < shard.bytes:   # a slice past the end of a mapping is SIGBUS, not an error
