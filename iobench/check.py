@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass
 
@@ -133,6 +134,13 @@ def run_check(cfg: CheckConfig, *, endpoint_url: str | None = None, storage_opti
             name = f"iobench-check-{secrets.token_hex(4)}"
             url = f"{cfg.target.rstrip('/')}/{name}"
             created = (base, name)
+            if base.is_local:   # refuse a target nothing can be written under (/proc, read-only) before saying "generating"
+                try:
+                    os.mkdir(base.path(name))
+                except OSError as e:
+                    created = None
+                    raise ConfigError("TARGET", f"cannot write a scratch dataset under {cfg.target} ({e.strerror})",
+                                      "give a writable directory on the storage to check") from None
             n = cfg.samples or min(cfg.batch_size * (cfg.steps + 2), max(cfg.batch_size * 4, (1 << 30) // cfg.sample_bytes))
             spec = GenSpec.from_mapping({"format": cfg.format, "modality": "tokens", "num_samples": n,
                                          "seq_len": max(1, cfg.sample_bytes // 2), "token_dtype": "uint16",

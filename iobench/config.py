@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from importlib import resources
 from pathlib import Path
@@ -75,16 +76,21 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
             f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number") from None
-        if f != int(f):
+        if not math.isfinite(f) or f != int(f):
             raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number")
+        if abs(f) > 2**63 - 1:   # past any count; beyond int64 numpy and the OS overflow
+            raise ConfigError(field, f"{value!r} is too large", "give a number below 2**63")
         return int(f)
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(field, f"expected a number, got {value!r}", "give a number")
         try:
-            return float(value)
+            f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(field, f"expected a number, got {value!r}", "give a number") from None
+        if not math.isfinite(f):
+            raise ConfigError(field, f"{value!r} is not a finite number", "give a number")
+        return f
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(field, f"expected a string, got {value!r}", "give a single value")

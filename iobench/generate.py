@@ -424,7 +424,7 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
 
 
 def _remove_temp_files(backend: Backend, rels) -> int:
-    """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
+    """Local only: temp files (``iobench.io.atomic``'s names) that a killed writer left
     beside ``rels``."""
     import os
 
@@ -435,7 +435,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
         by_dir.setdefault(d, set()).add(name)
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     for d, names in by_dir.items():
         try:
@@ -443,7 +443,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
         except OSError:
             continue
         for e in entries:
-            if final_name_of(e) in names:
+            if final_name_of(e) in names and not writer_alive(e):   # a live writer's are its own
                 try:
                     os.unlink(os.path.join(d, e))
                     removed += 1
@@ -456,11 +456,11 @@ _SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
 
 
 def _remove_shard_temp_files(backend: Backend) -> int:
-    """Local only: temp files of shards (``.shard-NNNNNN.EXT.XXXXXXXX.tmp``, the names only
-    ``iobench gen`` writes) at the dataset root, whatever run left them; returns how many."""
+    """Local only: temp files of shards (``.shard-NNNNNN.EXT.<writer>.tmp``, the names only
+    ``iobench gen`` writes) at the dataset root that a dead writer left; returns how many."""
     import os
 
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     if not backend.is_local:
         return 0
@@ -471,7 +471,7 @@ def _remove_shard_temp_files(backend: Backend) -> int:
         return 0
     for e in entries:
         final = final_name_of(e)
-        if final is not None and _SHARD_NAME.fullmatch(final):
+        if final is not None and _SHARD_NAME.fullmatch(final) and not writer_alive(e):
             try:
                 os.unlink(os.path.join(backend.root, e))
                 removed += 1
