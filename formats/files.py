@@ -6,12 +6,15 @@ Generate it with ``--shard-size "1 samples"``.
 
 Image sample: the JPEG itself, with the label in a JPEG comment segment (``FF FE``) right
 after the start-of-image marker, so the file stays a valid image; the reader strips it
-and returns the original JPEG bytes.  Token sample: the little-endian token array (the
+and returns the original JPEG bytes.  An indexed ImageFolder layout (``CLASS/NAME.jpg``,
+two or more class folders) takes labels from the folders, as torchvision's ``ImageFolder``
+does: the folder's index among the sorted class names (the manifest's ``spec.classes``).  Token sample: the little-endian token array (the
 whole file one zstd frame with ``zstd``).
 """
 
 from __future__ import annotations
 
+import posixpath
 import struct
 from typing import Iterator
 
@@ -69,6 +72,11 @@ class FilesWriter(Writer):
 
 
 class FilesReader(Reader):
+    def __init__(self, manifest) -> None:
+        super().__init__(manifest)
+        # an indexed ImageFolder layout (class_name/xxx.jpg): label = the folder's index in sorted order
+        self._classes = {c: i for i, c in enumerate((manifest.spec or {}).get("classes") or ())}
+
     def iter_samples(self, data, shard) -> Iterator[Sample]:
         if shard.samples != 1:
             raise IntegrityError(f"{shard.path}: the files format holds one sample per file, manifest says "
@@ -84,6 +92,8 @@ class FilesReader(Reader):
                 raise IntegrityError(f"{shard.path}: offset {len(body)}: truncated token array")
             return Sample(index=shard.first_sample, data=np.frombuffer(body, dtype=dtype))
         jpeg, label = _split_label(body)
+        if label is None and self._classes:
+            label = self._classes.get(posixpath.dirname(shard.path))
         return Sample(index=shard.first_sample, data=jpeg, label=label)
 
     def sample_range(self, shard, i):

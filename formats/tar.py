@@ -2,7 +2,9 @@
 
 Members are grouped by ``__key__`` (the member name up to the first dot of its basename):
 images as ``KEY.jpg`` + ``KEY.cls`` (the label in ASCII), tokens as ``KEY.npy``.  Headers
-are fixed (mtime 0, uid/gid 0, mode 0644) so a seed gives byte-identical shards.  The
+are fixed (mtime 0, uid/gid 0, mode 0644) so a seed gives byte-identical shards.  A tar
+whose members are neither images nor tokens reads as opaque records: a sample's bytes are
+its members' payloads in stored order (a ``cls`` member, if numeric, is its label).  The
 manifest's per-sample offsets (start of each sample's first header) allow random access
 without a side index.  ``zstd`` compresses the whole shard as one stream.
 """
@@ -318,6 +320,8 @@ class TarReader(Reader):
                     return Sample(index=index, data=np.frombuffer(raw, dtype=self.manifest.spec.get("token_dtype",
                                                                                                     "uint16")))
             raise IntegrityError(f"{where}: sample {index}: no token member (have {sorted(fields)})")
+        if self.manifest.modality == "records":
+            return self._record(index, fields)
         image = label = None
         for e in IMAGE_EXTS:          # loops, not next(genexpr): this runs once per sample
             if e in fields:
@@ -330,6 +334,22 @@ class TarReader(Reader):
                 label = fields[e]
                 break
         return Sample(index=index, data=bytes(image), label=int(bytes(label).strip()) if label is not None else None)
+
+    @staticmethod
+    def _record(index: int, fields: dict) -> Sample:
+        """An opaque record: its members' payloads in stored order (a label member, if any, apart)."""
+        label = None
+        parts = []
+        for ext, payload in fields.items():
+            if ext in LABEL_EXTS and label is None:
+                try:
+                    label = int(bytes(payload).strip())
+                    continue
+                except ValueError:
+                    pass
+            parts.append(payload)
+        data = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        return Sample(index=index, data=data, label=label)
 
     def sample_from_range(self, shard, i, record) -> Sample:
         # iter_groups' grouping, inlined: a stream or map read parses one sample's range per call

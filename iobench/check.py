@@ -1,26 +1,24 @@
 """`iobench check`: "will my storage stall training?" in one command.
 
-1. The dataset: the user's own (``--dataset URL``, with an iobench manifest — ``iobench index``
-   makes one), or a synthetic one generated under TARGET in a fresh ``iobench-check-XXXX``
-   prefix that is removed at the end (nothing else is touched).
-2. The load the user trains with: their step time, workers, batch and prefetch depth; the
-   loader's stall with its interval, and its workers/depth advice (``recommend``).
-   What storage + loader can deliver is W x batch bytes / mean batch service time (storage +
-   prep per batch, measured at the workers, over the steps the stall is measured over); what
-   training needs is batch bytes / step time.
+1. The dataset: the user's own (``--dataset URL``; one without a manifest is indexed into the
+   cache directory, never into the data), or a synthetic one generated under TARGET in a fresh
+   ``iobench-check-XXXX`` prefix that is removed at the end (nothing else is touched).
+2. The load the user trains with — their step time, workers, batch and prefetch depth — from
+   cold storage (the dataset's pages dropped, residency measured before and after), until the
+   stall and P99 intervals are narrow or ``--max-time`` passes, through the one measurement
+   driver (``iobench.driver``): what storage delivered counts every byte read, buffer fills
+   included; beside it, this host's ceiling (the same pipeline on data in memory).
 3. The verdict first: ``at 180 ms/step, batch 256, 8 workers: stall 0.4% (±0.2 pp), storage
-   delivers 2.1 GiB/s of the 0.6 GiB/s you need; prefetch depth 3 is enough (host memory 1.5 GiB)``.
+   delivers 2.1 GiB/s of the 0.6 GiB/s you need; prefetch depth 2 is enough (...); cold: 0.2%
+   of the dataset resident; host ceiling 3.0 GiB/s``.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 from dataclasses import dataclass
 
 from .errors import ConfigError
 from .units import format_bytes, format_rate, format_seconds
-
 
 @dataclass(frozen=True)
 class CheckConfig:
@@ -28,153 +26,150 @@ class CheckConfig:
     batch_size: int = 32
     workers: int = 2
     prefetch: int = 2
-    steps: int = 60
+    steps: int | None = None           # fixed steps; None: until the intervals are narrow or max_time_s
+    until_stable: bool | None = None   # None: unless steps is given; with steps: stop early once stable
+    min_steps: int = 50
+    max_time_s: float = 60.0
     target: str | None = None          # where to generate a synthetic dataset
-    dataset: str | None = None         # the user's dataset (has a manifest)
+    dataset: str | None = None         # the user's dataset (indexed into the cache directory if it has no manifest)
     sample_bytes: int = 128 * 1024     # synthetic samples (tokens: sample_bytes / 2 uint16 tokens)
-    samples: int | None = None         # synthetic dataset size (default: enough for `steps` batches, capped)
+    samples: int | None = None         # synthetic dataset size (default: enough for the time cap, within 1 GiB)
     format: str = "raw"
-    cache: str = "as-is"
+    cache: str = "cold"                # cold: storage numbers; warm: page-cache numbers, said so; as-is
     max_stall: float | None = None
     emulate: str = "none"              # storage emulation (iobench.wrappers), e.g. "bw:400MiB/s": a known ceiling
+    host_ceiling: str = "cached"       # cached | measure | off (iobench.driver.host_ceiling)
 
     def __post_init__(self) -> None:
         if (self.target is None) == (self.dataset is None):
             raise ConfigError("TARGET/--dataset", "give exactly one", "a directory/URL to test, or --dataset URL")
         if self.step_s <= 0:
             raise ConfigError("--step-time", f"must be above zero, got {self.step_s}", "e.g. --step-time 180ms")
-        for name in ("batch_size", "workers", "prefetch", "steps", "sample_bytes"):
+        for name in ("batch_size", "workers", "prefetch", "sample_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')}", f"must be positive, got {getattr(self, name)}",
                                   "give a number above zero")
+        if self.steps is not None and self.steps <= 0:
+            raise ConfigError("--steps", f"must be positive, got {self.steps}", "give a number above zero")
+        if self.min_steps < 2:
+            raise ConfigError("--min-steps", f"must be at least 2, got {self.min_steps}", "e.g. --min-steps 50")
+        if self.max_time_s <= 0:
+            raise ConfigError("--max-time", f"must be above zero, got {self.max_time_s}", "e.g. --max-time 60s")
         if self.max_stall is not None and not 0 <= self.max_stall <= 1:
             raise ConfigError("--max-stall", f"must be between 0 and 1, got {self.max_stall}", "e.g. 0.05")
         from .wrappers import parse_emulation
 
         parse_emulation(self.emulate)   # a bad spec is refused before anything is generated
 
+    def drive_config(self):
+        """The driver's config for this check (``iobench.driver.DriveConfig``)."""
+        from .config import build
+        from .driver import DriveConfig, Synthetic
+        from .loader.core import LoadConfig
 
-def verdict_line(cfg: CheckConfig, metrics: dict, capacity_bps: float | None,
-                 delivered_bps: float | None = None) -> str:
+        fixed = self.steps is not None
+        load = build(LoadConfig, {"dataset": self.dataset or self.target, "workers": self.workers,
+                                  "batch_size": self.batch_size, "prefetch": self.prefetch, "cache": self.cache,
+                                  "emulate": self.emulate, "compute": f"{self.step_s * 1e3}ms",
+                                  "steps": self.steps or 0,
+                                  "until_stable": not fixed if self.until_stable is None else self.until_stable,
+                                  "min_steps": self.min_steps, "max_time_s": self.max_time_s}, "load")
+        syn = None if self.target is None else Synthetic(target=self.target, format=self.format,
+                                                         sample_bytes=self.sample_bytes, samples=self.samples)
+        return DriveConfig(load=load, synthetic=syn, host_ceiling=self.host_ceiling)
+
+
+def _stall_text(metrics: dict) -> str:
+    stall = metrics["stall_ratio"]
+    hw = ((metrics.get("intervals") or {}).get("stall_ratio") or {}).get("half_width")
+    return f"{stall:.1%}" + (f" (±{hw * 100:.1f} pp)" if isinstance(hw, (int, float)) else " (no interval: too few steps)")
+
+
+def _prefetch_text(cfg: CheckConfig, metrics: dict, stalled: bool) -> str:
+    """The prefetch advice, only where the run measured enough batches for it; else the interval."""
+    rec = metrics.get("prefetch_recommendation") or {}
+    depth = rec.get("depth_total") or rec.get("depth_min")
+    if not depth:
+        return ""
+    p99 = (metrics.get("intervals") or {}).get("batch_service_p99_s") or {}
+    if p99 and p99.get("high") is None:
+        n = metrics.get("steps", 0)
+        if not stalled:
+            return f"prefetch depth {cfg.prefetch} kept up over {n} batches (too few for a P99 bound)"
+        low = p99.get("low")
+        return (f"P99 batch time ≥ {format_seconds(low)}" if low else "P99 batch time unknown") + \
+            f" ({n} batches: too few for its upper bound, so no prefetch advice)"
+    mem = format_bytes(rec.get("host_bytes_loader") or rec.get("host_bytes_total") or 0)
+    if not stalled:
+        return f"prefetch depth {cfg.prefetch} is enough (the P99 tail asks for {depth}, host memory {mem})"
+    return f"prefetch depth {depth} is needed (host memory {mem})"
+
+
+def verdict_line(cfg: CheckConfig, outcome) -> str:
     """The sentence a user acts on (see module docstring).
 
     When the loop stalled and received clearly less than storage + loader can deliver, the line
-    says so: the gap is the hand-over of each batch to the loop, which ``capacity`` leaves out
-    (at 1 ms steps on a busy host it is most of the step), and without it "delivers 3.9 of the
-    3.8 you need" next to a 30% stall reads as a contradiction."""
-    stall = metrics["stall_ratio"]
-    iv = (metrics.get("intervals") or {}).get("stall_ratio") or {}
-    hw = iv.get("half_width")
-    stall_s = f"{stall:.1%}" + (f" (±{hw * 100:.1f} pp)" if isinstance(hw, (int, float)) else " (no interval: too few steps)")
-    need = _need_bps(cfg, metrics)
+    says so; when the host, not the storage, was the limit, it says the answer is a lower bound;
+    the cause named is the one a remedy must address (``iobench.driver.judge``); the cache state
+    and a material warm-up are stated, never left implicit."""
+    from .driver import cache_phrase, ceiling_phrase, warmup_phrase
+
+    m, r, j = outcome.metrics, outcome.rates, outcome.judgement
+    stall = m["stall_ratio"]
     line = (f"at {format_seconds(cfg.step_s)}/step, batch {cfg.batch_size}, {cfg.workers} "
-            f"worker{'s' if cfg.workers > 1 else ''}: stall {stall_s}")
-    if capacity_bps:
-        line += f", storage delivers {format_rate(capacity_bps)} of the {format_rate(need)} you need"
-        if delivered_bps and stall > 0.01 and delivered_bps < 0.9 * capacity_bps:
-            line += f", but the loop received {format_rate(delivered_bps)}: the rest is each batch's hand-over to it"
-    rec = metrics.get("prefetch_recommendation") or {}
-    depth = rec.get("depth_total") or rec.get("depth_min")
-    mem = format_bytes(rec.get("host_bytes_loader") or rec.get("host_bytes_total") or 0)
-    if depth and stall <= 0.01:
-        line += f"; prefetch depth {cfg.prefetch} is enough (the P99 tail asks for {depth}, host memory {mem})"
-    elif depth:
-        line += f"; prefetch depth {depth} is needed (host memory {mem})"
-        w = rec.get("workers_recommended")
-        if w and w != cfg.workers:
-            line += f"; {w} worker{'s' if w > 1 else ''} would do"
-    return line
-
-
-def _need_bps(cfg: CheckConfig, metrics: dict) -> float:
-    """What training needs: batch bytes / step time."""
-    return (metrics.get("batch_bytes") or 0) / cfg.step_s
-
-
-def _window_rates(cfg: CheckConfig, metrics: dict) -> tuple[float | None, float | None, float | None]:
-    """``(capacity, delivered, compute_s)`` over the steps the stall is measured over (the steady window).
-
-    Capacity, what storage + loader can feed: W x batch bytes / *mean* batch service time (read +
-    prep, measured at the workers) — Σ bytes over Σ busy time, the rate that sustains a run and the
-    one the worker advice uses.  Not the median: on a busy host a few batches are preempted for
-    several times the typical time, the training loop waits for every one of them, and a median
-    that ignores them claimed 3.8 GiB/s where the loop received 0.7 (stall 74%; 1 ms steps, 4 MiB
-    batches on a loaded 2-core host).  Left out: each batch's hand-over to the loop (well under a
-    millisecond on an idle host, a few on a busy one) — ``delivered`` includes it: batch bytes x
-    steps / Σ step time, what the training loop received.  compute_s: the mean emulated step.
-    """
-    s = metrics.get("series") or {}
-    k0, k1 = (metrics.get("steady_window") or {}).get("from_step"), (metrics.get("steady_window") or {}).get("to_step")
-    bb = metrics.get("batch_bytes") or 0
-    if not s.get("io_s") or k0 is None or k1 is None or k1 <= k0:   # no per-step series: all steps but the first
-        svc = (metrics.get("batch_service_s") or metrics.get("batch_io_s") or {}).get("mean")
-        return (cfg.workers * bb / svc if svc else None), None, None
-    svc_w = [a + b for a, b in zip(s["io_s"][k0:k1], s["prep_s"][k0:k1])]
-    steps_w, comp_w = s["step_s"][k0:k1], s["compute_s"][k0:k1]
-    capacity = cfg.workers * bb * len(svc_w) / sum(svc_w) if sum(svc_w) > 0 else None
-    delivered = bb * len(steps_w) / sum(steps_w) if sum(steps_w) > 0 else None
-    return capacity, delivered, sum(comp_w) / len(comp_w)
+            f"worker{'s' if cfg.workers > 1 else ''}: stall {_stall_text(m)}")
+    if r.capacity_bytes_per_s:
+        line += f", storage delivers {format_rate(r.capacity_bytes_per_s)} of the {format_rate(r.need_bytes_per_s)} you need"
+        if r.delivered_bytes_per_s and stall > 0.01 and r.delivered_bytes_per_s < 0.9 * r.capacity_bytes_per_s:
+            line += f", but the loop received {format_rate(r.delivered_bytes_per_s)}"
+    parts = []
+    if j.cause not in ("none", "the host's read path"):
+        parts.append(f"limit: {j.cause} ({j.advice})")
+    pf = _prefetch_text(cfg, m, stall > 0.01)
+    if pf and j.cause in ("none", "slow tail"):
+        parts.append(pf)
+    rec = m.get("prefetch_recommendation") or {}
+    w = rec.get("workers_recommended")
+    if stall > 0.01 and w and w != cfg.workers and j.cause in ("per-request latency", "CPU preparation", "slow tail"):
+        parts.append(f"{w} worker{'s' if w > 1 else ''} would do")
+    for extra in (warmup_phrase(outcome.warmup, m.get("access", "")), ceiling_phrase(outcome),
+                  cache_phrase(outcome.cache)):
+        if extra:
+            parts.append(extra)
+    return "; ".join([line] + parts)
 
 
 def run_check(cfg: CheckConfig, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-              progress: bool = False, say=print) -> dict:
-    """Run the check; returns the results' metrics (``verdict`` first)."""
-    from .config import build
-    from .generate import GenSpec, generate
-    from .loader.analysis import recommend
-    from .loader.core import LoadConfig, run_load
-    from .storage import open_backend
+              progress: bool = False, say=print) -> tuple[dict, dict]:
+    """Run the check; returns the results' metrics (``verdict`` first) and environment."""
+    from dataclasses import replace
 
-    created = None
-    url = cfg.dataset
-    try:
-        if url is None:
-            base = open_backend(cfg.target, endpoint_url=endpoint_url, storage_options=storage_options,
-                                field_name="TARGET", check=True)
-            name = f"iobench-check-{secrets.token_hex(4)}"
-            url = f"{cfg.target.rstrip('/')}/{name}"
-            created = (base, name)
-            if base.is_local:   # refuse a target nothing can be written under (/proc, read-only) before saying "generating"
-                try:
-                    os.mkdir(base.path(name))
-                except OSError as e:
-                    created = None
-                    raise ConfigError("TARGET", f"cannot write a scratch dataset under {cfg.target} ({e.strerror})",
-                                      "give a writable directory on the storage to check") from None
-            n = cfg.samples or min(cfg.batch_size * (cfg.steps + 2), max(cfg.batch_size * 4, (1 << 30) // cfg.sample_bytes))
-            spec = GenSpec.from_mapping({"format": cfg.format, "modality": "tokens", "num_samples": n,
-                                         "seq_len": max(1, cfg.sample_bytes // 2), "token_dtype": "uint16",
-                                         "vocab_size": 50257})
-            say(f"generating {n} samples ({format_bytes(n * cfg.sample_bytes)}) under {url} (removed afterwards)")
-            generate(spec, url, endpoint_url=endpoint_url, storage_options=storage_options, progress=progress)
-        common = {"dataset": url, "workers": cfg.workers, "batch_size": cfg.batch_size, "cache": cfg.cache,
-                  "endpoint_url": endpoint_url, "emulate": cfg.emulate}
-        load_cfg = build(LoadConfig, {**common, "prefetch": cfg.prefetch, "steps": cfg.steps,
-                                      "compute": f"{cfg.step_s * 1e3}ms"}, "load")
-        run = run_load(load_cfg, storage_options, progress=progress)
-        metrics = dict(run.metrics)
-        metrics["prefetch_recommendation"] = recommend(metrics, cfg.step_s)
-        capacity, delivered, compute_s = _window_rates(cfg, metrics)
-        need = _need_bps(cfg, metrics)
-        out = {"verdict": verdict_line(cfg, metrics, capacity, delivered), "stall_ratio": metrics["stall_ratio"],
-               "stall_interval": (metrics.get("intervals") or {}).get("stall_ratio"),
-               "capacity_bytes_per_s": capacity, "need_bytes_per_s": need, "delivered_bytes_per_s": delivered,
-               "prefetch_recommendation": metrics["prefetch_recommendation"],
-               "passed": None if cfg.max_stall is None else metrics["stall_ratio"] <= cfg.max_stall,
-               "load": {k: v for k, v in metrics.items() if k not in ("series", "system")},
-               "dataset": {"url": url, "generated": created is not None}}
-        warnings = list(run.warnings)
-        if compute_s is not None and compute_s > 1.2 * cfg.step_s:
-            # a sleep overshoots on a busy host: the stall is then judged against a longer step than yours
-            warnings.append(f"the emulated {format_seconds(cfg.step_s)} step took {format_seconds(compute_s)} on "
-                            "average (busy host?): the stall is judged against that longer step, so yours "
-                            "may stall more")
-        return out | {"warnings": warnings}
-    finally:
-        if created is not None:
-            base, name = created
-            try:
-                if base.fs.exists(base.path(name)):
-                    base.fs.rm(base.path(name), recursive=True)
-            except Exception as e:  # noqa: BLE001 - say what is left; do not hide the check's own error
-                say(f"warning: could not remove {url} ({type(e).__name__}); remove it by hand")
+    from .driver import drive
+    from .loader.analysis import recommend
+
+    dc = cfg.drive_config()
+    dc = replace(dc, load=replace(dc.load, endpoint_url=endpoint_url))
+    o = drive(dc, storage_options, progress, say)
+    metrics = dict(o.metrics)
+    metrics["prefetch_recommendation"] = recommend(metrics, cfg.step_s)
+    o = replace(o, run=replace(o.run, metrics=metrics))
+    r = o.rates
+    out = {"verdict": verdict_line(cfg, o), "stall_ratio": metrics["stall_ratio"],
+           "stall_interval": (metrics.get("intervals") or {}).get("stall_ratio"),
+           "capacity_bytes_per_s": r.capacity_bytes_per_s, "need_bytes_per_s": r.need_bytes_per_s,
+           "delivered_bytes_per_s": r.delivered_bytes_per_s,
+           "bound": o.judgement.bound, "cause": o.judgement.cause,
+           "host_ceiling_bytes_per_s": o.ceiling.bytes_per_s if o.ceiling else None,
+           "prefetch_recommendation": metrics["prefetch_recommendation"],
+           "passed": None if cfg.max_stall is None else metrics["stall_ratio"] <= cfg.max_stall,
+           "drive": o.to_dict(),
+           "load": {k: v for k, v in metrics.items() if k not in ("series", "system")},
+           "dataset": {"url": o.dataset.url, "generated": o.dataset.generated, "format": o.dataset.format,
+                       "indexed_to": o.dataset.indexed_to}}
+    warnings = list(o.warnings)
+    if r.compute_s is not None and r.compute_s > 1.2 * cfg.step_s:
+        # a sleep overshoots on a busy host: the stall is then judged against a longer step than yours
+        warnings.append(f"the emulated {format_seconds(cfg.step_s)} step took {format_seconds(r.compute_s)} on "
+                        "average (busy host?): the stall is judged against that longer step, so yours "
+                        "may stall more")
+    return out | {"warnings": warnings}, o.environment

@@ -17,7 +17,8 @@ import importlib
 import os
 import sys
 
-from . import __version__, commands
+from . import commands
+from ._version import __version__
 from .errors import IobenchError, UsageError
 
 

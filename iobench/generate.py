@@ -43,7 +43,9 @@ MODALITIES = ("tokens", "images", "records")
 _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900, ("tar", "images"): 1800,
              ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
              ("tfrecord", "images"): 80, ("raw", "records"): 12, ("tfrecord", "records"): 80,
-             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600}
+             ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600,
+             ("npy", "records"): 128, ("npy", "images"): 128, ("hdf5", "images"): 16, ("hdf5", "records"): 16,
+             ("arrow", "tokens"): 4, ("arrow", "images"): 24, ("arrow", "records"): 16}
 
 
 MAX_SHARDS = 10_000_000
@@ -281,7 +283,7 @@ def _write_one(spec, backend, fmt, synth, plan, defer_fsync, report, should_stop
         raise IobenchError(f"{plan.path}: writer reported {layout.samples} samples, planned {plan.count}")
     index_path = None
     if layout.index_bytes is not None:
-        index_path = plan.path + ".index"
+        index_path = fmt.index_path(plan.path)
         backend.write_bytes(index_path, layout.index_bytes, fsync=spec.fsync and not defer_fsync)
     return ShardEntry(path=plan.path, bytes=tally.count, samples=plan.count, checksum=tally.digest(),
                       offsets=layout.offsets, index_path=index_path, first_sample=plan.first)
@@ -377,8 +379,12 @@ def _safe_rel(p: str) -> bool:
 
 
 def manifest_files(manifest: Manifest) -> set[str]:
-    """Every file ``manifest`` lists: its shards and their side index files."""
+    """Every file ``manifest`` lists: its shards, their side index files and the dataset's own
+    (``extra.dataset_files``, e.g. HF's state.json)."""
     files = {s.path for s in manifest.shards} | {s.index_path for s in manifest.shards if s.index_path}
+    extra = manifest.extra.get("dataset_files") if isinstance(manifest.extra, dict) else None
+    if isinstance(extra, list):
+        files |= {p for p in extra if isinstance(p, str)}
     return {p for p in files if _safe_rel(p)}
 
 
@@ -594,7 +600,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     plans = plan_shards(spec)
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
-    previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
+    previous = prepare_target(backend, pending=[p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
     # Temp files a killed earlier run left beside the names this run writes (a first generation
     # killed midway has no superseded record): found, removed and reported.
     leftovers = _remove_shard_temp_files(backend)
@@ -628,7 +634,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                 entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
         except BaseException as e:
             # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
-            _remove_quietly(backend, [p.path for p in plans] + [p.path + ".index" for p in plans])
+            _remove_quietly(backend, [p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
             _remove_shard_temp_files(backend)   # a writer killed mid-shard leaves its temp file behind
             if previous:
                 _remove_temp_files(backend, previous)
@@ -658,6 +664,12 @@ def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) ->
                         extra={"compression_scope": fmt.scope(spec.modality) if spec.compression != "none" else None,
                                "checksum": spec.checksum, "generator": "iobench.generate",
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
+    if fmt.dataset_files is not None:
+        # the format's dataset-level files (HF save_to_disk's state.json), durable before the manifest
+        files = fmt.dataset_files(manifest)
+        for name, data in files.items():
+            backend.write_bytes(name, data, fsync=spec.fsync)
+        manifest = dataclasses.replace(manifest, extra={**manifest.extra, "dataset_files": sorted(files)})
     write_manifest(backend, manifest)
     return manifest
 
@@ -690,7 +702,7 @@ def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
 
 def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0):
     """One rank's part of a multi-rank ``generate`` (see its docstring)."""
-    pending = [p.path for p in plans] + [p.path + ".index" for p in plans]
+    pending = [p.path for p in plans] + [fmt.index_path(p.path) for p in plans]
     # Rank 0 withdraws the old manifest before any rank writes a shard over a listed file.
     previous = world.all_ok(lambda: prepare_target(backend, pending=pending) if world.rank == 0 else set(),
                             what="gen output")
@@ -720,7 +732,7 @@ def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_op
     problems = world.allgather(problem, what="gen shards durable")
     bad = [(r, p) for r, p in enumerate(problems) if p]
     if bad:
-        _remove_quietly(backend, [p for pl in mine for p in (pl.path, pl.path + ".index")])
+        _remove_quietly(backend, [p for pl in mine for p in (pl.path, fmt.index_path(pl.path))])
         if world.rank == 0 and previous:
             _remove_temp_files(backend, previous)
             if not _remove_files(backend, previous)[1]:

@@ -1,12 +1,16 @@
 """Bring your own dataset: scan an existing dataset and write an iobench manifest for it.
 
 ``index_dataset(url, fmt)`` lists the dataset's files (webdataset tars, Parquet files,
-TFRecords with or without a ``tfrecord``-package ``.index``, ``.npz`` archives, or one file
-per sample), counts each file's samples and, where the format allows, records each
+TFRecords with or without a ``tfrecord``-package ``.index``, ``.npz`` archives, ``np.save``
+``.npy`` files, Megatron ``.bin``/``.idx`` pairs, HDF5 files, HF ``save_to_disk`` Arrow files,
+or one file per sample, an ImageFolder's class folders giving labels), counts each file's samples and, where the format allows, records each
 sample's byte offsets, so that ``load`` (including per-sample range reads), ``verify`` and
 ``stage`` work on it.  No data file is written, renamed or removed: the only output is the
 manifest.  Reading is as light as each format allows: Parquet reads only the footer,
-TFRecords with an index read only the index, ``files`` stats only.  Checksums need every
+TFRecords with an index read only the index, ``.npy`` only headers, Megatron only ``.idx``
+files, HDF5 only its metadata, ``files`` stats only.  With no ``format`` it is detected from
+the files' suffixes (``detect_format``); a tar whose members are neither images nor tokens
+indexes as opaque records.  Checksums need every
 byte, so they are computed only with ``checksums=True``; otherwise shards carry
 ``none:`` and ``verify --no-checksums`` checks sizes and sample counts.
 """
@@ -20,22 +24,24 @@ from .errors import ConfigError, IntegrityError
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry
 from .storage import Backend
 
-INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz")
+INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron", "hdf5", "arrow")
 # file suffixes each format's scan picks up (everything else under the root is left alone)
 _SUFFIXES = {"tar": (".tar",), "parquet": (".parquet", ".pq"), "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
-             "npz": (".npz",)}
+             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",), "hdf5": (".h5", ".hdf5", ".hdf"),
+             "arrow": (".arrow",)}
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm")
 
 
 @dataclass(frozen=True)
 class IndexOptions:
-    format: str
+    format: str | None = None          # None: detected from the files' suffixes (``detect_format``)
     modality: str | None = None        # tokens | images | records; None: detect from the first shard
     token_dtype: str = "uint16"        # tokens stored as raw arrays (tar .tokens, files, tfrecord bytes)
     checksums: bool = False            # read every byte to record xxh64 checksums
+    seq_len: int = 0                   # megatron: GPTDataset's seq_len+1-token windows as samples (0: sequences)
 
     def __post_init__(self) -> None:
-        if self.format not in INDEX_FORMATS:
+        if self.format is not None and self.format not in INDEX_FORMATS:
             from .config import nearest
 
             raise ConfigError("--format", f"cannot index {self.format!r}", nearest(self.format, INDEX_FORMATS))
@@ -43,6 +49,9 @@ class IndexOptions:
             raise ConfigError("--modality", f"unknown modality {self.modality!r}", "use tokens, images or records")
         if self.token_dtype not in ("uint16", "uint32", "int32", "int64"):
             raise ConfigError("--token-dtype", f"unknown dtype {self.token_dtype!r}", "use uint16, uint32, int32 or int64")
+        if self.seq_len < 0 or (self.seq_len and self.format not in (None, "megatron")):
+            raise ConfigError("--seq-len", f"{self.seq_len} applies to Megatron datasets only (windows of "
+                              "seq_len+1 tokens)", "drop --seq-len, or index a megatron .bin/.idx dataset")
 
 
 def _rel(backend: Backend, full: str) -> str:
@@ -55,8 +64,8 @@ def _rel(backend: Backend, full: str) -> str:
     return rel
 
 
-def list_files(backend: Backend, fmt: str) -> list[str]:
-    """Data files of ``fmt`` under the root, sorted (the order samples are numbered in)."""
+def _all_files(backend: Backend) -> list[str]:
+    """Every data candidate under the root, relative and sorted (hidden files and our manifest left out)."""
     try:
         found = backend.fs.find(backend.root, detail=False)
     except FileNotFoundError:
@@ -65,15 +74,82 @@ def list_files(backend: Backend, fmt: str) -> list[str]:
     for full in found:
         rel = _rel(backend, full)
         name = posixpath.basename(rel)
-        if name.startswith(".") or rel == MANIFEST_NAME or name.endswith(".index"):
+        if name.startswith(".") or rel == MANIFEST_NAME:
             continue
-        if fmt == "files" or name.lower().endswith(_SUFFIXES[fmt]):
-            rels.append(rel)
+        rels.append(rel)
+    return sorted(rels)
+
+
+def _is_data(rel: str, fmt: str, names: set[str]) -> bool:
+    low = posixpath.basename(rel).lower()
+    if low.endswith(".index"):
+        return False
+    if fmt == "files":
+        return True
+    if fmt == "megatron":    # a .bin is Megatron data only beside its .idx
+        return low.endswith(".bin") and rel[:-4] + ".idx" in names
+    return low.endswith(_SUFFIXES[fmt])
+
+
+def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) -> list[str]:
+    """Data files of ``fmt`` under the root, sorted (the order samples are numbered in); with
+    ``only`` (a brace-expanded URL, a single shard), just those, in that order."""
+    all_rels = _all_files(backend) if only is None else list(only)
+    names = set(all_rels) if only is None else set(_all_files(backend))
+    if only is not None:
+        missing = [r for r in only if r not in names]
+        if missing:
+            raise ConfigError("dataset", f"{backend.path(missing[0])} does not exist"
+                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                              "check the shard names or the brace range")
+    rels = [r for r in all_rels if _is_data(r, fmt, names)]
+    if fmt == "arrow":
+        rels = _arrow_order(backend, rels)
     if not rels:
-        want = "any file" if fmt == "files" else " or ".join(_SUFFIXES[fmt])
+        want = "any file" if fmt == "files" else "a .bin with its .idx" if fmt == "megatron" else \
+            " or ".join(_SUFFIXES[fmt])
         raise ConfigError("dataset", f"no {want} under {backend.url}",
                           "give the dataset's root URL and the --format its files are in")
-    return sorted(rels)
+    return rels if only is not None else sorted(rels) if fmt != "arrow" else rels
+
+
+def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
+    """HF ``save_to_disk`` lists its files in ``state.json`` (``_data_files``): that order, where present."""
+    import json
+
+    if not backend.exists("state.json"):
+        return rels
+    try:
+        listed = [d["filename"] for d in json.loads(backend.cat("state.json"))["_data_files"]]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError("dataset", f"state.json at {backend.url} has no _data_files list",
+                          "give the directory `datasets.save_to_disk` wrote, or --format arrow on the .arrow files") \
+            from None
+    have = set(rels)
+    return [r for r in listed if r in have] + sorted(have - set(listed))
+
+
+def detect_format(backend: Backend, only: tuple[str, ...] | None = None) -> str:
+    """The format a dataset's files are in, from their suffixes (no file is opened).
+
+    Megatron's ``.bin`` + ``.idx`` pairs and HF ``save_to_disk``'s ``state.json`` decide first;
+    otherwise the one data suffix present (image files alone: ``files``).  Mixed suffixes are
+    refused with the list, so the user picks."""
+    names = set(_all_files(backend))
+    rels = list(only) if only is not None else sorted(names)
+    if any(_is_data(r, "megatron", names) for r in rels):
+        return "megatron"
+    found = {fmt for fmt in _SUFFIXES if fmt != "megatron" and any(_is_data(r, fmt, names) for r in rels)}
+    if len(found) == 1:
+        return found.pop()
+    if not found and rels and all(r.lower().endswith(_IMAGE_SUFFIXES) for r in rels):
+        return "files"
+    if not found:
+        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows "
+                          f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)",
+                          "give --format (e.g. --format files for one sample per file)")
+    raise ConfigError("--format", f"{backend.url} holds files of several formats ({', '.join(sorted(found))})",
+                      "give --format to pick one")
 
 
 # -- per-format scans: (samples, offsets or None, index_path or None, modality seen) ---------------
@@ -180,29 +256,96 @@ def _scan_npz(backend: Backend, rel: str, data: bytes) -> tuple[int, None, None,
     return 1, None, None, "records"
 
 
-def index_dataset(backend: Backend, opts: IndexOptions, on_file=None) -> Manifest:
-    """Scan the dataset at ``backend`` and return its manifest (written by the caller)."""
+def _scan_npy(backend: Backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, None, str]:
+    """The header only (one short ranged read): dtype and shape give the rows' byte offsets."""
+    import numpy as np
+
+    from .formats.npy import HEAD_PROBE, header_length, is_token_array, layout, parse_header
+
+    head = backend.cat(rel, 0, HEAD_PROBE)
+    n = header_length(head[:12], rel)
+    if n > len(head):
+        head = backend.cat(rel, 0, n)
+    dtype, shape, fortran, hl = parse_header(head, rel)
+    size = backend.size(rel)
+    need = hl + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size != need:
+        raise IntegrityError(f"{rel}: offset {min(size, need)}: .npy header says {need} bytes, the file holds {size}")
+    seen = modality or ("tokens" if is_token_array(dtype, shape) else "records")
+    if seen == "tokens":
+        if not is_token_array(dtype, shape):
+            raise ConfigError("--modality", f"{rel} holds a {dtype.str}{list(shape)} array, not token rows",
+                              "index it as --modality records (one sample per file)")
+        _agree(facts, "npy_dtype", dtype.str, rel)
+        _agree(facts, "token_dtype", dtype.newbyteorder("=").name, rel)
+    samples, offsets = layout(dtype, shape, fortran, hl, seen)
+    return samples, offsets, None, seen
+
+
+def _scan_megatron(backend: Backend, rel: str, facts: dict, seq_len: int) -> tuple[int, tuple | None, str, str]:
+    """The ``.idx`` only: sequence pointers become per-sample offsets (or GPTDataset windows)."""
+    from .formats.megatron import decode_index
+
+    idx_rel = rel[:-4] + ".idx"
+    idx = decode_index(backend.cat(idx_rel), idx_rel)
+    if idx.dtype.kind not in "ui" or idx.dtype.name not in ("uint16", "int32", "int64", "uint8", "int16"):
+        raise ConfigError("dataset", f"{idx_rel} stores {idx.dtype.name} values, not token ids",
+                          "index a token dataset (preprocess_data.py output)")
+    _agree(facts, "megatron_dtype", idx.dtype.str, idx_rel)
+    _agree(facts, "token_dtype", idx.dtype.name if idx.dtype.name in ("uint16", "int32", "int64") else "int64",
+           idx_rel)
+    offsets = idx.offsets(backend.size(rel), rel)
+    facts["documents"] = facts.get("documents", 0) + max(0, len(idx.documents) - 1)
+    if seq_len:
+        tokens = offsets[-1] // idx.dtype.itemsize
+        return max(0, (tokens - 1) // seq_len), None, idx_rel, "tokens"
+    return len(offsets) - 1, offsets, idx_rel, "tokens"
+
+
+def _agree(facts: dict, key: str, value, where: str) -> None:
+    """A dataset-wide fact (a dtype) every file must share: the loader reads them all one way."""
+    if facts.setdefault(key, value) != value:
+        raise ConfigError("dataset", f"{where} has {key} {value}, earlier files have {facts[key]}",
+                          "index files of one dtype together (one dataset per directory)")
+
+
+def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tuple[str, ...] | None = None) -> Manifest:
+    """Scan the dataset at ``backend`` and return its manifest (written by the caller).
+
+    ``only`` restricts the scan to those files (relative to the root), in that order."""
     from .io.checksum import new_tally
     from .results import now_iso
 
-    files = list_files(backend, opts.format)
+    fmt = opts.format or detect_format(backend, only)
+    files = list_files(backend, fmt, only)
     shards: list[ShardEntry] = []
     modality = opts.modality
+    facts: dict = {}
     first = 0
     for rel in files:
         size = backend.size(rel)
-        needs_bytes = opts.checksums or opts.format in ("tar", "npz") or (
-            opts.format == "tfrecord" and not any(backend.exists(c) for c in
-                                                  (rel + ".index", posixpath.splitext(rel)[0] + ".index")))
+        needs_bytes = opts.checksums or fmt in ("tar", "npz") or (
+            fmt == "tfrecord" and not any(backend.exists(c) for c in
+                                          (rel + ".index", posixpath.splitext(rel)[0] + ".index")))
         data = backend.cat(rel) if needs_bytes else None
-        if opts.format == "tar":
+        if fmt == "tar":
             n, offsets, index_rel, seen = _scan_tar(backend, rel, data)
-        elif opts.format == "tfrecord":
+        elif fmt == "tfrecord":
             n, offsets, index_rel, seen = _scan_tfrecord(backend, rel, data if not opts.checksums else None)
-        elif opts.format == "parquet":
+        elif fmt == "parquet":
             n, offsets, index_rel, seen = _scan_parquet(backend, rel)
-        elif opts.format == "npz":
+        elif fmt == "npz":
             n, offsets, index_rel, seen = _scan_npz(backend, rel, data)
+        elif fmt == "npy":
+            n, offsets, index_rel, seen = _scan_npy(backend, rel, facts, modality)
+        elif fmt == "megatron":
+            n, offsets, index_rel, seen = _scan_megatron(backend, rel, facts, opts.seq_len)
+        elif fmt in ("hdf5", "arrow"):
+            from .formats import get_format
+
+            scan = get_format(fmt).scan
+            assert scan is not None
+            n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
         else:
             n, offsets, index_rel = 1, None, None
             seen = "images" if rel.lower().endswith(_IMAGE_SUFFIXES) else None
@@ -218,12 +361,132 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None) -> Manifes
         first += n
         if on_file is not None:
             on_file(rel, size)
+    if modality is None and fmt == "tar":
+        modality = "records"     # members of any other kind: each key's members are one opaque record
     if modality is None:
-        raise ConfigError("--modality", f"cannot tell what the {opts.format} samples under {backend.url} hold",
+        raise ConfigError("--modality", f"cannot tell what the {fmt} samples under {backend.url} hold",
                           "give --modality tokens, images or records")
-    spec = {"indexed_from": backend.describe()["url"], "format": opts.format, "modality": modality,
-            "token_dtype": opts.token_dtype, "generator": "iobench index",
-            "checksum": "xxh64" if opts.checksums else "none"}
-    return Manifest(format=opts.format, modality=modality, compression="none", seed=0, spec=spec,
+    if fmt == "files":
+        facts.update(folder_labels(files, modality))
+    spec = {"indexed_from": backend.describe()["url"], "format": fmt, "modality": modality,
+            "token_dtype": facts.pop("token_dtype", opts.token_dtype), "generator": "iobench index",
+            "checksum": "xxh64" if opts.checksums else "none", **facts}
+    if opts.seq_len:
+        spec["megatron_window"] = opts.seq_len
+    return Manifest(format=fmt, modality=modality, compression="none", seed=0, spec=spec,
                     shards=tuple(shards), created_at=now_iso(),
                     extra={"indexed": True, "checksums": opts.checksums})
+
+
+def folder_labels(files: list[str], modality: str) -> dict:
+    """ImageFolder's rule (torchvision): a sample's label is its folder's index among the sorted
+    class folder names -- when every file sits one folder below the root and there are two or more."""
+    if modality != "images":
+        return {}
+    dirs = [posixpath.dirname(f) for f in files]
+    if any(not d or "/" in d for d in dirs):
+        return {}
+    classes = sorted(set(dirs))
+    return {"classes": classes} if len(classes) > 1 else {}
+
+
+# -- dataset URLs that name shards: a brace range (webdataset style) or one file ----------------
+
+MAX_EXPANDED = 1_000_000
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset URL resolved: the root the manifest lives in, and the files it names (None: all)."""
+
+    root: str
+    only: tuple[str, ...] | None = None
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """webdataset's (``braceexpand``) shard patterns: ``{000000..000003}`` numeric ranges (zero-padded
+    to the endpoints' width, an optional ``..STEP``), ``{a,b,c}`` alternatives, several groups and
+    nesting, left to right."""
+    import re
+
+    start = pattern.find("{")
+    if start < 0:
+        if "}" in pattern:
+            raise ConfigError("dataset", f"{pattern!r} has a '}}' with no '{{'", "balance the braces")
+        return [pattern]
+    depth, end = 0, -1
+    for i in range(start, len(pattern)):
+        depth += {"{": 1, "}": -1}.get(pattern[i], 0)
+        if depth == 0:
+            end = i
+            break
+    if end < 0:
+        raise ConfigError("dataset", f"{pattern!r} has a '{{' with no '}}'", "balance the braces")
+    body, head, tail = pattern[start + 1:end], pattern[:start], pattern[end + 1:]
+    m = re.fullmatch(r"(-?\d+)\.\.(-?\d+)(?:\.\.(\d+))?", body)
+    if m:
+        a, b, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1)
+        if step <= 0:
+            raise ConfigError("dataset", f"{{{body}}}: the step must be positive", "e.g. {000000..000010..2}")
+        width = max(len(m.group(1)), len(m.group(2))) if m.group(1).startswith("0") or m.group(2).startswith("0") \
+            else 0
+        count = abs(b - a) // step + 1
+        if count > MAX_EXPANDED:
+            raise ConfigError("dataset", f"{{{body}}} names {count} shards", f"name at most {MAX_EXPANDED}")
+        nums = range(a, b + 1, step) if a <= b else range(a, b - 1, -step)
+        alts = [str(n).zfill(width) for n in nums]
+    else:
+        alts, depth, cur = [], 0, ""
+        for ch in body:             # split on top-level commas only (nested groups stay whole)
+            if ch == "," and depth == 0:
+                alts.append(cur)
+                cur = ""
+                continue
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            cur += ch
+        alts.append(cur)
+        if len(alts) == 1:          # "{x}" is no pattern: keep it literally, as braceexpand does
+            return [head + "{" + a + "}" + t for a in expand_braces(body) for t in expand_braces(tail)]
+    out: list[str] = []
+    for alt in alts:
+        for rest in expand_braces(alt + tail):
+            out.append(head + rest)
+            if len(out) > MAX_EXPANDED:
+                raise ConfigError("dataset", f"{pattern!r} names more than {MAX_EXPANDED} shards",
+                                  "use a narrower range")
+    return out
+
+
+def resolve_dataset_url(url: str) -> DatasetRef:
+    """The one home for what a dataset URL names: a root directory (all its files), a brace range
+    of shards (``.../train-{000000..000003}.tar``), or one shard file (a local file, or a remote
+    name ending in a data suffix).  The root of a range or a file is its directory."""
+    import os
+
+    known = tuple(s for v in _SUFFIXES.values() for s in v) + _IMAGE_SUFFIXES
+    if "{" in url or "}" in url:
+        cut = url.find("{") if "{" in url else url.find("}")
+        slash = url.rfind("/", 0, cut)
+        root = url[:slash] if slash >= 0 else "."
+        rest = url[slash + 1:] if slash >= 0 else url
+        names = expand_braces(rest)
+        if len(set(names)) != len(names):
+            raise ConfigError("dataset", f"{url!r} names some shards twice", "give each shard once")
+        return DatasetRef(root or "/", tuple(contained_rel_path(n) for n in names))
+    local = "://" not in url or url.startswith("file://")
+    path = url[len("file://"):] if url.startswith("file://") else url
+    is_file = os.path.isfile(path) if local else url.rstrip("/").lower().endswith(known) and not url.endswith("/")
+    if not is_file or url.endswith("/"):
+        return DatasetRef(url)
+    if local and os.path.basename(path) == MANIFEST_NAME:
+        return DatasetRef(os.path.dirname(path) or ".")
+    slash = url.rstrip("/").rfind("/")
+    if slash < 0:
+        return DatasetRef(".", (url,))
+    return DatasetRef(url[:slash] or "/", (url[slash + 1:],))
+
+
+def contained_rel_path(rel: str) -> str:
+    from .paths import contained_rel
+
+    return contained_rel(rel, "dataset")

@@ -258,7 +258,7 @@ def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
     base = backend.base
     if base.is_local and not os.path.isdir(base.root):
         what = "is a file, not a dataset directory" if os.path.exists(base.root) else "does not exist"
-        raise ConfigError(field, f"{backend.url} {what}", "give the root directory of a dataset made by `iobench gen`")
+        raise ConfigError(field, f"{backend.url} {what}", "give the root directory of your dataset")
 
 
 def read_manifest(backend: Backend) -> Manifest:
@@ -272,7 +272,8 @@ def read_manifest(backend: Backend) -> Manifest:
             raw = backend.cat(MANIFEST_NAME)
     except FileNotFoundError:
         raise ConfigError("dataset", f"no {MANIFEST_NAME} at {backend.url}",
-                          "generate a dataset there with `iobench gen`, or give the dataset's root URL") from None
+                          "index it: `iobench index URL --format tar|parquet|tfrecord|files|npz` "
+                          "(`iobench check --dataset URL` indexes it itself)") from None
     except PermissionError:
         raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is not readable (permission denied)",
                           "fix its permissions or the credentials") from None

@@ -18,10 +18,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .io.atomic import atomic_write_bytes
 
-SCHEMA_VERSION = 1
+from .schema import SCHEMA_VERSION
+
 # "token" only as a whole word at the end (session_token, token): token_dtype and tokens_per_s are data.
 _SECRET_KEYS = re.compile(r"(secret|password|passwd|(^|[_-])token$|credential|session_key|access_key|^key$|private)",
                           re.I)
@@ -207,7 +208,16 @@ def set_json_stream(stream) -> None:
 
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:
-    """Publish ``data`` atomically at ``path``; ``-`` means standard output."""
+    """Publish ``data`` atomically at ``path``; ``-`` means standard output.
+
+    Under ``IOBENCH_VALIDATE_RESULTS=1`` (the tests set it) a results document that breaks
+    ``docs/results.schema.json`` is an error instead of a file."""
+    if os.environ.get("IOBENCH_VALIDATE_RESULTS") == "1" and "schema_version" in data:
+        from .schema import errors
+
+        found = errors(json.loads(json.dumps(data, default=_default)))
+        if found:
+            raise AssertionError(f"{data.get('command')} results break the schema: " + "; ".join(found[:5]))
     if str(path) == "-":
         out = _json_stream or sys.stdout
         out.write(json.dumps(data, indent=2, default=_default, allow_nan=False) + "\n")
@@ -220,6 +230,7 @@ def write_json(path: str | os.PathLike, data: dict) -> Path:
 
 def read_results(path: str | os.PathLike) -> dict:
     from .errors import ConfigError
+    from .schema import check_version
 
     try:
         data = json.loads(Path(path).read_text())
@@ -229,4 +240,5 @@ def read_results(path: str | os.PathLike) -> dict:
         raise ConfigError("results", f"{path} is not JSON ({e})", "give a file written with --json") from e
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
+    check_version(data, where=f"results {path}")
     return data

@@ -34,6 +34,29 @@ _NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "htt
 S3_CLIENTS = ("auto", "s3fs", "obstore")
 
 
+def url_protocol(url: str) -> str:
+    """The fsspec protocol of ``url`` ('file' for a plain path, a Windows drive letter included)."""
+    protocol = urlparse(str(url)).scheme or "file"
+    return "file" if len(protocol) == 1 else protocol
+
+
+def storage_kind(url: str) -> str:
+    """What kind of storage ``url`` names: 'local' (POSIX files), 'memory' (this process),
+    'object' (object semantics: no directories, objects appear whole; s3, gs, az, ...) or
+    'other' (http, hf, sftp, ...).  The loader picks its shard source by this."""
+    return _kind(url_protocol(url))
+
+
+def _kind(protocol: str) -> str:
+    if protocol == "file":
+        return "local"
+    if protocol == "memory":
+        return "memory"
+    if protocol in _NO_DIRS and protocol not in ("http", "https", "hf"):
+        return "object"
+    return "other"
+
+
 @dataclass
 class Backend:
     url: str
@@ -47,6 +70,11 @@ class Backend:
     # is the one place that knows what each protocol can do; a new backend sets its flags here
     # (or in a subclass) and every caller follows.
     @property
+    def kind(self) -> str:
+        """'local', 'memory', 'object' or 'other' (``storage_kind``)."""
+        return _kind(self.protocol)
+
+    @property
     def is_local(self) -> bool:
         """Files on a local (POSIX) file system: paths, fds, page cache, fsync."""
         return self.protocol == "file"
@@ -54,7 +82,7 @@ class Backend:
     @property
     def is_object_store(self) -> bool:
         """Object semantics: no directories, objects appear whole on completion (s3, gs, az, ...)."""
-        return self.protocol in _NO_DIRS and self.protocol not in ("http", "https", "hf")
+        return self.kind == "object"
 
     @property
     def speaks_s3(self) -> bool:
@@ -243,6 +271,16 @@ class Backend:
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.fs.open(self.path(rel), mode, **kw)
+
+    def memory_buffer(self, rel: str) -> memoryview:
+        """A memory:// object's bytes as a view of its own buffer, without a copy (fsspec's
+        per-call path costs ~50 us a request; the loader's null-storage floor reads this)."""
+        if self.protocol != "memory":
+            raise ConfigError("url", f"{self.url} is not memory://", "read it with cat()")
+        try:
+            return self.fs.store[self.fs._strip_protocol(self.path(rel))].getbuffer()
+        except KeyError:
+            raise FileNotFoundError(self.path(rel)) from None
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         """Bytes ``start:end`` as the next piece of a sequential stream over ``rel`` (a loader's
@@ -460,9 +498,7 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     if not url:
         raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
     parsed = urlparse(str(url))
-    protocol = parsed.scheme or "file"
-    if len(protocol) == 1:  # a Windows drive letter is not a protocol
-        protocol = "file"
+    protocol = url_protocol(url)
     if protocol not in SUPPORTED_PROTOCOLS:
         return _open_fsspec(str(url), protocol, storage_options, field_name)
     if protocol == "file":

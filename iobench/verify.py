@@ -237,12 +237,9 @@ def count_shard_samples(backend: Backend, manifest: Manifest, shard: ShardEntry,
     from .formats import get_format
 
     reader = get_format(manifest.format).reader(manifest)
-    counter = getattr(reader, "count_samples", None)
     if data is None:
         data = backend.cat(shard.path)
-    if counter is not None:
-        return counter(data, shard)
-    return sum(1 for _ in reader.iter_samples(data, shard))
+    return reader.count_samples(data, shard)
 
 
 class _Comparer:

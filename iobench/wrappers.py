@@ -212,13 +212,25 @@ def resolve_emulation(spec: "str | EmulationSpec | None") -> EmulationSpec:
 # Wrapper base: a Backend whose I/O goes through ``inner``.
 
 
+def _inner_flag(name: str) -> property:
+    return property(lambda self: getattr(self.inner, name), doc=f"The wrapped backend's ``{name}``.")
+
+
 class BackendWrapper(Backend):
-    """Forwards every call to ``inner``; subclasses hook the requests they care about."""
+    """Forwards every call to ``inner``; subclasses hook the requests they care about.
+
+    Capability flags are the wrapped backend's (zarr's wrapper-store pattern); a wrapper whose
+    hooks a capability would go round says so by overriding that flag (``EmulatedBackend``)."""
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(url=inner.url, protocol=inner.protocol, root=inner.root, fs=inner.fs,
                          endpoint_url=inner.endpoint_url)
         self.inner = inner
+
+    supports_pread = _inner_flag("supports_pread")
+    supports_odirect = _inner_flag("supports_odirect")
+    parallel_ranged_reads = _inner_flag("parallel_ranged_reads")
+    zero_copy_reads = _inner_flag("zero_copy_reads")
 
     def _wrap_child(self, inner_child: Backend) -> "BackendWrapper":
         raise NotImplementedError
@@ -340,6 +352,10 @@ def _nbytes(result: Any, counts_result: bool) -> int:
 
 class EmulatedBackend(BackendWrapper):
     """Adds a latency per request and caps bandwidth; results should say "emulated"."""
+
+    # Positional reads and O_DIRECT on the files underneath would skip the added latency.
+    supports_pread = False
+    supports_odirect = False
 
     def __init__(self, inner: Backend, spec: "EmulationSpec | str", seed: int = 0) -> None:
         super().__init__(inner)
@@ -563,6 +579,10 @@ class InjectedTimeout(TimeoutError):
 
 class FaultyBackend(BackendWrapper):
     """Fails read requests with probability ``error_rate`` and times them out with ``timeout_rate``."""
+
+    # Positional reads and O_DIRECT on the files underneath would skip the injected faults.
+    supports_pread = False
+    supports_odirect = False
 
     def __init__(self, inner: Backend, error_rate: float = 0.0, timeout_rate: float = 0.0, seed: int = 0,
                  timeout_s: float = 0.05) -> None:

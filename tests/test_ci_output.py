@@ -9,6 +9,7 @@ import re
 
 from iobench.cli import main
 from iobench.results import Results
+from results_helpers import load_metrics
 
 
 def _load_doc(path, stall, bps, ci=None, dataset="s3://bkt/train", world=1):
@@ -20,7 +21,7 @@ def _load_doc(path, stall, bps, ci=None, dataset="s3://bkt/train", world=1):
     if ci:
         m["stall_ratio_ci95"] = ci
         m["accelerator_utilization_ci95"] = [1 - ci[1], 1 - ci[0]]
-    r = Results(command="load", config={"dataset": dataset}, metrics=m, world={"rank": 0, "size": world})
+    r = Results(command="load", config={"dataset": dataset}, metrics=load_metrics(**m), world={"rank": 0, "size": world})
     r.write(path)
     return path
 

@@ -7,13 +7,14 @@ import json
 from iobench.cli import main
 from iobench.report.compare import compare
 from iobench.results import Results
+from results_helpers import load_metrics
 
 
 def _write(path, au, stall, bps, p99):
-    return Results(command="load", metrics={
-        "accelerator_utilization": au, "stall_ratio": stall, "throughput": {"bytes_per_s": bps},
-        "batch_wait_s": {"count": 10, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": p99,
-                         "p999": p99, "max": p99}}).write(path)
+    return Results(command="load", metrics=load_metrics(
+        accelerator_utilization=au, stall_ratio=stall, throughput={"bytes_per_s": bps},
+        batch_wait_s={"count": 10, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": p99,
+                      "p999": p99, "max": p99})).write(path)
 
 
 def test_rows_pair_metrics_by_path():
@@ -61,8 +62,9 @@ def test_compare_json_writes_a_p99_without_upper_bound(tmp_path):
     # which JSON cannot hold; --json must still write (null for the missing bound)
     iv = {"batch_wait_p99_s": {"low": 0.04, "high": None, "value": 0.05}}
     for name, p99 in (("a", 0.05), ("b", 0.06)):
-        Results(command="load", metrics={"stall_ratio": 0.1, "intervals": iv,
-                                         "batch_wait_s": {"count": 10, "p99": p99}}).write(tmp_path / f"{name}.json")
+        Results(command="load", metrics=load_metrics(stall_ratio=0.1, intervals=iv,
+                                                     batch_wait_s={"count": 10, "p99": p99})
+                ).write(tmp_path / f"{name}.json")
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json",
                  str(tmp_path / "c.json")]) == 0
     row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]

@@ -54,7 +54,7 @@ def test_imagenet_workload_is_valid():
     (["--shard-size", "0"], "gen.shard_size"),
     (["--shard-size=-4MiB"], "gen.shard_size"),
     (["--num-samples", "0"], "gen.num_samples"),
-    (["--format", "hdf5"], "gen.format"),
+    (["--format", "zarr"], "gen.format"),
     (["--modality", "video"], "gen.modality"),
     (["--workload", "llm-tokenz"], "did you mean 'llm-tokens'"),
     (["--set", "gen.seqlen=5"], "did you mean 'seq_len'"),

@@ -75,7 +75,7 @@ def test_checksum_algorithms(tmp_path):
     ({"shard_size": "0"}, "gen.shard_size"),
     ({"shard_size": "-1MiB"}, "gen.shard_size"),
     ({"shard_size": "0 samples"}, "gen.shard_size"),
-    ({"format": "hdf5"}, "gen.format"),
+    ({"format": "zarr"}, "gen.format"),
     ({"modality": "audio"}, "gen.modality"),
     ({"token_dtype": "uint16", "vocab_size": 100000}, "gen.token_dtype"),
     ({"num_sampels": 3}, "gen.num_sampels"),

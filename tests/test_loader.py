@@ -310,14 +310,14 @@ def test_odirect_requests_are_whole_pages_and_a_short_tail_joins_the_last(tmp_pa
     import os
 
     from iobench.errors import IntegrityError
-    from iobench.loader.source import BackendSource
+    from iobench.loader.source import backend_source
     from iobench.manifest import ShardEntry
 
     page = mmap.PAGESIZE
     data = np.random.default_rng(pages).integers(0, 256, pages * page + 64, dtype=np.uint8).tobytes()
     (tmp_path / "s.bin").write_bytes(data)
     shard = ShardEntry(path="s.bin", bytes=len(data), samples=1, checksum=None, first_sample=0)
-    src = BackendSource(url=str(tmp_path), odirect=True, block_size=block_pages * page)
+    src = backend_source(str(tmp_path), odirect=True, block_size=block_pages * page)
     src.open()
     if not src.backend.base.supports_odirect:
         pytest.skip("no O_DIRECT on this file system")

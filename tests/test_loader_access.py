@@ -218,7 +218,7 @@ def test_map_reads_in_flight_on_threads_land_the_same_bytes(tmp_path):
     # read_ahead > 0 on map: a worker keeps read_ahead + 1 of its batch's preads in flight (helper
     # threads); every record lands in its own row, one request each, exactly as read one at a time
     from iobench.errors import IntegrityError
-    from iobench.loader.source import BackendSource
+    from iobench.loader.source import backend_source
     from iobench.manifest import read_manifest
     from iobench.storage import open_backend
 
@@ -232,7 +232,7 @@ def test_map_reads_in_flight_on_threads_land_the_same_bytes(tmp_path):
     local = rng.integers(16, size=40)
     rows = {}
     for inflight in (1, 3):
-        src = BackendSource(url=url)
+        src = backend_source(url)
         src.open()
         out = np.zeros((40, 32), dtype=np.uint8)
         assert src.read_records(shards, shard_of, local, 64, 32, out, inflight=inflight) == 40
@@ -249,7 +249,7 @@ def test_map_reads_in_flight_on_threads_land_the_same_bytes(tmp_path):
     victim = open_backend(url).local_path(shards[int(shard_of[0])].path)
     with open(victim, "r+b") as f:
         f.truncate(64)
-    src = BackendSource(url=url)
+    src = backend_source(url)
     src.open()
     with pytest.raises(IntegrityError, match=shards[int(shard_of[0])].path):
         src.read_records(shards, shard_of, local, 64, 32, np.zeros((40, 32), dtype=np.uint8), inflight=3)
@@ -298,7 +298,7 @@ def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_
     from iobench.errors import IntegrityError
     from iobench.formats import get_format
     from iobench.io.pagecache import drop_pages
-    from iobench.loader.source import BackendSource
+    from iobench.loader.source import backend_source
     from iobench.manifest import read_manifest
     from iobench.storage import open_backend
 
@@ -311,7 +311,7 @@ def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_
     paths = [open_backend(url).local_path(sh.path) for sh in man.shards]
     want = [np.frombuffer(open(p, "rb").read()[first:], dtype=np.uint8).reshape(-1, length) for p in paths]
 
-    src = BackendSource(url=url)
+    src = backend_source(url)
     src.open()
     one = src.read_block_records(man.shards[:1], first, length, reader.check_records)
     assert not one.flags.writeable and np.array_equal(one, want[0])   # the read-only mapping, not a copy
@@ -327,7 +327,7 @@ def test_a_block_of_one_local_shard_is_gathered_from_its_page_cache_mapping(tmp_
     src.close()
     with open(paths[0], "r+b") as f:
         f.truncate(first + length)
-    src = BackendSource(url=url)
+    src = backend_source(url)
     src.open()
     with pytest.raises(IntegrityError, match=man.shards[0].path):
         src.read_block_records(man.shards[:1], first, length, reader.check_records)

@@ -9,6 +9,7 @@ import pytest
 
 from iobench.errors import ConfigError, StorageError
 from iobench.loader.compute import Compute, parse_compute
+from iobench.loader.messages import Done
 from iobench.io.retry import RetryPolicy
 from iobench.metrics import LatencyHistogram
 
@@ -307,7 +308,7 @@ def test_sender_holds_batches_for_one_message_and_flushes_before_anything_else()
         for k in range(3, 7):                          # max_held bounds a run: 3 held, then out
             tx.batch(meta(k), hold=True)
         assert sent[0] == 6
-        tx.send(("done", 0, {}))                       # any other message: held batches go first, in order
+        tx.send(Done(0, {}))                           # any other message: held batches go first, in order
         assert sent[0] == 7
         assert [rx.wait_batch(k)["k"] for k in range(1, 7)] == list(range(1, 7))
         rx.wait_done(1, 5)

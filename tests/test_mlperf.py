@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from iobench.cli import main
 from iobench.mlperf.findmax import find_max, headline
-from iobench.mlperf.rules import compliance, datasize
+from iobench.mlperf.rules import datasize
 from iobench.mlperf.run import MlperfConfig, run_mlperf, step_au
 
 
@@ -21,23 +20,58 @@ def unet3d(tmp_path_factory):
     return str(out)
 
 
-def test_datasize_is_five_times_client_memory(capsys):
-    assert main(["mlperf", "datasize", "--workload", "unet3d", "--accelerators", "4",
-                 "--client-memory", "512GiB"]) == 0
+@pytest.mark.parametrize("memory,accelerators,want", [
+    ("64GiB", 8, 28000),     # 500 steps x batch 7 x 8 decides (5 x 64 GiB // 146,600,628 B = 2343)
+    ("512GiB", 8, 28000),    # 5 x 512 GiB // 146,600,628 B = 18750 < 28000
+    ("512GiB", 4, 18750),    # memory decides: 500 x 7 x 4 = 14000 < 18750
+])
+def test_datasize_is_mlperfs_calculate_training_data_size(capsys, memory, accelerators, want):
+    assert main(["mlperf", "datasize", "--workload", "unet3d", "--accelerators", str(accelerators),
+                 "--client-memory", memory]) == 0
     out = capsys.readouterr().out
-    # 5 x 512 GiB / 146,600,628 B = 18750.1 -> 18751 files, rounded up to a multiple of 4 accelerators
-    assert math.ceil(5 * 512 * 2**30 / 146_600_628) == 18751
-    assert out.startswith("18752 files")
-    ds = datasize(512 * 2**30, 2, 8, 1251, 114_660)
-    assert ds.bytes >= 5 * 2 * 512 * 2**30 and ds.files % 16 == 0
-    assert (ds.files - 16) * 1251 * 114_660 < 5 * 2 * 512 * 2**30
+    assert out.startswith(f"{want} files") and "calculate_training_data_size" in out
 
 
-def test_compliance_rules():
-    assert compliance(5 * 2**30, 2**30, 1, False).compliant
-    c = compliance(2**30, 2**30, 1, True)
-    assert not c.compliant and "cold" in " ".join(c.notes)
-    assert not compliance(10 * 2**30, 2**30, 1, False, scale=0.5).compliant
+def test_datasize_both_rules_over_nodes():
+    # resnet50: 1251 samples per file, batch 400; 2 nodes of 8 accelerators
+    ds = datasize(64 * 2**30, 2, 8, 1251, 114660.07, 400)
+    assert ds.files_by_memory == int(5 * 2 * 64 * 2**30 // (1251 * 114660.07))
+    assert ds.files_by_steps == 500 * 16 * 400 // 1251
+    assert ds.files == max(ds.files_by_memory, ds.files_by_steps)
+    assert ds.bound_by == ("memory" if ds.files_by_memory > ds.files_by_steps else "steps")
+
+
+def test_workload_table_matches_mlperf_configs():
+    from iobench.mlperf.workloads import TABLE
+
+    u, r, c = TABLE["unet3d"], TABLE["resnet50"], TABLE["cosmoflow"]
+    assert (u.batch_size, u.read_threads, u.compute_s, u.au_threshold) == (7, 4, {"a100": 0.636, "h100": 0.323}, 0.9)
+    assert u.checkpoint.after_epoch == 5 and u.checkpoint.model_bytes == 499153191
+    assert (r.batch_size, r.read_threads, r.compute_s) == (400, 8, {"a100": 0.435, "h100": 0.224})
+    assert r.loader_shuffle() == (False, 0)          # resnet50: no file or sample shuffle
+    assert (c.batch_size, c.compute_s, c.au_threshold) == (1, {"a100": 0.00551, "h100": 0.0035}, 0.7)
+    assert c.loader_shuffle() == (True, 2)           # cosmoflow: shuffle_size 2
+    for w in TABLE.values():
+        assert w.drop_last and w.epochs == 5 and "b200" not in w.compute_s
+        for key in ("batch_size", "read_threads", "au_threshold", "epochs", "compute_s", "shuffle", "drop_last"):
+            assert "configs/dlio/workload/" in w.source(key) or "dlio_benchmark" in w.source(key), key
+
+
+def test_compliance_block():
+    from iobench.mlperf.rules import Compliance, rule
+
+    ok = Compliance((rule("a", "x", "x", True, "s §1"), rule("b", "y", "y", True, "s §2")))
+    assert ok.compliant and ok.verdict == "rule-compliant"
+    bad = Compliance((rule("runs", "5", "1", False, "s §3"), rule("b", "y", "y", True, "s §2")))
+    assert not bad.compliant and bad.verdict == "not rule-compliant: runs"
+    assert [r["source"] for r in bad.as_dict()["rules"]] == ["s §3", "s §2"]
+
+
+def test_steps_per_epoch_drops_the_remainder():
+    from iobench.mlperf.run import steps_per_epoch
+
+    assert steps_per_epoch(16 * 1251, 1, 400) == 50        # DLIO's 50 where iobench once ran 56
+    assert steps_per_epoch(294, 4, 7) == 10
 
 
 def test_step_au_and_interval():
@@ -48,19 +82,50 @@ def test_step_au_and_interval():
     assert b["au_ci95"][0] < b["au"] < b["au_ci95"][1]
 
 
-def test_accelerators_share_the_dataset_and_pass(unet3d):
-    r = run_mlperf(MlperfConfig(dataset=unet3d, accelerators=2, compute_s=0.15, epochs=2, runs=2, cache="as-is",
-                                workers=2))
+def test_accelerators_share_the_dataset_and_pass(unet3d, tmp_path):
+    r = run_mlperf(MlperfConfig(dataset=unet3d, accelerators=2, compute_s=0.1, epochs=2, runs=2, cache="as-is",
+                                workers=2, checkpoint_folder=str(tmp_path / "ck"), checkpoint_scale=0.0001))
     assert len(r["per_rank"]) == 2 and {p["rank"] for p in r["per_rank"]} == {0, 1}
-    # each accelerator reads its own half: together, every sample once per epoch
-    assert sum(p["samples"] for p in r["per_rank"]) == 28 * 2
-    assert r["first_step_excluded"] and r["runs"] == 2 and len(r["per_run"]) == 2
-    assert r["au_min"] == min(r["au_per_accelerator"])
-    assert r["passed"] == (r["au_min"] >= 0.9)
+    # 28 samples, batch 7, 2 accelerators: floor(28 / 7 / 2) = 2 steps per epoch, every rank
+    assert r["steps_per_epoch"] == 2 and all(p["steps"] == 2 for p in r["per_rank"])  # 1 measured per epoch
+    assert sum(p["samples"] for p in r["per_rank"]) == 2 * 2 * 7 * 2
+    assert r["warmup_run"] and r["runs"] == 2 and len(r["per_run"]) == 2 and len(set(r["seeds"])) == 2
+    # the pass metric: mean over ranks and epochs, then over runs
+    for run in r["per_run"]:
+        assert run["au"] == pytest.approx(sum(run["au_per_epoch"]) / 2)
+        assert run["au_per_epoch"][0] == pytest.approx(sum(p["au_per_epoch"][0] for p in run["per_rank"]) / 2)
+    assert r["au"] == pytest.approx(sum(r["au_per_run"]) / 2)
+    assert r["passed"] == all(a >= 0.9 for a in r["au_per_run"])
+    assert r["au_min"] <= r["au"]
     for p in r["per_rank"]:
         assert 0 <= p["au"] <= 1
-        assert p["au_ci95"] is None or p["au_ci95"][0] <= p["au"] <= p["au_ci95"][1]   # None: too few steps
-    assert not r["rule_compliant"]          # scaled down, and far under 5x memory
+    assert r["checkpoint"] is None                     # 2 epochs: unet3d checkpoints after epoch 5
+    c = r["compliance"]
+    assert not c["compliant"] and not r["rule_compliant"]
+    broken = {x["rule"] for x in c["rules"] if not x["ok"]}
+    assert {"dataset size", "dataset content", "step time", "epochs", "runs", "checkpoint"} <= broken
+    assert "warm-up run" not in broken and "seeds" not in broken
+    assert all(x["source"] for x in c["rules"])
+    assert r["rule_verdict"].startswith("not rule-compliant: ")
+    assert not list((tmp_path / "ck").glob("*.ckpt"))
+
+
+def test_unet3d_checkpoint_after_epoch_5(unet3d, tmp_path):
+    r = run_mlperf(MlperfConfig(dataset=unet3d, accelerators=1, compute_s=0.01, runs=1, warmup=False,
+                                cache="as-is", workers=1, checkpoint_folder=str(tmp_path / "ck"),
+                                checkpoint_scale=0.001))
+    assert r["epochs"] == 5 and r["checkpoint"]["after_epoch"] == 5
+    assert r["checkpoint"]["bytes"] == int(499153191 * 0.001) and r["checkpoint"]["written"] == 1
+    rule = next(x for x in r["compliance"]["rules"] if x["rule"] == "checkpoint")
+    assert not rule["ok"]                              # scaled: not MLPerf's 499,153,191 B
+    assert not list((tmp_path / "ck").glob("*.ckpt"))  # what it wrote, it removed
+
+
+def test_mib_per_s_is_dlios_record_length_count(unet3d):
+    r = run_mlperf(MlperfConfig(dataset=unet3d, accelerators=1, compute_s=0.01, epochs=1, runs=1, warmup=False,
+                                cache="as-is", workers=1, checkpoint=False))
+    assert r["MiB_per_s_dlio"] == pytest.approx(r["samples_per_s"] * 146600628 * 0.0001 / 2**20)
+    assert r["MB_per_s_read"] == pytest.approx(r["throughput_bytes_per_s"] / 1e6)
 
 
 def test_slow_storage_fails_and_is_diagnosed_fetch_bound(unet3d):
@@ -72,15 +137,15 @@ def test_slow_storage_fails_and_is_diagnosed_fetch_bound(unet3d):
                        emulate="const:300ms", min_steps=10, au_threshold=0.3)
     out = find_max(cfg, max_accelerators=2)
     assert out["max_accelerators_per_node"] == 0
-    assert out["next_step"]["au_min"] < 0.2
-    assert out["next_step"]["bound"] == "fetch-bound"
+    assert out["next_step"]["au"] < 0.2
+    assert out["next_step"]["bound"] == "storage-bound"
     assert out["headline"].startswith("this storage cannot keep even 1 simulated H100")
 
 
 def test_headline_wording():
-    h = headline("unet3d", "h100", 0.9, 12, {"accelerators": 13, "au_min": 0.87, "bound": "fetch-bound"}, False, 64)
+    h = headline("unet3d", "h100", 0.9, 12, {"accelerators": 13, "au": 0.87, "bound": "storage-bound"}, False, 64)
     assert h == ("this storage keeps 12 simulated H100s per node at AU >= 90% on unet3d; "
-                 "the 13th stalls at 87%: fetch-bound")
+                 "the 13th stalls at 87%: storage-bound")
 
 
 def test_cli_run_writes_mlperf_vocabulary(unet3d, tmp_path, capsys):
@@ -88,11 +153,12 @@ def test_cli_run_writes_mlperf_vocabulary(unet3d, tmp_path, capsys):
     rc = main(["mlperf", "run", unet3d, "--accelerators", "2", "--compute-s", "0.15", "--epochs", "1", "--runs", "1",
                "--cache", "as-is", "--workers", "1", "--json", str(out)])
     line = capsys.readouterr().out.splitlines()[0]
-    assert line.startswith(("PASS", "FAIL")) and "[not rule-compliant]" in line
+    assert line.startswith(("PASS", "FAIL")) and "not rule-compliant: " in line and "runs" in line
     data = json.loads(out.read_text())
     m = data["metrics"]["mlperf"]
-    assert m["accelerators"] == 2 and len(m["per_rank"]) == 2 and "MB_per_s" in m and "AU_percent_min" in m
-    assert data["metrics"]["accelerator_utilization"] == pytest.approx(m["AU_percent_min"] / 100)
+    assert m["accelerators"] == 2 and len(m["per_rank"]) == 2 and "MB_per_s_read" in m and "MiB_per_s_dlio" in m
+    assert data["metrics"]["accelerator_utilization"] == pytest.approx(m["AU_percent"] / 100)
+    assert m["compliance"]["rules"] and not m["rule_compliant"]
     assert rc == (0 if m["AU_meets_expectation"] else 1)
 
 
@@ -143,14 +209,14 @@ def test_mpi_nodes_each_run_their_accelerators(unet3d, tmp_path):
     out = tmp_path / "mpi.json"
     proc = subprocess.run([_mpirun(), "-n", "2", sys.executable, "-m", "iobench.cli", "mlperf", "run", unet3d,
                            "--accelerators", "2", "--compute-s", "0.05", "--epochs", "1", "--runs", "1",
-                           "--cache", "as-is", "--workers", "1", "--json", str(out)],
+                           "--min-steps", "3", "--cache", "as-is", "--workers", "1", "--json", str(out)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode in (0, 1), proc.stderr
     d = json.loads(out.read_text())
     m = d["metrics"]["mlperf"]
     assert (m["nodes"], m["accelerators"]) == (2, 4)
     assert sorted(p["rank"] for p in d["per_rank"]) == [0, 1, 2, 3]
-    assert all(p["steps"] >= 3 for p in d["per_rank"])       # lengthened: each share is one batch
+    assert all(p["steps"] == 2 for p in d["per_rank"])       # lengthened to 3 per epoch: 2 measured
 
 
 def test_report_shows_the_answer(tmp_path):
@@ -159,8 +225,8 @@ def test_report_shows_the_answer(tmp_path):
 
     fm = {"workload": "unet3d", "accelerator": "h100", "au_threshold": 0.9, "max_accelerators_per_node": 3,
           "search_limit": 8, "limit_reached": False, "at_max": None, "probes": [], "result_at_max": None,
-          "next_step": {"accelerators": 4, "au_min": 0.87, "bound": "fetch-bound"},
-          "headline": headline("unet3d", "h100", 0.9, 3, {"accelerators": 4, "au_min": 0.87, "bound": "fetch-bound"},
+          "next_step": {"accelerators": 4, "au": 0.87, "bound": "storage-bound"},
+          "headline": headline("unet3d", "h100", 0.9, 3, {"accelerators": 4, "au": 0.87, "bound": "storage-bound"},
                                False, 8)}
     path = tmp_path / "fm.json"
     results_for(MlperfConfig(dataset=str(tmp_path)), fm, find_max=True).write(path)

@@ -15,6 +15,7 @@ from iobench.metrics import LatencyHistogram
 from iobench.planner.models import plan
 from iobench.report.build import build_report
 from iobench.results import Results
+from results_helpers import load_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -35,15 +36,15 @@ def _hist(values):
 
 def load_results(path, stall=0.05, au=0.95):
     steps = 40
-    return Results(command="load", config={"storage_options": {"secret": "hunter2"}}, metrics={
-        "batch_wait_s": _hdr([0.001 * (1 + i % 7) for i in range(200)]),
-        "batch_io_s": _hdr([0.01 * (1 + i % 5) for i in range(200)]),
-        "stall_ratio": stall, "accelerator_utilization": au,
-        "throughput": {"bytes_per_s": 4.2e8, "samples_per_s": 1800.0},
-        "batch_io_hist": _hist([0.01 * (1 + i % 5) for i in range(200)]),
-        "timeseries": {"t": [0.1 * i for i in range(steps)], "wait_s": [0.001 * (i % 5) for i in range(steps)],
-                       "queue_depth": [i % 4 for i in range(steps)]},
-    }).write(path)
+    return Results(command="load", config={"storage_options": {"secret": "hunter2"}}, metrics=load_metrics(
+        batch_wait_s=_hdr([0.001 * (1 + i % 7) for i in range(200)]),
+        batch_io_s=_hdr([0.01 * (1 + i % 5) for i in range(200)]),
+        stall_ratio=stall, accelerator_utilization=au,
+        throughput={"bytes_per_s": 4.2e8, "samples_per_s": 1800.0},
+        batch_io_hist=_hist([0.01 * (1 + i % 5) for i in range(200)]),
+        timeseries={"t": [0.1 * i for i in range(steps)], "wait_s": [0.001 * (i % 5) for i in range(steps)],
+                    "queue_depth": [i % 4 for i in range(steps)]},
+    )).write(path)
 
 
 def other_results(tmp_path):

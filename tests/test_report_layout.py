@@ -18,6 +18,7 @@ import pytest
 from iobench.metrics import LatencyHistogram
 from iobench.report.build import build_report
 from iobench.results import Results
+from results_helpers import load_metrics
 
 W, H = 1280, 800
 
@@ -52,7 +53,7 @@ def _many_loads(tmp_path, n=33):
                                             "validation": {"depth": 3, "stall_ratio_at_depth": stall,
                                                            "stall_ratio_at_depth_1": min(0.95, stall * 3)}}
         files.append(Results(command="load", config={"dataset": f"/nvme/tier{i % 3}/dataset-{i:02d}-" + "x" * 60},
-                             metrics=m).write(tmp_path / f"load-tier{i % 3}-{i:02d}.json"))
+                             metrics=load_metrics(**m)).write(tmp_path / f"load-tier{i % 3}-{i:02d}.json"))
     probe = Results(command="probe", metrics={"summary": {"seq_read": {"bytes_per_s": 2.68e9},
                                                           "rand_read_4k": {"iops": 250000.0}}})
     files.append(probe.write(tmp_path / "probe.json"))

@@ -6,20 +6,21 @@ from pathlib import Path
 
 from iobench.suite.report import suite_stage
 from iobench.results import Results
+from results_helpers import load_metrics
 from iobench.suite import SuiteContext
 
 
 def test_suite_stage_renders_stage_results_and_plans(tmp_path):
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
     ctx.out_dir.mkdir()
-    load = Results(command="load", metrics={
-        "stall_ratio": 0.1, "accelerator_utilization": 0.9, "batch_bytes": 1e6,
-        "compute_s": {"count": 5, "min": 0.005, "mean": 0.005, "p50": 0.005, "p90": 0.005, "p99": 0.005,
-                      "p999": 0.005, "max": 0.005},
-        "batch_io_s": {"count": 5, "min": 0.001, "mean": 0.002, "p50": 0.002, "p90": 0.003, "p99": 0.004,
-                       "p999": 0.004, "max": 0.004},
-        "prefetch_recommendation": {"depth_min": 1, "depth_recommended": 3, "p99_batch_io_s": 0.004,
-                                    "compute_s": 0.005}}).write(ctx.out_dir / "load.json")
+    load = Results(command="load", metrics=load_metrics(
+        stall_ratio=0.1, accelerator_utilization=0.9, batch_bytes=1e6,
+        compute_s={"count": 5, "min": 0.005, "mean": 0.005, "p50": 0.005, "p90": 0.005, "p99": 0.005,
+                   "p999": 0.005, "max": 0.005},
+        batch_io_s={"count": 5, "min": 0.001, "mean": 0.002, "p50": 0.002, "p90": 0.003, "p99": 0.004,
+                    "p999": 0.004, "max": 0.004},
+        prefetch_recommendation={"depth_min": 1, "depth_recommended": 3, "p99_batch_io_s": 0.004,
+                                 "compute_s": 0.005})).write(ctx.out_dir / "load.json")
     ckpt = Results(command="ckpt", metrics={"checkpoint": {
         "blocking_s": {"count": 2, "min": 0.1, "mean": 0.2, "p50": 0.2, "p90": 0.3, "p99": 0.3, "p999": 0.3,
                        "max": 0.3},

@@ -105,7 +105,8 @@ def _pass(stall: float, sps: float, rng, n: int = 150) -> dict:
             "batch_service_s": {"p99": 0.0, "mean": 0.01}, "batch_wait_s": {"p99": 0.0},
             "intervals": {"stall_ratio": {"low": stall - 0.01, "high": stall + 0.01, "half_width": 0.01}},
             "stability": {"stopped": "planned steps done"},
-            "series": {"service_s": list(0.01 + rng.exponential(0.002, n)), "wait_s": list(rng.exponential(0.001, n))}}
+            "series": {"io_s": list(0.01 + rng.exponential(0.002, n)), "prep_s": [0.0] * n,
+                       "wait_s": list(rng.exponential(0.001, n))}}
 
 
 def test_merge_passes_interval_covers_the_spread_between_passes():
@@ -125,7 +126,8 @@ def test_merge_passes_interval_covers_the_spread_between_passes():
     assert m["per_worker"][0]["samples_per_s_ci95"][0] < 2000.0
     assert "accelerator_utilization_ci95" not in m                          # AU is bounded by the stall's interval
     p99 = m["intervals"]["batch_service_p99_s"]
-    assert p99["n"] == 3 * 149 and p99["high"] is not None and m["batch_service_s"]["p99"] == p99["value"]
+    assert p99["n"] == 3 * 149 and p99["high"] is not None
+    assert m["batch_service_s"]["p99"] == pytest.approx(p99["value"], rel=2e-3)   # the pooled HDR summary
     assert m["steps"] == 450 and m["samples"] == 450 * 32
     assert not m["stable"] and "over 3 passes" in m["stability"]["not_stable_because"][0]
     assert [p["server_instance"] for p in m["passes"]] == [0, 1, 2]

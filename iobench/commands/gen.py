@@ -13,8 +13,8 @@ def register(sub) -> None:
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
     p.add_argument("--workload", metavar="NAME|FILE",
                    help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
-    p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | files (one file per sample: the small-file "
-                                    "baseline)")
+    p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | npy | megatron | hdf5 | arrow | files "
+                                    "(one file per sample: the small-file baseline)")
     p.add_argument("--modality", help="tokens | images | records (opaque samples of record_bytes ± stdev, MLPerf-style)")
     p.add_argument("--num-samples", metavar="N", help="number of samples")
     p.add_argument("--shard-size", metavar="SIZE", help="shard rotation: bytes (64MiB) or a count ('1000 samples')")

@@ -22,9 +22,10 @@ def register(sub) -> None:
                                    "emulate the training step, and measure data stall, throughput and latency "
                                    "percentiles.  See README: Loader.")
     p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
-    p.add_argument("--access", metavar="map|stream|block|auto",
+    p.add_argument("--access", metavar="map|stream|block|memmap|auto",
                    help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
-                        "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy); "
+                        "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy), memmap "
+                        "(nanoGPT/Megatron: token rows sliced from mapped local shards, page faults are the I/O); "
                         "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")
     p.add_argument("--stream-read-size", metavar="SIZE", help="stream: bytes of whole samples per read (64KiB)")
     p.add_argument("--until-stable", action="store_true",
@@ -35,7 +36,9 @@ def register(sub) -> None:
     p.add_argument("--stall-ci", type=float, metavar="PP", help="with --until-stable: stall interval half-width "
                                                                "in percentage points (2)")
     p.add_argument("--repeat", type=int, metavar="N", help="run the load N times and report the spread")
-    p.add_argument("--workers", "-W", type=int, help="worker processes (default 2)")
+    p.add_argument("--workers", "-W", type=int,
+                   help="worker processes (default 2); 0: batches made in the consumer process itself "
+                        "(DataLoader num_workers=0: no hand-off, nothing prefetched)")
     p.add_argument("--prefetch", "-Q", type=int,
                    help="batches in flight per worker for map/stream (DataLoader's prefetch_factor), in all for "
                         "block (default 2)")

@@ -14,13 +14,21 @@ def register(sub) -> None:
     r = ms.add_parser("run", help="simulated accelerators reading a dataset: AU per accelerator, samples/s, MB/s")
     r.add_argument("dataset", metavar="DATASET_URL", help="made by `iobench gen --workload NAME`")
     r.add_argument("--workload", default="unet3d", help="unet3d | resnet50 | cosmoflow (default unet3d)")
-    r.add_argument("--accelerator", default="h100", help="a100 | h100 | b200 (step times from the workload)")
+    r.add_argument("--accelerator", default="h100", help="a100 | h100 (MLPerf's step times; others need --compute-s)")
     r.add_argument("--accelerators", type=int, default=1, metavar="N", help="simulated accelerators on this node")
-    r.add_argument("--compute-s", type=float, metavar="SECONDS", help="compute time per step (overrides the table)")
+    r.add_argument("--compute-s", type=float, metavar="SECONDS",
+                   help="compute time per step (overrides the table: not rule-compliant)")
     r.add_argument("--epochs", type=int, default=0, help="epochs per run (default: the workload's, 5)")
-    r.add_argument("--runs", type=int, default=5, help="runs, for the spread (MLPerf: 5)")
+    r.add_argument("--runs", type=int, default=5, help="measured runs (MLPerf: 5, their mean is the result)")
+    r.add_argument("--no-warmup", action="store_true", help="skip the warm-up run (not rule-compliant)")
     r.add_argument("--min-steps", type=int, default=0, metavar="N",
-                   help="at least N steps per accelerator (epochs repeat); --find-max defaults to 30")
+                   help="at least N steps per epoch (samples repeat: not rule-compliant)")
+    r.add_argument("--no-checkpoint", action="store_true",
+                   help="skip unet3d's checkpoint after epoch 5 (not rule-compliant)")
+    r.add_argument("--checkpoint-folder", metavar="DIR",
+                   help="where unet3d's checkpoint goes (default: a new directory beside the dataset, removed after)")
+    r.add_argument("--checkpoint-scale", type=float, default=1.0, metavar="F",
+                   help="write F x the checkpoint (0 < F <= 1; < 1 is not rule-compliant)")
     r.add_argument("--client-memory", metavar="SIZE", help="host memory per client node (default: this host's)")
     r.add_argument("--cache", choices=("auto", "cold", "as-is"), default="auto",
                    help="auto: cold every epoch when the dataset is under 5x client memory (default)")
@@ -37,7 +45,7 @@ def register(sub) -> None:
     add_json_flag(r)
     r.set_defaults(func=run)
 
-    d = ms.add_parser("datasize", help="files needed for a rule-compliant dataset (>= 5x the clients' memory)")
+    d = ms.add_parser("datasize", help="files needed for a rule-compliant dataset (5x memory, 500 steps per epoch)")
     d.add_argument("--workload", default="unet3d", help="unet3d | resnet50 | cosmoflow")
     d.add_argument("--accelerators", type=int, default=1, metavar="N", help="accelerators per node")
     d.add_argument("--client-memory", required=True, metavar="SIZE", help="host memory per client node, e.g. 512GiB")
@@ -66,7 +74,8 @@ def _config(args):
                         client_memory=parse_size(args.client_memory, "--client-memory") if args.client_memory else 0,
                         cache=args.cache, workers=args.workers, prefetch=args.prefetch,
                         au_threshold=args.au_threshold, seed=args.seed, endpoint_url=args.endpoint_url,
-                        emulate=args.emulate)
+                        emulate=args.emulate, warmup=not args.no_warmup, checkpoint=not args.no_checkpoint,
+                        checkpoint_folder=args.checkpoint_folder, checkpoint_scale=args.checkpoint_scale)
 
 
 def _progress(line: str) -> None:
@@ -113,6 +122,7 @@ def run(args) -> int:
 
 def datasize(args) -> int:
     from ..errors import ConfigError
+    from ..mlperf.rules import STEPS_PER_EPOCH
     from ..mlperf.rules import datasize as compute
     from ..mlperf.workloads import load_mlperf_workload
     from ..results import Results
@@ -123,16 +133,23 @@ def datasize(args) -> int:
     wl, gen = load_mlperf_workload(args.workload)
     mem = parse_size(args.client_memory, "--client-memory")
     per_file = int(str(gen.get("shard_size", "1 samples")).split()[0])
-    ds = compute(mem, args.nodes, args.accelerators, per_file, int(gen["record_bytes"]))
-    print(f"{ds.files} files ({ds.samples} samples, {format_bytes(ds.bytes)}) for {wl.name}: at least 5x the "
-          f"{format_bytes(mem * args.nodes)} of client memory ({format_bytes(ds.required_bytes)}), a multiple of "
-          f"{args.accelerators * args.nodes} accelerators")
+    ds = compute(mem, args.nodes, args.accelerators, per_file, wl.record_bytes or float(gen["record_bytes"]),
+                 wl.batch_size)
+    why = (f"5x the {format_bytes(mem * args.nodes)} of client memory ({format_bytes(ds.required_bytes)})"
+           if ds.bound_by == "memory" else
+           f"{STEPS_PER_EPOCH} steps per epoch x batch {wl.batch_size} x {args.accelerators * args.nodes} "
+           "accelerator(s)")
+    print(f"{ds.files} files ({ds.samples} samples, {format_bytes(ds.bytes)}) for {wl.name}: set by {why} "
+          f"[{ds.source}]")
+    print(f"  by memory: {ds.files_by_memory} files; by {STEPS_PER_EPOCH} steps: {ds.files_by_steps} files")
     print(f"generate: iobench gen --workload {wl.name} --num-samples {ds.samples} --out DATASET_URL")
     if args.json:
         Results(command="mlperf datasize", config={"workload": wl.name, "client_memory_bytes": mem,
                                                    "nodes": args.nodes, "accelerators": args.accelerators},
                 metrics={"mlperf": {"files": ds.files, "samples": ds.samples, "bytes": ds.bytes,
                                     "required_bytes": ds.required_bytes, "samples_per_file": ds.samples_per_file,
+                                    "files_by_memory": ds.files_by_memory, "files_by_steps": ds.files_by_steps,
+                                    "bound_by": ds.bound_by, "source": ds.source,
                                     "sample_bytes": ds.sample_bytes}}).write(args.json)
     return 0
 

@@ -197,9 +197,11 @@ def set_cache_state(backend: Backend, rels: Iterable[str], state: str, field: st
         if state == "warm":
             for rel in rels:  # warms server-side caches; there is no client page cache to fill
                 base.cat(rel)
-        out.update(measured_residency=None, method="none",
+        out.update(residency_found=None, measured_residency=None, method="none",
                    note=f"{base.protocol}:// has no client page cache; residency not measurable")
         return out
+    # what the run found, before any action: a warm dataset dropped to cold says so
+    out["residency_found"] = residency(base, rels)
     for rel in rels:
         p = base.local_path(rel)
         if state == "cold":

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from ..planner.pipeline import loader_plan, prefetch_depth
 from .core import LoadConfig, LoadRun, run_load, slots_for
+from .sampler import order_of
 
 WITHIN_PP = 0.02
 
@@ -71,7 +72,7 @@ def validate(cfg: LoadConfig, rec: dict, storage_options: dict | None = None, ac
     """
     access = access or rec.get("measured_with", {}).get("access") or "map"
     w = int(rec.get("workers_recommended") or cfg.workers)
-    q = int(rec.get("prefetch_factor_recommended") if access in ("map", "stream") else rec.get("depth_total")
+    q = int(rec.get("prefetch_factor_recommended") if order_of(access) in ("map", "stream") else rec.get("depth_total")
             or cfg.prefetch)
     grid = [(w, 1), (w, max(1, q // 2)), (w, q), (w, 2 * q), (max(1, w - 1), q), (w + 1, q)]
     seen, runs = set(), []

@@ -5,7 +5,8 @@ measured step times (one number per line, seconds or with a unit, cycled).  Mode
 ``sleep`` (an accelerator: the host CPU is free while it computes), ``spin`` (busy CPU,
 to model contention with the loader's workers) or ``callback`` — a user function
 ``module:function`` called as ``fn(batch, step)`` that does the real work (e.g. a PyTorch
-training step; see README "Loader").
+training step; see README "Loader").  A callback that is a :class:`StepCallback` is also handed
+the loader's ``idle`` (it may take worker messages while the step sleeps, as sleep mode does).
 """
 
 from __future__ import annotations
@@ -129,6 +130,14 @@ def load_callback(target: str) -> Callable:
     return fn
 
 
+class StepCallback:
+    """A callback step that gets the loader's ``idle(seconds)`` too (e.g. MLPerf's step: sleep, then a
+    barrier across the simulated accelerators, iobench.mlperf.sync)."""
+
+    def __call__(self, batch: Any, step: int, idle: Callable[[float], Any] | None = None) -> None:
+        raise NotImplementedError
+
+
 class Compute:
     """Runs one step's emulated compute; ``__call__`` returns its duration in seconds."""
 
@@ -153,7 +162,9 @@ class Compute:
     def __call__(self, batch: Any, step: int, idle: Callable[[float], Any] | None = None) -> float:
         """Run the step; in sleep mode ``idle(seconds)`` may use the host thread while the device computes."""
         t0 = time.perf_counter_ns()
-        if self._fn is not None:
+        if isinstance(self._fn, StepCallback):
+            self._fn(batch, step, idle)
+        elif self._fn is not None:
             self._fn(batch, step)
         else:
             d = self.duration(step)
@@ -165,6 +176,11 @@ class Compute:
                 else:
                     _sleep_until(t0 + int(d * 1e9), idle)
         return (time.perf_counter_ns() - t0) / 1e9
+
+
+def sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:
+    """Sleep until ``deadline_ns`` (perf_counter), handing the time to ``idle`` where given."""
+    _sleep_until(deadline_ns, idle)
 
 
 def _sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:

@@ -2,7 +2,7 @@
 
 ``run_load(cfg)`` reads a dataset through its manifest and the format readers, hands
 each batch to the consumer as a shared-memory view, emulates the step's compute, and
-returns the metrics of the results schema: per-step wait and compute, stall ratio (first
+returns a ``iobench.schema.LoadMetrics`` (as its dict): per-step wait and compute, stall ratio (first
 step excluded), throughput counted at the backend, HDR histograms of batch wait, batch
 I/O and per-operation read latency, queue depth and psutil samples over time.
 """
@@ -19,9 +19,10 @@ from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
+from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
-from .sampler import ACCESS_PATTERNS
+from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
 
 START_METHODS = ("fork", "forkserver", "spawn")
@@ -32,7 +33,7 @@ _SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls bef
 @dataclass(frozen=True)
 class LoadConfig:
     dataset: str
-    workers: int = 2
+    workers: int = 2                  # 0: batches made in the consumer process (iobench.loader.inprocess)
     prefetch: int = 2                 # Q: batches ready (or being filled) ahead of the consumer
     batch_size: int = 32
     epochs: int = 1
@@ -72,7 +73,7 @@ class LoadConfig:
     start_method: str = "fork"
 
     def __post_init__(self) -> None:
-        for name, low in (("workers", 1), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
+        for name, low in (("workers", 0), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
                           ("s3_concurrency", 1), ("retries", 1)):
             v = getattr(self, name)
             if v < low:
@@ -246,8 +247,11 @@ class _Steps:
 
 def slots_for(access: str, workers: int, prefetch: int) -> int:
     """Prefetch slots: ``prefetch`` per worker for map/stream (DataLoader's ``prefetch_factor``:
-    W·Q batches in flight), ``prefetch`` in all for block; +1 for the batch the step computes on."""
-    return (prefetch * workers if access in ("map", "stream") else prefetch) + 1
+    W·Q batches in flight), ``prefetch`` in all for block; +1 for the batch the step computes on.
+    No workers (W=0): the one batch the consumer builds and computes on."""
+    if workers == 0:
+        return 1
+    return (prefetch * workers if order_of(access) in ("map", "stream") else prefetch) + 1
 
 
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
@@ -258,7 +262,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
     from ..io.retry import RetryPolicy
-    from .source import BackendSource
+    from .source import backend_source
 
     warnings: list[str] = []
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
@@ -273,8 +277,12 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                         f"the {cfg.workers} workers and the consumer share {usable_cores()} cores, so the numbers "
                         "include that contention (a server on another machine would not take the loader's cores)")
     schedule = build_schedule(cfg, manifest, rank, world)
-    if schedule.access == "map" and not synthetic:
+    if order_of(schedule.access) == "map" and not synthetic:
         _check_map_ranges(manifest)
+    if schedule.access == "memmap" and not synthetic:
+        from .memmap import check_memmap
+
+        check_memmap(cfg, backend, manifest, source)   # before any work: memmap reads local fixed rows only
     compute = Compute(cfg.compute_model())
     deliver = deliver or get_delivery(cfg.device)
     if getattr(deliver, "bind", None) is not None:  # a GPU delivery picks its route for this dataset (iobench.gds)
@@ -282,22 +290,26 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
-        source = BackendSource(url=cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
-                               emulation=cfg.emulate, seed=cfg.seed,
-                               block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
-                               concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
-                               retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
-                               error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+        source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
+                                emulation=cfg.emulate, seed=cfg.seed,
+                                block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
+                                concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
+                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
+                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+    if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
+        from .memmap import MappedSource
+
+        source = MappedSource(source)
     if cfg.verify_checksums and not synthetic:
         from .verifying import VerifyingSource, check_sizes
 
         check_sizes(backend, [manifest.shards[s] for s in schedule.shards])
         source = VerifyingSource(source)
-        if schedule.access == "map":
+        if order_of(schedule.access) == "map":
             warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "
                             "per-sample ranges")
     if cfg.odirect and not synthetic:
-        _check_odirect(backend, manifest, warnings)
+        _check_odirect(backend, source, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
                   deliver=deliver, cache_state=cache_state, emulation=resolve_emulation(cfg.emulate),
                   slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
@@ -338,7 +350,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     bar = None
     rx = None
     read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
-    lag = cfg.prefetch * cfg.workers if schedule.access in ("map", "stream") else 0
+    lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
     rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
     try:
         for wid in range(cfg.workers):
@@ -445,7 +457,13 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
         if not cfg.steps:
             cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
     st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver)
-    rec = _step_loop(st, progress, synthetic, stop_rule)
+    if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
+        from .inprocess import step_loop
+
+        rec = step_loop(st, _Steps(), progress, synthetic, stop_rule,
+                        device=lambda: _device_counter(st.backend, st.manifest, synthetic))
+    else:
+        rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
 
 
@@ -499,70 +517,78 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     total_wall_s = (rec.t_end - rec.t_spawn) / 1e9
     first_wait = rec.waits[0] if rec.waits else None
     warmup_s = startup_s + (first_wait or 0.0)
-    metrics = {
-        "access": schedule.access,
-        "steps": steps,
-        "steps_planned": schedule.total,
-        "stopped_early": rec.stopped_early,
-        "samples": sum(rec.lens),
-        "epochs_planned": schedule.epochs,
-        "first_step_excluded": True,
-        "stall_ratio": stall,
-        "accelerator_utilization": 1.0 - stall,
-        "steady_window": {"from_step": k0, "to_step": k1, "rule": why},
+    warmup_fraction = warmup_s / total_wall_s if total_wall_s > 0 else None
+    for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
+        warnings.append(f"--device {cfg.device}: {reason}")
+    intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
+                                          warmup_fraction=warmup_fraction)
+    metrics = LoadMetrics(
+        access=schedule.access,
+        steps=steps,
+        steps_planned=schedule.total,
+        stopped_early=rec.stopped_early,
+        samples=sum(rec.lens),
+        epochs_planned=schedule.epochs,
+        first_step_excluded=True,
+        stall_ratio=stall,
+        accelerator_utilization=1.0 - stall,
+        steady_window={"from_step": k0, "to_step": k1, "rule": why},
         # MLPerf Storage's count (every step but the first), the head start's drain included
-        "stall_ratio_first_step_excluded": stall_mlperf,
-        "accelerator_utilization_first_step_excluded": 1.0 - stall_mlperf,
+        stall_ratio_first_step_excluded=stall_mlperf,
+        accelerator_utilization_first_step_excluded=1.0 - stall_mlperf,
         # compute over the whole wall clock, worker start and the first batch included
-        "wall_clock_utilization": sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
-        "wall_s": wall_s,
-        "wall_s_with_startup": total_wall_s,
-        "wait_s_total": sum(w),
-        "compute_s_total": sum(rec.computes[1:]),
-        "first_step_s": rec.steps_s[0] if rec.steps_s else None,
-        "startup_s": startup_s,
-        "time_to_first_batch_s": first_wait,
-        "warmup_s": warmup_s,
-        "warmup_fraction": warmup_s / total_wall_s if total_wall_s > 0 else None,
-        "fill_io_s_total": sum(rec.fill_s),
-        "batch_wait_s": _hist_summary(w),
-        "batch_io_s": _hist_summary(io),
-        "batch_io_hist": _encode(io),
-        "batch_prep_s": _hist_summary(rec.prep_s[1:] or rec.prep_s),
-        "batch_service_s": _hist_summary(service),
-        "batch_service_hist": _encode(service),
-        "batch_wait_hist": _encode(w),
-        "compute_hist": _encode(rec.computes[1:]),
-        "compute_s": _hist_summary(rec.computes[1:] or rec.computes),
-        "step_s": _hist_summary(s),
-        "batch_bytes": float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
-        "batch_bytes_max": int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
-        "bytes_read": bytes_read,
-        "requests": sum(rec.requests),
-        "throughput": {
+        wall_clock_utilization=sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
+        wall_s=wall_s,
+        wall_s_with_startup=total_wall_s,
+        wait_s_total=sum(w),
+        compute_s_total=sum(rec.computes[1:]),
+        first_step_s=rec.steps_s[0] if rec.steps_s else None,
+        startup_s=startup_s,
+        time_to_first_batch_s=first_wait,
+        warmup_s=warmup_s,
+        warmup_fraction=warmup_fraction,
+        fill_io_s_total=sum(rec.fill_s),
+        batch_wait_s=_hist_summary(w),
+        batch_io_s=_hist_summary(io),
+        batch_io_hist=_encode(io),
+        batch_prep_s=_hist_summary(rec.prep_s[1:] or rec.prep_s),
+        batch_service_s=_hist_summary(service),
+        batch_service_hist=_encode(service),
+        batch_wait_hist=_encode(w),
+        compute_hist=_encode(rec.computes[1:]),
+        compute_s=_hist_summary(rec.computes[1:] or rec.computes),
+        step_s=_hist_summary(s),
+        batch_bytes=float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
+        batch_bytes_max=int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
+        bytes_read=bytes_read,
+        requests=sum(rec.requests),
+        throughput={
             "samples_per_s": sum(rec.lens) / wall_s if wall_s > 0 else None,
             "bytes_per_s": bytes_read / wall_s if wall_s > 0 else None,
             "batches_per_s": steps / wall_s if wall_s > 0 else None,
             "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
         },
-        "read_latency_s": {op: h.summary() for op, h in read_hists.items()},
-        "read_calls": calls,
-        "queue_depth": {"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
-                        "slots": st.slots, "slot_bytes": st.slot_bytes},
-        "per_worker": per_worker,
-        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
-                   "queue_depth": rec.depths,
-                   "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
-                   # the batch's whole time at its worker (what planner.loader_sim replays)
-                   "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
-                   "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
-                   "start_s": rec.start_s},
-        "system": rec.system,
-        "pickled_batches": rec.overflow,
-        "verify_checksums": merge_verify([rec.done[w].get("source") or {} for w in sorted(rec.done)]),
+        read_latency_s={op: h.summary() for op, h in read_hists.items()},
+        read_calls=calls,
+        queue_depth={"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
+                     "slots": st.slots, "slot_bytes": st.slot_bytes},
+        per_worker=per_worker,
+        series={"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
+                "queue_depth": rec.depths,
+                "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
+                # the batch's whole time at its worker (what planner.loader_sim replays)
+                "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
+                "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
+                "start_s": rec.start_s},
+        system=rec.system,
+        pickled_batches=rec.overflow,
+        verify_checksums=merge_verify([rec.done[w].get("source") or {} for w in sorted(rec.done)]),
         # What the block device read for these requests (read-ahead makes it more); None off local disks.
-        "device_io": rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
-    }
+        device_io=rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
+        intervals=intervals,
+        stable=stable,
+        stability=stability,
+    )
     src_desc = st.source.describe() if hasattr(st.source, "describe") else {"kind": type(st.source).__name__}
     environment = {
         "cache": st.cache_state,
@@ -583,22 +609,19 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                                "excluded); worker start-up (processes, storage connections) happens before the "
                                "clock starts (startup_s); wall_clock_utilization includes both",
     }
-    for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
-        warnings.append(f"--device {cfg.device}: {reason}")
-    _judge(st, rec, metrics, warnings)
-    return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
+    return LoadRun(metrics=metrics.to_dict(), environment=environment, warnings=warnings)
 
 
-def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
+def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
+           warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
     """Intervals (rule 9), and the warnings that keep the headline honest (too short, idle workers...)."""
     from .stability import StopRule, steady_verdict
 
     cfg = st.cfg
     rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
     v = steady_verdict(rec, rule)
-    metrics["intervals"] = {k: v[k] for k in ("stall_ratio", "batch_service_p99_s", "batch_wait_p99_s")}
-    metrics["stable"] = v["stable"]
-    metrics["stability"] = {"rule": rule.describe(), "until_stable": cfg.until_stable,
+    intervals = {k: v[k] for k in (STALL_RATIO, P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL)}
+    stability: Stability = {"rule": rule.describe(), "until_stable": cfg.until_stable,
                             "stopped": rec.stopped_early or "planned steps done",
                             "not_stable_because": v["not_stable_because"]}
     if not v["stable"]:
@@ -611,16 +634,20 @@ def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
         if mine < cfg.workers:
             warnings.append(f"{mine} shard(s) for {cfg.workers} workers: {cfg.workers - mine} worker(s) have nothing "
                             "to read (regenerate with smaller shards, or use --access map)")
-    if st.emulation.active and metrics["requests"] < 100:
-        warnings.append(f"the emulated storage saw only {metrics['requests']} request(s): its latency distribution "
+    if st.emulation.active and requests < 100:
+        warnings.append(f"the emulated storage saw only {requests} request(s): its latency distribution "
                         "is barely sampled (run more steps)")
-    wf = metrics.get("warmup_fraction")
-    if wf is not None and wf > 0.10:
-        warnings.append(f"warm-up (worker start + first batch) took {metrics['warmup_s']:.2f} s, {wf:.0%} of the wall "
-                        "clock: wall-clock utilization is below the steady-state one")
+    if warmup_fraction is not None and warmup_fraction > 0.10:
+        warnings.append(f"warm-up (worker start + first batch) took {warmup_s:.2f} s, {warmup_fraction:.0%} of the "
+                        "wall clock: wall-clock utilization is below the steady-state one")
+    return intervals, v["stable"], stability
 
 
 ACCESS_SEMANTICS = {
+    "memmap": "nanoGPT get_batch / Megatron GPTDataset: map's order (seeded permutation per epoch, batch j to worker "
+              "j % W); each shard mapped once per reading process and every batch one gather of its fixed-size rows "
+              "from the mappings (no syscall per sample): page faults and the kernel's read-around are the I/O "
+              "(requests = major page faults; device_io.read_amplification = device bytes / bytes asked for)",
     "map": "PyTorch map-style: seeded permutation of global sample indices per epoch (rank::world); batch j of an "
            "epoch made by worker j % W from one ranged read per sample; prefetch_factor Q batches per worker",
     "stream": "webdataset/tf.data: shards rank::world then worker::W, each worker streams its shards in order "
@@ -641,11 +668,15 @@ def _device_counter(backend, manifest, synthetic: bool):
     return c if c.dev is not None else None
 
 
-def _check_odirect(backend, manifest, warnings: list[str]) -> None:
+def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
     import os
 
     if not backend.supports_odirect:
         warnings.append(f"--odirect ignored: {backend.protocol}:// has no O_DIRECT; reads are buffered")
+        return
+    if not source.supports_odirect:
+        warnings.append("--odirect ignored: emulated or faulty storage (or this source) passes every read through "
+                        "its wrappers; reads are buffered")
         return
     path = backend.local_path(manifest.shards[0].path)
     try:

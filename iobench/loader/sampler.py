@@ -106,7 +106,7 @@ def sample_order(shard_samples: list[int] | tuple[int, ...], first_sample: list[
 # Access patterns (``load.access``).  ``block`` is ``epoch_plan`` above.  ``map`` and
 # ``stream`` follow the loaders people train with; their orders are pure functions too.
 
-ACCESS_PATTERNS = ("map", "stream", "block")
+ACCESS_PATTERNS = ("map", "stream", "block", "memmap")
 _MAP_STREAM = 0x4D50     # map: the one permutation of global sample indices per epoch
 _BUF_STREAM = 0x4255     # stream: each worker's shuffle-buffer draws
 
@@ -115,6 +115,13 @@ def default_access(fmt: str) -> str:
     """What the field uses per format: indexable raw arrays and one file per sample (files, npz) → map;
     archives (tar, parquet, tfrecord) → stream."""
     return "map" if fmt in ("raw", "files", "npz") else "stream"
+
+
+def order_of(access: str) -> str:
+    """The pattern whose order ``access`` follows: ``memmap`` is map's order (a seeded permutation of
+    the samples, batch j to worker j % W, as Megatron's GPTDataset shuffles its sample index); it
+    differs in how a sample's bytes are read (sliced from a mapping, iobench.loader.memmap)."""
+    return "map" if access == "memmap" else access
 
 
 def batch_sizes(n: int, batch_size: int, drop_last: bool) -> tuple[int, ...]:
@@ -281,6 +288,7 @@ def delivery_order(access: str, shard_samples: list[int] | tuple[int, ...], batc
                    shuffle: bool = True, drop_last: bool = False) -> np.ndarray:
     """Global sample indices in the order the consumer receives them, for any access pattern."""
     first = np.concatenate([[0], np.cumsum(shard_samples)]).astype(np.int64)
+    access = order_of(access)
     if access == "map":
         return map_epoch(int(first[-1]), batch_size, seed, epoch, rank, world, shuffle, drop_last).ids
     if access == "block":

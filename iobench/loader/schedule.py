@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .sampler import ACCESS_PATTERNS, default_access, epoch_plan, map_epoch, stream_epoch
+from .sampler import ACCESS_PATTERNS, default_access, epoch_plan, map_epoch, order_of, stream_epoch
 
 _MAX_EPOCHS = 100_000
 
@@ -54,7 +54,7 @@ def _epoch(cfg, access: str, shard_samples: list[int], epoch: int, rank: int, wo
     if access == "map":
         return map_epoch(sum(shard_samples), cfg.batch_size, cfg.seed, epoch, rank, world, cfg.shuffle, cfg.drop_last)
     if access == "stream":
-        return stream_epoch(shard_samples, cfg.batch_size, cfg.seed, epoch, rank, world, cfg.workers,
+        return stream_epoch(shard_samples, cfg.batch_size, cfg.seed, epoch, rank, world, max(1, cfg.workers),
                             cfg.shuffle_buffer, cfg.shuffle, cfg.drop_last)
     return epoch_plan(shard_samples, cfg.batch_size, cfg.seed, epoch, rank, world, cfg.shuffle_buffer,
                       cfg.shuffle, cfg.drop_last)
@@ -82,18 +82,19 @@ def build_schedule(cfg, manifest, rank: int = 0, world: int = 1) -> Schedule:
     access = resolve_access(cfg.access, manifest.format, manifest)
     shard_samples = [s.samples for s in manifest.shards]
     starts = np.array([s.first_sample for s in manifest.shards], dtype=np.int64)
+    order = order_of(access)   # memmap: map's order
     plans, owners = [], []
     shards: set[int] = set()
     total = 0
     epoch = 0
     while True:
-        p = _epoch(cfg, access, shard_samples, epoch, rank, world)
+        p = _epoch(cfg, order, shard_samples, epoch, rank, world)
         if p.batches == 0:
             raise ConfigError("load.batch_size", f"no full batch of {cfg.batch_size} on rank {rank}",
                               "lower --batch-size or drop --drop-last")
         plans.append(p)
-        owners.append(_owners(access, p, cfg.workers))
-        shards |= _shards(access, p, starts)
+        owners.append(_owners(order, p, max(1, cfg.workers)))   # W=0: the consumer is the one producer
+        shards |= _shards(order, p, starts)
         total += p.batches
         epoch += 1
         if cfg.steps and total >= cfg.steps:

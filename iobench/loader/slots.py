@@ -21,6 +21,7 @@ import numpy as np
 class SlotPool:
     def __init__(self, ctx, n_slots: int, slot_bytes: int, workers: int = 1, spin_s: float = 0.0) -> None:
         self.n = n_slots
+        self._u8: dict[int, np.ndarray] = {}   # slot -> its uint8 array, per process (``u8``; never pickled)
         # How long a worker polls for its slot (yielding the core between looks) before it sleeps on
         # its wake pipe; 0 where no core is left over for it.  The consumer's release writes a byte
         # down that pipe on every step, and when the worker sleeps there that write wakes it: an
@@ -129,14 +130,16 @@ class SlotPool:
 
     def u8(self, s: int) -> np.ndarray:
         """The slot as a uint8 array (made once per slot and process)."""
-        cache = self.__dict__.setdefault("_u8", {})
-        a = cache.get(s)
+        a = self._u8.get(s)
         if a is None:
-            a = cache[s] = np.frombuffer(self.shms[s].buf, dtype=np.uint8)
+            a = self._u8[s] = np.frombuffer(self.shms[s].buf, dtype=np.uint8)
         return a
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_u8": {}}   # arrays over this process's mappings of the slots
+
     def close(self) -> None:
-        self.__dict__.pop("_u8", None)
+        self._u8 = {}
         for r, w in self.wake:
             r.close()
             w.close()

@@ -1,14 +1,17 @@
-"""``--find-max``: the largest number of simulated accelerators per node whose every AU stays
-at or above the workload's threshold -- MLPerf Storage's headline -- and why one more fails.
+"""``--find-max``: MLPerf Storage's maximum -- the most simulated accelerators on one host node, in one
+job, whose result (a warm-up and 5 runs) stays at or above the workload's AU threshold
+(mlcommons/storage Submission_guidelines.md §8, §9; a result is the mean of 5 runs, §3) -- and why one
+more fails.
 
-Grow 1, 2, 4, ... until a count fails, then bisect between the last pass and the first
-failure.  Each probe is one run, at least ``min_steps`` steps per accelerator (the AU carries
-its batch-means 95% interval; a probe whose interval straddles the threshold is marked
-marginal).  The loader's run-until-stable rule is not used here: accelerators must run the
-same steps together -- one stopping early would free storage for the others.  The
-failing count is run once more with no I/O (batches of the same size from memory): if that
-passes, storage was the limit (fetch-bound); if it fails too, the host could not prepare the
-batches (prep-bound: CPU for N accelerators x read threads, copies, the harness).
+Search: grow 1, 2, 4, ... until a probe (one run, no warm-up: cheap, never the answer) fails, then
+bisect between the last pass and the first failure.  Then the answer is measured as MLPerf defines
+it: a full result at N (``cfg``'s runs and warm-up, 5 and 1 by default); if it fails, N steps down
+and is measured again; then a full result at N + 1 must fail (if it passes, N steps up) -- so the
+answer stands on two full results, one passing at N and one failing at N + 1.
+
+Each stop is labelled: the failing count is run once more with no I/O (batches of the same size from
+memory).  If that passes, storage was the limit (``storage-bound``); if it fails too, the host could
+not prepare the batches (``host-bound``: CPU for N accelerators x read threads, copies, the harness).
 """
 
 from __future__ import annotations
@@ -18,28 +21,57 @@ from typing import Callable
 
 from .run import MlperfConfig, run_mlperf
 
-DEFAULT_MIN_STEPS = 30
+CONFIRM_STEPS = 3        # at most this many full results below / above the probes' answer
 
 
-def _summary(r: dict) -> dict:
-    return {"accelerators": r["accelerators_per_node"], "passed": r["passed"], "au_min": r["au_min"],
+def _summary(r: dict, full: bool = False) -> dict:
+    return {"accelerators": r["accelerators_per_node"], "passed": r["passed"], "au": r["au"], "au_min": r["au_min"],
             "au_ci95_worst": r["au_ci95_worst"], "worst_accelerator": r["worst_accelerator"],
             "samples_per_s": r["samples_per_s"], "throughput_bytes_per_s": r["throughput_bytes_per_s"],
-            "steps_per_accelerator": r["steps_per_accelerator"],
+            "steps_per_accelerator": r["steps_per_accelerator"], "runs": r["runs"], "warmup_run": r["warmup_run"],
+            "full_result": full, "rule_verdict": r["rule_verdict"],
             "marginal": bool(r["au_ci95_worst"] and r["au_ci95_worst"][0] < r["au_threshold"]
                              <= r["au_ci95_worst"][1])}
 
 
+def _bound(cfg: MlperfConfig, n: int, fail: dict, world) -> dict:
+    """Why ``n`` accelerators fail: the same count without I/O tells storage from host."""
+    synthetic = run_mlperf(dataclasses.replace(cfg, accelerators=n, synthetic=True, runs=1, warmup=False), world)
+    worst = fail["worst_accelerator"]
+    bound = "storage-bound" if synthetic["passed"] else "host-bound"
+    worst_rank = next(r for r in fail["per_rank"] if r["rank"] == worst)
+    model = worst_rank.get("au_model")
+    return {"accelerators": n, "au": fail["au"], "au_min": fail["au_min"], "worst_accelerator": worst,
+            "bound": bound, "au_without_io": synthetic["au"], "au_model_worst": model,
+            "worst_wait_s": worst_rank["wait_s"], "worst_batch_io_p99_s": worst_rank["batch_io_p99_s"],
+            "explanation": (f"without I/O the same {n} accelerators reach AU {synthetic['au']:.1%}: " +
+                            ("the storage path is the limit" if synthetic["passed"] else
+                             "this host cannot prepare the batches fast enough (CPU, copies, the harness), "
+                             "storage aside")
+                            + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "
+                               "of the gap is hand-off, the consumer late to take ready batches while the "
+                               "workers read (a loaded host)"
+                               if model is not None and model >= fail["au_threshold"] else ""))}
+
+
 def find_max(cfg: MlperfConfig, max_accelerators: int = 64, world=None,
              say: Callable[[str], None] = lambda s: None) -> dict:
-    base = dataclasses.replace(cfg, runs=1, min_steps=cfg.min_steps or DEFAULT_MIN_STEPS)
+    probe_cfg = dataclasses.replace(cfg, runs=1, warmup=False)
     probes: dict[int, dict] = {}
+    fulls: dict[int, dict] = {}
 
     def probe(n: int) -> bool:
-        r = run_mlperf(dataclasses.replace(base, accelerators=n), world)
+        r = run_mlperf(dataclasses.replace(probe_cfg, accelerators=n), world)
         probes[n] = r
-        say(f"  {n} accelerator(s): min AU {r['au_min']:.1%} ({'pass' if r['passed'] else 'FAIL'}), "
-            f"{r['MB_per_s']:.1f} MB/s")
+        say(f"  probe {n} accelerator(s): AU {r['au']:.1%} ({'pass' if r['passed'] else 'FAIL'}), "
+            f"{r['MB_per_s_read']:.1f} MB/s")
+        return r["passed"]
+
+    def full(n: int) -> bool:
+        r = run_mlperf(dataclasses.replace(cfg, accelerators=n), world)
+        fulls[n] = r
+        say(f"  full result at {n} ({'1 warm-up + ' if r['warmup_run'] else ''}{r['runs']} run(s)): AU {r['au']:.1%} "
+            f"({'pass' if r['passed'] else 'FAIL'})")
         return r["passed"]
 
     last_pass, first_fail, n = 0, None, 1
@@ -60,37 +92,42 @@ def find_max(cfg: MlperfConfig, max_accelerators: int = 64, world=None,
             else:
                 hi = mid
         last_pass, first_fail = lo, hi
-    best = probes.get(last_pass)
-    fail = probes.get(first_fail) if first_fail is not None else None
+    # The answer as MLPerf defines it: a full result passing at N, one failing at N + 1.
+    answer = last_pass
+    for _ in range(CONFIRM_STEPS):
+        if answer == 0 or full(answer):
+            break
+        answer -= 1
+    for _ in range(CONFIRM_STEPS):
+        above = answer + 1
+        if above > max_accelerators or (above in fulls and not fulls[above]["passed"]):
+            break
+        if not full(above):
+            break
+        answer = above
+    best = fulls.get(answer)
+    limit = answer >= max_accelerators
+    fail_n = None if limit else answer + 1
+    fail = fulls.get(fail_n) if fail_n is not None else None
+    if fail is None and fail_n is not None:
+        fail = probes.get(fail_n)
     why = None
-    if fail is not None:
-        say(f"  {first_fail} accelerator(s) again without I/O, to tell fetch from prep ...")
-        synthetic = run_mlperf(dataclasses.replace(base, accelerators=first_fail, synthetic=True), world)
-        worst = fail["worst_accelerator"]
-        bound = "fetch-bound" if synthetic["passed"] else "prep-bound"
-        worst_rank = next(r for r in fail["per_rank"] if r["rank"] == worst)
-        model = worst_rank.get("au_model")
-        why = {"accelerators": first_fail, "au_min": fail["au_min"], "worst_accelerator": worst,
-               "bound": bound, "au_min_without_io": synthetic["au_min"], "au_model_worst": model,
-               "worst_wait_s": worst_rank["wait_s"], "worst_batch_io_p99_s": worst_rank["batch_io_p99_s"],
-               "explanation": (f"without I/O the same {first_fail} accelerators reach min AU "
-                               f"{synthetic['au_min']:.1%}: " +
-                               ("the storage path (fetch) is the limit" if synthetic["passed"] else
-                                "the host cannot prepare batches fast enough (prep), storage aside")
-                               + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "
-                                  "of the gap is hand-off, the consumer late to take ready batches while the "
-                                  "workers read (a loaded host)"
-                                  if model is not None and model >= fail["au_threshold"] else ""))}
-    ref = best or fail
+    if fail is not None and fail_n is not None:
+        say(f"  {fail_n} accelerator(s) again without I/O, to tell storage-bound from host-bound ...")
+        why = _bound(cfg, fail_n, fail, world)
+    ref = best or fail or probes[min(probes)]
     return {
         "workload": ref["workload"], "accelerator": ref["accelerator"], "au_threshold": ref["au_threshold"],
-        "max_accelerators_per_node": last_pass, "search_limit": max_accelerators,
-        "limit_reached": first_fail is None,
-        "at_max": _summary(best) if best else None,
+        "max_accelerators_per_node": answer, "search_limit": max_accelerators,
+        "limit_reached": limit,
+        "confirmed": best is not None and (limit or (fail_n in fulls and not fulls[fail_n]["passed"])),
+        "at_max": _summary(best, True) if best else None,
         "next_step": why,
         "probes": [_summary(probes[k]) for k in sorted(probes)],
-        "headline": headline(ref["workload"], ref["accelerator"], ref["au_threshold"], last_pass, why,
-                             first_fail is None, max_accelerators),
+        "full_results": [_summary(fulls[k], True) for k in sorted(fulls)],
+        "headline": headline(ref["workload"], ref["accelerator"], ref["au_threshold"], answer, why, limit,
+                             max_accelerators),
+        "rule_verdict": best["rule_verdict"] if best else None,
         "result_at_max": best,
     }
 
@@ -103,7 +140,7 @@ def headline(workload: str, accelerator: str, threshold: float, n: int, why: dic
     else:
         s = f"this storage keeps {n} simulated {acc}{'s' if n != 1 else ''} per node at AU >= {threshold:.0%} on {workload}"
     if why:
-        s += f"; the {_ordinal(why['accelerators'])} stalls at {why['au_min']:.0%}: {why['bound']}"
+        s += f"; the {_ordinal(why['accelerators'])} stalls at {why['au']:.0%}: {why['bound']}"
     elif limit:
         s += f" (the search stopped at its limit of {max_n}; raise --max-accelerators)"
     return s

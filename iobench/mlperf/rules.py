@@ -1,19 +1,23 @@
-"""MLPerf Storage's run rules, as far as iobench applies them.
+"""MLPerf Storage's run rules, each with the section or file it is written in.
 
-- Dataset size: at least 5x the aggregate host memory of the client nodes, so the page
-  cache cannot hold it (``datasize``).  A smaller dataset may still be measured with a cold
-  cache on every epoch, but the result is marked "not rule-compliant".
-- 5 epochs by default; the first step is excluded from AU; AU per accelerator, and the run
-  passes when the minimum is at least the workload's threshold; 5 runs and their spread.
+``datasize`` is mlcommons/storage ``mlpstorage/rules.py`` ``calculate_training_data_size``
+(Submission_guidelines.md §7): the larger of 5x the clients' memory and 500 steps per epoch
+for every accelerator.  ``Rule`` is one line of a result's compliance block: what MLPerf requires,
+what this run used, whether that holds, and where the rule is written.  A result is
+"rule-compliant" only when every rule holds; otherwise "not rule-compliant: " and the rules broken.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-MEMORY_MULTIPLE = 5          # dataset >= 5x the clients' aggregate host memory
-DEFAULT_RUNS = 5
+MEMORY_MULTIPLE = 5          # mlpstorage/config.py MOST_MEMORY_MULTIPLIER; Submission_guidelines.md §6.6.2, §7
+STEPS_PER_EPOCH = 500        # mlpstorage/config.py STEPS_PER_EPOCH; Submission_guidelines.md §7
+DEFAULT_RUNS = 5             # Submission_guidelines.md §3 "a benchmark result is the mean of 5 run results"
+WARMUP_RUNS = 1              # Submission_guidelines.md §6.6.1 "a warm-up run before the 5 test runs"
+
+GUIDE = "mlcommons/storage Submission_guidelines.md"
+RULES_PY = "mlcommons/storage mlpstorage/rules.py"
 
 
 @dataclass(frozen=True)
@@ -22,41 +26,64 @@ class DataSize:
     samples: int
     bytes: int
     required_bytes: int            # 5x the aggregate client memory
+    files_by_memory: int           # 5 x memory // file bytes
+    files_by_steps: int            # 500 x batch x accelerators // samples per file
     samples_per_file: int
-    sample_bytes: int              # mean bytes per sample (unscaled unless the workload was scaled)
+    sample_bytes: float            # record length
+    bound_by: str                  # "memory" | "steps": which rule decided the count
+
+    @property
+    def source(self) -> str:
+        return f"{RULES_PY} calculate_training_data_size; {GUIDE} §7"
 
 
-def datasize(client_memory_bytes: int, nodes: int, accelerators: int, samples_per_file: int,
-             sample_bytes: int) -> DataSize:
-    """Files needed so the dataset is at least 5x the clients' memory, rounded up to a multiple of
-    the accelerators in the run (every accelerator reads an equal share of whole files)."""
+def datasize(client_memory_bytes: int, nodes: int, accelerators_per_node: int, samples_per_file: int,
+             sample_bytes: float, batch_size: int) -> DataSize:
+    """MLPerf's minimum file count, computed as ``calculate_training_data_size`` does (integer division,
+    as there): max(5 x memory // file bytes, 500 x batch x accelerators // samples per file)."""
     required = MEMORY_MULTIPLE * client_memory_bytes * nodes
     file_bytes = samples_per_file * sample_bytes
-    files = math.ceil(required / file_bytes)
-    share = max(1, accelerators * nodes)
-    files = math.ceil(files / share) * share
-    return DataSize(files, files * samples_per_file, files * file_bytes, required, samples_per_file, sample_bytes)
+    by_memory = int(required // file_bytes)
+    by_steps = STEPS_PER_EPOCH * accelerators_per_node * nodes * batch_size // samples_per_file
+    files = max(by_memory, by_steps)
+    return DataSize(files, files * samples_per_file, int(files * file_bytes), required, by_memory, by_steps,
+                    samples_per_file, sample_bytes, "memory" if by_memory > by_steps else "steps")
+
+
+@dataclass(frozen=True)
+class Rule:
+    rule: str                      # short name, e.g. "dataset size"
+    required: str                  # what MLPerf requires
+    used: str                      # what this run did
+    ok: bool
+    source: str                    # the file and section it is written in
+
+    def as_dict(self) -> dict:
+        return {"rule": self.rule, "required": self.required, "used": self.used, "ok": self.ok,
+                "source": self.source}
 
 
 @dataclass(frozen=True)
 class Compliance:
-    compliant: bool
-    dataset_bytes: int
-    required_bytes: int
-    cache: str                     # what the run did about the page cache
-    notes: tuple[str, ...]
+    rules: tuple[Rule, ...]
+
+    @property
+    def compliant(self) -> bool:
+        return all(r.ok for r in self.rules)
+
+    @property
+    def broken(self) -> list[Rule]:
+        return [r for r in self.rules if not r.ok]
+
+    @property
+    def verdict(self) -> str:
+        if self.compliant:
+            return "rule-compliant"
+        return "not rule-compliant: " + ", ".join(r.rule for r in self.broken)
+
+    def as_dict(self) -> dict:
+        return {"compliant": self.compliant, "verdict": self.verdict, "rules": [r.as_dict() for r in self.rules]}
 
 
-def compliance(dataset_bytes: int, client_memory_bytes: int, nodes: int, cold_every_epoch: bool,
-               scale: float = 1.0) -> Compliance:
-    required = MEMORY_MULTIPLE * client_memory_bytes * nodes
-    notes = []
-    ok = dataset_bytes >= required
-    if not ok:
-        notes.append(f"dataset {dataset_bytes} B is under 5x the clients' memory ({required} B): not rule-compliant")
-        notes.append("page cache dropped before every epoch (cold)" if cold_every_epoch else
-                     "page cache NOT dropped: reads may come from memory")
-    if scale != 1.0:
-        ok = False
-        notes.append(f"samples scaled by {scale} (gen --scale): not rule-compliant")
-    return Compliance(ok, dataset_bytes, required, "cold every epoch" if cold_every_epoch else "as-is", tuple(notes))
+def rule(name: str, required: str, used: str, ok: bool, source: str) -> Rule:
+    return Rule(name, required, used, bool(ok), source)

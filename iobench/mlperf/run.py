@@ -1,35 +1,42 @@
 """Simulated accelerators: MLPerf Storage's one rank per accelerator, each with its own loader.
 
-``run_mlperf(cfg)`` starts ``cfg.accelerators`` consumer processes on this node; each runs
-the loader (``iobench.loader.core.run_load``) as rank ``r`` of the world, with the workload's
-batch, read threads as workers and the accelerator's step time as emulated compute (sleep:
-an accelerator leaves the host CPU free).  Under MPI each MPI rank is a node-level
-coordinator and ranks are numbered ``node * accelerators + local``.
+``run_mlperf(cfg)`` does what an MLPerf result is (mlcommons/storage Submission_guidelines.md):
+one warm-up run (§6.6.1) then 5 runs (§3), a new seed each (§6.6.3), each run the workload's fixed
+number of epochs (§2.1 "ends after a predetermined number of epochs").  An epoch is one pass of
+``cfg.accelerators`` consumer processes on this node, each running the loader
+(``iobench.loader.core.run_load``) as rank ``r`` of the world with the workload's batch, read
+threads as workers, and the accelerator's step time as emulated compute followed by a barrier
+across the accelerators (iobench.mlperf.sync: DLIO's barrier after every step).  An epoch is
+``floor(samples / batch / ranks)`` steps (DLIO main.py ``_train``: the remainder is dropped).
+Under MPI each MPI rank is a node-level coordinator and ranks are numbered ``node * accelerators +
+local``.
 
-The local coordinator is deliberately small (processes started together behind a barrier,
-results through a queue): across nodes, MPI ranks (``iobench.dist.world``) are the nodes.
-
-AU of one accelerator = nominal compute time x steps / the steps' wall time, first step
-excluded (MLPerf Storage's ``train_au_percentage``); the run passes when the minimum AU over
-accelerators is at least the workload's threshold.  A sleep that overruns its nominal time
-(an overloaded host) is counted as idle, and the results warn.
+AU (Submission_guidelines.md §4; DLIO statscounter.py ``compute_metrics_train`` / ``end_run``): per
+rank and epoch, nominal compute of the steps after the first over their wall time (the first step
+of every epoch excluded); the run's AU is the mean over ranks, then over epochs; a run passes when
+that mean is at least the workload's threshold, and the result passes when every run does.  The
+worst accelerator's AU stays beside it as a diagnostic.  A sleep that overran its nominal time (an
+overloaded host) is counted as idle, and the results warn.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import multiprocessing as mp
 import queue as queue_mod
+import statistics
 from dataclasses import dataclass
 
 from ..config import check_choice
 from ..errors import ConfigError, IobenchError
-from .rules import DEFAULT_RUNS, compliance
+from . import rules as R
 from .workloads import MlperfWorkload, load_mlperf_workload
 
 CACHE_MODES = ("auto", "cold", "as-is")
-MIN_MEASURED_STEPS = 3     # fewer measured steps per accelerator cannot give an AU with an interval
+# The loader's warnings about its own headline (steady window, warm-up share): MLPerf's AU is counted
+# here, per epoch, so they do not apply to it.
+_LOADER_ONLY = ("not stable after", "warm-up (worker start")
+MIN_MEASURED_STEPS = 1     # per epoch, after the excluded first step
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,9 @@ class MlperfConfig:
     accelerators: int = 1               # simulated accelerators on this node
     compute_s: float | None = None      # overrides the workload's step time for the accelerator
     epochs: int = 0                     # 0: the workload's (5)
-    min_steps: int = 0                  # > 0: at least this many steps per accelerator (epochs repeat)
-    runs: int = DEFAULT_RUNS
+    min_steps: int = 0                  # > 0: at least this many steps per epoch (epochs repeat inside it)
+    runs: int = R.DEFAULT_RUNS
+    warmup: bool = True                 # one warm-up run before the measured ones
     client_memory: int = 0              # bytes per client node; 0: this host's memory
     cache: str = "auto"                 # auto: cold every epoch when the dataset is under 5x memory
     workers: int = 0                    # 0: the workload's read threads
@@ -51,6 +59,9 @@ class MlperfConfig:
     endpoint_url: str | None = None
     emulate: str = "none"               # emulated storage latency/bandwidth (iobench.wrappers), for ground truth
     synthetic: bool = False             # no I/O (batches of the right size from memory): prep-only
+    checkpoint: bool = True             # the workload's checkpoint (unet3d: after epoch 5), where it has one
+    checkpoint_folder: str | None = None   # default: a new directory beside the dataset (removed after)
+    checkpoint_scale: float = 1.0       # < 1: a scaled checkpoint, for tests (not rule-compliant)
 
     def __post_init__(self) -> None:
         check_choice("mlperf.cache", self.cache, CACHE_MODES)
@@ -64,6 +75,8 @@ class MlperfConfig:
                                   "give a non-negative number")
         if not 0 <= self.au_threshold <= 1:
             raise ConfigError("--au-threshold", f"{self.au_threshold} is outside 0..1", "give e.g. 0.9")
+        if not 0 < self.checkpoint_scale <= 1:
+            raise ConfigError("--checkpoint-scale", f"{self.checkpoint_scale} is outside (0, 1]", "give e.g. 0.01")
         from ..wrappers import parse_emulation
 
         parse_emulation(self.emulate)
@@ -74,21 +87,33 @@ class MlperfConfig:
         return wl, wl.step_compute_s(self.accelerator, self.compute_s), self.au_threshold or wl.au_threshold
 
 
-def _consumer(cfg_dict: dict, rank: int, world: int, synthetic: bool, barrier, q) -> None:
+def _consumer(cfg_dict: dict, rank: int, world: int, synthetic: bool, barrier, step_barrier, compute_s: float,
+              q) -> None:
     from ..loader.core import LoadConfig, run_load
+    from . import sync
 
     try:
         cfg = LoadConfig(**cfg_dict)
+        sync.arm(compute_s, step_barrier)
         barrier.wait(timeout=120)
         run = run_load(cfg, rank=rank, world=world, synthetic=synthetic)
         m = run.metrics
-        m["au_model"] = _model_au(cfg, m)
         series = m.pop("series", None) or {}
+        sleeps = list(sync.STEP.sleep_s)
+        if series:
+            series["compute_s"] = sleeps   # the accelerator's sleep; the barrier is idle time
+            m["series"] = series
+        m["au_model"] = _model_au(cfg, m)
+        m.pop("series", None)
         t = list(series.get("t_s", [])) + [m["wall_s"]]
-        m["mlperf_steps"] = {"step_s": [b - a for a, b in zip(t, t[1:])][1:],
-                             "compute_s": list(series.get("compute_s", [])[1:])}
+        m["mlperf_steps"] = {"step_s": [b - a for a, b in zip(t, t[1:])][1:], "compute_s": sleeps[1:],
+                             "barrier_s": list(sync.STEP.barrier_s)[1:]}
         q.put(("ok", rank, m, run.environment, run.warnings))
     except BaseException as e:  # noqa: BLE001 — reported to the coordinator, which raises it
+        try:
+            step_barrier.abort()   # the others must not wait for this one's next step
+        except Exception:  # noqa: BLE001
+            pass
         q.put(("error", rank, f"{type(e).__name__}: {e}", None, None))
 
 
@@ -104,38 +129,36 @@ def _model_au(cfg, m: dict) -> float | None:
         return None
 
 
-def _load_fields(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: int, cache: str,
-                 seed: int, steps: int = 0) -> dict:
-    from ..loader.core import LoadConfig
+def _load_fields(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, cache: str, seed: int,
+                 steps: int) -> dict:
+    from . import sync
 
-    d = {"dataset": cfg.dataset, "workers": cfg.workers or wl.read_threads, "prefetch": cfg.prefetch,
-         "batch_size": wl.batch_size, "epochs": epochs, "shuffle": True, "seed": seed,
-         "compute": f"{compute_s}s", "compute_mode": "sleep", "cache": cache, "endpoint_url": cfg.endpoint_url,
-         "emulate": cfg.emulate}
-    fields = {f.name for f in dataclasses.fields(LoadConfig)}
-    for name in ("access", "pattern"):   # the loader's access pattern, once it has one (map | stream)
-        if name in fields:
-            d[name] = wl.access
-    if steps:
-        d["steps"] = steps
-    return d
+    shuffle, buffer = wl.loader_shuffle()
+    return {"dataset": cfg.dataset, "workers": cfg.workers or wl.read_threads, "prefetch": cfg.prefetch,
+            "batch_size": wl.batch_size, "epochs": 1, "steps": steps, "shuffle": shuffle,
+            "shuffle_buffer": buffer, "drop_last": wl.drop_last and wl.access == "map", "seed": seed,
+            "compute": f"{compute_s}s", "compute_mode": "callback", "compute_fn": sync.CALLBACK,
+            "cache": cache, "endpoint_url": cfg.endpoint_url, "emulate": cfg.emulate, "access": wl.access}
 
 
-def steps_per_accelerator(total_samples: int, world: int, batch_size: int, epochs: int) -> int:
-    """Steps one accelerator takes over ``epochs`` (its 1/world share of the samples, batched)."""
-    return math.ceil(total_samples / max(1, world) / batch_size) * epochs
+def steps_per_epoch(total_samples: int, world: int, batch_size: int) -> int:
+    """DLIO main.py ``_train``: ``max_steps = floor(samples / batch / ranks)`` (the remainder is dropped)."""
+    return math.floor(total_samples / batch_size / max(1, world))
 
 
-def run_accelerators(load_fields: dict, accelerators: int, rank0: int = 0, world: int | None = None,
-                     synthetic: bool = False, timeout_s: float = 3600.0) -> list[tuple[dict, dict, list]]:
+def run_accelerators(load_fields: dict, accelerators: int, compute_s: float, rank0: int = 0,
+                     world: int | None = None, synthetic: bool = False,
+                     timeout_s: float = 3600.0) -> list[tuple[dict, dict, list]]:
     """Run ``accelerators`` consumers concurrently; [(metrics, environment, warnings)] by local rank."""
     world = world or accelerators
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
     barrier = ctx.Barrier(accelerators)
+    step_barrier = ctx.Barrier(accelerators)
     # Not daemonic: each consumer starts its own loader worker processes.
-    procs = [ctx.Process(target=_consumer, args=(load_fields, rank0 + i, world, synthetic, barrier, q),
-                         name=f"iobench-accel-{i}") for i in range(accelerators)]
+    procs = [ctx.Process(target=_consumer, args=(load_fields, rank0 + i, world, synthetic, barrier, step_barrier,
+                                                 compute_s, q), name=f"iobench-accel-{i}")
+             for i in range(accelerators)]
     for p in procs:
         p.start()
     out: dict[int, tuple] = {}
@@ -183,39 +206,71 @@ def step_au(steps: list[float], computes: list[float]) -> dict:
             "au_ci_note": iv.get("note")}
 
 
-def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: int, cold_each_epoch: bool,
-             run_index: int, world_rank0: int, world_size: int, steps: int = 0, world=None) -> dict:
-    """One MLPerf run: all accelerators, all epochs.  Per-accelerator sums over epochs."""
-    seed = cfg.seed + 1000 * run_index
-    passes = [(e, 1) for e in range(epochs)] if cold_each_epoch else [(0, epochs)]
-    per: list[dict] = [dict(samples=0, bytes_read=0, wall_s=0.0, step_s=[], compute_s=[], wait_s=0.0,
-                            caches=[], warnings=[], model=[]) for _ in range(cfg.accelerators)]
+def _write_checkpoint(folder: str, name: str, nbytes: int) -> dict:
+    """unet3d's checkpoint: ``nbytes`` written and fsynced (file, then directory), timed."""
+    import os
+    import time
+
+    import numpy as np
+
+    from ..io.atomic import atomic_open
+
+    chunk = np.random.default_rng(0).integers(0, 256, size=min(nbytes, 16 << 20), dtype=np.uint8).tobytes()
+    path = os.path.join(folder, name)
+    t0 = time.perf_counter_ns()
+    with atomic_open(path, "wb", fsync=True) as f:
+        left = nbytes
+        while left > 0:
+            n = min(left, len(chunk))
+            f.write(chunk[:n])
+            left -= n
+    s = (time.perf_counter_ns() - t0) / 1e9
+    return {"path": path, "bytes": nbytes, "seconds": s, "GB_per_s": nbytes / s / 1e9 if s > 0 else None,
+            "fsync": True}
+
+
+def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: int, cold: bool, run_index: int,
+             world_rank0: int, world_size: int, steps: int, world=None, ckpt: dict | None = None) -> dict:
+    """One MLPerf run: all accelerators, ``epochs`` passes (one per epoch, each its first step excluded)."""
+    seed = cfg.seed + 1000 * (run_index + 1)   # a new seed every run, the warm-up (-1) too (§6.6.3)
+    per: list[dict] = [dict(samples=0, bytes_read=0, wall_s=0.0, au_epochs=[], step_s=[], compute_s=[],
+                            barrier_s=0.0, wait_s=0.0, caches=[], warnings=[], model=[])
+                       for _ in range(cfg.accelerators)]
     io_p99: list[list[float]] = [[] for _ in range(cfg.accelerators)]
-    agg_wall = 0.0
-    for e, n_epochs in passes:
-        fields = _load_fields(cfg, wl, compute_s, n_epochs, "cold" if cold_each_epoch else
-                              ("as-is" if cfg.cache == "auto" else cfg.cache), seed + e, steps)
+    walls: list[float] = []
+    checkpoint = None
+    for e in range(epochs):
+        fields = _load_fields(cfg, wl, compute_s, "cold" if cold else ("as-is" if cfg.cache == "auto" else cfg.cache),
+                              seed + e, steps)
         if world is not None:
-            world.barrier("mlperf pass")   # every node's accelerators start each pass together
-        results = run_accelerators(fields, cfg.accelerators, world_rank0, world_size, synthetic=cfg.synthetic)
-        agg_wall += max(m["wall_s"] for m, _, _ in results)
+            world.barrier("mlperf epoch")   # every node's accelerators start each epoch together
+        results = run_accelerators(fields, cfg.accelerators, compute_s, world_rank0, world_size,
+                                   synthetic=cfg.synthetic)
+        walls.append(max(m["wall_s"] for m, _, _ in results))
         for i, (m, env, warns) in enumerate(results):
             p = per[i]
+            st = m["mlperf_steps"]
             p["samples"] += m["samples"]
             p["bytes_read"] += m["bytes_read"]
             p["wall_s"] += m["wall_s"]
-            p["step_s"].extend(m["mlperf_steps"]["step_s"])
-            p["compute_s"].extend(m["mlperf_steps"]["compute_s"])
+            # AU counts the nominal compute: a sleep that overran (host overloaded, the consumer late to
+            # wake) is time the accelerator was idle, not busy -- as on a real device.
+            p["au_epochs"].append(step_au(st["step_s"], [compute_s] * len(st["step_s"]))["au"])
+            p["step_s"].extend(st["step_s"])
+            p["compute_s"].extend(st["compute_s"])
+            p["barrier_s"] += sum(st["barrier_s"])
             p["wait_s"] += m["wait_s_total"]
             if m.get("au_model") is not None:
-                p["model"].append((m["au_model"], len(m["mlperf_steps"]["step_s"])))
+                p["model"].append((m["au_model"], len(st["step_s"])))
             p["caches"].append((env.get("cache") or {}).get("declared") or env.get("cache"))
             p["warnings"].extend(warns)
             io_p99[i].append((m.get("batch_io_s") or {}).get("p99") or 0.0)
+        if ckpt is not None and e + 1 == ckpt["after_epoch"] and world_rank0 == 0:
+            # outside the AU, as DLIO ends the block before saving (main.py _train)
+            checkpoint = _write_checkpoint(ckpt["folder"], f"{wl.name}-run{run_index}-epoch{e + 1}.ckpt",
+                                           ckpt["bytes"])
     per_rank = []
     for i, p in enumerate(per):
-        # AU counts the nominal compute: a sleep that overran (host overloaded, the consumer late to
-        # wake) is time the accelerator was idle, not busy -- as on a real device.
         a = step_au(p["step_s"], [compute_s] * len(p["step_s"]))
         measured = sum(p["compute_s"]) / len(p["compute_s"]) if p["compute_s"] else None
         if measured is not None and measured > 1.1 * compute_s:
@@ -223,41 +278,81 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
                                  f"step on average for {compute_s * 1e3:.1f} ms nominal (host overloaded); AU counts "
                                  "the nominal time")
         per_rank.append({
-            "rank": world_rank0 + i, "au": a["au"], "au_ci95": a["au_ci95"],
+            "rank": world_rank0 + i, "au": statistics.fmean(p["au_epochs"]), "au_per_epoch": p["au_epochs"],
+            "au_ci95": a["au_ci95"],
             "au_model": (sum(v * n for v, n in p["model"]) / max(1, sum(n for _, n in p["model"]))
                          if p["model"] else None),
             "steps": a["steps"], "samples": p["samples"], "bytes_read": p["bytes_read"],
             "samples_per_s": p["samples"] / p["wall_s"] if p["wall_s"] > 0 else None,
             "bytes_per_s": p["bytes_read"] / p["wall_s"] if p["wall_s"] > 0 else None,
-            "wait_s": p["wait_s"], "batch_io_p99_s": max(io_p99[i], default=0.0),
+            "wait_s": p["wait_s"], "barrier_wait_s": p["barrier_s"], "batch_io_p99_s": max(io_p99[i], default=0.0),
             "compute_measured_s_mean": measured,
             "cache": p["caches"][0] if p["caches"] else None})
-    return _world_run(per_rank, agg_wall, [w for p in per for w in p["warnings"]])
+    out = _world_run(per_rank, sum(walls), [w for p in per for w in p["warnings"]])
+    out["checkpoint"] = checkpoint
+    out["seed"] = seed
+    return out
 
 
 def _world_run(per_rank: list[dict], wall: float, warnings: list[str]) -> dict:
-    """A run of many accelerators: totals over ranks, throughput = totals / the longest wall,
-    the worst rank's AU (MLPerf's pass rule is every accelerator, not the mean)."""
+    """A run of many accelerators: totals over ranks, throughput = totals / the longest wall; AU = the
+    mean over ranks of each epoch, then over epochs (DLIO statscounter.py end_run: allreduce / size)."""
     samples = sum(r["samples"] for r in per_rank)
     nbytes = sum(r["bytes_read"] for r in per_rank)
     aus = [r["au"] for r in per_rank]
+    epochs = len(per_rank[0]["au_per_epoch"])
+    au_epochs = [statistics.fmean(r["au_per_epoch"][e] for r in per_rank) for e in range(epochs)]
     worst = min(range(len(aus)), key=aus.__getitem__)
-    return {"per_rank": per_rank, "au_min": min(aus), "au_mean": sum(aus) / len(aus), "worst_rank": worst,
+    return {"per_rank": per_rank, "au": statistics.fmean(au_epochs), "au_per_epoch": au_epochs,
+            "au_min": min(aus), "worst_rank": worst,
             "samples": samples, "bytes_read": nbytes, "wall_s": wall,
             "samples_per_s": samples / wall if wall > 0 else None, "bytes_per_s": nbytes / wall if wall > 0 else None,
             "warnings": sorted(set(warnings))}
 
 
 def _spread(values: list[float]) -> dict:
-    import statistics
-
     return {"mean": statistics.fmean(values), "min": min(values), "max": max(values),
             "stdev": statistics.stdev(values) if len(values) > 1 else None,
             "range_ratio": (max(values) - min(values)) / statistics.fmean(values) if statistics.fmean(values) else None}
 
 
+def _checkpoint_plan(cfg: MlperfConfig, wl: MlperfWorkload, epochs: int):
+    """(plan or None, folder we made or None)."""
+    import os
+    import tempfile
+
+    if wl.checkpoint is None or not cfg.checkpoint or wl.checkpoint.after_epoch > epochs:
+        return None, None
+    made = None
+    folder = cfg.checkpoint_folder
+    if folder is None:
+        parent = os.path.dirname(os.path.abspath(cfg.dataset)) if "://" not in cfg.dataset or \
+            cfg.dataset.startswith("file://") else tempfile.gettempdir()
+        parent = parent.replace("file://", "")
+        folder = made = tempfile.mkdtemp(prefix=f"iobench-mlperf-{wl.name}-ckpt-", dir=parent)
+    else:
+        os.makedirs(folder, exist_ok=True)
+    return {"after_epoch": wl.checkpoint.after_epoch, "bytes": max(1, int(wl.checkpoint.model_bytes *
+                                                                          cfg.checkpoint_scale)),
+            "folder": folder}, made
+
+
+def check_dataset_fits(cfg: MlperfConfig, total_samples: int, world_size: int, batch: int) -> int:
+    steps = steps_per_epoch(total_samples, world_size, batch)
+    if steps < 1 + MIN_MEASURED_STEPS and not cfg.min_steps:
+        need = (1 + MIN_MEASURED_STEPS) * batch * world_size
+        raise ConfigError("dataset", f"{total_samples} samples give {steps} step(s) per epoch for {world_size} "
+                                     f"accelerator(s) at batch {batch}; an epoch needs 2 (the first is excluded)",
+                          f"generate at least {need} samples (`iobench mlperf datasize` for MLPerf's count), "
+                          "or give --min-steps")
+    return steps
+
+
 def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
-    """Run ``cfg.runs`` MLPerf runs; the MLPerf-vocabulary result (see README: MLPerf Storage)."""
+    """A warm-up run and ``cfg.runs`` MLPerf runs; the MLPerf-vocabulary result (README: MLPerf Storage)."""
+    import os
+    import shutil
+
     import psutil
 
     from ..manifest import read_manifest
@@ -270,67 +365,168 @@ def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
     node = world.rank if world is not None else 0
     client_memory = cfg.client_memory or psutil.virtual_memory().total
     scale = float((manifest.spec or {}).get("scale", 1.0) or 1.0)
-    under = manifest.total_bytes < 5 * client_memory * nodes
+    samples_per_file = max(1, round(manifest.total_samples / max(1, len(manifest.shards))))
+    need = R.datasize(client_memory, nodes, cfg.accelerators, samples_per_file,
+                      wl.record_bytes or manifest.total_bytes / max(1, manifest.total_samples), wl.batch_size)
+    under = manifest.total_bytes < R.MEMORY_MULTIPLE * client_memory * nodes
     cold = cfg.cache == "cold" or (cfg.cache == "auto" and under)
-    rules = compliance(manifest.total_bytes, client_memory, nodes, cold, scale)
     epochs = cfg.epochs or wl.epochs
     world_size = nodes * cfg.accelerators
-    # Fidelity: a run too short to estimate AU is lengthened to cfg.min_steps per accelerator.  With a
-    # cold cache every epoch it gets more (cold) epochs -- repeating an epoch inside one pass would
-    # read warm pages; only a share of one step per epoch falls back to warm repeats, and says so.
-    min_steps = max(cfg.min_steps, MIN_MEASURED_STEPS + 1)   # + the excluded first step
-    steps, notes = 0, []
-    if cold:
-        per_epoch = steps_per_accelerator(manifest.total_samples, world_size, wl.batch_size, 1)
-        if per_epoch >= 2:
-            epochs = max(epochs, math.ceil((min_steps - 1) / (per_epoch - 1)))
-        else:
-            steps = min_steps
-            notes.append(f"each accelerator's share is one batch per epoch: lengthened to {min_steps} steps "
-                         "with epochs repeating inside a pass (repeats may hit the page cache)")
-    elif min_steps > steps_per_accelerator(manifest.total_samples, world_size, wl.batch_size, epochs):
-        steps = min_steps
+    steps = check_dataset_fits(cfg, manifest.total_samples, world_size, wl.batch_size)
+    notes: list[str] = []
+    if cfg.min_steps and steps < cfg.min_steps:
+        notes.append(f"lengthened from {steps} to {cfg.min_steps} steps per epoch (--min-steps): the epoch's "
+                     "samples repeat inside it (repeats may hit the page cache)")
+        steps = cfg.min_steps
     multi = world if world is not None and world.size > 1 else None
-    runs = [_one_run(cfg, wl, compute_s, epochs, cold, k, node * cfg.accelerators, world_size, steps, multi)
-            for k in range(cfg.runs)]
+    ckpt, made = _checkpoint_plan(cfg, wl, epochs)
+    try:
+        warm = None
+        if cfg.warmup:
+            warm = _one_run(cfg, wl, compute_s, epochs, cold, -1, node * cfg.accelerators, world_size, steps, multi,
+                            ckpt)
+        runs = [_one_run(cfg, wl, compute_s, epochs, cold, k, node * cfg.accelerators, world_size, steps, multi,
+                         ckpt) for k in range(cfg.runs)]
+    finally:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+        elif ckpt:
+            for name in os.listdir(ckpt["folder"]):
+                if name.startswith(f"{wl.name}-run") and name.endswith(".ckpt"):
+                    os.unlink(os.path.join(ckpt["folder"], name))
     if world is not None and world.size > 1:
         gathered = world.allgather(runs)
         runs = [_merge_nodes([g[k] for g in gathered]) for k in range(cfg.runs)]
-    worst_run = min(runs, key=lambda r: r["au_min"])   # the run reported in full: the worst one
-    au_min = [r["au_min"] for r in runs]
-    passed = all(a >= threshold for a in au_min)
+    worst_run = min(runs, key=lambda r: r["au"])   # the run reported in full: the worst one
+    au = [r["au"] for r in runs]
+    passed = all(a >= threshold for a in au)
     sample_bytes = manifest.total_bytes / max(1, manifest.total_samples)
-    return {
+    sps = _spread([r["samples_per_s"] or 0.0 for r in runs])
+    bps = _spread([r["bytes_per_s"] or 0.0 for r in runs])
+    record = wl.record_bytes * scale if wl.record_bytes else sample_bytes   # DLIO: the config's record length
+    ckpts = [r["checkpoint"] for r in runs if r.get("checkpoint")]
+    out = {
         "workload": wl.name, "accelerator": cfg.accelerator, "accelerators_per_node": cfg.accelerators,
         "nodes": nodes, "accelerators": cfg.accelerators * nodes, "compute_s_per_step": compute_s,
         "batch_size": wl.batch_size, "read_threads": cfg.workers or wl.read_threads, "access": wl.access,
         "au_threshold": threshold, "passed": passed,
-        "au_min": min(au_min), "au_per_accelerator": [r["au"] for r in worst_run["per_rank"]],
+        # the pass metric: mean AU over ranks and epochs, averaged over the runs (§3, statscounter end_run)
+        "au": statistics.fmean(au), "au_per_run": au, "au_per_epoch_worst_run": worst_run["au_per_epoch"],
+        "au_min": min(r["au_min"] for r in runs), "au_per_accelerator": [r["au"] for r in worst_run["per_rank"]],
         "au_ci95_worst": worst_run["per_rank"][worst_run["worst_rank"]]["au_ci95"],
         "worst_accelerator": worst_run["per_rank"][worst_run["worst_rank"]]["rank"],
-        "samples_per_s": _spread([r["samples_per_s"] or 0.0 for r in runs])["mean"],
-        "throughput_bytes_per_s": _spread([r["bytes_per_s"] or 0.0 for r in runs])["mean"],
-        "MB_per_s": _spread([r["bytes_per_s"] or 0.0 for r in runs])["mean"] / 1e6,
+        "samples_per_s": sps["mean"], "throughput_bytes_per_s": bps["mean"],
+        # two MB/s, named: bytes read (10^6 B/s) and DLIO's (samples/s x record length / 2^20, MiB/s)
+        "MB_per_s": bps["mean"] / 1e6, "MB_per_s_read": bps["mean"] / 1e6,
+        "MiB_per_s_dlio": sps["mean"] * record / 2**20, "record_length_bytes": record,
         "sample_bytes_mean": sample_bytes,
-        "epochs": epochs, "runs": cfg.runs, "first_step_excluded": True,
+        "epochs": epochs, "steps_per_epoch": steps, "runs": cfg.runs, "warmup_run": warm is not None,
+        "first_step_excluded": "every epoch's",
         "steps_per_accelerator": worst_run["per_rank"][worst_run["worst_rank"]]["steps"],
-        "lengthened_to_min_steps": bool(steps) or epochs > (cfg.epochs or wl.epochs),
-        "spread": {"au_min": _spread(au_min), "samples_per_s": _spread([r["samples_per_s"] or 0.0 for r in runs]),
-                   "bytes_per_s": _spread([r["bytes_per_s"] or 0.0 for r in runs])},
+        "seeds": [r["seed"] for r in runs],
+        "spread": {"au": _spread(au), "au_min": _spread([r["au_min"] for r in runs]), "samples_per_s": sps,
+                   "bytes_per_s": bps},
         "per_run": [{k: v for k, v in r.items() if k != "warnings"} for r in runs],
+        "warmup": {k: v for k, v in warm.items() if k not in ("warnings", "per_rank")} if warm else None,
         "per_rank": worst_run["per_rank"],
-        "rule_compliant": rules.compliant, "rule_notes": list(rules.notes),
+        "checkpoint": ({"bytes": ckpts[0]["bytes"], "after_epoch": ckpt["after_epoch"] if ckpt else None,
+                        "seconds_mean": statistics.fmean(c["seconds"] for c in ckpts),
+                        "GB_per_s_mean": statistics.fmean(c["GB_per_s"] or 0.0 for c in ckpts), "fsync": True,
+                        "written": len(ckpts)} if ckpts else None),
         "dataset": {"url": cfg.dataset, "format": manifest.format, "files": len(manifest.shards),
                     "samples": manifest.total_samples, "bytes": manifest.total_bytes, "scale": scale,
-                    "fsync_at_generation": (manifest.spec or {}).get("fsync")},
-        "cache": {"mode": rules.cache, "client_memory_bytes": client_memory,
-                  "required_dataset_bytes": rules.required_bytes},
+                    "fsync_at_generation": (manifest.spec or {}).get("fsync"),
+                    "required_files": need.files, "required_by": need.bound_by},
+        "cache": {"mode": "cold every epoch" if cold else cfg.cache, "client_memory_bytes": client_memory,
+                  "required_dataset_bytes": need.required_bytes},
         "synthetic": cfg.synthetic,
-        "warnings": sorted({w for r in runs for w in r["warnings"]} | set(notes)),
+        "warnings": sorted({w for r in runs for w in r["warnings"] if not w.startswith(_LOADER_ONLY)} | set(notes)),
     }
+    comp = compliance_for(cfg, wl, out, manifest, need, scale, nodes)
+    out["compliance"] = comp.as_dict()
+    out["rule_compliant"] = comp.compliant
+    out["rule_verdict"] = comp.verdict
+    out["rule_notes"] = [f"{r.rule}: {r.used} (MLPerf: {r.required}; {r.source})" for r in comp.broken]
+    return out
+
+
+def compliance_for(cfg: MlperfConfig, wl: MlperfWorkload, out: dict, manifest, need: R.DataSize, scale: float,
+                   nodes: int) -> R.Compliance:
+    """The compliance block: every rule this run is held to, with its value and its source."""
+    G, CFG = R.GUIDE, "mlcommons/storage configs/dlio/workload/"
+    rule = R.rule
+    files = len(manifest.shards)
+    ckpt = out["checkpoint"]
+    rs = [
+        rule("workload values", "MLPerf's own workload configuration", wl.name if wl.mlperf_defined else
+             f"{wl.name}: a user's YAML", wl.mlperf_defined, f"{CFG}{wl.name}_*.yaml; {G} §10.1"),
+        rule("dataset size", f">= {need.files} files (max of 5x {nodes} client(s)' memory and "
+             f"{R.STEPS_PER_EPOCH} steps x batch x accelerators)", f"{files} files", files >= need.files,
+             need.source),
+        rule("dataset content", "samples at the workload's size (unscaled)", f"gen --scale {scale:g}",
+             scale == 1.0, f"{G} §3 'Dataset content', §7"),
+        rule("storage", "the storage under test (no emulation, no synthetic batches)",
+             "synthetic (no I/O)" if cfg.synthetic else (f"emulated ({cfg.emulate})" if cfg.emulate != "none"
+                                                           else "real"),
+             not cfg.synthetic and cfg.emulate == "none", f"{G} §6.5"),
+        rule("step time", f"{wl.name}'s train.computation_time for {cfg.accelerator}",
+             f"{out['compute_s_per_step']:g} s" + (" (--compute-s)" if cfg.compute_s is not None else ""),
+             cfg.compute_s is None and cfg.accelerator in wl.compute_s, wl.source("compute_s") + f"; {G} §4"),
+        rule("AU threshold", f"{wl.au_threshold:.0%} (metric.au)", f"{out['au_threshold']:.0%}",
+             out["au_threshold"] == wl.au_threshold, wl.source("au_threshold")),
+        rule("pass metric", "mean AU over ranks and epochs >= threshold, every run", f"{out['au']:.1%} mean",
+             True, wl.source("au") + f"; {G} §4"),
+        rule("epochs", f"{wl.epochs} (train.epochs), fixed", f"{out['epochs']}",
+             out["epochs"] == wl.epochs, wl.source("epochs") + f"; {G} §2.1"),
+        rule("steps per epoch", "floor(samples / batch / ranks): the remainder dropped",
+             f"{out['steps_per_epoch']}" + (" (--min-steps)" if cfg.min_steps and out["steps_per_epoch"] >
+                                            steps_per_epoch(manifest.total_samples, out["accelerators"],
+                                                            wl.batch_size) else ""),
+             out["steps_per_epoch"] == steps_per_epoch(manifest.total_samples, out["accelerators"], wl.batch_size),
+             wl.source("drop_last")),
+        rule("first step excluded", "the first step of every epoch", "every epoch's", True,
+             f"{G} §4; DLIO statscounter.py compute_metrics_train (metric_start_step)"),
+        rule("step barrier", "every step synchronized across ranks",
+             "every step, across this node's accelerators" + (
+                 "; across nodes once per epoch" if nodes > 1 else ""), nodes == 1,
+             wl.source("step_barrier") + f"; {G} §9"),
+        rule("warm-up run", "1 before the measured runs", "1" if out["warmup_run"] else "0 (--no-warmup)",
+             out["warmup_run"], f"{G} §6.6.1"),
+        rule("runs", f"{R.DEFAULT_RUNS}, the result their mean", str(out["runs"]), out["runs"] == R.DEFAULT_RUNS,
+             f"{G} §3 'benchmark result'"),
+        rule("seeds", "a new seed every run", ", ".join(str(s) for s in out["seeds"]),
+             len(set(out["seeds"])) == len(out["seeds"]), f"{G} §6.6.3"),
+        rule("read threads", f"{wl.read_threads} (reader.read_threads; CLOSED may change it)",
+             str(out["read_threads"]), True, f"{wl.source('read_threads')}; mlpstorage/rules.py "
+                                             "check_allowed_params (closed_allowed_params)"),
+        rule("shuffle", _shuffle_words(wl), _shuffle_words(wl), True, wl.source("shuffle")),
+    ]
+    if wl.checkpoint is not None:
+        want = wl.checkpoint.model_bytes
+        rs.append(rule("checkpoint", f"{want} B after epoch {wl.checkpoint.after_epoch}, fsync",
+                       "none (--no-checkpoint or fewer epochs)" if ckpt is None else
+                       f"{ckpt['bytes']} B after epoch {ckpt['after_epoch']}, {ckpt['seconds_mean']:.2f} s",
+                       ckpt is not None and ckpt["bytes"] == want,
+                       wl.checkpoint.source + "; mlpstorage/rules.py check_workflow_parameters"))
+    return R.Compliance(tuple(rs))
+
+
+def _shuffle_words(wl: MlperfWorkload) -> str:
+    if not (wl.file_shuffle or wl.sample_shuffle):
+        return "no file or sample shuffle"
+    parts = ["file order shuffled" if wl.file_shuffle else "file order fixed"]
+    if wl.access == "stream":
+        parts.append(f"sample shuffle buffer {wl.shuffle_size}" if wl.sample_shuffle else "no sample shuffle")
+    else:
+        parts.append("samples shuffled (map)" if wl.sample_shuffle else "samples in order")
+    return ", ".join(parts)
 
 
 def _merge_nodes(node_runs: list[dict]) -> dict:
     """One run across nodes: ranks concatenated, throughput = totals / the longest wall."""
-    return _world_run([r for n in node_runs for r in n["per_rank"]], max(n["wall_s"] for n in node_runs),
-                      [w for n in node_runs for w in n["warnings"]])
+    out = _world_run([r for n in node_runs for r in n["per_rank"]], max(n["wall_s"] for n in node_runs),
+                     [w for n in node_runs for w in n["warnings"]])
+    out["checkpoint"] = node_runs[0].get("checkpoint")
+    out["seed"] = node_runs[0]["seed"]
+    return out
+

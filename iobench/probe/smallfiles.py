@@ -110,7 +110,7 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
                  endpoint_url=None) -> dict:
     """Read every sample once with ``workers`` threads, each with its own shard source."""
     from ..formats import get_format
-    from ..loader.source import BackendSource
+    from ..loader.source import backend_source
 
     reader = get_format(manifest.format).reader(manifest)
     order = np.random.default_rng(seed).permutation(len(manifest.shards)).tolist()
@@ -123,7 +123,7 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
     now_ns = time.perf_counter_ns
 
     def work(w: int) -> None:
-        src = BackendSource(url=url, endpoint_url=endpoint_url, storage_options=storage_options or {})
+        src = backend_source(url, endpoint_url=endpoint_url, storage_options=storage_options or {})
         try:
             src.open(worker_id=w)
             pool.go(w)

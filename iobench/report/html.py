@@ -270,7 +270,8 @@ def _group_overview(docs: list[tuple[str, dict]]) -> str:
 
 def _is_load(doc: dict) -> bool:
     m = doc.get("metrics") or {}
-    return doc.get("command") == "load" and data.is_number(m.get("stall_ratio"))
+    # `watch` (iobench.watch: the user's own loader) writes the load schema
+    return doc.get("command") in ("load", "watch") and data.is_number(m.get("stall_ratio"))
 
 
 def _ci(m: dict, key: str) -> tuple[float, float] | None:

@@ -1,0 +1,169 @@
+"""``--workers 0``: the batches are made in the consumer process itself, as torch's
+``DataLoader(num_workers=0)`` does, a nanoGPT ``get_batch`` loop, or any training loop that
+reads its own data.
+
+There is no worker process, no prefetch slot and no hand-off: the consumer builds batch
+``k`` (the same readers, the same access patterns and the same batch-building code as a
+worker: ``iobench.loader.worker``'s producers and emitter), runs its step on it, then builds
+batch ``k + 1``.  Nothing is read ahead of the step (``--read-ahead N`` still lets a block's
+read-ahead thread overlap the next block's reads with this one's gathers, in this process).
+
+What a step records is what ``core._step_loop`` records for a worker-fed step, read the same
+way by ``core._metrics``: ``wait`` is the time the consumer spent producing the batch itself
+(from the end of the previous step to the batch in hand, delivery included), ``compute`` the
+step, and each batch's storage time, prep time, bytes and requests as the producer counted
+them.  The producer's counters become the one ``per_worker`` entry (worker 0, this process).
+
+How the worker's code runs here: its emitter writes each batch into a slot of a pool and
+sends its metadata down a connection.  ``_OneSlot`` is that pool with a single private
+buffer (a batch is done with before the next is built, so one is enough), and
+``_StepOnSend`` is the connection: "sending" batch ``k`` runs step ``k``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+import numpy as np
+
+from ..errors import IobenchError
+from ..metrics import now_ns
+
+
+class _OneSlot:
+    """The emitter's slot pool, in one process: one page-aligned private buffer, always free."""
+
+    n = 1
+
+    def __init__(self, slot_bytes: int, stop: threading.Event) -> None:
+        self.slot_bytes = max(int(slot_bytes), 1)
+        # page-aligned (an O_DIRECT read may land in it), and only touched pages cost memory
+        self._u8 = np.frombuffer(mmap.mmap(-1, -(-self.slot_bytes // mmap.PAGESIZE) * mmap.PAGESIZE),
+                                 dtype=np.uint8)[:self.slot_bytes]
+        self._stop = stop
+        self.before_wait = None   # the emitter sets it (a worker flushes held batches before it sleeps)
+
+    def acquire(self, k: int, stop, wid: int = 0) -> int | None:
+        return None if stop.is_set() else 0
+
+    def wait_taken(self, n: int, stop, wid: int = 0) -> bool:
+        return not stop.is_set()
+
+    def queued(self) -> int:
+        return 0   # never more than the step's own batch: the emitter never holds one back
+
+    def buf(self, s: int) -> memoryview:
+        return memoryview(self._u8)
+
+    def u8(self, s: int) -> np.ndarray:
+        return self._u8
+
+
+class _StepOnSend:
+    """The emitter's connection: batch ``k`` "sent" is step ``k`` run, and recorded in ``rec``."""
+
+    def __init__(self, st, rec, pool: _OneSlot, stop: threading.Event, stop_rule, bar) -> None:
+        self.st, self.rec, self.pool, self.stop, self.stop_rule, self.bar = st, rec, pool, stop, stop_rule, bar
+        self.total = st.schedule.total
+        self.t_prev = 0   # when the previous step ended (the clock's start for step 0)
+
+    def batch(self, meta: dict, hold: bool = False) -> None:
+        from .slots import batch_from_meta
+
+        st, rec = self.st, self.rec
+        k = meta["k"]
+        batch = st.deliver(batch_from_meta(meta, self.pool))
+        t1 = now_ns()
+        try:
+            c = st.compute(batch, k, idle=None)
+        except Exception as e:
+            if st.cfg.compute_mode != "callback":
+                raise
+            raise IobenchError(f"--compute-fn {st.cfg.compute_fn} failed at step {k}: "
+                               f"{type(e).__name__}: {e}") from e
+        del batch
+        t2 = now_ns()
+        t0 = self.t_prev
+        self.t_prev = t2
+        rec.waits.append((t1 - t0) / 1e9)
+        rec.computes.append(c)
+        rec.steps_s.append((t2 - t0) / 1e9)
+        rec.t_step.append((t0 - rec.t_start) / 1e9)
+        rec.depths.append(1)   # the batch in hand is the only one there is
+        rec.batch_bytes.append(meta["nbytes"])
+        rec.lens.append(meta["n"])
+        rec.io_s.append(meta.get("io_s", 0.0))
+        rec.prep_s.append(meta.get("prep_s", 0.0))
+        rec.fill_s.append(meta.get("fill_s", 0.0))
+        rec.requests.append(meta.get("requests", 0))
+        rec.worker.append(0)
+        rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9)
+        rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
+        rec.handoff_s.append(max(0.0, (t1 - meta["ready_ns"]) / 1e9))   # delivery only: nothing is handed over
+        if self.bar is not None:
+            self.bar[0].update(self.bar[1], advance=1)
+        if self.stop_rule is not None and k + 1 < self.total:
+            why = self.stop_rule(rec, (now_ns() - rec.t_start) / 1e9)
+            if why:
+                rec.stopped_early = why
+                self.stop.set()   # the producer's next gate or slot raises worker._Stopped
+
+    def flush(self) -> None:
+        pass
+
+    def send(self, msg) -> None:
+        pass
+
+
+def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=None):
+    """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
+    each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
+    from .sysmon import SystemMonitor
+    from .worker import WorkerJob, _Emitter, _source_stats, produce
+
+    from ..formats import get_format
+    from ..units import parse_size
+
+    cfg, schedule = st.cfg, st.schedule
+    stop = threading.Event()
+    job = WorkerJob(wid=0, workers=1, manifest=st.manifest, plans=list(schedule.plans), total_batches=schedule.total,
+                    decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead, access=schedule.access,
+                    stream_read_size=parse_size(cfg.stream_read_size, "load.stream_read_size"), lag=0)
+    stats: dict = {"wid": 0, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
+                   "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
+    pool = _OneSlot(st.slot_bytes, stop)
+    bar = None
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        p = Progress(TextColumn("load"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+        p.start()
+        bar = (p, p.add_task("load", total=schedule.total))
+    conn = _StepOnSend(st, rec, pool, stop, stop_rule, bar)
+    monitor = SystemMonitor(cfg.monitor_interval_s)
+    rec.device = device() if device is not None else None   # before the first read
+    source = st.source
+    try:
+        monitor.start([os.getpid()])
+        rec.t_spawn = now_ns()
+        if not synthetic:
+            source.open(worker_id=0)   # storage connections: start-up, as a worker's are
+        reader = get_format(st.manifest.format).reader(st.manifest)
+        rec.t_start = conn.t_prev = now_ns()
+        produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
+        rec.t_end = now_ns()
+        rec.system = monitor.stop()
+    finally:
+        if bar is not None:
+            bar[0].stop()
+        if monitor.running:
+            monitor.stop()
+        stats["source"] = _source_stats(source)
+        try:
+            source.close()
+        except Exception:  # noqa: BLE001 — closing must not hide the run's own error
+            pass
+    rec.done = {0: stats}
+    return rec

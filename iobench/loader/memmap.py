@@ -1,0 +1,165 @@
+"""``--access memmap``: token rows sliced from memory-mapped shards, as nanoGPT's ``get_batch``
+(``np.memmap`` of ``train.bin``, random windows stacked into a batch) and Megatron's
+``GPTDataset`` (an ``np.memmap`` of the ``.bin``, shuffled sample windows) read their data.
+
+No syscall per sample: each shard is mapped once (``mmap``, read-only, no populate) per process
+that reads it — the consumer with ``--workers 0``, else each worker — and a batch is one gather
+of its rows from the mappings straight into the batch's slot.  The I/O is what the kernel does
+behind the gather: a major page fault per missing page, plus the read-around the kernel adds to
+each (``read_ahead_kb``).  So the bytes the loader asked for (rows x row bytes, counted as
+``bytes_read``) and the bytes the device read (``device_io``, ``iobench.blockdev``) differ; their
+ratio is the read amplification the results report.  A batch's ``requests`` are the major page
+faults its gather took (``getrusage(RUSAGE_THREAD)``); its storage time is the whole gather
+(copying from a mapping and faulting it in are one act).
+
+The order is map's (``sampler.order_of``): every sample exactly once per epoch.  Only fixed-size
+records on plain local files can be mapped; anything else is refused before any work.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import resource
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import ConfigError, IntegrityError
+from ..metrics import now_ns
+from .source import BackendSource, LocalFileSource, ShardSource
+
+# Mappings kept open per process (LRU): each is address space only, but the kernel caps a
+# process's mappings (vm.max_map_count, 65530 by default).
+_MAX_MAPS = 1024
+
+
+def check_memmap(cfg, backend, manifest, source) -> None:
+    """Refuse, before any work, a load ``--access memmap`` cannot do (field-and-fix errors)."""
+    from ..formats import get_format
+
+    if not backend.is_local:
+        raise ConfigError("--access", f"memmap maps local files; {backend.protocol}:// has no mapping",
+                          "use --access map (one ranged read per sample) for this dataset")
+    if source is not None and not isinstance(source, BackendSource):
+        raise ConfigError("--access", "memmap maps the dataset's own files, not a tiers source",
+                          "drop --tiers, or use --access map")
+    for flag, on in (("--emulate", cfg.emulate not in ("", "none")), ("--odirect", cfg.odirect),
+                     ("--verify-checksums", cfg.verify_checksums),
+                     ("--error-rate/--timeout-rate", bool(cfg.error_rate or cfg.timeout_rate))):
+        if on:
+            raise ConfigError(flag, "cannot apply to --access memmap: page faults read the mapping, "
+                                    "not the storage wrappers or O_DIRECT", f"drop {flag}, or use --access map")
+    if get_format(manifest.format).reader(manifest).fixed_layout() is None:
+        raise ConfigError("--access", f"memmap slices fixed-size token rows; this {manifest.format} "
+                                      f"{manifest.modality} dataset has none",
+                          "use --access map (or stream) for it")
+
+
+class MappedSource(ShardSource):
+    """A LocalFileSource whose batches of fixed-size records are gathered from mappings of the shards.
+
+    ``read_records`` is the one read the map producer makes for such records (worker
+    ``_produce_map``); everything else (whole shards, opening, counters, description) is the inner source's.
+    """
+
+    supports_record_reads = True
+
+    def __init__(self, inner: LocalFileSource) -> None:
+        self.inner = inner
+        self._maps: OrderedDict = OrderedDict()
+        self._scratch: np.ndarray | None = None
+        self.faults = 0
+
+    # -- the inner source's lifecycle and counters ---------------------------------------------
+
+    def open(self, worker_id: int = 0) -> None:
+        self.inner.open(worker_id=worker_id)
+        self._maps.clear()
+
+    def read_shard(self, shard):
+        return self.inner.read_shard(shard)
+
+    def stats(self) -> dict:
+        out = self.inner.stats()
+        if out:
+            out["major_page_faults"] = self.faults
+        return out
+
+    def close(self) -> None:
+        self._scratch = None
+        while self._maps:
+            _path, (view, m) = self._maps.popitem(last=False)
+            del view
+            try:
+                m.close()
+            except BufferError:   # a batch still refers to it: the mapping goes with its last view
+                pass
+        self.inner.close()
+
+    def describe(self) -> dict:
+        return self.inner.describe() | {"kind": "memmap", "mapping": "mmap(MAP_SHARED, PROT_READ), no populate; "
+                                                                      "page faults and read-around are the I/O"}
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _rows(self, shard, first: int, length: int) -> np.ndarray:
+        """``shard``'s records as a (records, length) uint8 view of its mapping (mapped once, LRU)."""
+        hit = self._maps.pop(shard.path, None)
+        if hit is None:
+            if len(self._maps) >= _MAX_MAPS:
+                _p, (old, m) = self._maps.popitem(last=False)
+                del old
+                try:
+                    m.close()
+                except BufferError:
+                    pass
+            path = self.inner.backend.base.local_path(shard.path)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                if size < shard.bytes:   # a slice past the end of a mapping is SIGBUS, not an error
+                    raise IntegrityError(f"{shard.path}: offset {size}: file is shorter than the manifest's "
+                                         f"{shard.bytes} bytes")
+                m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)   # the mapping keeps the file
+            count = (shard.bytes - first) // length
+            view = np.frombuffer(m, dtype=np.uint8)[first:first + count * length].reshape(count, length)
+            hit = (view, m)
+        self._maps[shard.path] = hit   # most recently used last
+        return hit[0]
+
+    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
+                     out: np.ndarray, inflight: int = 1) -> int:
+        """Sample i = record ``local[i]`` of ``shards[shard_of[i]]``, into ``out[i]``; returns the gather's
+        major page faults (the requests it made of the device).  The caller checked the bounds."""
+        n = len(local)
+        if n == 0:
+            return 0
+        f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
+        t0 = now_ns()
+        s0 = int(shard_of[0])
+        if (shard_of == s0).all():
+            # mode="clip": no temporary (bounds checked by the caller)
+            np.take(self._rows(shards[s0], first, length), local, axis=0, out=out, mode="clip")
+        else:
+            # grouped by shard (one view looked up per shard), gathered into a scratch array in that
+            # order, then into the batch's order: the same two gathers read_records makes on memory://
+            order = np.argsort(shard_of, kind="stable")
+            so, lo = shard_of[order], local[order]
+            cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
+            sc = self._scratch
+            if sc is None or sc.shape[0] < n or sc.shape[1] != length:
+                sc = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                np.take(self._rows(shards[int(so[a])], first, length), lo[a:b], axis=0, out=sc[a:b], mode="clip")
+            inv = np.empty(n, dtype=np.intp)
+            inv[order] = np.arange(n)
+            np.take(sc[:n], inv, axis=0, out=out, mode="clip")
+        dt = now_ns() - t0
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt - f0
+        self.faults += faults
+        # each record's share of the gather, as one "read" (what read_latency_s shows for memmap)
+        self.inner.backend.record_many("read", np.full(n, dt // n, dtype=np.int64), nread=n * length)
+        return faults

@@ -1,0 +1,84 @@
+"""The measurement driver (iobench.driver): capacity counts every byte read (fills included),
+the judgement names the cause a remedy must address, the host's ceiling is cached per shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from iobench.driver import HostCeiling, Rates, capacity_bytes_per_s, judge, warmup
+
+MIB = 2**20
+
+
+def _worker(bytes_read, busy_s, io_s, fill_s=0.0):
+    return {"bytes_read": bytes_read, "busy_s": busy_s, "io_s": io_s, "fill_s": fill_s}
+
+
+def test_capacity_counts_the_fill_and_sums_workers():
+    # a worker that spent 30 s filling its shuffle buffer and 0 s on its batches' reads: the
+    # fill is storage's work too, so 300 MiB over 31 s, not over the batches' 1 s
+    m = {"per_worker": [_worker(300 * MIB, 31.0, 1e-9, 30.0), _worker(300 * MIB, 31.0, 1e-9, 30.0)]}
+    assert capacity_bytes_per_s(m) == pytest.approx(2 * 300 * MIB / 31.0)
+    assert capacity_bytes_per_s({"per_worker": []}) is None
+
+
+def test_warmup_names_a_fill_that_is_a_material_share():
+    m = {"startup_s": 0.2, "time_to_first_batch_s": 25.0, "fill_io_s_total": 8 * 31.0, "wall_s_with_startup": 64.0}
+    w = warmup(m, workers=8)
+    assert w.fill_s_per_worker == pytest.approx(31.0) and w.material and w.share == pytest.approx(31.2 / 64)
+    assert not warmup({"startup_s": 0.1, "time_to_first_batch_s": 0.1, "wall_s_with_startup": 60.0}, 2).material
+
+
+def _ceiling(bps):
+    return HostCeiling(bytes_per_s=bps, samples_per_s=0.0, cores=2, key="k", measured_at=0.0, cached=True)
+
+
+# (stall, capacity, need, delivered, ceiling MiB/s, worker busy/io s, requests, KiB per request, emulation)
+#   -> (bound, cause)
+CASES = [
+    ("keeps up", 0.0, 500, 100, 100, None, (10, 9), 100, 8192, {}, ("keeps up", "none")),
+    ("host-bound, no stall", 0.0, 450, 100, 100, 500, (10, 9), 100, 8192, {}, ("host", "none")),
+    ("host-bound stall", 0.3, 90, 120, 90, 100, (10, 9), 100, 8192, {}, ("host", "the host's read path")),
+    ("bandwidth", 0.2, 50, 62, 50, 1000, (10, 9.5), 10, 8192, {}, ("storage", "storage bandwidth")),
+    ("bandwidth, small reads fast", 0.2, 50, 62, 50, 1000, (10, 9.5), 4000, 128, {},
+     ("storage", "storage bandwidth")),
+    ("bandwidth emulated", 0.2, 50, 62, 50, 1000, (10, 9.5), 10, 8192,
+     {"kind": "none", "bandwidth_bytes_per_s": 5e7}, ("storage", "storage bandwidth")),
+    ("latency emulated", 0.5, 20, 62, 20, 1000, (10, 9.5), 10, 8192, {"kind": "const"},
+     ("storage", "per-request latency")),
+    ("latency measured", 0.5, 20, 62, 20, 1000, (10, 9.5), 1000, 128, {}, ("storage", "per-request latency")),
+    ("cpu prep", 0.4, 30, 62, 30, 1000, (10, 2), 10, 8192, {}, ("storage", "CPU preparation")),
+    ("hand-over", 0.3, 500, 100, 70, 5000, (10, 9), 100, 8192, {}, ("storage", "hand-over")),
+    ("slow tail", 0.05, 500, 100, 480, 5000, (10, 9), 100, 8192, {}, ("storage", "slow tail")),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_judge_names_the_cause(case):
+    _, stall, cap, need, delivered, ceil, (busy, io), reqs, kib, emu, want = case
+    r = Rates(capacity_bytes_per_s=cap * MIB, need_bytes_per_s=need * MIB, delivered_bytes_per_s=delivered * MIB,
+              compute_s=0.05, bytes_read=reqs * kib * 1024)
+    m = {"stall_ratio": stall, "requests": reqs, "per_worker": [_worker(r.bytes_read, busy, io)]}
+    j = judge(m, {"emulation": emu or None}, r, _ceiling(ceil * MIB) if ceil else None, workers=1)
+    assert (j.bound, j.cause) == want
+    assert (j.advice == "") == (want[1] == "none")
+
+
+def test_host_ceiling_is_cached_per_shape(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from iobench.driver import host_ceiling
+    from iobench.generate import GenSpec, generate
+    from iobench.loader.core import LoadConfig
+
+    monkeypatch.setenv("IOBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    ds = tmp_path / "ds"
+    man = generate(GenSpec.from_mapping({"format": "raw", "modality": "tokens", "num_samples": 512, "seq_len": 2048,
+                                         "shard_size": "128 samples"}), str(ds), progress=False)
+    cfg = LoadConfig(dataset=str(ds), workers=1, batch_size=8)
+    first = host_ceiling(cfg, man, time_s=0.5)
+    assert first.bytes_per_s > 0 and not first.cached
+    again = host_ceiling(cfg, man, time_s=0.5)
+    assert again.cached and again.bytes_per_s == first.bytes_per_s
+    other = host_ceiling(replace(cfg, batch_size=16), man, time_s=0.5)    # another shape: measured
+    assert not other.cached and other.key != first.key

@@ -1,0 +1,136 @@
+"""``--workers 0`` (batches made in the consumer process) and ``--access memmap`` (rows sliced from
+mapped shards): the exact bytes of every sample, each sample exactly once per epoch, the same order
+as a worker-fed load, and the counters the results carry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iobench.errors import ConfigError
+from iobench.formats import get_format
+from iobench.loader.core import run_load
+from iobench.manifest import read_manifest
+from iobench.storage import open_backend
+from loader_helpers import quiet_cfg, tokens_dataset
+
+SAMPLES, SHARD = 96, 16
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return tokens_dataset(tmp_path_factory, "inproc", SAMPLES, SHARD)
+
+
+def _truth(url: str) -> dict[int, bytes]:
+    """Every sample's stored bytes, read from the shard files by the manifest's layout."""
+    man = read_manifest(open_backend(url))
+    off, rec, _dt = get_format(man.format).reader(man).fixed_records(man.shards[0])
+    out = {}
+    for sh in man.shards:
+        with open(open_backend(url).local_path(sh.path), "rb") as f:
+            data = f.read()
+        for i in range(sh.samples):
+            out[sh.first_sample + i] = data[off + i * rec:off + (i + 1) * rec]
+    return out
+
+
+def _run(cfg):
+    seen = []
+
+    def deliver(batch):
+        seen.append((batch.epoch, batch.indices.copy(), np.array(batch.data, copy=True)))
+        return batch
+
+    return run_load(cfg, deliver=deliver), seen
+
+
+CASES = [(a, w) for a in ("map", "stream", "block", "memmap") for w in (0, 1)]
+
+
+@pytest.mark.parametrize("access,workers", CASES)
+def test_every_sample_exact_and_once_per_epoch(tok, access, workers):
+    truth = _truth(tok)
+    r, seen = _run(quiet_cfg(tok, 8, workers=workers, access=access, epochs=2, shuffle_buffer=20, seed=3))
+    m = r.metrics
+    assert m["access"] == access and r.environment["loader"]["workers"] == workers
+    for epoch in (0, 1):
+        ids = np.concatenate([i for e, i, _ in seen if e == epoch])
+        assert sorted(ids.tolist()) == list(range(SAMPLES))
+    for _e, ids, data in seen:
+        for i, row in zip(ids.tolist(), data):
+            assert row.tobytes() == truth[i]
+    assert m["samples"] == 2 * SAMPLES and m["steps"] == 2 * SAMPLES // 8
+    rec = len(truth[0])
+    if access in ("map", "memmap"):   # one record asked for per sample: the exact bytes
+        assert m["bytes_read"] == 2 * SAMPLES * rec
+    assert len(m["per_worker"]) == max(1, workers)
+
+
+@pytest.mark.parametrize("access", ["map", "stream", "block", "memmap"])
+def test_w0_delivers_the_order_a_worker_does(tok, access):
+    # the same pure order: W=0 is the single producer W=1 is, only in the consumer's process
+    orders = {}
+    for w in (0, 1):
+        _r, seen = _run(quiet_cfg(tok, 8, workers=w, access=access, shuffle_buffer=20, seed=5))
+        orders[w] = np.concatenate([i for _, i, _ in seen])
+    assert np.array_equal(orders[0], orders[1])
+
+
+def test_w0_wait_is_the_consumers_own_production_time(tok):
+    # No worker: every step waits for its whole batch to be read.  With 2 ms per request and
+    # 4 requests a batch, each wait covers its batch's 8 ms of storage time, step by step
+    # (a W=1 worker with prefetch would hide it behind the 10 ms step instead).
+    r, _ = _run(quiet_cfg(tok, 4, workers=0, access="map", steps=12, emulate="const:2ms", compute="10ms"))
+    s = r.metrics["series"]
+    assert all(w >= io for w, io in zip(s["wait_s"], s["io_s"]))
+    assert all(io >= 4 * 0.002 for io in s["io_s"])
+    assert r.metrics["requests"] == 12 * 4
+    assert r.metrics["queue_depth"]["slots"] == 1 and set(s["queue_depth"]) == {1}
+    stall = r.metrics["stall_ratio_first_step_excluded"]
+    assert stall == pytest.approx(sum(s["wait_s"][1:]) / sum(s["step_s"][1:]))
+    assert stall >= 0.8 * sum(s["io_s"][1:]) / sum(s["step_s"][1:])
+
+
+def test_memmap_counts_faults_and_device_bytes(tok):
+    from iobench.loader.core import LoadConfig
+
+    r = run_load(LoadConfig(dataset=tok, workers=0, access="memmap", batch_size=8, cache="cold"))
+    m = r.metrics
+    assert r.environment["source"]["kind"] == "memmap"
+    assert m["bytes_read"] == SAMPLES * 32
+    dev = m["device_io"]
+    if dev is not None and dev["device_bytes_read"] is not None:
+        assert dev["read_amplification"] == dev["device_bytes_read"] / m["bytes_read"]
+    assert m["requests"] >= 0 and m["read_calls"]["read"] == SAMPLES
+
+
+@pytest.mark.parametrize("kw,field", [({"emulate": "bw:1GB/s"}, "--emulate"), ({"odirect": True}, "--odirect"),
+                                      ({"verify_checksums": True}, "--verify-checksums"),
+                                      ({"error_rate": 0.1}, "--error-rate/--timeout-rate")])
+def test_memmap_refuses_what_a_mapping_cannot_do(tok, kw, field):
+    with pytest.raises(ConfigError) as e:
+        run_load(quiet_cfg(tok, 8, access="memmap", **kw))
+    assert e.value.field == field
+
+
+def test_memmap_refuses_a_dataset_without_fixed_rows(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.loader.core import LoadConfig
+
+    url = str(tmp_path / "img")
+    generate(GenSpec(format="raw", modality="images", num_samples=8, shard_size="4 samples", fsync=False), url,
+             progress=False)
+    with pytest.raises(ConfigError, match="fixed-size token rows"):
+        run_load(LoadConfig(dataset=url, access="memmap", batch_size=2))
+
+
+def test_memmap_on_memory_is_refused_with_the_fix(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.loader.core import LoadConfig
+
+    url = "memory://f2-memmap/tok"
+    generate(GenSpec(format="raw", modality="tokens", num_samples=16, shard_size="8 samples", seq_len=16,
+                     vocab_size=100, fsync=False), url, progress=False)
+    with pytest.raises(ConfigError, match="use --access map"):
+        run_load(LoadConfig(dataset=url, access="memmap", batch_size=4, workers=0))
