@@ -110,6 +110,10 @@ def build(cls: type[T], mapping: Mapping[str, Any] | None, section: str = "") ->
         if key_n not in fields:
             raise ConfigError(dotted, "unknown key", nearest(key_n, fields))
         kwargs[key_n] = _convert(dotted, value, hints[key_n])
+    for name, f in fields.items():   # named here, not as "__init__() missing 1 required positional argument"
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            dotted = f"{section}.{name}" if section else name
+            raise ConfigError(dotted, "is missing", f"add {name}: VALUE" + (f" to {section}" if section else ""))
     try:
         return cls(**kwargs)
     except ConfigError:

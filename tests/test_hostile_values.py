@@ -108,7 +108,7 @@ def _text_flags():
                     kind = flag[2:]
                 elif flag == "--runtime":
                     kind = "duration"
-                elif a.metavar == "T":   # a number with its unit in the flag's name (--compute-ms)
+                elif flag.endswith(("-ms", "-s")):   # a number with its unit in the flag's name (--compute-ms)
                     kind = "number"
                 if kind:
                     yield " ".join(path), flag, kind
@@ -278,3 +278,52 @@ def test_sigterm_is_handled_like_ctrl_c(name, big, tmp_path):
                                               for k in kids):
         time.sleep(0.2)
     assert not [k for k in kids if psutil.pid_exists(k) and psutil.Process(k).status() != "zombie"]
+
+
+def test_a_checkpoint_larger_than_memory_is_refused_before_any_directory(tmp_path, capsys):
+    rc = main(["ckpt", "--params", "1e12", "--local", str(tmp_path / "l"), "--durable", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "memory" in err
+    _one_line_naming(err, "--params")
+    assert not (tmp_path / "l").exists() and not (tmp_path / "d").exists()
+
+
+# ---- manifests: fields out of type or range are field errors (exit 2), not CORRUPT (exit 1)
+
+MANIFEST_EDITS = {
+    "format": (lambda d: d.update(format="bogus"), "manifest.format"),
+    "modality": (lambda d: d.update(modality="smells"), "manifest.modality"),
+    "compression": (lambda d: d.update(compression="lzma:9"), "manifest.compression"),
+    "algorithm": (lambda d: d["shards"][0].update(checksum="md7:00"), "manifest.shards[0].checksum"),
+    "total_samples": (lambda d: d.update(total_samples=-1), "manifest.total_samples"),
+    "total_bytes": (lambda d: d.update(total_bytes="many"), "manifest.total_bytes"),
+    "seq_len": (lambda d: d["spec"].update(seq_len=0), "manifest.spec.seq_len"),
+    "vocab_size": (lambda d: d["spec"].update(vocab_size=-3), "manifest.spec.vocab_size"),
+    "samples>bytes": (lambda d: d["shards"][0].update(samples=10**15), "manifest.shards[0].samples"),
+    "huge shard": (lambda d: (d["shards"][0].update(samples=10**15, bytes=10**15), d.pop("total_samples"),
+                              d.pop("total_bytes")), "manifest.total_samples"),
+    "offsets": (lambda d: d["shards"][0].update(offsets=[0, 1]), "manifest.shards[0].offsets"),
+}
+
+
+@pytest.mark.parametrize("command", ["verify", "load", "check"])
+@pytest.mark.parametrize("edit", list(MANIFEST_EDITS))
+def test_manifest_fields_out_of_range_are_field_errors(edit, command, world, tmp_path, capsys):
+    import json
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(world / "ds", ds)
+    d = json.loads((ds / "manifest.json").read_text())
+    fn, field = MANIFEST_EDITS[edit]
+    fn(d)
+    (ds / "manifest.json").write_text(json.dumps(d))
+    before = {p.name: p.read_bytes() for p in ds.iterdir()}
+    argv = {"verify": ["verify", str(ds)], "load": ["load", str(ds), "--steps", "2"],
+            "check": ["check", "--dataset", str(ds), "--step-time", "10ms"]}[command]
+    t0 = time.monotonic()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and field in err and "Traceback" not in err, err
+    assert time.monotonic() - t0 < 5
+    assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
