@@ -182,24 +182,13 @@ def cache_dir() -> str:
     return d
 
 
-def detect_format(backend) -> str:
-    """The format of a dataset without a manifest (``iobench.index.detect_format``, the one rule
-    ``iobench index`` follows); ``files`` where no suffix decides."""
-    from .index import detect_format as by_suffix
-
-    try:
-        return by_suffix(backend)
-    except ConfigError:
-        return "files"
-
-
 def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
     """Index a dataset that has no manifest; the manifest goes to the cache directory, keyed by URL,
     and is reused while the dataset's file list and sizes are unchanged."""
-    from .index import IndexOptions, index_dataset
+    from .index import IndexOptions, detect_format, index_dataset
     from .manifest import Manifest
 
-    fmt = detect_format(backend)
+    fmt = detect_format(backend)   # a dataset of several formats is refused here, naming them
     listing = sorted((f, backend.fs.size(f)) for f in backend.fs.find(backend.root))
     key = hashlib.sha256(json.dumps([url, listing]).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), "manifests", f"{key}.json")
@@ -457,8 +446,7 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                              f"each read of {format_bytes(per_req_b)} took {format_seconds(per_req_s)}: more reads in "
                              "flight hide it (more workers, --read-ahead)")
         return Judgement("storage", "storage bandwidth",
-                         f"storage delivers {format_rate(cap)} in all: faster storage, a faster tier, or staging "
-                         "(more workers share the same bandwidth)")
+                         "faster storage, a faster tier, or staging; more workers share the same bandwidth")
     if r.delivered_bytes_per_s and cap and r.delivered_bytes_per_s < 0.9 * cap:
         return Judgement("storage", "hand-over",
                          "each batch's hand-over from its worker to the loop (pipe, wake-up, batch view) is the "

@@ -490,3 +490,38 @@ def contained_rel_path(rel: str) -> str:
     from .paths import contained_rel
 
     return contained_rel(rel, "dataset")
+
+
+def dataset_manifest(backend: Backend, only: tuple[str, ...] | None = None) -> Manifest:
+    """The manifest a dataset URL stands for (``resolve_dataset_url``): the root's own, or for a
+    brace range / one shard, those shards -- taken from the root's manifest where it lists them
+    all, else indexed now in memory (no checksums; nothing is written)."""
+    import dataclasses
+
+    from .manifest import read_manifest
+
+    if only is None:
+        return read_manifest(backend)
+    if backend.exists(MANIFEST_NAME):
+        full = read_manifest(backend)
+        by_path = {s.path: s for s in full.shards}
+        if all(p in by_path for p in only):
+            shards, first = [], 0
+            for p in only:
+                shards.append(dataclasses.replace(by_path[p], first_sample=first))
+                first += by_path[p].samples
+            return dataclasses.replace(full, shards=tuple(shards),
+                                       extra={**full.extra, "selected_from": backend.describe()["url"]})
+    return index_dataset(backend, IndexOptions(), only=only)
+
+
+def open_dataset(url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
+                 field_name: str = "dataset") -> tuple[Backend, Manifest]:
+    """(the backend at the dataset's root, its manifest) for any dataset URL: a root, a brace
+    range of shards or one shard (``resolve_dataset_url``, ``dataset_manifest``)."""
+    from .storage import open_backend
+
+    ref = resolve_dataset_url(url)
+    backend = open_backend(ref.root, endpoint_url=endpoint_url, storage_options=storage_options,
+                           field_name=field_name, check=True)
+    return backend, dataset_manifest(backend, ref.only)

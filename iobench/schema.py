@@ -173,8 +173,9 @@ class LoadMetrics:
 
 
 def is_load_metrics(metrics: Any) -> bool:
-    """True when ``metrics`` (a dict read from a file) has a load's shape."""
-    return isinstance(metrics, dict) and STALL_RATIO in metrics and INTERVALS in metrics and "steady_window" in metrics
+    """True when ``metrics`` (a dict read from a file) has every field of a ``LoadMetrics``."""
+    return isinstance(metrics, dict) and all(f.name in metrics for f in dataclasses.fields(LoadMetrics)
+                                             if f.name != "extra")
 
 
 def check_version(doc: dict, where: str = "results") -> None:

@@ -7,9 +7,12 @@ measures what a reader of an emulated parallel file system would see.
 
 Emulation adds time to real operations; it never makes them faster.  Each request (a
 ``cat``, an ``open``, each ``read`` on an opened file, a metadata call) first waits a
-latency drawn from the spec, then moves its bytes no faster than the bandwidth cap.  The
-cap is per wrapper instance (one per worker process in the loader), like a per-stream
-limit.
+latency drawn from the spec, then moves its bytes no faster than the bandwidth cap.  A
+wrapper instance enforces its own cap (one per worker process in the loader); ``bw:RATE``
+is the tier's aggregate, which the loader splits evenly over its W workers
+(``EmulationSpec.for_workers``: each reads at most RATE/W, so W busy workers together read
+at RATE, and more workers never read a bandwidth-bound tier faster); ``bw:RATE,per=worker``
+is a per-stream cap instead (W workers: up to W x RATE).
 
 Spec strings (``parse_emulation``) are terms joined by ``+``::
 
@@ -17,7 +20,8 @@ Spec strings (``parse_emulation``) are terms joined by ``+``::
     normal:mean=100ms,std=20ms       truncated at zero
     lognormal:p50=20ms,p99=500ms     the usual shape of storage tails
     spike:p=0.01,extra=2s            with probability p a request takes `extra` longer
-    bw:500MB                         bandwidth cap in bytes per second ("/s" optional)
+    bw:500MB                         the tier's bandwidth in bytes per second ("/s" optional), shared by all workers
+    bw:500MB/s,per=worker            a per-worker (per-stream) cap instead
     nvme | pfs | object              named profiles from the seed's tier table (PROFILES)
 
 e.g. ``pfs+spike:p=0.02,extra=300ms`` or ``const:150ms+bw:1GiB/s``.
@@ -55,7 +59,15 @@ class EmulationSpec:
     spike_p: float = 0.0
     spike_s: float = 0.0
     bandwidth_bytes_per_s: float | None = None
+    bandwidth_per_worker: bool = False    # bw:...,per=worker: each worker's cap, not the tier's aggregate
+    shared_by: int = 1                # for_workers(n): this instance's cap is the aggregate / n
     text: str = "none"                # the spec as the user gave it (or the profile name)
+
+    def for_workers(self, workers: int) -> "EmulationSpec":
+        """The spec one of ``workers`` processes enforces: an aggregate bandwidth split evenly."""
+        if not self.bandwidth_bytes_per_s or self.bandwidth_per_worker or workers <= 1 or self.shared_by > 1:
+            return self
+        return replace(self, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s / workers, shared_by=workers)
 
     @property
     def active(self) -> bool:
@@ -102,7 +114,9 @@ class EmulationSpec:
         if self.spike_p:
             d["spike_p"], d["spike_s"] = self.spike_p, self.spike_s
         if self.bandwidth_bytes_per_s:
-            d["bandwidth_bytes_per_s"] = self.bandwidth_bytes_per_s
+            d["bandwidth_bytes_per_s"] = self.bandwidth_bytes_per_s * self.shared_by
+            d["bandwidth_scope"] = "per worker" if self.bandwidth_per_worker else \
+                f"tier aggregate, shared by {self.shared_by} worker(s)"
         return d
 
 
@@ -195,8 +209,13 @@ def parse_emulation(spec: str) -> EmulationSpec:
             if not 0 <= prob <= 1:
                 raise ConfigError(_FIELD, f"{term!r}: p must be within 0..1", "give 0 <= p <= 1")
             out = replace(out, spike_p=prob, spike_s=_duration(p["extra"]))
-        else:  # bw: the rate vocabulary of iobench.io.ratelimit
-            out = replace(out, bandwidth_bytes_per_s=parse_rate(body, _FIELD))
+        else:  # bw: the rate vocabulary of iobench.io.ratelimit; ",per=worker" makes it a per-worker cap
+            rate, _, scope = body.partition(",")
+            if scope and scope.replace(" ", "") not in ("per=worker", "per=tier"):
+                raise ConfigError(_FIELD, f"{term!r}: unknown option {scope!r}",
+                                  "bw:RATE is the tier's aggregate; bw:RATE,per=worker caps each worker")
+            out = replace(out, bandwidth_bytes_per_s=parse_rate(rate, _FIELD),
+                          bandwidth_per_worker=scope.replace(" ", "") == "per=worker")
     return out
 
 

@@ -19,9 +19,8 @@ from iobench.cli import main
 from iobench.errors import ConfigError
 from iobench.formats.megatron import decode_index, encode_index
 from iobench.generate import GenSpec, generate, make_synth
-from iobench.index import IndexOptions, expand_braces, index_dataset, resolve_dataset_url
+from iobench.index import IndexOptions, expand_braces, index_dataset, open_dataset, resolve_dataset_url
 from iobench.loader.core import LoadConfig, run_load
-from iobench.manifest import read_manifest
 from iobench.storage import open_backend
 
 ACCESSES = ("map", "stream", "block")
@@ -44,7 +43,7 @@ def _delivered(url: str, access: str, workers: int = 1, batch_size: int = 4) -> 
             seen[i] = (r, lab)
         return batch
 
-    m = read_manifest(open_backend(url))
+    m = open_dataset(url)[1]
     run = run_load(LoadConfig(dataset=url, access=access, batch_size=min(batch_size, m.total_samples),
                               workers=workers, shuffle=True, shuffle_buffer=0, epochs=1, drop_last=False,
                               verify_checksums=False, monitor_interval_s=1.0), deliver=deliver)
@@ -435,3 +434,27 @@ def test_gen_arrow_is_save_to_disk_layout_pyarrow_reads(tmp_path, modality):
     generate(GenSpec.from_mapping({"format": "raw", "num_samples": 4, "seq_len": 8, "fsync": False}),
              str(tmp_path / "g"), progress=False)
     assert not (tmp_path / "g" / "state.json").exists() and not list((tmp_path / "g").glob("*.arrow"))
+
+
+def test_load_and_verify_take_a_brace_range_or_one_shard_with_no_manifest(tmp_path):
+    root = tmp_path / "wds"
+    root.mkdir()
+    want = {}
+    for k in range(4):
+        rows = [np.full(6, k * 10 + j, np.uint16) for j in range(3)]
+        _tar(root / f"train-{k:06d}.tar", [(f"k{k}_{j}.npy", _npy_bytes(r)) for j, r in enumerate(rows)])
+        want[k] = [r.tobytes() for r in rows]
+    pattern = str(root) + "/train-{000001..000002}.tar"
+    for access in ("map", "stream", "block"):         # indexed in memory: nothing written
+        got = _delivered(pattern, access, batch_size=2)
+        assert [got[i][0] for i in range(6)] == want[1] + want[2]
+    assert not (root / "manifest.json").exists()
+    got = _delivered(str(root / "train-000003.tar"), "map", batch_size=3)
+    assert [got[i][0] for i in range(3)] == want[3]
+    assert main(["verify", pattern]) == 0 and main(["verify", str(root / "train-000000.tar")]) == 0
+    assert main(["load", pattern, "-B", "2", "-W", "1"]) == 0
+    # with a manifest at the root, a range is that manifest's entries for those shards
+    assert main(["index", str(root), "--checksums"]) == 0
+    (root / "train-000002.tar").write_bytes((root / "train-000001.tar").read_bytes())   # same size, other bytes
+    assert main(["verify", str(root) + "/train-{000000..000001}.tar"]) == 0
+    assert main(["verify", pattern]) == 1            # the listed checksum catches the changed shard

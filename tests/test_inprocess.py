@@ -134,3 +134,12 @@ def test_memmap_on_memory_is_refused_with_the_fix(tmp_path):
                      vocab_size=100, fsync=False), url, progress=False)
     with pytest.raises(ConfigError, match="use --access map"):
         run_load(LoadConfig(dataset=url, access="memmap", batch_size=4, workers=0))
+
+
+@pytest.mark.parametrize("access", ["block", "memmap"])
+def test_w0_and_memmap_metrics_are_the_typed_load_schema(tok, access):
+    from iobench import schema
+
+    r = run_load(quiet_cfg(tok, 8, workers=0, access=access))
+    typed = schema.LoadMetrics.from_dict(r.metrics)
+    assert typed.access == access and typed.steps == SAMPLES // 8 and typed.queue_depth["slots"] == 1

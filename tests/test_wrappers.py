@@ -140,3 +140,23 @@ def test_unknown_s3_client_is_a_config_error():
     with pytest.raises(ConfigError) as e:
         LoadConfig(dataset="x", s3_client="boto")
     assert e.value.field == "load.s3_client"
+
+
+@pytest.mark.parametrize("spec,workers,each,scope", [
+    ("bw:100MB", 4, 25e6, "tier aggregate, shared by 4 worker(s)"),
+    ("bw:100MB/s", 1, 100e6, "tier aggregate, shared by 1 worker(s)"),
+    ("bw:100MB/s,per=worker", 4, 100e6, "per worker"),
+    ("const:5ms+bw:1GB,per=worker", 2, 1e9, "per worker"),
+    ("pfs", 8, 4e9 / 8, "tier aggregate, shared by 8 worker(s)"),
+])
+def test_bandwidth_is_the_tiers_aggregate_unless_named_per_worker(spec, workers, each, scope):
+    s = parse_emulation(spec).for_workers(workers)
+    assert s.bandwidth_bytes_per_s == pytest.approx(each)
+    assert s.describe()["bandwidth_scope"] == scope
+    assert s.describe()["bandwidth_bytes_per_s"] == pytest.approx(each if "per worker" == scope else each * workers)
+    assert s.for_workers(workers) == s          # splitting twice is splitting once
+
+
+def test_bandwidth_scope_typo_is_refused():
+    with pytest.raises(ConfigError):
+        parse_emulation("bw:100MB,per=wroker")

@@ -21,7 +21,9 @@ def register(sub) -> None:
                        description="Read a dataset through its manifest with a prefetching multi-worker loader, "
                                    "emulate the training step, and measure data stall, throughput and latency "
                                    "percentiles.  See README: Loader.")
-    p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
+    p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://), "
+                                                        "one shard file or a brace range of shards "
+                                                        "(train-{000000..000003}.tar: indexed now if unlisted)")
     p.add_argument("--access", metavar="map|stream|block|memmap|auto",
                    help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
                         "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy), memmap "
@@ -246,26 +248,22 @@ def run(args) -> int:
 
 def _tiers_source(args, cfg):
     from ..errors import ConfigError
-    from ..manifest import read_manifest
-    from ..storage import open_backend
+    from ..index import open_dataset
 
     try:
         from ..tiers import loader_source
     except ImportError as e:
         raise ConfigError("--tiers", f"storage tiers are not available in this build ({e})",
                           "drop --tiers, or install an iobench with iobench.tiers.loader_source") from None
-    backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
-    manifest = read_manifest(backend)
+    backend, manifest = open_dataset(cfg.dataset, endpoint_url=cfg.endpoint_url)
     return loader_source(args.tiers, args.staging or "ondemand", manifest, backend)
 
 
 def _check_dataset(cfg):
     """Run on every rank before the start barrier: this rank can open the dataset's manifest."""
-    from ..manifest import read_manifest
-    from ..storage import open_backend
+    from ..index import open_dataset
 
-    return read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset",
-                                      check=True))
+    return open_dataset(cfg.dataset, endpoint_url=cfg.endpoint_url)[1]
 
 
 def headline(m: dict) -> str:

@@ -257,18 +257,24 @@ def slots_for(access: str, workers: int, prefetch: int) -> int:
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver) -> _Setup:
     from ..io.pagecache import set_cache_state
-    from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
     from .delivery import get_delivery
     from ..io.retry import RetryPolicy
     from .source import backend_source
 
+    from dataclasses import replace
+
+    from ..index import dataset_manifest, resolve_dataset_url
+
     warnings: list[str] = []
+    ref = resolve_dataset_url(cfg.dataset)     # a brace range or one shard: those files, under their directory
+    if ref.only is not None:
+        cfg = replace(cfg, dataset=ref.root)
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
                            field_name="dataset", check=True)
     if manifest is None:
-        manifest = read_manifest(backend)
+        manifest = dataset_manifest(backend, ref.only)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
     check_against_dataset(cfg, manifest, world)
@@ -291,7 +297,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
         source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
-                                emulation=cfg.emulate, seed=cfg.seed,
+                                # the tier's bandwidth is shared by the workers (iobench.wrappers)
+                                emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers), seed=cfg.seed,
                                 block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
                                 concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                 retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
@@ -311,7 +318,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if cfg.odirect and not synthetic:
         _check_odirect(backend, source, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
-                  deliver=deliver, cache_state=cache_state, emulation=resolve_emulation(cfg.emulate),
+                  deliver=deliver, cache_state=cache_state,
+                  emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers),
                   slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
                   slots=slots_for(schedule.access, cfg.workers, cfg.prefetch), warnings=warnings)
 

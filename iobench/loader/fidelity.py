@@ -51,7 +51,8 @@ def storage_spec(kind: str, batch_io_s: float, requests_per_batch: int, request_
     if kind == "spike":
         return f"const:{ms(per * 0.7)}+spike:p=0.15,extra={ms(per * 2)}"
     if kind == "bw":
-        return f"bw:{max(1, int(request_bytes / per))}"
+        # per worker: the model (planner.loader_sim.draw_io) gives each worker this cap of its own
+        return f"bw:{max(1, int(request_bytes / per))},per=worker"
     raise ValueError(f"unknown storage kind {kind!r}")
 
 

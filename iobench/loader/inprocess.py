@@ -62,53 +62,65 @@ class _OneSlot:
 
 
 class _StepOnSend:
-    """The emitter's connection: batch ``k`` "sent" is step ``k`` run, and recorded in ``rec``."""
+    """The emitter's connection: batch ``k`` "sent" is step ``k`` run, and recorded in ``rec``.
+
+    Each step logs one tuple (the hot path: one append, where ``rec`` has sixteen lists); the
+    tuples are spread into ``rec`` at the end, and before each look of a stop rule, which reads it."""
 
     def __init__(self, st, rec, pool: _OneSlot, stop: threading.Event, stop_rule, bar) -> None:
+        from .slots import batch_from_meta
+
         self.st, self.rec, self.pool, self.stop, self.stop_rule, self.bar = st, rec, pool, stop, stop_rule, bar
         self.total = st.schedule.total
         self.t_prev = 0   # when the previous step ended (the clock's start for step 0)
+        self.log: list[tuple] = []
+        self._build, self._deliver, self._compute = batch_from_meta, st.deliver, st.compute
 
     def batch(self, meta: dict, hold: bool = False) -> None:
-        from .slots import batch_from_meta
-
-        st, rec = self.st, self.rec
         k = meta["k"]
-        batch = st.deliver(batch_from_meta(meta, self.pool))
+        batch = self._deliver(self._build(meta, self.pool))
         t1 = now_ns()
         try:
-            c = st.compute(batch, k, idle=None)
+            c = self._compute(batch, k, idle=None)
         except Exception as e:
-            if st.cfg.compute_mode != "callback":
+            if self.st.cfg.compute_mode != "callback":
                 raise
-            raise IobenchError(f"--compute-fn {st.cfg.compute_fn} failed at step {k}: "
+            raise IobenchError(f"--compute-fn {self.st.cfg.compute_fn} failed at step {k}: "
                                f"{type(e).__name__}: {e}") from e
         del batch
         t2 = now_ns()
-        t0 = self.t_prev
+        self.log.append((self.t_prev, t1, t2, c, meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
+                         meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"]))
         self.t_prev = t2
-        rec.waits.append((t1 - t0) / 1e9)
-        rec.computes.append(c)
-        rec.steps_s.append((t2 - t0) / 1e9)
-        rec.t_step.append((t0 - rec.t_start) / 1e9)
-        rec.depths.append(1)   # the batch in hand is the only one there is
-        rec.batch_bytes.append(meta["nbytes"])
-        rec.lens.append(meta["n"])
-        rec.io_s.append(meta.get("io_s", 0.0))
-        rec.prep_s.append(meta.get("prep_s", 0.0))
-        rec.fill_s.append(meta.get("fill_s", 0.0))
-        rec.requests.append(meta.get("requests", 0))
-        rec.worker.append(0)
-        rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9)
-        rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
-        rec.handoff_s.append(max(0.0, (t1 - meta["ready_ns"]) / 1e9))   # delivery only: nothing is handed over
         if self.bar is not None:
             self.bar[0].update(self.bar[1], advance=1)
         if self.stop_rule is not None and k + 1 < self.total:
-            why = self.stop_rule(rec, (now_ns() - rec.t_start) / 1e9)
+            self.spread()
+            why = self.stop_rule(self.rec, (now_ns() - self.rec.t_start) / 1e9)
             if why:
-                rec.stopped_early = why
+                self.rec.stopped_early = why
                 self.stop.set()   # the producer's next gate or slot raises worker._Stopped
+
+    def spread(self) -> None:
+        """The logged steps into ``rec``'s per-step lists (what ``core._metrics`` reads)."""
+        rec, ts = self.rec, self.rec.t_start
+        for t0, t1, t2, c, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns in self.log:
+            rec.waits.append((t1 - t0) / 1e9)
+            rec.computes.append(c)
+            rec.steps_s.append((t2 - t0) / 1e9)
+            rec.t_step.append((t0 - ts) / 1e9)
+            rec.depths.append(1)   # the batch in hand is the only one there is
+            rec.batch_bytes.append(nbytes)
+            rec.lens.append(n)
+            rec.io_s.append(io_s)
+            rec.prep_s.append(prep_s)
+            rec.fill_s.append(fill_s)
+            rec.requests.append(requests)
+            rec.worker.append(0)
+            rec.ready_s.append((ready_ns - ts) / 1e9)
+            rec.start_s.append((start_ns - ts) / 1e9 if start_ns else None)
+            rec.handoff_s.append(max(0.0, (t1 - ready_ns) / 1e9))   # delivery only: nothing is handed over
+        self.log.clear()
 
     def flush(self) -> None:
         pass
@@ -154,6 +166,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
         rec.t_start = conn.t_prev = now_ns()
         produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
         rec.t_end = now_ns()
+        conn.spread()
         rec.system = monitor.stop()
     finally:
         if bar is not None:

@@ -176,7 +176,7 @@ def _doc_section(i: int, name: str, doc: dict, plots: bool = True) -> str:
     parts.append(_gds_tables(doc.get("environment") or {}))
     if plots:
         try:
-            figs = figures(doc)
+            figs = figures(doc, name)
         except Exception as e:  # noqa: BLE001 - one odd results file must not cost the whole report
             figs = []
             parts.append(f'<p class="warn">⚠ plots for this file failed: {esc(type(e).__name__)}: {esc(e)}</p>')
@@ -257,14 +257,15 @@ def group_tables(docs: list[tuple[str, dict]], per_group: int = 3) -> list[tuple
     return out
 
 
-def _group_overview(docs: list[tuple[str, dict]]) -> str:
+def _group_overview(docs: list[tuple[str, dict]], plots: bool = True) -> str:
     from .figures import group_figures
 
     parts = []
     for cmd, members, headers, rows in group_tables(docs):
         parts.append(f"<h2>{esc(cmd)}: {len(members)} results files</h2>"
                      + _table(headers, rows, set(range(1, len(headers) - 1))))
-        parts.extend(_img(f) for f in group_figures(cmd, members))
+        if plots:
+            parts.extend(_img(f) for f in group_figures(cmd, members))
     return "\n".join(parts)
 
 
@@ -362,7 +363,7 @@ def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[st
 
 
 def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
-           generated_at: str = "") -> str:
+           generated_at: str = "", plots: bool = True) -> str:
     """Verdict, headline table, checks and contents first; every long section collapsed below."""
     text, bad = verdict(docs, checks)
     body = [f"<h1>{esc(title)}</h1>",
@@ -400,13 +401,16 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
     toc = "".join(f'<li><a href="#r{i}">{esc(d.get("command", "?"))}: {esc(n)}</a></li>' for i, (n, d) in enumerate(docs))
     body.append(f"<h2>Contents</h2><details{' open' if len(docs) <= 8 else ''}><summary>{len(docs)} results "
                 f"file(s), each in a collapsed section below</summary><ol>{toc}</ol></details>")
-    overview = _group_overview(docs)
+    if not plots:
+        body.append('<p class="warn">No plots: matplotlib is not installed (pip install \'iobench[report]\'); '
+                    "the tables below hold every number.</p>")
+    overview = _group_overview(docs, plots)
     if overview:
         body.append(f'<details class="section"><summary>Overview by command</summary>{overview}</details>')
     keep = plotted(docs)
     for i, (name, doc) in enumerate(docs):
         body.append(f'<details class="section" id="r{i}"><summary>{esc(doc.get("command", "?"))}: {esc(name)}'
-                    f'</summary>{_doc_section(i, name, doc, plots=i in keep)}</details>')
+                    f'</summary>{_doc_section(i, name, doc, plots=plots and i in keep)}</details>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
