@@ -33,7 +33,7 @@ from .io.checksum import DATASET_ALGOS, ChecksumWriter
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
-from .units import parse_size
+from .units import format_bytes, parse_size
 
 CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
@@ -429,6 +429,40 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     return previous
 
 
+def least_bytes(spec: GenSpec) -> int:
+    """A lower bound of the dataset's size: the payload alone (tokens, records), or a JPEG at 1/50 of
+    its pixels' bytes (images) -- no format, header or index counted."""
+    if spec.modality == "tokens":
+        import numpy as np
+
+        return spec.num_samples * spec.seq_len * np.dtype(spec.dtype).itemsize
+    if spec.modality == "records":
+        return spec.num_samples * max(1, round(spec.record_bytes * spec.scale))
+    return spec.num_samples * spec.image_width * spec.image_height * 3 // 50
+
+
+def check_space(spec: GenSpec, backend: Backend) -> None:
+    """Refuse, before writing anything, a local dataset that cannot fit the file system's free space
+    (``--num-samples 1e11`` started writing 400 TB)."""
+    import os
+    import shutil
+
+    if not backend.is_local:
+        return
+    where = backend.base.root
+    while where and not os.path.exists(where):
+        where = os.path.dirname(where.rstrip("/")) or "."
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = least_bytes(spec)
+    if need > free:
+        raise ConfigError("--num-samples", f"{spec.num_samples} samples need at least {format_bytes(need)}, "
+                          f"and {where} has {format_bytes(free)} free",
+                          "generate fewer samples, or give --out on a file system with room")
+
+
 def _remove_temp_files(backend: Backend, rels) -> int:
     """Local only: temp files (``iobench.io.atomic``'s names) that a killed writer left
     beside ``rels``."""
@@ -596,6 +630,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     fmt = get_format(spec.format)   # missing optional package -> exit 2 with an install hint
     backend = open_backend(out_url, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="--out", check=True)
+    check_space(spec, backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
     if world is not None and world.size > 1:

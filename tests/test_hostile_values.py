@@ -150,6 +150,7 @@ def _base(cmd: str, w: Path) -> list[str]:
         "gds bench": ["gds", "bench", ds + "/manifest.json"],
         "mlperf run": ["mlperf", "run", ds],
         "probe file": ["probe", "file", str(w / "probe")],
+        "smoke": ["smoke", "--bucket", "iobench", "--endpoint-url", "http://127.0.0.1:1"],
         "probe s3": ["probe", "s3", "s3://iobench/probe", "--endpoint-url", "http://127.0.0.1:1"],
     }[cmd]
 
@@ -189,6 +190,7 @@ def test_every_text_flag_has_a_base_command(world):
     (["check", "--step-time", "180", "X"], "--step-time"),
     (["load", "DS", "--compute", "999999999h"], "--compute"),
     (["load", "DS", "--emulate", "const:999999h"], "--emulate"),
+    (["gen", "--num-samples", "1e11", "--out", "X"], "--num-samples"),   # 372 TiB: more than the disk holds
 ])
 def test_the_reported_cases(argv, field, world, capsys):
     argv = [str(world / "ds") if a == "DS" else str(world / a) if a in ("L", "D", "X") else a for a in argv]
