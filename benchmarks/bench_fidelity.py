@@ -276,7 +276,7 @@ def _pread_proc(paths, files, offs, length, bar, q) -> None:
 
 def map_worker_reads(man, batch: int, seed: int, steps: int, workers: int, first: int, length: int) -> list:
     """The (shard index, offset) of every record read by each of iobench's map workers, in its
-    order: the seed's sample order (``delivery_order``), batch k to worker k % W, each batch's
+    order: the domain models' sample order (``delivery_order``), batch k to worker k % W, each batch's
     reads grouped by shard as ``LocalFileSource.read_records`` makes them."""
     import numpy as np
 

@@ -323,7 +323,7 @@ def _target_layout(spec: StateSpec, ranks: int | None, tp, pp, dp) -> StateSpec:
 
 
 def seed_exposure_scenario(root: str, time_scale: float = 0.1, fsync: bool = False) -> dict:
-    """The seed's async-commit timeline (G73) replayed on real saves with an emulated durable tier.
+    """The domain models' async-commit timeline (G73) replayed on real saves with an emulated durable tier.
 
     Seed: 112 GB snapshots at t = 20 s and 40 s, committed at 7 or 20 GB/s, failure at 50 s.
     Scaled: time × ``time_scale``; bytes × time_scale/1000 (bandwidth /1000), so 11.2 MB at

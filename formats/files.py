@@ -1,4 +1,4 @@
-"""`files`: one file per sample — the small-file baseline the seed warns about.
+"""`files`: one file per sample — the small-file baseline the domain models warn about.
 
 Every "shard" holds exactly one sample, so a dataset of N samples is N files and N
 manifest entries: each read costs an open (a metadata operation) for one sample's bytes.

@@ -31,8 +31,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
+    from .guard import declare, out_file
+
     p.add_argument("--json", metavar="PATH",
                    help="write the results (schema in README) to this file; '-': to stdout (the text goes to stderr)")
+    declare(p, out_file("json", "--json"))
 
 
 def add_progress_flag(p: argparse.ArgumentParser) -> None:
@@ -232,11 +235,13 @@ def _main(argv: list[str] | None) -> int:
         os.environ["COLUMNS"] = "200"
     json_to_stdout = getattr(args, "json", None) == "-"
     try:
+        from . import guard
         from .bounds import check_flags
         from .preflight import check_args
 
         check_flags(parser, args)   # every numeric flag within its bound (iobench.bounds), before any work
-        check_args(args)   # refuse before work: output/input paths of the shared flags
+        check_args(args)   # refuse before work: every declared path can be used as what it is
+        guard.check(args)  # ... and no output lands on an input, a foreign file or an overlapping root
         with contextlib.ExitStack() as stack:
             if json_to_stdout:
                 # `--json -`: the results document is the only thing on stdout; every other line goes to stderr

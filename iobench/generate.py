@@ -20,6 +20,7 @@ old manifest listed are deleted.  Nothing that no iobench manifest listed is eve
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing as mp
 import queue as queue_mod
 import re
@@ -388,6 +389,84 @@ def manifest_files(manifest: Manifest) -> set[str]:
     return {p for p in files if _safe_rel(p)}
 
 
+GENERATOR = "iobench.generate"
+
+
+def _generated_manifest(path: str) -> bool | None:
+    """Whether the local ``manifest.json`` at ``path`` was written by ``iobench gen`` (None: absent)."""
+    import os
+
+    from .io.inputs import read_bytes
+    from .manifest import MAX_MANIFEST_BYTES
+
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = json.loads(read_bytes(path, "--out", MAX_MANIFEST_BYTES))
+    except (ValueError, ConfigError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("extra"), dict) and \
+        data["extra"].get("generator") == GENERATOR
+
+
+def foreign_dataset_dir(path: str) -> str | None:
+    """Why ``gen`` may not write into the local directory ``path`` without ``--force``, or None
+    when it may: absent, empty, holding a dataset ``iobench gen`` made, or only what an
+    interrupted ``gen`` left (its temp files, its superseded record)."""
+    import os
+
+    from .io.atomic import final_name_of
+
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return None   # absent, or not a directory: the kind checks say so
+    made = _generated_manifest(os.path.join(path, MANIFEST_NAME))
+    if made:
+        return None
+    if made is False:
+        return f"holds a {MANIFEST_NAME} that `iobench gen` did not write"
+    if SUPERSEDED_NAME in entries:
+        return None   # a regeneration killed after it withdrew the manifest: the record names gen's files
+    others = [e for e in entries if final_name_of(e) is None]
+    if not others:
+        return None
+    return (f"is not empty ({len(others)} entr{'y' if len(others) == 1 else 'ies'}, e.g. {others[0]!r}) and holds "
+            "no dataset iobench generated")
+
+
+def refuse_overwriting(backend: Backend, plans, force: bool, field: str = "--out") -> None:
+    """``gen`` writes only over its own files: without ``force`` into no directory that holds
+    others' (``foreign_dataset_dir``); with it, still never onto a name that no ``iobench gen``
+    manifest (or superseded record) lists.  Local targets only (listing a bucket is not free)."""
+    import os
+
+    if not backend.is_local or not os.path.isdir(backend.root):
+        return
+    why = foreign_dataset_dir(backend.root)
+    if why and not force:
+        raise ConfigError(field, f"{backend.url} {why}", "give an empty or new directory, or add --force to "
+                          "write beside those files: none of them is ever overwritten")
+    owned = _read_superseded(backend) | {MANIFEST_NAME, SUPERSEDED_NAME}
+    if _generated_manifest(backend.path(MANIFEST_NAME)):
+        try:
+            owned |= manifest_files(read_manifest(backend))
+        except ConfigError:   # a damaged manifest of ours: the names in it that stay inside are ours
+            from .io.inputs import read_json
+
+            data = read_json(backend.path(MANIFEST_NAME), "--out")
+            shards = data.get("shards")
+            for sh in shards if isinstance(shards, list) else []:
+                if isinstance(sh, dict):
+                    owned |= {v for k in ("path", "index_path") if isinstance(v := sh.get(k), str) and _safe_rel(v)}
+    elif os.path.lexists(backend.path(MANIFEST_NAME)):
+        owned.discard(MANIFEST_NAME)
+    for rel in [MANIFEST_NAME] + [n for p in plans for n in (p.path, p.path + ".index")]:
+        if rel not in owned and os.path.lexists(backend.path(rel)):
+            raise ConfigError(field, f"{backend.path(rel)} exists and was not written by `iobench gen`: "
+                              "generating here would overwrite it", "give an empty or new directory")
+
+
 def _read_superseded(backend: Backend) -> set[str]:
     import json
 
@@ -414,7 +493,9 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     previous = _read_superseded(backend)   # an earlier regeneration that never finished
     if backend.exists(MANIFEST_NAME):
         try:
-            previous |= manifest_files(read_manifest(backend))
+            m = read_manifest(backend)
+            if m.extra.get("generator") == GENERATOR:   # an `index` manifest lists the user's own files
+                previous |= manifest_files(m)
         except ConfigError:
             pass   # malformed or from a newer iobench: withdraw it, but delete nothing it may name
     if previous:
@@ -616,14 +697,16 @@ def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[st
 
 
 def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-             progress: bool = True, stats: dict | None = None, world=None) -> Manifest | None:
+             progress: bool = True, stats: dict | None = None, world=None, force: bool = False) -> Manifest | None:
     """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
 
     ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
     With an MPI ``world`` (iobench.dist) of several ranks, each rank writes a disjoint,
     contiguous range of shards, and rank 0 publishes the manifest only after every rank has
     reported its shards durable; the manifest is returned on rank 0 only.  The dataset is
-    byte-identical to a single-process run of the same spec.
+    byte-identical to a single-process run of the same spec.  Only files ``iobench gen`` wrote
+    are ever overwritten or deleted (``refuse_overwriting``; ``force`` allows writing beside
+    others' files, never over them).
     """
     from .formats import get_format
 
@@ -633,6 +716,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     check_space(spec, backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    refuse_overwriting(backend, plans, force)
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
@@ -697,7 +781,7 @@ def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) ->
     manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
                         seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
                         extra={"compression_scope": fmt.scope(spec.modality) if spec.compression != "none" else None,
-                               "checksum": spec.checksum, "generator": "iobench.generate",
+                               "checksum": spec.checksum, "generator": GENERATOR,
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     if fmt.dataset_files is not None:
         # the format's dataset-level files (HF save_to_disk's state.json), durable before the manifest

@@ -218,39 +218,12 @@ MAX_MANIFEST_BYTES = 1 << 30   # 1 GiB: millions of shards; anything bigger is n
 
 
 def _read_local_regular(path: str, url: str) -> bytes:
-    """Bytes of a local manifest, opened without blocking and only if it is a regular file.
+    """Bytes of a local manifest through the one input reader (``iobench.io.inputs``): opened
+    without blocking, only if it is a regular file, at most ``MAX_MANIFEST_BYTES``.  A FIFO at
+    ``manifest.json`` would otherwise block ``open`` forever.  FileNotFoundError passes through."""
+    from .io.inputs import read_regular
 
-    A FIFO, device or socket at ``manifest.json`` would block ``open``/``read`` forever;
-    ``O_NONBLOCK`` makes the open return at once and ``fstat`` refuses anything not regular."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    except IsADirectoryError:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is a directory", _REGEN) from None
-    except PermissionError:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is not readable (permission denied)",
-                          "fix its permissions or run as a user who may read it") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (FIFO, device or socket)"
-            raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is {kind}", _REGEN)
-        if st.st_size > MAX_MANIFEST_BYTES:
-            raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is {st.st_size} bytes, too big for a manifest",
-                              _REGEN)
-        chunks, left = [], st.st_size + 1
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        return b"".join(chunks)
-    except IsADirectoryError:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is a directory", _REGEN) from None
-    finally:
-        os.close(fd)
+    return read_regular(path, "dataset", MAX_MANIFEST_BYTES, _REGEN, "manifest")
 
 
 def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
@@ -290,8 +263,24 @@ def read_manifest(backend: Backend) -> Manifest:
 
 
 def check_manifest_inside(root: str, manifest: Manifest) -> None:
-    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``."""
+    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``, or
+    are not regular files: a FIFO in place of a shard would block every reader's ``open`` (the
+    loader's workers, the page-cache probe, a stage copy) forever.  A missing file passes here:
+    ``verify`` reports it as missing."""
     for i, s in enumerate(manifest.shards):
-        check_inside(root, s.path, f"manifest.shards[{i}].path")
+        _check_data_file(check_inside(root, s.path, f"manifest.shards[{i}].path"), f"manifest.shards[{i}].path")
         if s.index_path:
-            check_inside(root, s.index_path, f"manifest.shards[{i}].index_path")
+            _check_data_file(check_inside(root, s.index_path, f"manifest.shards[{i}].index_path"),
+                             f"manifest.shards[{i}].index_path")
+
+
+def _check_data_file(full: str, field: str) -> None:
+    try:
+        st = os.stat(full)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        from .io.inputs import kind_of
+
+        raise ConfigError(field, f"{full} is {kind_of(st.st_mode)}, not a data file",
+                          "replace it with the file the manifest names, or regenerate the dataset")

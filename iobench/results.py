@@ -232,12 +232,9 @@ def read_results(path: str | os.PathLike) -> dict:
     from .errors import ConfigError
     from .schema import check_version
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError("results", f"{path} does not exist", "give the path of a results JSON file") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError("results", f"{path} is not JSON ({e})", "give a file written with --json") from e
+    from .io.inputs import read_json
+
+    data = read_json(path, "results", what="results file written with --json")
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
     check_version(data, where=f"results {path}")

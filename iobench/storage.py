@@ -231,6 +231,8 @@ class Backend:
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
+        if self.is_local:
+            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_buffer(self, rel: str, start: int, end: int):
@@ -239,6 +241,8 @@ class Backend:
         shard read in one GET is parsed where it landed)."""
         if self.reader is not None:
             return self.reader.get_range(self.path(rel), start, end)
+        if self.is_local:
+            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
@@ -250,7 +254,9 @@ class Backend:
         """
         out = memoryview(out).cast("B")[:end - start]
         if self.is_local:
-            fd = os.open(self.path(rel), os.O_RDONLY)
+            from .io.inputs import open_regular
+
+            fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
             try:
                 got = 0
                 while got < len(out):
@@ -270,6 +276,8 @@ class Backend:
         return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        if self.is_local and "r" in mode:
+            _require_regular(self.path(rel))
         return self.fs.open(self.path(rel), mode, **kw)
 
     def memory_buffer(self, rel: str) -> memoryview:
@@ -376,6 +384,16 @@ def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
         raise ConfigError(field, f"{shown!r} names no host", fix)
 
 
+_NOT_A_FILE_FIX = "replace it with a regular file"
+
+
+def _require_regular(path: str) -> None:
+    """Local reads open only regular files: fsspec's ``open`` of a FIFO blocks forever."""
+    from .io.inputs import require_regular
+
+    require_regular(path, "path", _NOT_A_FILE_FIX)
+
+
 def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,
                client_attempts: int | None = None) -> dict:
     """s3fs options from flags, then the standard AWS_* environment variables."""
@@ -440,7 +458,7 @@ class ObstoreReader:
         import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
 
         ck = opts.get("client_kwargs", {})
-        self._config = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
+        self._config: Any = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
                                           ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
                                           ("session_token", opts.get("token"))) if v}
         self._stores: dict = {}
@@ -479,7 +497,7 @@ class ObstoreReader:
 
         try:
             if end is None:   # to the end of the object (fsspec's meaning of end=None)
-                opts = {"range": {"offset": start}} if start else None
+                opts: Any = {"range": {"offset": start}} if start else None
                 return obstore.get(self.store(bucket), key, options=opts).bytes()
             return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
         # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows

@@ -143,3 +143,13 @@ def test_w0_and_memmap_metrics_are_the_typed_load_schema(tok, access):
     r = run_load(quiet_cfg(tok, 8, workers=0, access=access))
     typed = schema.LoadMetrics.from_dict(r.metrics)
     assert typed.access == access and typed.steps == SAMPLES // 8 and typed.queue_depth["slots"] == 1
+
+
+def test_w0_until_stable_stops_the_producer_where_the_rule_says(tok):
+    # the stop rule reads the record while the consumer produces: it must see every step so far,
+    # and stopping must end the producer at the next batch (no step after the one that stopped it)
+    r = run_load(quiet_cfg(tok, 4, workers=0, until_stable=True, min_steps=10, max_time_s=0.4, compute="5ms"))
+    m = r.metrics
+    assert m["stopped_early"] is not None and m["steps"] < m["steps_planned"]
+    assert len(m["series"]["wait_s"]) == m["steps"] == m["per_worker"][0]["batches"]
+    assert m["samples"] == 4 * m["steps"]

@@ -52,6 +52,10 @@ def register(sub) -> None:
     add_json_flag(p)
     add_progress_flag(p)
     add_set_flag(p)   # --set ckpt.KEY=VALUE: any CkptConfig field (e.g. ckpt.keep_every=10), after the flags
+    from .. import guard
+
+    guard.declare(p, guard.root("local", "--local"), guard.root("durable", "--durable"),
+                  guard.not_a_path("read_path", "--read-path"))
     p.set_defaults(func=run)
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_json_flag
     from .report import add_threshold_flags
 
@@ -16,6 +17,8 @@ def register(sub) -> None:
                    help="compare runs whose dataset format, access, cache or step time differ (refused otherwise)")
     add_threshold_flags(p)
     add_json_flag(p)
+    guard.declare(p, guard.in_file("a", "A.json"), guard.in_file("b", "B.json"),
+                  guard.out_file("markdown", "--markdown", owner="markdown"))
     p.set_defaults(func=run)
 
 

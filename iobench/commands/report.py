@@ -24,6 +24,8 @@ def threshold_limits(args) -> dict:
 
 
 def register(sub) -> None:
+    from .. import guard
+
     p = sub.add_parser("report", help="render results files as one self-contained HTML page and a Markdown summary")
     p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files (any iobench command)")
     p.add_argument("-o", "--out", default="reports/latest", metavar="DIR", help="output directory")
@@ -33,6 +35,7 @@ def register(sub) -> None:
     p.add_argument("--no-plots", dest="plots", action="store_const", const=False, default=None,
                    help="no plots (the default without matplotlib: pip install 'iobench[report]' adds them)")
     add_threshold_flags(p)
+    guard.declare(p, guard.in_file("results", "RESULTS.json"), guard.out_dir("out", "--out", owner="report"))
     p.set_defaults(func=run)
 
 

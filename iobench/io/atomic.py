@@ -1,7 +1,7 @@
 """Atomic publication of local files: temp name, fsync, rename, fsync of the directory.
 
 Nothing half-written is ever visible under the final name.  Tests prove the syncs happen
-(measurement rule 6) by wrapping ``os.fsync`` and counting.
+(measurement rule 6, "fsync means fsync", docs/design.md) by wrapping ``os.fsync`` and counting.
 
 This module owns the temp-name convention (``.<final name>.<host>-<pid>-<start>-<random>.tmp``
 beside the final file: the writer's host, process id and process start time, so that a later run

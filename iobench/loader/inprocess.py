@@ -55,7 +55,7 @@ class _OneSlot:
         return 0   # never more than the step's own batch: the emitter never holds one back
 
     def buf(self, s: int) -> memoryview:
-        return memoryview(self._u8)
+        return self._u8.data
 
     def u8(self, s: int) -> np.ndarray:
         return self._u8

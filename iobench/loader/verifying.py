@@ -93,7 +93,7 @@ class VerifyingSource(ShardSource):
         return {"inner": self.inner}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["inner"])
+        VerifyingSource.__init__(self, state["inner"])
 
     def _check(self, shard, data) -> None:
         if algo_of(shard.checksum) == "none":
@@ -193,7 +193,7 @@ def check_sizes(backend, shards) -> None:
 
 def merge_verify(per_worker_sources: list[dict]) -> dict | None:
     """``metrics.verify_checksums`` from the workers' source stats; None when verification was off."""
-    parts = [s.get("verify") for s in per_worker_sources if s.get("verify") is not None]
+    parts: list[dict] = [s["verify"] for s in per_worker_sources if s.get("verify") is not None]
     if not parts:
         return None
     shards = sum(p["shards"] for p in parts)

@@ -1,7 +1,7 @@
 """`iobench probe smallfiles`: the same N samples as one file each and as a few shards.
 
 The probe generates one dataset per format from the same seed (so the samples are the
-same bytes: ``files`` = one file per sample, the baseline the seed warns about; ``tar`` and
+same bytes: ``files`` = one file per sample, the baseline the domain models warn about; ``tar`` and
 ``raw`` = shards), then reads each back cold with W workers in shuffled shard order,
 through the loader's shard source (``iobench.loader.source.BackendSource``, which counts
 bytes at the backend) and the format's reader.  Reported per format: samples/s, bytes/s,

@@ -411,6 +411,6 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
     for i, (name, doc) in enumerate(docs):
         body.append(f'<details class="section" id="r{i}"><summary>{esc(doc.get("command", "?"))}: {esc(name)}'
                     f'</summary>{_doc_section(i, name, doc, plots=plots and i in keep)}</details>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"generator\" content=\"iobench\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 # Planner inputs the suite cannot measure; a cluster config may override them under `planner:`.
 DEFAULT_ASSUMPTIONS = {
-    "job_mtbf": "7.9h",          # the seed's 1,024-accelerator job (per-accelerator MTBF ≈ 337 days)
+    "job_mtbf": "7.9h",          # the domain models' 1,024-accelerator job (per-accelerator MTBF ≈ 337 days)
     "accelerators": 8,           # one node, for the bandwidth plan
 }
 
