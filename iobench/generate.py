@@ -405,8 +405,16 @@ def _generated_manifest(path: str) -> bool | None:
         data = json.loads(read_bytes(path, "--out", MAX_MANIFEST_BYTES))
     except (ValueError, ConfigError):
         return False
-    return isinstance(data, dict) and isinstance(data.get("extra"), dict) and \
-        data["extra"].get("generator") == GENERATOR
+    if not isinstance(data, dict) or not isinstance(data.get("extra"), dict):
+        return False
+    extra, spec = data["extra"], data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    if extra.get("generator") == GENERATOR:
+        return True
+    # Written before the generator mark: an iobench manifest (format, modality, shards) that
+    # `iobench index` did not make (it marks extra.indexed and spec.indexed_from).
+    return (not extra.get("generator") and not extra.get("indexed") and "indexed_from" not in spec
+            and isinstance(data.get("shards"), list) and isinstance(data.get("format"), str)
+            and isinstance(data.get("modality"), str) and "seed" in data)
 
 
 def foreign_dataset_dir(path: str) -> str | None:
@@ -494,7 +502,11 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     if backend.exists(MANIFEST_NAME):
         try:
             m = read_manifest(backend)
-            if m.extra.get("generator") == GENERATOR:   # an `index` manifest lists the user's own files
+            if backend.is_local:
+                ours = bool(_generated_manifest(backend.path(MANIFEST_NAME)))
+            else:
+                ours = m.extra.get("generator") == GENERATOR or not m.extra.get("indexed")
+            if ours:   # an `index` manifest lists the user's own files: never deleted as "stale"
                 previous |= manifest_files(m)
         except ConfigError:
             pass   # malformed or from a newer iobench: withdraw it, but delete nothing it may name

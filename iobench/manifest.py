@@ -50,9 +50,8 @@ class ShardEntry:
             if key not in d:
                 raise ConfigError(f"{field}.{key}", "is missing", _REGEN)
         offs = d.get("offsets")
-        if offs is not None:
-            if not isinstance(offs, list) or not all(_is_count(o) for o in offs):
-                raise ConfigError(f"{field}.offsets", "must be a list of byte offsets (integers >= 0)", _REGEN)
+        if offs is not None and (not isinstance(offs, list) or not all(_is_count(o) for o in offs)):
+            raise ConfigError(f"{field}.offsets", "must be a list of byte offsets (integers >= 0)", _REGEN)
         index_path = d.get("index_path")
         if not isinstance(d["checksum"], str) or ":" not in d["checksum"]:
             raise ConfigError(f"{field}.checksum", f"{d['checksum']!r} is not '<algo>:<hex>'", _REGEN)

@@ -468,7 +468,7 @@ class ObstoreReader:
 
     def store(self, bucket: str):
         global _OBSTORE_PID
-        if _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+        if _OBSTORE_PID is not None and os.getpid() != _OBSTORE_PID:
             # obstore's Rust runtime does not survive fork(): its threads are gone in the child.
             raise ConfigError("s3 client", "obstore was used in a parent process before this one was forked",
                               "use --s3-client s3fs or the spawn/forkserver start method")
@@ -526,7 +526,7 @@ def _s3_reader(client: str, opts: dict, field_name: str):
         if client == "auto":
             return None
         raise MissingDependencyError("s3 client obstore", "obstore", extra="s3fast") from e
-    if client == "auto" and _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+    if client == "auto" and _OBSTORE_PID is not None and os.getpid() != _OBSTORE_PID:
         return None   # forked from a process that ran obstore: its runtime would hang here
     return ObstoreReader(opts)
 

@@ -366,3 +366,21 @@ def test_a_fifo_shard_does_not_hang_a_loader_with_workers(world):
     # out of process: a hang here would be in worker processes, which SIGALRM cannot reach
     r = run_subprocess(["load", world.p["ds_fifo_shard"], "--workers", "2", "--steps", "2"], timeout_s=30)
     assert_refused(r, "FIFO")
+
+
+def test_gen_regenerates_its_own_older_dataset_and_never_an_indexed_one(world, tmp_path):
+    d = str(tmp_path / "old")
+    argv = ["gen", "--num-samples", "8", "--seq-len", "8", "--out", d, "--no-progress"]
+    assert run_inprocess(argv, timeout_s=60).rc == 0
+    man = os.path.join(d, "manifest.json")
+    doc = json.load(open(man))
+    del doc["extra"]["generator"]            # as written before gen marked its manifests
+    with open(man, "w") as f:
+        json.dump(doc, f)
+    assert run_inprocess(argv, timeout_s=60).rc == 0          # still recognised as gen's own: no --force
+    user = os.path.join(world.p["gen_indexed"], "photo.jpg")
+    before = snapshot(world.p["gen_indexed"])
+    r = run_inprocess(["gen", "--num-samples", "8", "--seq-len", "8", "--out", world.p["gen_indexed"],
+                       "--no-progress", "--force"])
+    assert_refused(r, "manifest.json")
+    assert snapshot(world.p["gen_indexed"]) == before and os.path.exists(user)

@@ -110,7 +110,7 @@ def test_the_process_trees_reads_are_counted(tmp_path):
     def child_reads():
         p = mp.get_context("fork").Process(target=_read_then_linger, args=(str(f),))
         p.start()
-        for i in range(30):
+        for _ in range(30):
             time.sleep(0.01)
             yield np.zeros(1000, dtype=np.uint8)
         p.join()

@@ -221,9 +221,11 @@ def _lifecycle(args) -> int:
         hot = mgr.backend(args.hot)
         names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in hot.ls(prefix)),
                        key=lambda s: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s)])
-        names = lifecycle_items(mgr, args.hot, prefix, [n for n in names if not n.startswith(".")])
+        listed = [n for n in names if not n.startswith(".")]
+        names = lifecycle_items(mgr, args.hot, prefix, listed)
         plan = plan_lifecycle(names, args.keep_last, args.every_nth)
-        out = {"plan": plan.to_dict()}
+        # what is there but no checkpoint iobench committed: the user's, never moved or expired
+        out = {"plan": plan.to_dict() | {"left_alone": sorted(set(listed) - set(names))}}
         if not args.dry_run:
             out["applied"] = apply_lifecycle(mgr, plan, args.hot, args.archive, prefix).to_dict()
     finally:
