@@ -30,9 +30,14 @@ def _top_level(path: str) -> bool:
     return "[" not in path and path.count(".") <= 3
 
 
+# Commands whose metrics are a load's: `watch` (iobench.watch, `iobench measure`: the user's own loader)
+# writes the load schema too.
+LOAD_COMMANDS = ("load", "watch")
+
+
 def is_load(doc: dict) -> bool:
     m = doc.get("metrics") or {}
-    return doc.get("command") == "load" and data.is_number(m.get(STALL_RATIO))
+    return doc.get("command") in LOAD_COMMANDS and data.is_number(m.get(STALL_RATIO))
 
 
 def stall_interval(m: dict) -> tuple[float, float] | None:
