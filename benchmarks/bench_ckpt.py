@@ -5,7 +5,7 @@
   3. async commit to the embedded S3 (upload + manifest) vs plain s3fs put      reported
   4. host RSS across 20 async saves, and peak staging memory                   RSS within 5%,
                                                                                 peak ≤ rank state + 256 MiB
-  5. the seed's recovery-exposure example (G73) on real saves, scaled down      redo 30 s vs 10 s
+  5. the domain models' recovery-exposure example (G73) on real saves, scaled down      redo 30 s vs 10 s
 torch is not installed here, so the torch.save / DCP comparison is skipped (said in the output).
 
     python benchmarks/bench_ckpt.py [--mib 128] [--reps 3] [--out reports/reference/ckpt]
@@ -257,7 +257,7 @@ Python {r['machine']['python']}. {r['machine']['note']}; load average at start {
 
 Staging buffers reused across saves: {m['staging_reused']}.
 
-Recovery exposure, the seed's example (112 GB snapshots at 20 s and 40 s, failure at 50 s) replayed on
+Recovery exposure, the domain models' example (112 GB snapshots at 20 s and 40 s, failure at 50 s) replayed on
 real saves at 1/10 time scale ({e['bytes'] / 1e6:.1f} MB, durable tier capped at 7 and 20 MB/s):
 
 | durable bandwidth (seed) | commit times (scaled s) | recovered step | redo, unscaled | seed |

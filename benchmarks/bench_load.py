@@ -6,7 +6,7 @@
 Each section generates one dataset with `iobench gen`, reads it with `iobench load`
 (the library call behind it) and with the peer, alternating, and records the ratio
 iobench / peer of bytes (or samples) per second.  Absolute numbers on a shared machine
-are noise; ratios from the same run are what to compare (DESIGN.md, rule 8).
+are noise; ratios from the same run are what to compare (measurement rule 8, "ratios, same run", docs/design.md).
 Writes OUT.json (everything) and OUT.md (a table), and prints the table.  ``--merge``
 reruns only the chosen sections: their rows replace the same rows of an existing OUT.json,
 the other rows stay, and the rerun's command and machine are recorded under meta.updates.
@@ -33,7 +33,7 @@ from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks/ is not a package)
+from summary import DERIVE, merge_results, write_rows
 
 MiB = 2**20
 REPEATS = 3

@@ -30,11 +30,13 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .errors import ConfigError
-from .loader.core import LoadConfig, LoadRun
 from .units import format_bytes, format_rate, format_seconds
+
+if TYPE_CHECKING:   # the loader (numpy, multiprocessing) loads when a measurement runs, not with the CLI
+    from .loader.core import LoadConfig, LoadRun
 
 HOST_BOUND = 0.8            # storage delivered >= 80% of the host's ceiling: the host may be the limit
 WARMUP_MATERIAL = 0.10      # warm-up named in the verdict above this share of the run's wall clock
@@ -55,7 +57,7 @@ class Synthetic:
     format: str = "raw"
     sample_bytes: int = 128 * 1024
     samples: int | None = None        # default: enough for the time cap at the step's need, within max_bytes
-    max_bytes: int = 1 << 30
+    max_bytes: int = 2 << 30          # 2 GiB: 64 batches of 256 x 128 KiB, more than min_steps
 
     def __post_init__(self) -> None:
         if self.sample_bytes <= 0:
@@ -73,6 +75,7 @@ class DriveConfig:
     synthetic: Synthetic | None = None
     host_ceiling: str = "cached"      # cached (calibrate once per host and batch shape) | measure | off
     one_pass_when_cold: bool = True   # a cold run stops at the end of the first pass (a second reads RAM)
+    ceiling_time_s: float = 3.0       # how long a calibration of the host's ceiling reads
 
     def __post_init__(self) -> None:
         if self.host_ceiling not in ("cached", "measure", "off"):
@@ -174,6 +177,13 @@ class Outcome:
 # 1. The data
 
 
+def default_host_ceiling() -> str:
+    """``$IOBENCH_HOST_CEILING`` (cached | measure | off), else cached: the test suite turns it off
+    for the loads that do not ask about it, so that each new batch shape does not calibrate."""
+    v = os.environ.get("IOBENCH_HOST_CEILING", "cached")
+    return v if v in ("cached", "measure", "off") else "cached"
+
+
 def cache_dir() -> str:
     """Where iobench keeps what it derives (manifests of indexed datasets, host ceilings)."""
     d = os.environ.get("IOBENCH_CACHE_DIR") or os.path.join(
@@ -211,8 +221,8 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
 
 
 def _synthetic_samples(cfg: DriveConfig, syn: Synthetic) -> int:
-    """Enough samples for the run: steps x batch when fixed, else the time cap at the step's need
-    (a cold run stops at the end of one pass), within ``max_bytes``; at least 4 batches."""
+    """Enough samples for the run: steps x batch when fixed, else the time cap at the step's need and
+    at least min_steps (a cold run stops at the end of one pass), within ``max_bytes``; at least 4 batches."""
     b = cfg.load.batch_size
     if syn.samples:
         return syn.samples
@@ -220,7 +230,7 @@ def _synthetic_samples(cfg: DriveConfig, syn: Synthetic) -> int:
         want = b * (cfg.load.steps + 2)
     else:
         step = max(cfg.step_s, 1e-3)
-        want = int(b * (cfg.load.max_time_s / step + 2))
+        want = max(int(b * (cfg.load.max_time_s / step + 2)), b * (cfg.load.min_steps + 2))
     return max(b * 4, min(want, syn.max_bytes // syn.sample_bytes))
 
 
@@ -256,6 +266,12 @@ def prepare(cfg: DriveConfig, storage_options: dict | None = None, progress: boo
     spec = GenSpec.from_mapping({"format": syn.format, "modality": "tokens", "num_samples": n,
                                  "seq_len": max(1, syn.sample_bytes // 2), "token_dtype": "uint16",
                                  "vocab_size": 50257})
+    if base.is_local:   # refuse a target nothing can be written under (/proc, read-only) before saying "generating"
+        try:
+            os.mkdir(base.path(name))
+        except OSError as e:
+            raise ConfigError("TARGET", f"cannot write a scratch dataset under {syn.target} ({e.strerror})",
+                              "give a writable directory on the storage to check") from None
     try:
         say(f"generating {n} samples ({format_bytes(n * syn.sample_bytes)}) under {url} (removed afterwards)")
         manifest = generate(spec, url, endpoint_url=lc.endpoint_url, storage_options=storage_options,
@@ -464,18 +480,42 @@ def _residency_after(metrics: dict, environment: dict, load: LoadConfig, manifes
     return cache
 
 
+def _cold_steps(load: LoadConfig, manifest) -> tuple[int, str | None]:
+    """The steps a cold run can take: one pass (a second would read the page cache), less, for a
+    stream, the end of the pass where the workers' shuffle buffers drain with no reads behind them
+    (batches storage did not have to deliver: at 1000 samples of 128 KiB per buffer they hid a
+    bandwidth stall of 20% entirely on a 1024-sample dataset)."""
+    from .loader.schedule import resolve_access
+
+    total = usable = manifest.total_samples
+    note = None
+    if resolve_access(load.access, manifest.format, manifest) == "stream" and load.shuffle:
+        usable -= load.workers * load.shuffle_buffer
+        if usable < total // 2:
+            usable = total
+            note = (f"the workers' shuffle buffers ({load.workers} x {load.shuffle_buffer} samples) hold over half "
+                    f"the dataset's {total}: its last batches come from the buffers, not from storage (a bigger "
+                    "dataset, or a smaller --shuffle-buffer, measures storage)")
+    one_pass = max(2, usable // load.batch_size)
+    return (min(load.steps, one_pass) if load.steps else one_pass), note
+
+
 def measure(cfg: DriveConfig, dataset: Dataset, manifest, storage_options: dict | None = None,
-            progress: bool = False, source=None) -> Outcome:
-    """Host ceiling, then the load (cold by default), then the judgement."""
+            progress: bool = False, source=None, **run_kw) -> Outcome:
+    """Host ceiling, then the load (cold by default), then the judgement.  ``run_kw``: rank, world,
+    deliver... passed to ``run_load``."""
     from .loader.core import run_load
 
     load = replace(cfg.load, dataset=dataset.url)
+    note = None
     ceiling = None if cfg.host_ceiling == "off" or source is not None else \
-        host_ceiling(load, manifest, storage_options, mode=cfg.host_ceiling)
+        host_ceiling(load, manifest, storage_options, mode=cfg.host_ceiling, time_s=cfg.ceiling_time_s)
     if load.cache == "cold" and cfg.one_pass_when_cold:
-        one_pass = max(2, manifest.total_samples // load.batch_size)
-        load = replace(load, epochs=1, steps=min(load.steps, one_pass) if load.steps else one_pass)
-    run = run_load(load, storage_options, progress=progress, manifest=manifest, source=source)
+        steps, note = _cold_steps(load, manifest)
+        load = replace(load, epochs=1, steps=steps)
+    run = run_load(load, storage_options, progress=progress, manifest=manifest, source=source, **run_kw)
+    if load.cache == "cold" and cfg.one_pass_when_cold and note:
+        run.warnings.append(note)
     cache = _residency_after(run.metrics, run.environment, load, manifest, storage_options)
     run.environment["cache"] = cache
     if ceiling is not None:
@@ -485,8 +525,9 @@ def measure(cfg: DriveConfig, dataset: Dataset, manifest, storage_options: dict 
                       judgement=judge(run.metrics, run.environment, r, ceiling, load.workers), cache=cache)
     if load.cache == "cold" and cfg.one_pass_when_cold and run.metrics["steps"] >= run.metrics["steps_planned"] \
             and not run.metrics.get("stable", True):
-        run.warnings.append(f"the dataset holds {run.metrics['steps_planned']} batches, one cold pass: not enough "
-                            "for narrow intervals (a bigger dataset, or --cache warm for page-cache numbers)")
+        run.warnings.append(f"the dataset holds {run.metrics['steps_planned']} batches for one cold pass (a stream's "
+                            "shuffle buffers' drain left out): not enough for narrow intervals (a bigger dataset, "
+                            "or --cache warm for page-cache numbers)")
     return outcome
 
 

@@ -20,6 +20,7 @@ old manifest listed are deleted.  Nothing that no iobench manifest listed is eve
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing as mp
 import queue as queue_mod
 import re
@@ -33,7 +34,7 @@ from .io.checksum import DATASET_ALGOS, ChecksumWriter
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
-from .units import parse_size
+from .units import format_bytes, parse_size
 
 CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
@@ -388,6 +389,92 @@ def manifest_files(manifest: Manifest) -> set[str]:
     return {p for p in files if _safe_rel(p)}
 
 
+GENERATOR = "iobench.generate"
+
+
+def _generated_manifest(path: str) -> bool | None:
+    """Whether the local ``manifest.json`` at ``path`` was written by ``iobench gen`` (None: absent)."""
+    import os
+
+    from .io.inputs import read_bytes
+    from .manifest import MAX_MANIFEST_BYTES
+
+    if not os.path.lexists(path):
+        return None
+    try:
+        data = json.loads(read_bytes(path, "--out", MAX_MANIFEST_BYTES))
+    except (ValueError, ConfigError):
+        return False
+    if not isinstance(data, dict) or not isinstance(data.get("extra"), dict):
+        return False
+    extra, spec = data["extra"], data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    if extra.get("generator") == GENERATOR:
+        return True
+    # Written before the generator mark: an iobench manifest (format, modality, shards) that
+    # `iobench index` did not make (it marks extra.indexed and spec.indexed_from).
+    return (not extra.get("generator") and not extra.get("indexed") and "indexed_from" not in spec
+            and isinstance(data.get("shards"), list) and isinstance(data.get("format"), str)
+            and isinstance(data.get("modality"), str) and "seed" in data)
+
+
+def foreign_dataset_dir(path: str) -> str | None:
+    """Why ``gen`` may not write into the local directory ``path`` without ``--force``, or None
+    when it may: absent, empty, holding a dataset ``iobench gen`` made, or only what an
+    interrupted ``gen`` left (its temp files, its superseded record)."""
+    import os
+
+    from .io.atomic import final_name_of
+
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return None   # absent, or not a directory: the kind checks say so
+    made = _generated_manifest(os.path.join(path, MANIFEST_NAME))
+    if made:
+        return None
+    if made is False:
+        return f"holds a {MANIFEST_NAME} that `iobench gen` did not write"
+    if SUPERSEDED_NAME in entries:
+        return None   # a regeneration killed after it withdrew the manifest: the record names gen's files
+    others = [e for e in entries if final_name_of(e) is None]
+    if not others:
+        return None
+    return (f"is not empty ({len(others)} entr{'y' if len(others) == 1 else 'ies'}, e.g. {others[0]!r}) and holds "
+            "no dataset iobench generated")
+
+
+def refuse_overwriting(backend: Backend, plans, force: bool, field: str = "--out") -> None:
+    """``gen`` writes only over its own files: without ``force`` into no directory that holds
+    others' (``foreign_dataset_dir``); with it, still never onto a name that no ``iobench gen``
+    manifest (or superseded record) lists.  Local targets only (listing a bucket is not free)."""
+    import os
+
+    if not backend.is_local or not os.path.isdir(backend.root):
+        return
+    why = foreign_dataset_dir(backend.root)
+    if why and not force:
+        raise ConfigError(field, f"{backend.url} {why}", "give an empty or new directory, or add --force to "
+                          "write beside those files: none of them is ever overwritten")
+    owned = _read_superseded(backend) | {MANIFEST_NAME, SUPERSEDED_NAME}
+    if _generated_manifest(backend.path(MANIFEST_NAME)):
+        try:
+            owned |= manifest_files(read_manifest(backend))
+        except ConfigError:   # a damaged manifest of ours: the names in it that stay inside are ours
+            from .io.inputs import read_json
+
+            data = read_json(backend.path(MANIFEST_NAME), "--out")
+            shards = data.get("shards")
+            for sh in shards if isinstance(shards, list) else []:
+                if isinstance(sh, dict):
+                    owned |= {v for k in ("path", "index_path") if isinstance(v := sh.get(k), str) and _safe_rel(v)}
+    elif os.path.lexists(backend.path(MANIFEST_NAME)):
+        owned.discard(MANIFEST_NAME)
+    for rel in [MANIFEST_NAME] + [n for p in plans for n in (p.path, p.path + ".index")]:
+        if rel not in owned and os.path.lexists(backend.path(rel)):
+            raise ConfigError(field, f"{backend.path(rel)} exists and was not written by `iobench gen`: "
+                              "generating here would overwrite it", "give an empty or new directory")
+
+
 def _read_superseded(backend: Backend) -> set[str]:
     import json
 
@@ -414,7 +501,13 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     previous = _read_superseded(backend)   # an earlier regeneration that never finished
     if backend.exists(MANIFEST_NAME):
         try:
-            previous |= manifest_files(read_manifest(backend))
+            m = read_manifest(backend)
+            if backend.is_local:
+                ours = bool(_generated_manifest(backend.path(MANIFEST_NAME)))
+            else:
+                ours = m.extra.get("generator") == GENERATOR or not m.extra.get("indexed")
+            if ours:   # an `index` manifest lists the user's own files: never deleted as "stale"
+                previous |= manifest_files(m)
         except ConfigError:
             pass   # malformed or from a newer iobench: withdraw it, but delete nothing it may name
     if previous:
@@ -429,8 +522,42 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     return previous
 
 
+def least_bytes(spec: GenSpec) -> int:
+    """A lower bound of the dataset's size: the payload alone (tokens, records), or a JPEG at 1/50 of
+    its pixels' bytes (images) -- no format, header or index counted."""
+    if spec.modality == "tokens":
+        import numpy as np
+
+        return spec.num_samples * spec.seq_len * np.dtype(spec.dtype).itemsize
+    if spec.modality == "records":
+        return spec.num_samples * max(1, round(spec.record_bytes * spec.scale))
+    return spec.num_samples * spec.image_width * spec.image_height * 3 // 50
+
+
+def check_space(spec: GenSpec, backend: Backend) -> None:
+    """Refuse, before writing anything, a local dataset that cannot fit the file system's free space
+    (``--num-samples 1e11`` started writing 400 TB)."""
+    import os
+    import shutil
+
+    if not backend.is_local:
+        return
+    where = backend.base.root
+    while where and not os.path.exists(where):
+        where = os.path.dirname(where.rstrip("/")) or "."
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = least_bytes(spec)
+    if need > free:
+        raise ConfigError("--num-samples", f"{spec.num_samples} samples need at least {format_bytes(need)}, "
+                          f"and {where} has {format_bytes(free)} free",
+                          "generate fewer samples, or give --out on a file system with room")
+
+
 def _remove_temp_files(backend: Backend, rels) -> int:
-    """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
+    """Local only: temp files (``iobench.io.atomic``'s names) that a killed writer left
     beside ``rels``."""
     import os
 
@@ -441,7 +568,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
         by_dir.setdefault(d, set()).add(name)
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     for d, names in by_dir.items():
         try:
@@ -449,7 +576,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
         except OSError:
             continue
         for e in entries:
-            if final_name_of(e) in names:
+            if final_name_of(e) in names and not writer_alive(e):   # a live writer's are its own
                 try:
                     os.unlink(os.path.join(d, e))
                     removed += 1
@@ -462,11 +589,11 @@ _SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
 
 
 def _remove_shard_temp_files(backend: Backend) -> int:
-    """Local only: temp files of shards (``.shard-NNNNNN.EXT.XXXXXXXX.tmp``, the names only
-    ``iobench gen`` writes) at the dataset root, whatever run left them; returns how many."""
+    """Local only: temp files of shards (``.shard-NNNNNN.EXT.<writer>.tmp``, the names only
+    ``iobench gen`` writes) at the dataset root that a dead writer left; returns how many."""
     import os
 
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     if not backend.is_local:
         return 0
@@ -477,7 +604,7 @@ def _remove_shard_temp_files(backend: Backend) -> int:
         return 0
     for e in entries:
         final = final_name_of(e)
-        if final is not None and _SHARD_NAME.fullmatch(final):
+        if final is not None and _SHARD_NAME.fullmatch(final) and not writer_alive(e):
             try:
                 os.unlink(os.path.join(backend.root, e))
                 removed += 1
@@ -582,22 +709,26 @@ def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[st
 
 
 def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-             progress: bool = True, stats: dict | None = None, world=None) -> Manifest | None:
+             progress: bool = True, stats: dict | None = None, world=None, force: bool = False) -> Manifest | None:
     """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
 
     ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
     With an MPI ``world`` (iobench.dist) of several ranks, each rank writes a disjoint,
     contiguous range of shards, and rank 0 publishes the manifest only after every rank has
     reported its shards durable; the manifest is returned on rank 0 only.  The dataset is
-    byte-identical to a single-process run of the same spec.
+    byte-identical to a single-process run of the same spec.  Only files ``iobench gen`` wrote
+    are ever overwritten or deleted (``refuse_overwriting``; ``force`` allows writing beside
+    others' files, never over them).
     """
     from .formats import get_format
 
     fmt = get_format(spec.format)   # missing optional package -> exit 2 with an install hint
     backend = open_backend(out_url, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="--out", check=True)
+    check_space(spec, backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    refuse_overwriting(backend, plans, force)
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
@@ -662,7 +793,7 @@ def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) ->
     manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
                         seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
                         extra={"compression_scope": fmt.scope(spec.modality) if spec.compression != "none" else None,
-                               "checksum": spec.checksum, "generator": "iobench.generate",
+                               "checksum": spec.checksum, "generator": GENERATOR,
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
     if fmt.dataset_files is not None:
         # the format's dataset-level files (HF save_to_disk's state.json), durable before the manifest

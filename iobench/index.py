@@ -64,6 +64,16 @@ def _rel(backend: Backend, full: str) -> str:
     return rel
 
 
+def _check_local_file(backend: Backend, rel: str) -> None:
+    """A listed local file is read only if it is a regular file inside the root: a symlink out
+    of the root (to /etc) is never followed, and a FIFO or device would block the read."""
+    from .io.inputs import require_regular
+    from .paths import check_inside
+
+    full = check_inside(backend.root, rel, f"dataset file {rel}")
+    require_regular(full, f"dataset file {rel}", "index a dataset of regular files: remove or replace this one")
+
+
 def _all_files(backend: Backend) -> list[str]:
     """Every data candidate under the root, relative and sorted (hidden files and our manifest left out)."""
     try:
@@ -103,6 +113,9 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
                               + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
                               "check the shard names or the brace range")
     rels = [r for r in all_rels if _is_data(r, fmt, names)]
+    if backend.is_local:
+        for r in rels:
+            _check_local_file(backend, r)
     if fmt == "arrow":
         rels = _arrow_order(backend, rels)
     if not rels:

@@ -22,7 +22,7 @@ Spec strings (``parse_emulation``) are terms joined by ``+``::
     spike:p=0.01,extra=2s            with probability p a request takes `extra` longer
     bw:500MB                         the tier's bandwidth in bytes per second ("/s" optional), shared by all workers
     bw:500MB/s,per=worker            a per-worker (per-stream) cap instead
-    nvme | pfs | object              named profiles from the seed's tier table (PROFILES)
+    nvme | pfs | object              named profiles from the domain models' tier table (PROFILES)
 
 e.g. ``pfs+spike:p=0.02,extra=300ms`` or ``const:150ms+bw:1GiB/s``.
 """
@@ -35,7 +35,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, cast
 
 from .config import nearest
 from .errors import ConfigError
@@ -120,8 +120,8 @@ class EmulationSpec:
         return d
 
 
-# Seed chapter 4, Table 4.2 (access latency per tier) and the per-node bandwidth shares of
-# §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
+# The domain models' tier table (docs/design.md: chapter 4, Table 4.2, access latency per tier) and the
+# per-node bandwidth shares of §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
 # 10x below the PFS).  The P99s follow the prefetch-depth example (P99 of a 40 MB batch:
 # NVMe ~50 ms, PFS ~200 ms, object store ~500 ms): the per-request tails below give about
 # those batch P99s at those bandwidths.
@@ -181,9 +181,9 @@ def parse_emulation(spec: str) -> EmulationSpec:
                                   "give one latency model, one bw and one spike at most")
             seen[what] = term
         if name in PROFILES and not body:
-            p = PROFILES[name]
-            out = replace(out, kind=p.kind, latency_s=p.latency_s, std_s=p.std_s, p50_s=p.p50_s, p99_s=p.p99_s,
-                          bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or p.bandwidth_bytes_per_s)
+            prof = PROFILES[name]
+            out = replace(out, kind=prof.kind, latency_s=prof.latency_s, std_s=prof.std_s, p50_s=prof.p50_s,
+                          p99_s=prof.p99_s, bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or prof.bandwidth_bytes_per_s)
             continue
         if name not in kinds:
             raise ConfigError(_FIELD, f"unknown emulation {name!r}", nearest(name, kinds + tuple(PROFILES)))
@@ -316,7 +316,7 @@ class _FileProxy:
     """A file object whose reads and writes go through hooks; everything else is forwarded."""
 
     def __init__(self, f: IO, on_read, on_write=None) -> None:
-        self._f = f
+        self._f: Any = f
         self._on_read = on_read
         self._on_write = on_write
 
@@ -355,7 +355,7 @@ def _counted_output(inner, rel: str, fsync: bool, done: Callable[[int, int], Non
         return fn(data)
 
     with inner.open_output(rel, fsync=fsync) as f:
-        yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        yield cast(IO, _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write))
     done(written[0], t0)
 
 
@@ -435,7 +435,7 @@ class EmulatedBackend(BackendWrapper):
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
-        return _FileProxy(f, self._on_read)
+        return cast(IO, _FileProxy(f, self._on_read))
 
     def _on_read(self, fn, arg, counts_result: bool = False):
         return self._request(fn, arg, counts_result=counts_result)
@@ -563,7 +563,7 @@ class InstrumentedBackend(BackendWrapper):
                 self.bytes_written += len(data)
             return n
 
-        return _FileProxy(f, on_read, on_write)
+        return cast(IO, _FileProxy(f, on_read, on_write))
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
@@ -660,4 +660,4 @@ class FaultyBackend(BackendWrapper):
             self._maybe_fail(rel)
             return fn(arg)
 
-        return _FileProxy(f, on_read)
+        return cast(IO, _FileProxy(f, on_read))

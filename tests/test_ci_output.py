@@ -61,7 +61,7 @@ def test_compare_shows_a_b_and_change_with_units(tmp_path, capsys):
 def test_identical_runs_compare_clean(tmp_path, capsys):
     a = _load_doc(tmp_path / "a.json", 0.10, 5e8)
     assert main(["compare", str(a), str(a), "--max-regression", "0"]) == 0
-    assert "no metric changed" in capsys.readouterr().out
+    assert "no metric differs beyond both runs' intervals" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_overlapping_intervals_are_not_a_change(tmp_path, capsys):
@@ -70,7 +70,7 @@ def test_overlapping_intervals_are_not_a_change(tmp_path, capsys):
     b = _load_doc(tmp_path / "b.json", 0.046, 5e8, ci=[0.036, 0.056])
     assert main(["compare", str(a), str(b), "--max-regression", "0.001"]) == 0
     out = capsys.readouterr().out
-    assert "within the confidence intervals (2)" in out
+    assert "PASS: 0 of 0 checks passed; no metric differs beyond both runs' intervals (2 with intervals)" in out
     # disjoint intervals are a change
     c = _load_doc(tmp_path / "c.json", 0.090, 5e8, ci=[0.080, 0.100])
     assert main(["compare", str(a), str(c), "--max-regression", "0.001"]) == 1

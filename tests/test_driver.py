@@ -82,3 +82,41 @@ def test_host_ceiling_is_cached_per_shape(tmp_path, monkeypatch):
     assert again.cached and again.bytes_per_s == first.bytes_per_s
     other = host_ceiling(replace(cfg, batch_size=16), man, time_s=0.5)    # another shape: measured
     assert not other.cached and other.key != first.key
+
+
+def _small(tmp_path, fmt="raw"):
+    from iobench.generate import GenSpec, generate
+
+    url = str(tmp_path / fmt)
+    generate(GenSpec(format=fmt, modality="tokens", num_samples=256, shard_size="64 samples", seq_len=512,
+                     vocab_size=1000, fsync=False), url, progress=False)
+    return url
+
+
+def test_every_door_records_residency_before_and_after_and_the_ceiling(tmp_path, monkeypatch):
+    """`iobench load` and the suite's loads go through the driver as `check` does."""
+    import json
+
+    from iobench.cli import main
+    from iobench.suite import SuiteContext
+    from iobench.suite.load import suite_stage
+    from iobench.suite.state import GeneratedDataset
+
+    monkeypatch.setenv("IOBENCH_HOST_CEILING", "cached")
+    url = _small(tmp_path)
+    assert main(["load", url, "--steps", "10", "--cache", "cold", "--host-ceiling", "cached", "--no-progress",
+                 "--json", str(tmp_path / "l.json")]) == 0
+    doc = json.loads((tmp_path / "l.json").read_text())
+    cache = doc["environment"]["cache"]
+    assert cache["declared"] == "cold" and {"residency_found", "measured_residency", "residency_after"} <= set(cache)
+    assert doc["environment"]["host_ceiling"]["bytes_per_s"] > 0
+    assert doc["metrics"]["drive"]["judgement"]["bound"] in ("keeps up", "storage", "host")
+
+    ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
+    ctx.state.datasets = [GeneratedDataset(name="raw-tokens", format="raw", modality="tokens", url=url,
+                                           location="local")]
+    out = suite_stage(ctx)
+    entry = out["per_dataset"]["local/raw-tokens"]["cold"]
+    assert entry["bound"] in ("keeps up", "storage", "host") and entry["host_ceiling_bytes_per_s"] > 0
+    res = json.loads(ctx.results_files[0].read_text())
+    assert "residency_after" in res["environment"]["cache"] and res["metrics"]["drive"]["passes"]

@@ -1,4 +1,4 @@
-"""Fidelity: the loader's stall and prefetch numbers match the seed's models (G04, G05).
+"""Fidelity: the loader's stall and prefetch numbers match the domain models' models (G04, G05).
 
 Emulated storage (sleep-based latency per shard read) and sleep-mode compute, so the
 numbers hold on a loaded 2-core machine; one shard = one batch, so a shard read is a

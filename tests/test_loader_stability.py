@@ -75,7 +75,7 @@ def test_steady_window_leaves_out_the_head_start_drain():
 
 
 def test_loader_plan_formulas():
-    # the seed's example: P99 600 ms, compute 200 ms -> depth 3 for one producer
+    # the domain models' example: P99 600 ms, compute 200 ms -> depth 3 for one producer
     assert prefetch_depth(0.6, 0.2).depth_min == 3
     p = loader_plan(0.1, 0.6, 0.2, batch_bytes=1e6)
     assert (p.workers, p.prefetch_factor, p.depth_total, p.host_bytes) == (1, 3, 3, 4e6)

@@ -177,3 +177,12 @@ def test_every_ci_smoke_example_passes_as_written(s3_env, tmp_path, where, cmd):
                        timeout=300)
     assert p.returncode == 0, f"{where}: {cmd}\n{p.stdout}{p.stderr}"
     assert "smoke: passed (7/7 checks" in p.stdout
+
+
+@pytest.mark.parametrize("flags", [["--steps", "1"], ["--step-time", "0ms"], ["--max-stall", "2"],
+                                   ["--bucket", "ci"]])
+def test_bad_read_flags_are_bad_input(flags, capsys):
+    args = ["smoke", "--endpoint-url", "http://127.0.0.1:9", "--bucket", "iobench-ci", *flags]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0]

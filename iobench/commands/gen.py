@@ -8,6 +8,7 @@ _FLAGS = {"format": "format", "modality": "modality", "num_samples": "num_sample
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
@@ -33,6 +34,7 @@ def register(sub) -> None:
     add_endpoint_flag(p)
     add_set_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.in_file("workload", "--workload"), guard.out_dir("out", "--out", owner="dataset"))
     p.set_defaults(func=run)
 
 
@@ -60,7 +62,7 @@ def run(args) -> int:
     stats: dict = {}
     manifest = generate(spec, args.out, endpoint_url=args.endpoint_url,
                         progress=not args.no_progress and sys.stderr.isatty() and world.size == 1, stats=stats,
-                        world=world)
+                        world=world, force=args.force)
     if manifest is None:        # another rank than 0: its shards are in rank 0's manifest and results
         return 0
     secs = max(stats["seconds"], 1e-9)

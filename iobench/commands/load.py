@@ -15,6 +15,7 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag, add_storage_option_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
@@ -91,8 +92,16 @@ def register(sub) -> None:
     p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
                    help="with --tiers: how shards reach the fast tier (default ondemand)")
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
+    from ..driver import default_host_ceiling
+
+    p.add_argument("--host-ceiling", default=default_host_ceiling(), choices=("cached", "measure", "off"),
+                   help="measure this host's read ceiling for the batch shape beside the storage number "
+                        "(iobench.driver): cached (once per host and shape), measure, off "
+                        "(default: $IOBENCH_HOST_CEILING, else cached)")
     add_set_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.dataset("dataset", "DATASET_URL"), guard.tiers_file(),
+                  guard.in_file("workload", "--workload"), guard.in_file("compute", "--compute", prefix="file:"))
     add_progress_flag(p)
     p.set_defaults(func=run)
 
@@ -122,8 +131,9 @@ def build_config(args):
         except ValueError:
             raise ConfigError("--compute-ms", f"{args.compute_ms!r} is not a number of milliseconds",
                               "e.g. --compute-ms 200, or --compute 'normal:mean=200ms,std=20ms'") from None
-        if ms < 0:
-            raise ConfigError("--compute-ms", f"must be zero or more, got {args.compute_ms}", "give milliseconds >= 0")
+        from ..bounds import MILLISECONDS
+
+        MILLISECONDS.check("--compute-ms", ms)   # finite, >= 0, within the 7-day cap
         flags["compute"] = f"{ms}ms"
     if args.stall_ci is not None:
         if not 0 < args.stall_ci < 100:
@@ -147,7 +157,6 @@ def run(args) -> int:
     from ..units import format_bytes, format_seconds
     from ..dist import detect_world
     from ..dist.launch import collect, start
-    from ..loader.core import run_load
 
     cfg = build_config(args)
     world = detect_world()
@@ -172,9 +181,10 @@ def run(args) -> int:
 
         analysis, run_ = analyze(cfg, **kw)
     else:
-        run_ = run_load(cfg, source=source, **kw)
+        measure_once = _driver(args, cfg, source, world, kw)
+        run_ = measure_once()
         if args.repeat and args.repeat > 1:
-            runs = [run_] + [run_load(cfg, source=source, **kw) for _ in range(args.repeat - 1)]
+            runs = [run_] + [measure_once() for _ in range(args.repeat - 1)]
             run_ = _median_run(runs)
     metrics = dict(run_.metrics)
     if args.repeat and args.repeat > 1 and not args.analyze:
@@ -211,6 +221,14 @@ def run(args) -> int:
         results.write(args.json)
     m = metrics
     print(headline(m))
+    drive = m.get("drive") or {}
+    if (drive.get("judgement") or {}).get("bound") == "host":
+        from ..units import format_rate
+
+        c = drive["host_ceiling"]
+        print(f"host-bound: storage delivered {format_rate(drive['rates']['capacity_bytes_per_s'] or 0)}, within 20% "
+              f"of what this host's {c['cores']} cores read from memory ({format_rate(c['bytes_per_s'])}): "
+              "the storage can deliver more, the answer is a lower bound")
     if world.size > 1:
         print(f"world: {world.size} ranks on {len(world.nodes)} node(s); "
               f"{m['world']['straggler']['line']}")
@@ -243,6 +261,30 @@ def run(args) -> int:
     if args.json and args.json != "-":
         print(f"results: {args.json}")
     return 0
+
+
+def _driver(args, cfg, source, world, kw):
+    """One plain load through the measurement driver (iobench.driver): residency after the run, the
+    host's ceiling beside the storage number, the bound and its cause in ``metrics.drive``.  Tiered
+    and multi-rank loads run the loader directly (their storage is not one tier, their host not one)."""
+    from ..loader.core import run_load
+
+    if source is not None or world.size > 1:
+        return lambda: run_load(cfg, source=source, **kw)
+    from ..driver import Dataset, DriveConfig, measure
+    from ..manifest import read_manifest
+    from ..storage import open_backend
+
+    so = kw["storage_options"]
+    manifest = read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=so,
+                                          field_name="dataset", check=True))
+    dc = DriveConfig(load=cfg, host_ceiling=args.host_ceiling, one_pass_when_cold=False)
+
+    def once():
+        o = measure(dc, Dataset(url=cfg.dataset, format=manifest.format), manifest, so, progress=kw["progress"])
+        o.run.metrics["drive"] = o.to_dict()
+        return o.run
+    return once
 
 
 def _tiers_source(args, cfg):

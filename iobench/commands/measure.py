@@ -18,6 +18,10 @@ def register(sub) -> None:
     p.add_argument("--keep", metavar="DIR", help="keep every watched loader's results (loader-PID-N.json) in DIR")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the command to run, after --, e.g. -- python train.py --epochs 1")
+    from .. import guard
+
+    guard.declare(p, guard.out_file("json", "--json"), guard.out_dir("keep", "--keep"),
+                  guard.in_file("path", "--path", must_exist=False))   # --path: only its block device is looked up
     p.set_defaults(func=run)
 
 

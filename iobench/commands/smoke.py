@@ -2,6 +2,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag
 
     p = sub.add_parser("smoke", help="short end-to-end pass/fail check against an S3-compatible store (for CI)")
@@ -17,6 +18,7 @@ def register(sub) -> None:
     p.add_argument("--step-time", default="50ms", metavar="DURATION",
                    help="the read's emulated training step (50ms): the gate asks whether the store keeps up with it")
     add_json_flag(p)
+    guard.declare(p, guard.out_file("junit", "--junit", owner="junit"))
     p.set_defaults(func=run)
 
 

@@ -2,7 +2,7 @@
 
 Advice (formulas in ``iobench.planner.pipeline``): from the batch service time S at a
 worker (storage + prep; a stream's buffer fill excluded) and the step time C —
-- the seed's Eq. 4.3 for one producer: depth_min = ceil(P99[S] / C) (recommended + margin);
+- the domain models' Eq. 4.3 for one producer: depth_min = ceil(P99[S] / C) (recommended + margin);
 - DataLoader settings (``loader_plan``): num_workers W = ceil(E[S] / (0.8·C)) (W producers
   supply W / E[S] batches/s), prefetch_factor Q = ceil(ceil(P99[S] / C) / W) (W producers
   divide the depth), host memory (W·Q + 1) batches.
@@ -72,7 +72,7 @@ def validate(cfg: LoadConfig, rec: dict, storage_options: dict | None = None, ac
     """
     access = access or rec.get("measured_with", {}).get("access") or "map"
     w = int(rec.get("workers_recommended") or cfg.workers)
-    q = int(rec.get("prefetch_factor_recommended") if order_of(access) in ("map", "stream") else rec.get("depth_total")
+    q = int((rec.get("prefetch_factor_recommended") if order_of(access) in ("map", "stream") else rec.get("depth_total"))
             or cfg.prefetch)
     grid = [(w, 1), (w, max(1, q // 2)), (w, q), (w, 2 * q), (max(1, w - 1), q), (w + 1, q)]
     seen, runs = set(), []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +25,12 @@ from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
+
+if TYPE_CHECKING:
+    from ..manifest import Manifest
+    from ..storage import Backend
+    from ..wrappers import EmulationSpec
+    from .source import ShardSource
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _MAX_EPOCHS_FOR_STEPS = 100_000
@@ -86,7 +93,7 @@ class LoadConfig:
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"load.{name}", f"must be within 0..1, got {getattr(self, name)}",
                                   "give a probability")
-        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not 0 < self.p99_ci:
+        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not self.p99_ci > 0:
             raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
                               "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
         if self.min_steps < 2:
@@ -192,7 +199,11 @@ def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
                               f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
-def _hist_summary(values_s: list[float]) -> dict:
+def _summary(h: LatencyHistogram) -> Any:   # a schema.HdrSummary
+    return h.summary()
+
+
+def _hist_summary(values_s: list[float]) -> Any:   # a schema.HdrSummary
     from ..metrics import summarize_seconds
 
     return summarize_seconds(values_s)
@@ -203,14 +214,14 @@ class _Setup:
     """Everything a load needs before its first step (built by ``_setup``)."""
 
     cfg: LoadConfig
-    backend: object
-    manifest: object
+    backend: Backend
+    manifest: Manifest
     schedule: Schedule
-    source: object
+    source: ShardSource
     compute: Compute
-    deliver: object
+    deliver: Any                 # a delivery: the batch to the device (loader.delivery, iobench.gds)
     cache_state: dict
-    emulation: object
+    emulation: EmulationSpec
     slot_bytes: int
     slots: int
     warnings: list[str]
@@ -242,7 +253,7 @@ class _Steps:
     done: dict = field(default_factory=dict)
     overflow: int = 0
     stopped_early: str | None = None
-    device: object = None                                 # iobench.blockdev.DeviceCounter, local disks
+    device: Any = None                                    # iobench.blockdev.DeviceCounter, local disks
 
 
 def slots_for(access: str, workers: int, prefetch: int) -> int:
@@ -344,7 +355,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     from .worker import WorkerJob, run_worker
 
     cfg, schedule, total = st.cfg, st.schedule, st.schedule.total
-    ctx = mp.get_context(cfg.start_method)
+    ctx: Any = mp.get_context(cfg.start_method)
     # Poll before blocking only where a core is left over for each process (an object store
     # served from this host needs one of them: spinning would starve it).
     spin_s = _SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0
@@ -576,7 +587,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
             "batches_per_s": steps / wall_s if wall_s > 0 else None,
             "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
         },
-        read_latency_s={op: h.summary() for op, h in read_hists.items()},
+        read_latency_s={op: _summary(h) for op, h in read_hists.items()},
         read_calls=calls,
         queue_depth={"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
                      "slots": st.slots, "slot_bytes": st.slot_bytes},

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 PATTERNS = ("map", "stream", "block")
 WORKERS = (1, 2, 4)
@@ -78,7 +79,7 @@ def load_config(url: str, cell: Cell, *, batch_size: int, shard_samples: int, sa
 
     nreq = _requests_per_batch(cell.pattern, batch_size, shard_samples)
     req_bytes = sample_bytes if cell.pattern == "map" else sample_bytes * shard_samples
-    kw = dict(dataset=url, workers=cell.workers, prefetch=cell.prefetch, batch_size=batch_size, steps=steps,
+    kw: dict[str, Any] = dict(dataset=url, workers=cell.workers, prefetch=cell.prefetch, batch_size=batch_size, steps=steps,
               compute=compute_spec(cell.compute, compute_s), seed=seed, monitor_interval_s=1.0,
               emulate=storage_spec(cell.storage, 1.25 * cell.workers * compute_s, nreq, req_bytes))
     fields = {f.name for f in dataclasses.fields(LoadConfig)}

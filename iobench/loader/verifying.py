@@ -40,9 +40,10 @@ class _Open:
 
     def take(self, start: int, data) -> None:
         """Hash what of [start, start + len) lies past ``at``, then any kept piece it reaches."""
+        data = memoryview(data).cast("B")   # bytes, whatever the view's item type
         end = start + len(data)
         if start <= self.at < end:
-            self.hasher.update(memoryview(data).cast("B")[self.at - start:])
+            self.hasher.update(data[self.at - start:])
             self.at = end
         elif end > self.at:   # past the hash (start > at): keep it for later
             self.ahead[start] = bytes(data)
@@ -92,7 +93,7 @@ class VerifyingSource(ShardSource):
         return {"inner": self.inner}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["inner"])
+        VerifyingSource.__init__(self, state["inner"])
 
     def _check(self, shard, data) -> None:
         if algo_of(shard.checksum) == "none":
@@ -192,7 +193,7 @@ def check_sizes(backend, shards) -> None:
 
 def merge_verify(per_worker_sources: list[dict]) -> dict | None:
     """``metrics.verify_checksums`` from the workers' source stats; None when verification was off."""
-    parts = [s.get("verify") for s in per_worker_sources if s.get("verify") is not None]
+    parts: list[dict] = [s["verify"] for s in per_worker_sources if s.get("verify") is not None]
     if not parts:
         return None
     shards = sum(p["shards"] for p in parts)

@@ -25,13 +25,14 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..manifest import Manifest
 from ..metrics import now_ns
 from .messages import Done, ExceptionWrapper, Failed, Ready
-from .sampler import EpochPlan, order_of
+from .sampler import order_of
 from .source import ShardSource
 
 
@@ -39,8 +40,8 @@ from .source import ShardSource
 class WorkerJob:
     wid: int
     workers: int
-    manifest: object
-    plans: list[EpochPlan]
+    manifest: Manifest
+    plans: list[Any]              # EpochPlan (block), MapEpoch (map) or StreamEpoch (stream): sampler
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
@@ -107,22 +108,24 @@ def _parse_block(job: WorkerJob, reader, block, datas, ids) -> _BlockData:
     return _BlockData(None, samples, ids)
 
 
-def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> tuple[dict, object]:
+def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> tuple[dict, Callable[[Any], None]]:
     """(metadata, writer) where writer(buf) copies the payload into a slot buffer."""
     if job.synthetic:
         meta = {"layout": "ragged", "nbytes": nominal, "offsets": None}
         return meta, lambda buf: None
-    if bd.array is not None:
-        shape = (len(sel),) + bd.array.shape[1:]
-        nbytes = math.prod(shape) * bd.array.dtype.itemsize  # np.prod costs ~10 us a call
-        meta = {"layout": "array", "dtype": bd.array.dtype.str, "shape": shape, "nbytes": nbytes}
+    arr = bd.array
+    if arr is not None:
+        shape = (len(sel),) + arr.shape[1:]
+        nbytes = math.prod(shape) * arr.dtype.itemsize  # np.prod costs ~10 us a call
+        meta = {"layout": "array", "dtype": arr.dtype.str, "shape": shape, "nbytes": nbytes}
 
-        def write(buf):
-            out = np.ndarray(shape, dtype=bd.array.dtype, buffer=buf)
+        def write_rows(buf) -> None:
+            out = np.ndarray(shape, dtype=arr.dtype, buffer=buf)
             # mode="clip": with the default "raise", take() gathers into a temporary and copies
             # that into ``out`` (2-3x the time).  The block's order was bounds-checked once.
-            np.take(bd.array, sel, axis=0, out=out, mode="clip")
-        return meta, write
+            np.take(arr, sel, axis=0, out=out, mode="clip")
+        return meta, write_rows
+    assert bd.samples is not None   # no array: the block's samples, one by one
     picked = [bd.samples[i] for i in sel]
     labels = None
     if any(s.label is not None for s in picked):
@@ -136,10 +139,10 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
         nbytes = int(np.prod(shape)) * datas[0].dtype.itemsize
         meta = {"layout": "array", "dtype": datas[0].dtype.str, "shape": shape, "nbytes": nbytes, "labels": labels}
 
-        def write(buf):
+        def write_stacked(buf) -> None:
             np.stack(datas, out=np.ndarray(shape, dtype=datas[0].dtype, buffer=buf))
-        return meta, write
-    views = [memoryview(np.ascontiguousarray(d)).cast("B") if isinstance(d, np.ndarray) else memoryview(d).cast("B")
+        return meta, write_stacked
+    views = [np.ascontiguousarray(d).data.cast("B") if isinstance(d, np.ndarray) else memoryview(d).cast("B")
              for d in datas]
     offsets = np.zeros(len(views) + 1, dtype=np.int64)
     np.cumsum([len(v) for v in views], out=offsets[1:])
@@ -148,10 +151,10 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
         meta["shapes"] = [d.shape for d in datas]
         meta["dtype"] = datas[0].dtype.str if datas else None
 
-    def write(buf):
+    def write_ragged(buf) -> None:
         for v, a in zip(views, offsets[:-1]):
             buf[int(a):int(a) + len(v)] = v
-    return meta, write
+    return meta, write_ragged
 
 
 # A batch is held back (to share a message with the next ones) only while the consumer has at
@@ -271,6 +274,7 @@ class _Emitter:
     def written(self, k: int, epoch: int, data: np.ndarray, ids: np.ndarray, io_s: float, prep_s: float,
                 requests: int) -> None:
         """map: batch ``k`` was read straight into the array ``claim(k)`` gave; send it."""
+        assert self._claimed is not None   # claim(k) came first
         (slot, in_slot), self._claimed = self._claimed, None
         meta = {"layout": "array", "dtype": data.dtype.str, "shape": data.shape, "nbytes": data.nbytes,
                 "inline": None if in_slot else data.tobytes()}
@@ -357,7 +361,7 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     # block ahead at once, so its GETs stay in flight across block boundaries.
     threads = job.read_ahead + 1 if source.concurrent_reads else 1
     ahead = ThreadPoolExecutor(threads, thread_name_prefix="iobench-readahead") if job.read_ahead else None
-    pending = []
+    pending: list = []
     try:
         for idx, (epoch, block, k_base) in enumerate(mine):
             if emit.stop.is_set():
@@ -369,7 +373,7 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                     pending.append(ahead.submit(read, mine[idx + len(pending)]))
                 bd = pending.pop(0).result()
             if bd.array is not None and len(block.order) and not (
-                    0 <= int(block.order.min()) and int(block.order.max()) < len(bd.array)):
+                    int(block.order.min()) >= 0 and int(block.order.max()) < len(bd.array)):
                 from ..errors import IntegrityError
 
                 raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")
@@ -431,7 +435,7 @@ class _Ranges:
         self._cache: OrderedDict = OrderedDict()
         self._cached = 0
 
-    def read(self, shard, i: int) -> tuple[object, float, int]:
+    def read(self, shard, i: int) -> tuple[Any, float, int]:
         """(record, storage seconds, requests) for sample ``i`` of ``shard``."""
         r = self.reader.sample_range(shard, i)
         if r is None:
@@ -441,7 +445,7 @@ class _Ranges:
                               "use --access stream (or block) for this dataset")
         return self.read_at(shard, r[0], r[1])
 
-    def read_at(self, shard, start: int, length: int) -> tuple[object, float, int]:
+    def read_at(self, shard, start: int, length: int) -> tuple[Any, float, int]:
         r = (start, length)
         t0 = now_ns()
         if self.ranged:
@@ -554,7 +558,7 @@ class _ShardStream:
         return iter(self.reader.pieces(shard, lambda a, n, f: self.read(shard, a, n, f), self.job.stream_read_size,
                                        arrays=self.arrays, read_into=lambda a, out, f: self.read_into(shard, a, out, f)))
 
-    def next(self) -> tuple[object, float, int, float]:
+    def next(self) -> tuple[Any, float, int, float]:
         t_io, req, parse = 0.0, 0, 0.0
         while not self.ready:
             piece = next(self.pieces, None)
@@ -570,7 +574,7 @@ class _ShardStream:
             self.ready = samples[::-1]
         return self.ready.pop(), t_io, req, parse
 
-    def next_piece(self) -> tuple[object, float, int, float]:
+    def next_piece(self) -> tuple[Any, float, int, float]:
         """The next whole piece (fixed-size records: a (rows, cols) array), with its read's cost."""
         while True:
             piece = next(self.pieces, None)
@@ -582,7 +586,7 @@ class _ShardStream:
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(self, shard, start: int, length: int, first: bool) -> tuple[object, float, int]:
+    def read(self, shard, start: int, length: int, first: bool) -> tuple[Any, float, int]:
         t0 = now_ns()
         data = self.source.read_piece(shard, start, length, first)
         return data, (now_ns() - t0) / 1e9, 1 if first else 0
@@ -626,7 +630,11 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
         stream = _ShardStream(job, source, reader, wp.shards)
         held: dict[int, object] = {}
         ingested = out = 0
-        store = free = slot_of = at = None
+        # the row store (stream.arrays), made at the first piece: rows, free rows, store row of each sample, ids
+        store: Any = None
+        free: Any = None
+        slot_of: Any = None
+        at: Any = None
         top = 0
         for r, bs in enumerate(wp.batch_sizes):
             k = ks[r]

@@ -1,6 +1,6 @@
 """A discrete-event model of the loader: W producers, bounded prefetch, one consumer.
 
-Ground truth for ``iobench load`` computed another way (design rule 10): given each
+Ground truth for ``iobench load`` computed another way (measurement rule 10, "ground truth", docs/design.md): given each
 batch's storage/preparation time at its worker (recorded by a run, or drawn from a
 distribution) and each step's compute time, the model replays the pipeline and predicts
 every step's wait, hence the stall ratio, without any of the loader's code.
