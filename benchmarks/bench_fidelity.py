@@ -378,7 +378,7 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
         reads = map_worker_reads(man, batch, cfg.seed, steps, W, 64, 4096) if state == "cold" else []
         logs = [fio_iolog(work / f"fio-w{w}.iolog", paths, f, o, 4096) for w, (f, o) in enumerate(reads)]
         n = steps * batch
-        for rnd in range(1 if quick else 3):
+        for _round in range(1 if quick else 3):
             m, k = device_kib(lambda: run_load(cfg).metrics, n)
             iob.append(m["throughput"]["steady_samples_per_s"])
             kib["iobench"].append(k)
@@ -478,7 +478,7 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
     spec = {"kind": "wds-stream", "urls": paths, "batch": batch, "workers": 0, "prefetch": 2, "steps": steps,
             "compute_s": 0.0, "shuffle_buffer": 1000, "key": "npy"}
     iob, peer = [], []
-    for rnd in range(1 if quick else 3):
+    for _round in range(1 if quick else 3):
         for p in paths:
             file_residency(p)
         t0 = time.perf_counter()

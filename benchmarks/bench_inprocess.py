@@ -39,12 +39,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_load  # noqa: E402  (benchmarks/ is not a package)
-from bench_load import MiB, _fio, load_rate, machine, median_run, paired_result  # noqa: E402
-from summary import DERIVE, merge_results, write_rows  # noqa: E402
+import bench_load
+from bench_load import MiB, _fio, load_rate, machine, median_run, paired_result
+from summary import DERIVE, merge_results, write_rows
 
-from iobench.generate import GenSpec, generate  # noqa: E402
-from iobench.loader.core import LoadConfig, run_load  # noqa: E402
+from iobench.generate import GenSpec, generate
+from iobench.loader.core import LoadConfig, run_load
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARD = 8 * MiB

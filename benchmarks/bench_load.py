@@ -33,7 +33,7 @@ from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks/ is not a package)
+from summary import DERIVE, merge_results, write_rows
 
 MiB = 2**20
 REPEATS = 3

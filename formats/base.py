@@ -130,7 +130,7 @@ class Reader(ABC):
             self._layout_memo = f if f is not None and all(self.fixed_records(sh) == f for sh in shards[1:]) else None
         return self._layout_memo  # type: ignore[return-value]
 
-    def check_records(self, head: "bytes | memoryview", shard: "ShardEntry", records: int) -> None:
+    def check_records(self, head: "bytes | memoryview", shard: "ShardEntry", records: int) -> None:  # noqa: B027
         """Vet a shard whose ``records`` fixed-size rows were read apart from its header ``head``
         (straight into a loader block): the checks ``tokens`` would make.  Nothing to check by default."""
 

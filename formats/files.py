@@ -31,7 +31,7 @@ _LABEL_TAG = b"iobench-label="
 
 
 def _with_label(jpeg: bytes, label: int | None) -> bytes:
-    if label is None or not bytes(jpeg[:2]) == _SOI:
+    if label is None or bytes(jpeg[:2]) != _SOI:
         return bytes(jpeg)
     payload = _LABEL_TAG + str(int(label)).encode()
     return _SOI + _COM + struct.pack(">H", len(payload) + 2) + payload + bytes(jpeg[2:])

@@ -321,10 +321,7 @@ def check(args) -> None:
             if pf.role is Role.IN_FILE:
                 if os.path.lexists(h.path) or not pf.must_exist:
                     inputs.append(Held(h.label, h.dest, h.path, h.given, tree=False))
-            elif pf.role is Role.IN_DATASET:
-                inputs.append(h)
-                roots.append(h)
-            elif pf.role is Role.ROOT:
+            elif pf.role is Role.IN_DATASET or pf.role is Role.ROOT:
                 inputs.append(h)
                 roots.append(h)
             elif pf.role is Role.IN_TIERS:

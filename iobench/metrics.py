@@ -141,6 +141,15 @@ def summarize_seconds(values: Iterable[float]) -> dict:
     return h.summary()
 
 
+def encoded_seconds(values: Iterable[float]) -> str | None:
+    """An encoded HDR histogram of ``values`` (seconds), None when there are none: the full
+    distribution beside ``summarize_seconds``'s summary of the same values."""
+    h = LatencyHistogram()
+    for v in values:
+        h.record_s(v)
+    return h.encode() if h.count else None
+
+
 SUMMARY_ORDER = ("min", "p50", "p90", "p99", "p999", "max")
 
 

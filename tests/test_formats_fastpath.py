@@ -155,7 +155,8 @@ def test_parquet_stream_load_delivers_the_stored_rows(tmp_path, monkeypatch):
         assert np.array_equal(np.concatenate([d for _, d in seen]), want[idx])
 
 
-def _parquet_bytes(rows, dtype=pa.uint16(), compression="none") -> bytes:
+def _parquet_bytes(rows, dtype=None, compression="none") -> bytes:
+    dtype = pa.uint16() if dtype is None else dtype
     sink = pa.BufferOutputStream()
     table = pa.table({"tokens": pa.array(rows, pa.list_(dtype))})
     pq.write_table(table, sink, compression=compression)

@@ -186,6 +186,9 @@ COMMANDS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "run": (["run", "--config", "{cfg}"], ["--out"], ["{cfg}"]),
     "mlperf ckpt": (["mlperf", "ckpt", "--out", "{local}", "--scale", "1e-6"], ["--json"],
                     ["{local}", "{local}/new.json"]),
+    "mlperf datasize": (["mlperf", "datasize", "--client-memory", "1GiB"], ["--json"], []),
+    "probe file": (["probe", "file", "{base}/probe-target", "--quick"], ["--json"], []),
+    "gds probe": (["gds", "probe"], ["--json"], []),
 }
 
 # input flag -> (command line with {IN} where the hostile path goes, what the error names besides the file)
@@ -211,6 +214,22 @@ INPUT_FLAGS: dict[str, list[str]] = {
 HOSTILE_KINDS = {"fifo": ("fifo", "fifo_json"), "directory": ("dir", "dir_json"),
                  "non-UTF-8": ("bad", "bad_json")}
 NOT_TEXT = {"gds bench FILE"}   # reads bytes: only the kinds of file matter
+
+# flags that name a directory (a root, a work or output directory): a FIFO or a regular file there
+DIR_FLAGS: dict[str, tuple[list[str], str]] = {
+    "ckpt --local": (["ckpt", "--params", "1e6", "--count", "1", "--local", "{IN}"], "--local"),
+    "ckpt --durable": (["ckpt", "--params", "1e6", "--count", "1", "--durable", "{IN}"], "--durable"),
+    "ckpt restore --local": (["ckpt", "restore", "--params", "1e6", "--local", "{IN}"], "--local"),
+    "ckpt restore --durable": (["ckpt", "restore", "--params", "1e6", "--durable", "{IN}"], "--durable"),
+    "tiers init --nvme": (["tiers", "init", "--nvme", "{IN}", "--out", "{base}/never.yaml"], "--nvme"),
+    "probe file URL": (["probe", "file", "{IN}", "--quick"], "URL"),
+    "check TARGET": (["check", "{IN}", "--step-time", "1ms"], "TARGET"),
+    "gen --out": (["gen", "--num-samples", "8", "--seq-len", "8", "--out", "{IN}"], "--out"),
+    "report -o": (["report", "{res_a}", "-o", "{IN}"], "--out"),
+    "run --out": (["run", "--out", "{IN}", "--stages", "probe"], "--out"),
+    "mlperf ckpt --out": (["mlperf", "ckpt", "--out", "{IN}"], "--out"),
+    "mlperf run --checkpoint-folder": (["mlperf", "run", "{ds}", "--checkpoint-folder", "{IN}"], "--checkpoint-folder"),
+}
 
 # commands that read a dataset / a tiers file (and its catalog), with {DS} / {T} placeholders
 DATASET_READERS: dict[str, list[str]] = {
@@ -269,6 +288,15 @@ def _rows():
                 key = "bad_txt"
             rows.append(pytest.param([a.replace("{IN}", "{%s}" % key) for a in argv], "@" + key,
                                      id=f"input:{name} is a {kind}"))
+    # 4b. a FIFO or a regular file where a directory goes; a FIFO where an output file goes
+    for name, (argv, field) in DIR_FLAGS.items():
+        for key in ("fifo", "notes"):
+            rows.append(pytest.param([a.replace("{IN}", "{%s}" % key) for a in argv], field,
+                                     id=f"dir-flag:{name} is a {key}"))
+    for name, (argv, outs, _) in COMMANDS.items():
+        for flag in outs:
+            if flag not in ("-o", "--checkpoint-folder") and (flag != "--out" or name == "tiers init"):
+                rows.append(pytest.param(argv + [flag, "{fifo_json}"], flag, id=f"out-is-fifo:{name} {flag}"))
     # 5. catalogs that are a FIFO, a directory, not SQLite
     for name, argv in TIERS_READERS.items():
         for t in BAD_CATALOGS:
@@ -366,3 +394,21 @@ def test_a_fifo_shard_does_not_hang_a_loader_with_workers(world):
     # out of process: a hang here would be in worker processes, which SIGALRM cannot reach
     r = run_subprocess(["load", world.p["ds_fifo_shard"], "--workers", "2", "--steps", "2"], timeout_s=30)
     assert_refused(r, "FIFO")
+
+
+def test_gen_regenerates_its_own_older_dataset_and_never_an_indexed_one(world, tmp_path):
+    d = str(tmp_path / "old")
+    argv = ["gen", "--num-samples", "8", "--seq-len", "8", "--out", d, "--no-progress"]
+    assert run_inprocess(argv, timeout_s=60).rc == 0
+    man = os.path.join(d, "manifest.json")
+    doc = json.load(open(man))
+    del doc["extra"]["generator"]            # as written before gen marked its manifests
+    with open(man, "w") as f:
+        json.dump(doc, f)
+    assert run_inprocess(argv, timeout_s=60).rc == 0          # still recognised as gen's own: no --force
+    user = os.path.join(world.p["gen_indexed"], "photo.jpg")
+    before = snapshot(world.p["gen_indexed"])
+    r = run_inprocess(["gen", "--num-samples", "8", "--seq-len", "8", "--out", world.p["gen_indexed"],
+                       "--no-progress", "--force"])
+    assert_refused(r, "manifest.json")
+    assert snapshot(world.p["gen_indexed"]) == before and os.path.exists(user)

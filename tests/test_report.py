@@ -182,10 +182,13 @@ def test_verdict_gives_the_most_stalled_loads_own_advice():
         return {"command": "load", "metrics": m}
 
     docs = [(f"l{i}.json", load(0.01)) for i in range(4)]
-    text, bad = verdict(docs + [("s3.json", load(0.84, {"workers_recommended": 18, "depth_recommended": 39,
+    text, bad = verdict(docs + [("s3.json", load(0.84, {"workers_recommended": 18, "prefetch_factor_recommended": 3,
+                                                         "depth_total": 54, "depth_recommended": 39,
                                                          "note": "18 workers exceed this host's 2 cores"}))], None)
     assert bad and "to 84.00% (s3.json)." in text
-    assert "To feed it: 18 workers, depth 39 (18 workers exceed this host's 2 cores)." in text
+    # the terminal's wording (iobench load prints "advice: num_workers 18, prefetch_factor 3 (54 batches ...")
+    assert ("To feed s3.json: num_workers 18, prefetch_factor 3 (54 batches in flight); 18 workers exceed this "
+            "host's 2 cores.") in text
     # nothing stalls: no advice to give
     assert "To feed it" not in verdict(docs, None)[0]
 

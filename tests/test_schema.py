@@ -165,3 +165,17 @@ def test_a_suite_loads_pooled_summaries_are_ordered(passes_values):
     for block in ("batch_service_s", "batch_wait_s"):
         assert is_ordered(m[block]), m[block]
     assert schema.errors(json.loads(json.dumps(Results(command="load", metrics=m).to_dict()))) == []
+
+
+def test_a_suite_loads_pooled_histogram_is_of_the_same_batches_as_its_summary():
+    from iobench.metrics import LatencyHistogram, summarize_seconds
+    from iobench.suite.intervals import merge_passes
+
+    passes = []
+    for base in (0.01, 0.05):
+        io = [base * (1 + k % 7) for k in range(50)]
+        passes.append(load_metrics(stall_ratio=0.1, steps=50, batch_service_s=summarize_seconds(io[1:]),
+                                   series={"io_s": io, "prep_s": [0.0] * 50, "wait_s": io, "step_s": [1.0] * 50}))
+    m = merge_passes(passes, {"stall_ci_half_width": 0.02, "p99_ci_relative_half_width": 0.25})
+    for block in ("batch_service", "batch_wait"):
+        assert LatencyHistogram.decode(m[f"{block}_hist"]).summary() == m[f"{block}_s"]

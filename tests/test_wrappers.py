@@ -153,7 +153,7 @@ def test_bandwidth_is_the_tiers_aggregate_unless_named_per_worker(spec, workers,
     s = parse_emulation(spec).for_workers(workers)
     assert s.bandwidth_bytes_per_s == pytest.approx(each)
     assert s.describe()["bandwidth_scope"] == scope
-    assert s.describe()["bandwidth_bytes_per_s"] == pytest.approx(each if "per worker" == scope else each * workers)
+    assert s.describe()["bandwidth_bytes_per_s"] == pytest.approx(each if scope == "per worker" else each * workers)
     assert s.for_workers(workers) == s          # splitting twice is splitting once
 
 

@@ -165,6 +165,14 @@ def _evict(args) -> int:
     try:
         ds = None
         if args.dataset_id:
+            ids = [d["id"] for d in mgr.catalog.datasets()]
+            if args.dataset_id not in ids:   # nothing to evict is not success: the id was mistyped
+                from ..config import nearest
+                from ..errors import ConfigError
+
+                raise ConfigError("--dataset-id", f"no dataset {args.dataset_id!r} in the catalog",
+                                  nearest(args.dataset_id, ids) + " (`iobench tiers show` lists them)" if ids
+                                  else "the catalog holds no dataset yet")
             ds = DatasetRef(id=args.dataset_id, url="", origin_tier="", manifest=None)  # type: ignore[arg-type]
         out = mgr.evict(args.tier, ds)
     finally:
@@ -213,9 +221,11 @@ def _lifecycle(args) -> int:
         hot = mgr.backend(args.hot)
         names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in hot.ls(prefix)),
                        key=lambda s: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s)])
-        names = lifecycle_items(mgr, args.hot, prefix, [n for n in names if not n.startswith(".")])
+        listed = [n for n in names if not n.startswith(".")]
+        names = lifecycle_items(mgr, args.hot, prefix, listed)
         plan = plan_lifecycle(names, args.keep_last, args.every_nth)
-        out = {"plan": plan.to_dict()}
+        # what is there but no checkpoint iobench committed: the user's, never moved or expired
+        out = {"plan": plan.to_dict() | {"left_alone": sorted(set(listed) - set(names))}}
         if not args.dry_run:
             out["applied"] = apply_lifecycle(mgr, plan, args.hot, args.archive, prefix).to_dict()
     finally:

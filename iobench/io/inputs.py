@@ -45,14 +45,15 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str | os.PathLike, field: str, fix: str = "give a regular file") -> int:
-    """An fd (blocking, close-on-exec) on ``path``, which must be a regular file.
+def open_regular(path: str | os.PathLike, field: str, fix: str = "give a regular file", flags: int = 0) -> int:
+    """An fd (blocking, close-on-exec, opened with ``flags`` too, e.g. ``O_DIRECT``) on ``path``,
+    which must be a regular file.
 
     FileNotFoundError passes through unchanged (callers say what was expected there);
     a FIFO, directory, device or socket, and a permission error, are ``ConfigError(field)``."""
     p = os.fspath(path)
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0) | flags)
     except IsADirectoryError:
         raise ConfigError(field, f"{p} is a directory", fix) from None
     except PermissionError:

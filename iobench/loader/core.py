@@ -93,7 +93,7 @@ class LoadConfig:
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"load.{name}", f"must be within 0..1, got {getattr(self, name)}",
                                   "give a probability")
-        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not 0 < self.p99_ci:
+        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not self.p99_ci > 0:
             raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
                               "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
         if self.min_steps < 2:

@@ -16,8 +16,10 @@ them.  The producer's counters become the one ``per_worker`` entry (worker 0, th
 
 How the worker's code runs here: its emitter writes each batch into a slot of a pool and
 sends its metadata down a connection.  ``_OneSlot`` is that pool with a single private
-buffer (a batch is done with before the next is built, so one is enough), and
-``_StepOnSend`` is the connection: "sending" batch ``k`` runs step ``k``.
+buffer (a batch is done with before the next is built, so one is enough); ``_InProcessEmitter``
+is the worker's emitter with only the hand-off replaced: where a worker packs the batch's
+metadata for a pipe, it hands the step the slot's array view itself; ``_StepOnSend`` runs
+and records the step (and stands in for the pipe the emitter expects).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import numpy as np
 
 from ..errors import IobenchError
 from ..metrics import now_ns
+from .slots import Batch, batch_from_meta
+from .worker import _I8, _Emitter, _pack
 
 
 class _OneSlot:
@@ -68,8 +72,6 @@ class _StepOnSend:
     tuples are spread into ``rec`` at the end, and before each look of a stop rule, which reads it."""
 
     def __init__(self, st, rec, pool: _OneSlot, stop: threading.Event, stop_rule, bar) -> None:
-        from .slots import batch_from_meta
-
         self.st, self.rec, self.pool, self.stop, self.stop_rule, self.bar = st, rec, pool, stop, stop_rule, bar
         self.total = st.schedule.total
         self.t_prev = 0   # when the previous step ended (the clock's start for step 0)
@@ -77,8 +79,14 @@ class _StepOnSend:
         self._build, self._deliver, self._compute = batch_from_meta, st.deliver, st.compute
 
     def batch(self, meta: dict, hold: bool = False) -> None:
-        k = meta["k"]
-        batch = self._deliver(self._build(meta, self.pool))
+        """A batch as a worker's metadata (the emitter's general path; ``_InProcessEmitter`` skips it)."""
+        self.run(meta["k"], self._build(meta, self.pool), meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
+                 meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"])
+
+    def run(self, k: int, batch: Batch, nbytes: int, n: int, io_s: float, prep_s: float, fill_s: float,
+            requests: int, ready_ns: int, start_ns: int | None) -> None:
+        """Step ``k`` on ``batch``: delivery, the step's compute, one logged tuple."""
+        batch = self._deliver(batch)
         t1 = now_ns()
         try:
             c = self._compute(batch, k, idle=None)
@@ -89,8 +97,7 @@ class _StepOnSend:
                                f"{type(e).__name__}: {e}") from e
         del batch
         t2 = now_ns()
-        self.log.append((self.t_prev, t1, t2, c, meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
-                         meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"]))
+        self.log.append((self.t_prev, t1, t2, c, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns))
         self.t_prev = t2
         if self.bar is not None:
             self.bar[0].update(self.bar[1], advance=1)
@@ -129,11 +136,46 @@ class _StepOnSend:
         pass
 
 
+class _InProcessEmitter(_Emitter):
+    """The worker's emitter (batch building: gathers into the slot, reads into a claimed slot,
+    collation) with its hand-off replaced: ``_send`` gives the step the slot's array view itself,
+    where a worker packs metadata for the pipe and the consumer rebuilds the view from it."""
+
+    def __init__(self, job, pool: _OneSlot, step: _StepOnSend, stop, stats: dict) -> None:
+        super().__init__(job, pool, step, stop, stats)
+        self.step = step
+        self._dtypes: dict[str, np.dtype] = {}
+
+    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
+              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
+        stats = self.stats
+        bs = len(ids)
+        stats["busy_s"] += prep_s + io_s + fill_s
+        stats["slot_wait_s"] += slot_wait_s
+        stats["batches"] += 1
+        stats["samples"] += bs
+        stats["payload_bytes"] += meta["nbytes"]
+        ids = ids if ids.dtype == _I8 else ids.astype(_I8)
+        if meta["layout"] == "array" and meta.get("inline") is None and meta.get("labels") is None:
+            dt = self._dtypes.get(meta["dtype"])
+            if dt is None:
+                dt = self._dtypes[meta["dtype"]] = np.dtype(meta["dtype"])
+            batch = Batch(index=k, epoch=epoch, indices=ids, labels=None, data=self._slot_view(slot, meta["shape"], dt),
+                          layout="array", nbytes=meta["nbytes"])
+        else:   # labels, ragged samples, a batch larger than the slot: the consumer's own reading of them
+            if "labels" in meta or "offsets" in meta:
+                _pack(meta)
+            meta.update(k=k, slot=slot, epoch=epoch, indices=ids.tobytes())
+            batch = batch_from_meta(meta, self.pool)
+        start_ns, self.start_ns = self.start_ns, None
+        self.step.run(k, batch, meta["nbytes"], bs, io_s, prep_s, fill_s, requests, ready_ns, start_ns)
+
+
 def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=None):
     """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
     each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
     from .sysmon import SystemMonitor
-    from .worker import WorkerJob, _Emitter, _source_stats, produce
+    from .worker import WorkerJob, _source_stats, produce
 
     from ..formats import get_format
     from ..units import parse_size
@@ -164,7 +206,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
             source.open(worker_id=0)   # storage connections: start-up, as a worker's are
         reader = get_format(st.manifest.format).reader(st.manifest)
         rec.t_start = conn.t_prev = now_ns()
-        produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
+        produce(job, source, reader, _InProcessEmitter(job, pool, conn, stop, stats))   # ends early when stop is set
         rec.t_end = now_ns()
         conn.spread()
         rec.system = monitor.stop()

@@ -15,8 +15,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from iobench.io.inputs import open_regular
 from iobench.io.retry import RetryPolicy
 from iobench.manifest import ShardEntry
+
+_NOT_REGULAR = "replace it with the shard file"   # a FIFO or device where a shard should be
 
 if TYPE_CHECKING:
     import numpy as np
@@ -403,7 +406,7 @@ class LocalFileSource(BackendSource):
         buf = self._direct_buffer(size)
         path = self.backend.base.local_path(shard.path)
         t0 = now_ns()
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        fd = open_regular(path, "shard", _NOT_REGULAR, os.O_DIRECT)   # a FIFO swapped in would block forever
         try:
             mv = memoryview(buf)
             off = 0
@@ -447,7 +450,7 @@ class LocalFileSource(BackendSource):
         if fd is None:
             if len(fds) >= 64:
                 os.close(fds.pop(next(iter(fds))))
-            fd = os.open(self.backend.base.local_path(shard.path), os.O_RDONLY)
+            fd = open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR)
         fds[shard.path] = fd  # most recently used last
         return fd
 

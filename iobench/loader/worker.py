@@ -373,7 +373,7 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                     pending.append(ahead.submit(read, mine[idx + len(pending)]))
                 bd = pending.pop(0).result()
             if bd.array is not None and len(block.order) and not (
-                    0 <= int(block.order.min()) and int(block.order.max()) < len(bd.array)):
+                    int(block.order.min()) >= 0 and int(block.order.max()) < len(bd.array)):
                 from ..errors import IntegrityError
 
                 raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")

@@ -53,15 +53,14 @@ def as_series(v: Any) -> tuple[list[float], dict[str, list[float]], str] | None:
             if ys:
                 return [float(x) for x in v[tk]], ys, tk
         return None
-    if isinstance(v, list) and len(v) >= 2:
-        if all(isinstance(r, dict) for r in v):
-            tk = _time_key(v[0])
-            if tk and all(is_number(r.get(tk)) for r in v):
-                names = [k for k in v[0] if k != tk and is_number(v[0][k])]
-                if names:
-                    return ([float(r[tk]) for r in v],
-                            {k: [float(r[k]) if is_number(r.get(k)) else math.nan for r in v] for k in names}, tk)
-            return None
+    if isinstance(v, list) and len(v) >= 2 and all(isinstance(r, dict) for r in v):
+        tk = _time_key(v[0])
+        if tk and all(is_number(r.get(tk)) for r in v):
+            names = [k for k in v[0] if k != tk and is_number(v[0][k])]
+            if names:
+                return ([float(r[tk]) for r in v],
+                        {k: [float(r[k]) if is_number(r.get(k)) else math.nan for r in v] for k in names}, tk)
+        return None
     return None
 
 

@@ -268,26 +268,26 @@ def stall_over_time(title: str, t_s: list[float], wait_s: list[float], step_s: l
     if n < 4:
         return None
     plt = _plt()
-    k = max(1, n // 60)                       # about 60 points whatever the run's length
+    k = max(1, n // 30)                       # about 30 windows whatever the run's length
     xs, ys = [], []
     for i in range(0, n, k):
         w, st = sum(wait_s[i:i + k]), sum(step_s[i:i + k])
         xs.append(t_s[min(i + k, n) - 1])
         ys.append(100.0 * w / st if st > 0 else 0.0)
-    fig, ax = plt.subplots(figsize=(7.5, 2.6))
-    ax.plot(xs, ys, color=_COLORS[1], lw=1.4, drawstyle="steps-post", label="stall per window")
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    ax.plot(xs, ys, color=_COLORS[1], lw=1.6, marker="o", ms=3, label=f"stall per {k} steps")
     if steady is not None:
         k0, k1 = steady
         if 0 < k0 < n:
             ax.axvspan(t_s[0], t_s[k0], color="#999999", alpha=0.25, label=f"warm-up (steps 0–{k0 - 1}, not counted)")
         if 0 < k1 < n:
             ax.axvspan(t_s[k1], t_s[n - 1], color="#cccccc", alpha=0.3, label="drain (not counted)")
-    ax.set_ylim(0, max(5.0, max(ys) * 1.1))
+    ax.set_ylim(0, min(100.0, max(5.0, max(ys) * 1.1)))
     ax.set_xlabel("time since the first step (s)")
     ax.set_ylabel("data stall (%)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     return to_png(fig)
 
 
@@ -299,7 +299,7 @@ def service_distribution(title: str, pts: list[tuple[float, float]], p99_s: floa
     plt = _plt()
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig, ax = plt.subplots(figsize=(7.5, 2.6))
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
     ax.plot([x * 1e3 for x, _ in pts], [q for _, q in pts], drawstyle="steps-post", color=_COLORS[0], lw=1.4,
             label="batches ≤ this time")
     if p99_s:
@@ -316,7 +316,7 @@ def service_distribution(title: str, pts: list[tuple[float, float]], p99_s: floa
     ax.set_ylabel("fraction of batches")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     return to_png(fig)
 
 

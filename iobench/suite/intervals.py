@@ -149,7 +149,7 @@ def merge_passes(passes: list[dict], rule: dict, instances: list | None = None) 
       ±``rule['p99_ci_relative_half_width']`` (the loader's widths), else ``not_stable_because`` says which.
     """
     from iobench.loader.stability import mean_interval, quantile_interval
-    from iobench.metrics import summarize_seconds
+    from iobench.metrics import encoded_seconds, summarize_seconds
 
     m = merge_repeats(passes)
     n = len(passes)
@@ -168,8 +168,10 @@ def merge_passes(passes: list[dict], rule: dict, instances: list | None = None) 
         if pooled:
             q = quantile_interval(pooled, 0.99) | {"pooled_passes": n}
             ivs[name] = q
-            # the whole summary of the pooled batches (a pooled P99 beside the first pass's max broke p99 <= max)
+            # the whole summary of the pooled batches (a pooled P99 beside the first pass's max broke p99 <= max),
+            # and their histogram beside it (the report plots one and marks the other's P99)
             m[block] = summarize_seconds(pooled)
+            m[block.removesuffix("_s") + "_hist"] = encoded_seconds(pooled)
     m["intervals"] = ivs
     m["steps"] = sum(p["steps"] for p in passes)
     m["samples"] = sum(p.get("samples") or 0 for p in passes)
