@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import typing
 from importlib import resources
@@ -76,16 +77,21 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
             f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number") from None
-        if f != int(f):
+        if not math.isfinite(f) or f != int(f):
             raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number")
+        if abs(f) > 2**63 - 1:   # past any count; beyond int64 numpy and the OS overflow
+            raise ConfigError(field, f"{value!r} is too large", "give a number below 2**63")
         return int(f)
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(field, f"expected a number, got {value!r}", "give a number")
         try:
-            return float(value)
+            f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(field, f"expected a number, got {value!r}", "give a number") from None
+        if not math.isfinite(f):
+            raise ConfigError(field, f"{value!r} is not a finite number", "give a number")
+        return f
     if tp is str:
         if value is None:
             return ""   # YAML `key:` or `key: null` is "not given", never the string "None" (a directory named None)
@@ -107,6 +113,10 @@ def build(cls: type[T], mapping: Mapping[str, Any] | None, section: str = "") ->
         if key_n not in fields:
             raise ConfigError(dotted, "unknown key", nearest(key_n, fields))
         kwargs[key_n] = _convert(dotted, value, hints[key_n])
+    for name, f in fields.items():   # named here, not as "__init__() missing 1 required positional argument"
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            dotted = f"{section}.{name}" if section else name
+            raise ConfigError(dotted, "is missing", f"add {name}: VALUE" + (f" to {section}" if section else ""))
     try:
         return cls(**kwargs)
     except ConfigError:

@@ -266,6 +266,12 @@ def prepare(cfg: DriveConfig, storage_options: dict | None = None, progress: boo
     spec = GenSpec.from_mapping({"format": syn.format, "modality": "tokens", "num_samples": n,
                                  "seq_len": max(1, syn.sample_bytes // 2), "token_dtype": "uint16",
                                  "vocab_size": 50257})
+    if base.is_local:   # refuse a target nothing can be written under (/proc, read-only) before saying "generating"
+        try:
+            os.mkdir(base.path(name))
+        except OSError as e:
+            raise ConfigError("TARGET", f"cannot write a scratch dataset under {syn.target} ({e.strerror})",
+                              "give a writable directory on the storage to check") from None
     try:
         say(f"generating {n} samples ({format_bytes(n * syn.sample_bytes)}) under {url} (removed afterwards)")
         manifest = generate(spec, url, endpoint_url=lc.endpoint_url, storage_options=storage_options,

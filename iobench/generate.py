@@ -34,7 +34,7 @@ from .io.checksum import DATASET_ALGOS, ChecksumWriter
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
-from .units import parse_size
+from .units import format_bytes, parse_size
 
 CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
@@ -522,8 +522,42 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     return previous
 
 
+def least_bytes(spec: GenSpec) -> int:
+    """A lower bound of the dataset's size: the payload alone (tokens, records), or a JPEG at 1/50 of
+    its pixels' bytes (images) -- no format, header or index counted."""
+    if spec.modality == "tokens":
+        import numpy as np
+
+        return spec.num_samples * spec.seq_len * np.dtype(spec.dtype).itemsize
+    if spec.modality == "records":
+        return spec.num_samples * max(1, round(spec.record_bytes * spec.scale))
+    return spec.num_samples * spec.image_width * spec.image_height * 3 // 50
+
+
+def check_space(spec: GenSpec, backend: Backend) -> None:
+    """Refuse, before writing anything, a local dataset that cannot fit the file system's free space
+    (``--num-samples 1e11`` started writing 400 TB)."""
+    import os
+    import shutil
+
+    if not backend.is_local:
+        return
+    where = backend.base.root
+    while where and not os.path.exists(where):
+        where = os.path.dirname(where.rstrip("/")) or "."
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = least_bytes(spec)
+    if need > free:
+        raise ConfigError("--num-samples", f"{spec.num_samples} samples need at least {format_bytes(need)}, "
+                          f"and {where} has {format_bytes(free)} free",
+                          "generate fewer samples, or give --out on a file system with room")
+
+
 def _remove_temp_files(backend: Backend, rels) -> int:
-    """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
+    """Local only: temp files (``iobench.io.atomic``'s names) that a killed writer left
     beside ``rels``."""
     import os
 
@@ -534,7 +568,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
         by_dir.setdefault(d, set()).add(name)
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     for d, names in by_dir.items():
         try:
@@ -542,7 +576,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
         except OSError:
             continue
         for e in entries:
-            if final_name_of(e) in names:
+            if final_name_of(e) in names and not writer_alive(e):   # a live writer's are its own
                 try:
                     os.unlink(os.path.join(d, e))
                     removed += 1
@@ -555,11 +589,11 @@ _SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
 
 
 def _remove_shard_temp_files(backend: Backend) -> int:
-    """Local only: temp files of shards (``.shard-NNNNNN.EXT.XXXXXXXX.tmp``, the names only
-    ``iobench gen`` writes) at the dataset root, whatever run left them; returns how many."""
+    """Local only: temp files of shards (``.shard-NNNNNN.EXT.<writer>.tmp``, the names only
+    ``iobench gen`` writes) at the dataset root that a dead writer left; returns how many."""
     import os
 
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     if not backend.is_local:
         return 0
@@ -570,7 +604,7 @@ def _remove_shard_temp_files(backend: Backend) -> int:
         return 0
     for e in entries:
         final = final_name_of(e)
-        if final is not None and _SHARD_NAME.fullmatch(final):
+        if final is not None and _SHARD_NAME.fullmatch(final) and not writer_alive(e):
             try:
                 os.unlink(os.path.join(backend.root, e))
                 removed += 1
@@ -691,6 +725,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     fmt = get_format(spec.format)   # missing optional package -> exit 2 with an install hint
     backend = open_backend(out_url, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="--out", check=True)
+    check_space(spec, backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
     refuse_overwriting(backend, plans, force)

@@ -38,8 +38,42 @@ _URL_SECRET_PARAM = re.compile(r"(?P<key>[?&](?:X-Amz-Signature|X-Amz-Credential
                                re.I)
 
 
+# Secrets this process was given (a URL's user:password, the environment's secret key and token),
+# masked wherever they appear, in any form an error message may quote them (a client's repr of its
+# options, a URL's decoded userinfo).  Registered by ``iobench.cli.main`` before any work.
+_KNOWN_SECRETS: set[str] = set()
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` in every output from now on (short values, under 8 characters, would mask words)."""
+    from urllib.parse import quote, unquote
+
+    if value and len(value) >= 8:
+        _KNOWN_SECRETS.update({value, unquote(value), quote(value, safe="")})
+
+
+def register_secrets(argv: list[str]) -> None:
+    """The user:password of every URL in ``argv`` and the environment's credentials."""
+    import os
+    from urllib.parse import unquote
+
+    for name in _SECRET_ENV:
+        register_secret(os.environ.get(name))
+    for arg in argv:
+        for m in _URL_USERINFO.finditer(arg):
+            user, _, password = m.group("userinfo").partition(":")
+            for part in (user, password):
+                register_secret(unquote(part))
+
+
 def redact_text(text: str) -> str:
-    """``text`` with credentials inside URLs masked: ``http://KEY:SECRET@h`` -> ``http://***@h``."""
+    """``text`` with credentials masked: inside URLs (``http://KEY:SECRET@h`` -> ``http://***@h``) and
+    every registered secret wherever it appears.  The one redaction function of every output channel:
+    results files, the console streams (``iobench.cli``), log records, JUnit XML, ``--debug`` tracebacks."""
+    for secret in _KNOWN_SECRETS:
+        if secret in text:
+            text = text.replace(secret, "***")
     if "@" not in text and "=" not in text:
         return text
     text = _URL_USERINFO.sub(lambda m: m.group("scheme") + "***@", text)

@@ -294,4 +294,8 @@ def junit_xml(report: SmokeReport) -> bytes:
             ET.SubElement(case, "failure", message=c.message, type="SmokeCheckFailed").text = c.message
         elif c.status == "skipped":
             ET.SubElement(case, "skipped", message=c.message)
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    from .results import redact_text
+
+    # every attribute and text (properties, failure messages) through the one redaction function
+    body = redact_text(ET.tostring(suites, encoding="unicode"))
+    return ("<?xml version='1.0' encoding='utf-8'?>\n" + body).encode("utf-8")

@@ -361,6 +361,29 @@ class Backend:
 CLIENT_ATTEMPTS = 3
 
 
+def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
+    """An S3 endpoint as http(s)://host[:port], before any connection (exit 2, one line): a malformed
+    one (port out of range, broken IPv6) was a ValueError traceback, and one with ``user:password@``
+    reached the server as a host name and failed 13-22 s later as "no usable credentials"."""
+    from .results import redact_text
+
+    shown = redact_text(endpoint)
+    fix = "use e.g. http://127.0.0.1:9000"
+    try:
+        u = urlparse(endpoint)
+        u.port   # noqa: B018 - parses the port: ValueError when out of range
+    except ValueError as e:
+        raise ConfigError(field, f"{shown!r} is not a usable URL ({e})", fix) from None
+    if u.scheme not in ("http", "https"):
+        raise ConfigError(field, f"{shown!r} is not an http(s) URL", fix)
+    if u.username is not None or u.password is not None:
+        raise ConfigError(field, f"{shown!r} carries credentials in the URL, which iobench never uses",
+                          "remove user:password@ and set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                          "(or an AWS profile)")
+    if not u.hostname:
+        raise ConfigError(field, f"{shown!r} names no host", fix)
+
+
 _NOT_A_FILE_FIX = "replace it with a regular file"
 
 
@@ -378,8 +401,7 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     client_kwargs: dict = {}
     if endpoint:
-        if not urlparse(endpoint).scheme.startswith("http"):
-            raise ConfigError("--endpoint-url", f"{endpoint!r} is not an http(s) URL", "use e.g. http://127.0.0.1:9000")
+        check_endpoint_url(endpoint, "--endpoint-url" if endpoint_url else "AWS_ENDPOINT_URL")
         client_kwargs["endpoint_url"] = endpoint
     client_kwargs["region_name"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
     opts["client_kwargs"] = client_kwargs

@@ -140,7 +140,10 @@ def tiny_tmpfs(tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_disk_full_fails_clearly_and_leaves_nothing_verify_accepts(tiny_tmpfs, workers):
     out = tiny_tmpfs / "ds"
-    spec = GenSpec.from_mapping({"num_samples": 2000, "seq_len": 1024, "shard_size": "256KiB", "workers": workers})
+    # tar: 32 payload bytes a sample (what the up-front space check counts, 125 KiB) in 1 KiB members,
+    # so the disk fills while writing -- the path a disk that fills under a run takes
+    spec = GenSpec.from_mapping({"format": "tar", "num_samples": 4000, "seq_len": 16, "shard_size": "256KiB",
+                                 "workers": workers})
     with pytest.raises(StorageError, match="no space left"):
         generate(spec, str(out), progress=False)
     assert not (out / MANIFEST_NAME).exists()

@@ -48,3 +48,37 @@ def test_suite_stage_with_nothing_measured_still_writes_a_report(tmp_path):
     ctx.out_dir.mkdir()
     m = suite_stage(ctx)
     assert Path(m["html"]).exists() and Path(m["markdown"]).exists() and m["plans"] == []
+
+
+def test_run_table_fits_120_columns_and_says_each_caveat_once():
+    # a real make run's table was 200 columns wide and repeated "warm: skipped: ..." 16 times
+    import io
+    import re
+
+    from rich.console import Console
+
+    from iobench.suite.report import Row, print_summary
+
+    skipped = "warm not measured: skipped: the embedded S3 server's files are in this host's page cache either way"
+    unstable = "not stable: after the 5 passes the stall's interval is wider than ±2 pp or the P99's than ±25%"
+    rows = [Row("load", f"s3/format{i}-tokens", f"cold {1000 * i:,} samples/s, stall {i}% [{i - 1}%–{i + 1}%]; "
+                "num_workers 3, prefetch_factor 4 (12 batches in flight)", (skipped,) + ((unstable,) if i % 2 else ()))
+            for i in range(16)]
+    rows += [Row("gds", f"path {p}", "unavailable", ("unavailable: no NVIDIA driver (libcuda.so.1 not found)",))
+             for p in ("cufile", "kvikio-compat", "bounce")]
+    for width in (200, 100):
+        buf = io.StringIO()
+        print_summary(Console(file=buf, width=width, force_terminal=width == 100), "17 loads: data stall from ...",
+                      rows)
+        out = re.sub(r"\x1b\[[0-9;]*m", "", buf.getvalue())      # a terminal's colours are not columns
+        assert max(len(line) for line in out.splitlines()) <= min(width, 120), out
+        flat = " ".join(out.split())                                # footnotes wrap at the width
+        assert flat.count("page cache either way") == 1 and flat.count("libcuda.so.1") == 1
+        assert flat.count("[1] warm not measured") == 1 and flat.count("[2] not stable") == 1
+        assert out.splitlines()[0].startswith("17 loads")
+    # the marks: every row carries its notes' numbers
+    from iobench.suite.report import footnoted
+
+    lines, notes = footnoted(rows)
+    assert lines[1][2].endswith(" [1,2]") and lines[0][2].endswith(" [1]") and lines[-1][2] == "unavailable [3]"
+    assert len(notes) == 3

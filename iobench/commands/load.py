@@ -131,8 +131,9 @@ def build_config(args):
         except ValueError:
             raise ConfigError("--compute-ms", f"{args.compute_ms!r} is not a number of milliseconds",
                               "e.g. --compute-ms 200, or --compute 'normal:mean=200ms,std=20ms'") from None
-        if ms < 0:
-            raise ConfigError("--compute-ms", f"must be zero or more, got {args.compute_ms}", "give milliseconds >= 0")
+        from ..bounds import MILLISECONDS
+
+        MILLISECONDS.check("--compute-ms", ms)   # finite, >= 0, within the 7-day cap
         flags["compute"] = f"{ms}ms"
     if args.stall_ci is not None:
         if not 0 < args.stall_ci < 100:

@@ -165,6 +165,14 @@ def _evict(args) -> int:
     try:
         ds = None
         if args.dataset_id:
+            ids = [d["id"] for d in mgr.catalog.datasets()]
+            if args.dataset_id not in ids:   # nothing to evict is not success: the id was mistyped
+                from ..config import nearest
+                from ..errors import ConfigError
+
+                raise ConfigError("--dataset-id", f"no dataset {args.dataset_id!r} in the catalog",
+                                  nearest(args.dataset_id, ids) + " (`iobench tiers show` lists them)" if ids
+                                  else "the catalog holds no dataset yet")
             ds = DatasetRef(id=args.dataset_id, url="", origin_tier="", manifest=None)  # type: ignore[arg-type]
         out = mgr.evict(args.tier, ds)
     finally:

@@ -20,21 +20,14 @@ from __future__ import annotations
 import threading
 import time
 
-from ..units import parse_size
+from ..units import parse_rate as _parse_rate
 
 
 def parse_rate(text: "str | float | int | None", field: str) -> float | None:
-    """Bytes per second from ``bw:RATE`` / ``RATE`` (``/s`` optional); None passes through."""
+    """Bytes per second from ``bw:RATE`` / ``RATE`` (``iobench.units.parse_rate``); None passes through."""
     if text is None:
         return None
-    if isinstance(text, (int, float)):
-        return float(text)
-    body = str(text).strip()
-    if body.lower().startswith("bw:"):
-        body = body[3:].strip()
-    if body.lower().endswith("/s"):
-        body = body[:-2]
-    return float(parse_size(body, field))
+    return _parse_rate(text, field)
 
 
 class RateLimiter:

@@ -77,7 +77,7 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
         except OSError as e:
             raise ConfigError(field, f"cannot read step-time file {body!r} ({e.strerror})",
                               "give a file with one step time per line") from None
-        times = tuple(parse_duration(ln, field) for ln in lines if ln and not ln.startswith("#"))
+        times = tuple(parse_duration(ln, field, bare_unit="s") for ln in lines if ln and not ln.startswith("#"))
         if not times:
             raise ConfigError(field, f"{body!r} holds no step times", "one number (seconds) or duration per line")
         return ComputeModel(kind="file", times_s=times, mode=mode, callback=callback, seed=seed)

@@ -40,9 +40,10 @@ class _Open:
 
     def take(self, start: int, data) -> None:
         """Hash what of [start, start + len) lies past ``at``, then any kept piece it reaches."""
+        data = memoryview(data).cast("B")   # bytes, whatever the view's item type
         end = start + len(data)
         if start <= self.at < end:
-            self.hasher.update(memoryview(data).cast("B")[self.at - start:])
+            self.hasher.update(data[self.at - start:])
             self.at = end
         elif end > self.at:   # past the hash (start > at): keep it for later
             self.ahead[start] = bytes(data)

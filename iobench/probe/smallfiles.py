@@ -211,8 +211,10 @@ def run_smallfiles_probe(area: ProbeArea, cfg: SmallFilesConfig, progress=None, 
                   "residency_before": residency, "samples_per_open": m.total_samples / len(m.shards)})
         per_format[fmt] = r
         if r["samples"] != cfg.samples:
-            raise ConfigError("probe", f"{fmt}: read {r['samples']} samples, generated {cfg.samples}",
-                              "report this as a bug")
+            from ..errors import IntegrityError
+
+            raise IntegrityError(f"{fmt}: read {r['samples']} samples of the {cfg.samples} written "
+                                 "(the storage returned a different dataset than was written)")
         if task is not None:
             progress.advance(task)
     best = max(cfg.shard_formats, key=lambda f: per_format[f]["samples_per_s"] or 0)

@@ -43,6 +43,8 @@ def suite_stage(ctx) -> dict:
     from iobench.manifest import read_manifest
     from iobench.storage import open_backend
 
+    from iobench.report.format import prefetch_advice
+
     from .intervals import merge_passes
 
     out_dir = ctx.out_dir / "load"
@@ -121,11 +123,14 @@ def suite_stage(ctx) -> dict:
                             "host_ceiling_bytes_per_s": m["drive"]["host_ceiling_bytes_per_s"]}
         if cfg.cache == "cold":
             rec = m["prefetch_recommendation"]
-            entry["prefetch"] = {"depth_min": rec["depth_min"], "depth_recommended": rec["depth_recommended"],
-                                 "host_bytes_total": rec.get("host_bytes_total")}
+            entry["prefetch"] = {k: rec.get(k) for k in ("depth_min", "depth_recommended", "host_bytes_total",
+                                                         "workers_recommended", "prefetch_factor_recommended",
+                                                         "depth_total")}
     for key, entry in summary.items():
-        ctx.row("load", key, " | ".join(_cell(cache, entry[cache]) for cache in ("cold", "warm"))
-                + f" | prefetch depth {entry['prefetch']['depth_recommended']}")
+        cells = [_cell(cache, entry[cache]) for cache in ("cold", "warm")]
+        advice = prefetch_advice(entry.get("prefetch") or {})
+        ctx.row("load", key, "; ".join([t for t, _ in cells if t] + ([advice] if advice else [])),
+                notes=tuple(n for _, ns in cells for n in ns))
     if skipped:
         ctx.warnings.append(f"load: time budget ({_BUDGET_S:.0f} s) spent; skipped {', '.join(skipped)}")
     tiered = _tiered_load(ctx, datasets, out_dir) if ctx.state.tiers_file else None
@@ -151,20 +156,26 @@ def _drive_summary(outcomes: list) -> dict:
             "passes": [o.to_dict() for o in outcomes]}
 
 
-def _cell(cache: str, e: dict) -> str:
+# Caveats the run's table prints once each as a footnote (iobench.suite.report.print_summary).
+_NOT_STABLE = (f"not stable: after the {PASSES} passes the stall's interval is wider than ±2 pp or the P99's than "
+               "±25%; each load's reasons are its results' stability.not_stable_because")
+_HOST_BOUND = "host-bound: storage delivered within 20% of what this host's read path reaches: a lower bound"
+
+
+def _cell(cache: str, e: dict) -> tuple[str, list[str]]:
+    """A load's part of its table row, and the caveats it needs."""
     if "skipped" in e:
-        return f"{cache}: {e['skipped']}"
-    return f"{cache} {e['steady_samples_per_s'] or 0:,.0f} samples/s stall {_ci(e)}" + \
-        (" (host-bound: a lower bound for the storage)" if e.get("bound") == "host" else "")
-
-
-def _ci(e: dict) -> str:
+        return "", [f"{cache} not measured: {e['skipped']}"]
     ci = (e.get("intervals") or {}).get("stall_ratio") or {}
     lo, hi = ci.get("low"), ci.get("high")
-    txt = f"{e['stall_ratio']:.0%}" + (f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else "")
-    if e.get("stable", True):
-        return txt
-    return txt + f" (not stable after {e['steps']} steps, {e['stopped']}: {'; '.join(e['not_stable_because'])})"
+    text = f"{cache} {e['steady_samples_per_s'] or 0:,.0f} samples/s, stall {e['stall_ratio']:.0%}" + \
+        (f" [{lo:.0%}–{hi:.0%}]" if lo is not None and hi is not None else "")
+    notes = []
+    if not e.get("stable", True):
+        notes.append(_NOT_STABLE)
+    if e.get("bound") == "host":
+        notes.append(_HOST_BOUND)
+    return text, notes
 
 
 def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
