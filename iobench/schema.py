@@ -172,6 +172,60 @@ class LoadMetrics:
         return self.intervals.get(STALL_RATIO)
 
 
+@dataclass(frozen=True)
+class WatchMetrics:
+    """What ``iobench.watch`` measured around the user's own loader: the ``metrics`` of a ``watch``
+    results file (``iobench measure`` too).  The load's names for what a loop around any iterable
+    can measure; no queue, worker or request counters, which only iobench's own loader has."""
+
+    access: str                     # "watch"
+    steps: int
+    epochs: int
+    samples: int
+    first_step_excluded: bool
+    stall_ratio: float
+    accelerator_utilization: float
+    steady_window: SteadyWindow
+    stall_ratio_first_step_excluded: float
+    accelerator_utilization_first_step_excluded: float
+    wall_clock_utilization: float | None
+    wall_s: float
+    wall_s_with_startup: float
+    wait_s_total: float
+    compute_s_total: float
+    first_step_s: float | None
+    startup_s: float
+    time_to_first_batch_s: float | None
+    warmup_s: float
+    warmup_fraction: float | None
+    batch_wait_s: HdrSummary
+    batch_wait_hist: str | None
+    compute_s: HdrSummary
+    compute_hist: str | None
+    step_s: HdrSummary
+    batch_service_s: HdrSummary     # exact, or estimated: batch_service_basis says which
+    batch_service_hist: str | None
+    batch_io_s: HdrSummary          # = batch_service_s (what `plan prefetch` reads)
+    batch_service_basis: str
+    batch_bytes: float              # bytes of the batches the loop received (arrays, tensors, buffers)
+    batch_bytes_max: int
+    bytes_delivered: int
+    bytes_read: int | None          # the device's (path=) or the process tree's: bytes_read_basis
+    bytes_read_basis: str
+    throughput: Throughput
+    series: dict[str, list]
+    loader: dict                    # kind, num_workers, prefetch_factor (a torch DataLoader's)
+    process_io: dict | None
+    device_io: dict | None
+    intervals: dict[str, Interval]
+    stable: bool
+    stability: dict
+    extra: dict = field(default_factory=dict)   # prefetch_recommendation
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"} | self.extra
+
+
 def is_load_metrics(metrics: Any) -> bool:
     """True when ``metrics`` (a dict read from a file) has every field of a ``LoadMetrics``."""
     return isinstance(metrics, dict) and all(f.name in metrics for f in dataclasses.fields(LoadMetrics)
@@ -248,6 +302,7 @@ def json_schema() -> dict:
     props["schema_version"] = {"const": SCHEMA_VERSION}
     props["per_rank"] = {"type": "array", "items": {"type": "object"}}
     load = _type_schema(LoadMetrics, defs)
+    watch = _type_schema(WatchMetrics, defs)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://iobench.dev/results.schema.json",
@@ -258,7 +313,9 @@ def json_schema() -> dict:
         "properties": props,
         "required": list(_ENVELOPE),
         "allOf": [{"if": {"properties": {"command": {"const": "load"}}, "required": ["command"]},
-                   "then": {"properties": {"metrics": load}}}],
+                   "then": {"properties": {"metrics": load}}},
+                  {"if": {"properties": {"command": {"const": "watch"}}, "required": ["command"]},
+                   "then": {"properties": {"metrics": watch}}}],
         "$defs": dict(sorted(defs.items())),
     }
 

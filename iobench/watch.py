@@ -265,10 +265,11 @@ class Watch:
     # -- results ---------------------------------------------------------------------------------
 
     def metrics(self) -> dict:
-        """The results' metrics (the ``load`` schema's names) for what was measured so far."""
+        """The results' metrics (``iobench.schema.WatchMetrics``: the load's names) for what was measured so far."""
         from .loader.analysis import recommend
         from .loader.stability import StopRule, steady_verdict, steady_window, window_stall
         from .metrics import summarize_seconds
+        from .schema import WatchMetrics
 
         rec = self.rec
         n = len(rec.computes)
@@ -348,9 +349,8 @@ class Watch:
             "stable": v["stable"],
             "stability": {"rule": StopRule().describe(), "not_stable_because": v["not_stable_because"]},
         }
-        if n > 1:
-            m["prefetch_recommendation"] = recommend(m, m["compute_s"]["mean"] or 0.0)
-        return m
+        extra = {"prefetch_recommendation": recommend(m, m["compute_s"]["mean"] or 0.0)} if n > 1 else {}
+        return WatchMetrics(**m, extra=extra).to_dict()   # typed: a missing or misspelt field fails here
 
     def _results(self):
         from .results import Results

@@ -3,6 +3,7 @@ truth, and results the report, the planner and compare read."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -143,6 +144,20 @@ def test_report_plan_and_compare_read_a_watch(tmp_path, capsys):
     assert "Data stall" in capsys.readouterr().out
     assert main(["plan", "prefetch", "--from", str(a)]) == 0
     assert main(["compare", str(a), str(b)]) in (0, 1)
+
+
+def test_a_watch_file_is_the_typed_watch_schema(tmp_path):
+    from iobench import schema
+
+    out = tmp_path / "w.json"
+    for _b in iobench.watch(iter([np.zeros(16, dtype=np.uint8)] * 6), json=str(out)):
+        pass
+    doc = json.loads(out.read_text())
+    assert schema.errors(doc) == []
+    assert set(doc["metrics"]) >= {f.name for f in dataclasses.fields(schema.WatchMetrics)} - {"extra"}
+    broken = json.loads(out.read_text())
+    del broken["metrics"]["device_io"]
+    assert schema.errors(broken) == ["$.metrics.device_io: missing"]
 
 
 def test_bad_arguments_are_refused_with_the_fix():
