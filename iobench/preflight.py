@@ -30,6 +30,14 @@ def _local(path: str) -> str:
     return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
 
 
+def _kind(path: str) -> str:
+    """'a file', 'a FIFO (named pipe)', 'a device'... for messages about a path of the wrong kind."""
+    from .io.inputs import kind_of
+
+    st = os.stat(path)
+    return "a file" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
+
+
 def _read_only_fs(path: str) -> bool:
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
@@ -95,7 +103,7 @@ def output_dir(path: str, flag: str) -> None:
     p = _local(path)
     if os.path.exists(p):
         if not os.path.isdir(p):
-            raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory path")
+            raise ConfigError(flag, f"{path} is {_kind(p)}, not a directory", "give a directory path")
         _check_writable_dir(p, flag, "files")
         return
     _check_creatable(p, flag, path, "give a directory path")
@@ -127,7 +135,7 @@ def input_dir(path: str, flag: str) -> None:
     if not os.path.exists(p):
         raise ConfigError(flag, f"{path} does not exist", "give an existing directory")
     if not os.path.isdir(p):
-        raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory")
+        raise ConfigError(flag, f"{path} is {_kind(p)}, not a directory", "give a directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise ConfigError(flag, f"{path} is not readable (permission denied)", "fix its permissions")
 
@@ -151,8 +159,8 @@ def check_args(args) -> None:
         for x in pf.paths(args):
             if pf.role is Role.OUT_FILE:
                 output_file(x, pf.flag)
-            elif pf.role in (Role.OUT_DIR, Role.WORK):
-                output_dir(x, pf.flag)
+            elif pf.role in (Role.OUT_DIR, Role.WORK) or (pf.role is Role.ROOT and getattr(args, "command", "") != "ckpt"):
+                output_dir(x, pf.flag)   # (ckpt's roots: _check_ckpt, since restore only reads them)
             elif pf.role in (Role.IN_FILE, Role.IN_TIERS) and pf.must_exist:
                 if pf.dest == "workload" and not looks_like_file(x):
                     continue   # a workload name, not a file

@@ -186,6 +186,9 @@ COMMANDS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "run": (["run", "--config", "{cfg}"], ["--out"], ["{cfg}"]),
     "mlperf ckpt": (["mlperf", "ckpt", "--out", "{local}", "--scale", "1e-6"], ["--json"],
                     ["{local}", "{local}/new.json"]),
+    "mlperf datasize": (["mlperf", "datasize", "--client-memory", "1GiB"], ["--json"], []),
+    "probe file": (["probe", "file", "{base}/probe-target", "--quick"], ["--json"], []),
+    "gds probe": (["gds", "probe"], ["--json"], []),
 }
 
 # input flag -> (command line with {IN} where the hostile path goes, what the error names besides the file)
@@ -211,6 +214,22 @@ INPUT_FLAGS: dict[str, list[str]] = {
 HOSTILE_KINDS = {"fifo": ("fifo", "fifo_json"), "directory": ("dir", "dir_json"),
                  "non-UTF-8": ("bad", "bad_json")}
 NOT_TEXT = {"gds bench FILE"}   # reads bytes: only the kinds of file matter
+
+# flags that name a directory (a root, a work or output directory): a FIFO or a regular file there
+DIR_FLAGS: dict[str, tuple[list[str], str]] = {
+    "ckpt --local": (["ckpt", "--params", "1e6", "--count", "1", "--local", "{IN}"], "--local"),
+    "ckpt --durable": (["ckpt", "--params", "1e6", "--count", "1", "--durable", "{IN}"], "--durable"),
+    "ckpt restore --local": (["ckpt", "restore", "--params", "1e6", "--local", "{IN}"], "--local"),
+    "ckpt restore --durable": (["ckpt", "restore", "--params", "1e6", "--durable", "{IN}"], "--durable"),
+    "tiers init --nvme": (["tiers", "init", "--nvme", "{IN}", "--out", "{base}/never.yaml"], "--nvme"),
+    "probe file URL": (["probe", "file", "{IN}", "--quick"], "URL"),
+    "check TARGET": (["check", "{IN}", "--step-time", "1ms"], "TARGET"),
+    "gen --out": (["gen", "--num-samples", "8", "--seq-len", "8", "--out", "{IN}"], "--out"),
+    "report -o": (["report", "{res_a}", "-o", "{IN}"], "--out"),
+    "run --out": (["run", "--out", "{IN}", "--stages", "probe"], "--out"),
+    "mlperf ckpt --out": (["mlperf", "ckpt", "--out", "{IN}"], "--out"),
+    "mlperf run --checkpoint-folder": (["mlperf", "run", "{ds}", "--checkpoint-folder", "{IN}"], "--checkpoint-folder"),
+}
 
 # commands that read a dataset / a tiers file (and its catalog), with {DS} / {T} placeholders
 DATASET_READERS: dict[str, list[str]] = {
@@ -269,6 +288,15 @@ def _rows():
                 key = "bad_txt"
             rows.append(pytest.param([a.replace("{IN}", "{%s}" % key) for a in argv], "@" + key,
                                      id=f"input:{name} is a {kind}"))
+    # 4b. a FIFO or a regular file where a directory goes; a FIFO where an output file goes
+    for name, (argv, field) in DIR_FLAGS.items():
+        for key in ("fifo", "notes"):
+            rows.append(pytest.param([a.replace("{IN}", "{%s}" % key) for a in argv], field,
+                                     id=f"dir-flag:{name} is a {key}"))
+    for name, (argv, outs, _) in COMMANDS.items():
+        for flag in outs:
+            if flag not in ("-o", "--checkpoint-folder") and (flag != "--out" or name == "tiers init"):
+                rows.append(pytest.param(argv + [flag, "{fifo_json}"], flag, id=f"out-is-fifo:{name} {flag}"))
     # 5. catalogs that are a FIFO, a directory, not SQLite
     for name, argv in TIERS_READERS.items():
         for t in BAD_CATALOGS:
