@@ -45,7 +45,8 @@ MiB = 2**20
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from summary import machine, write_rows  # noqa: E402  (benchmarks/ is not a package)
+from harness import machine  # noqa: E402  (benchmarks/ is not a package)
+from summary import write_rows  # noqa: E402
 
 THROTTLE = 50 * MiB
 STEP, BATCH, WORKERS = "64ms", 32, 1
@@ -278,7 +279,7 @@ def _rows(summary: list[dict]) -> list[dict]:
 def to_markdown(meta: dict, summary: list[dict]) -> str:
     L = ["# The front door: `iobench check` against ground truth", "",
          f"`{meta['command']}` — {meta['started']}, {meta['seconds']:.0f} s; {meta['machine']['cpu_count']} cores, "
-         f"load average {', '.join(f'{x:.1f}' for x in meta['machine']['load_avg'])}.", "",
+         f"load average {', '.join(f'{x:.1f}' for x in meta['machine']['load_avg_at_start'])}.", "",
          f"Each row: `iobench check --dataset D --step-time {meta['step']} --batch-size {meta['batch']} --workers "
          f"{meta['workers']}` and nothing else (S3: `--endpoint-url`, `--emulate {meta['s3_emulate']}`), on a "
          f"dataset of {meta['samples']} samples of {meta['sample_bytes'] // 1024} KiB generated and left in the page "
