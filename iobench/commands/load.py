@@ -222,7 +222,9 @@ def run(args) -> int:
     m = metrics
     print(headline(m))
     drive = m.get("drive") or {}
-    if (drive.get("judgement") or {}).get("bound") == "host":
+    # "within 20% of the ceiling" is the read-path host bound only: a hand-over or CPU-preparation
+    # host bound may come without a ceiling measured (host_ceiling off)
+    if (drive.get("judgement") or {}).get("cause") == "the host's read path" and drive.get("host_ceiling"):
         from ..units import format_rate
 
         c = drive["host_ceiling"]
