@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -53,7 +52,8 @@ from iobench.storage import open_backend
 MiB = 2**20
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from summary import merge_results  # noqa: E402  (benchmarks/ is not a package)
+from harness import machine  # noqa: E402  (benchmarks/ is not a package)
+from summary import merge_results  # noqa: E402
 PEERS = HERE / "fidelity_peers.py"
 
 
@@ -499,14 +499,6 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
 
 
 # ------------------------------------------------------------------ report
-
-def machine() -> dict:
-    import psutil
-
-    return {"cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "os": f"{platform.system()} {platform.release()}", "python": sys.version.split()[0],
-            "load_avg_at_start": os.getloadavg()}
-
 
 def verdicts(results: list[dict]) -> list[str]:
     """One line per section, the answer first."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import machine
 from summary import DERIVE, merge_results, write_rows
 
 MiB = 2**20
@@ -755,14 +755,6 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
 
 SECTIONS = {"overhead": bench_overhead, "access": bench_access, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,
             "parquet": bench_parquet, "tfrecord": bench_tfrecord, "memory": bench_memory}
-
-
-def machine() -> dict:
-    vm = psutil.virtual_memory()
-    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-            "memory_bytes": vm.total, "os": f"{platform.system()} {platform.release()}",
-            "python": sys.version.split()[0], "load_avg_at_start": os.getloadavg(),
-            "note": "shared with other work while measuring (a 2-core VM running several builds and tests)"}
 
 
 def to_markdown(results: list[dict], meta: dict) -> str:

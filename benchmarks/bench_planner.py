@@ -21,25 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
 
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 from iobench.planner.models import plan
 from iobench.planner.pipeline import data_stall
 
-
-def machine() -> dict:
-    return {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
-            "note": "shared 2-core VM; other work ran while measuring, so only same-run ratios are meaningful"}
+from harness import machine
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
@@ -100,7 +93,7 @@ def render(r: dict, cmd: str) -> str:
     mc = r["machine"]
     lines = ["# Planner vs measurement (same run, same bytes)", "",
              f"Command: `{cmd}` — measured {r['started']}.",
-             f"Machine: {mc['cpus']} CPUs, {mc['memory_bytes'] / 2**30:.1f} GiB, {mc['os']}, Python {mc['python']}. "
+             f"Machine: {mc['cpu_count']} CPUs, {mc['memory_bytes'] / 2**30:.1f} GiB, {mc['os']}, Python {mc['python']}. "
              f"{mc['note']}; load average at start {mc['load_avg_at_start']}.", "",
              "Storage: a local raw token dataset (one 16-sample shard per batch) behind iobench's latency "
              "emulation; loader with 1 worker, prefetch depth 2, compute emulated by sleeping.", "",

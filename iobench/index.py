@@ -158,8 +158,13 @@ def detect_format(backend: Backend, only: tuple[str, ...] | None = None) -> str:
     if not found and rels and all(r.lower().endswith(_IMAGE_SUFFIXES) for r in rels):
         return "files"
     if not found:
-        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows "
-                          f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)",
+        known = f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)"
+        if only is not None and len(rels) == 1:
+            # a single file given as the dataset: name the argument the user typed, not --format
+            raise ConfigError("dataset", f"{backend.url.rstrip('/')}/{rels[0]} is a file whose suffix no format "
+                              f"iobench knows {known}", "give the dataset's directory, a shard with a known suffix, "
+                              "or --format")
+        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows {known}",
                           "give --format (e.g. --format files for one sample per file)")
     raise ConfigError("--format", f"{backend.url} holds files of several formats ({', '.join(sorted(found))})",
                       "give --format to pick one")

@@ -47,8 +47,8 @@ CASES = [
     ("latency emulated", 0.5, 20, 62, 20, 1000, (10, 9.5), 10, 8192, {"kind": "const"},
      ("storage", "per-request latency")),
     ("latency measured", 0.5, 20, 62, 20, 1000, (10, 9.5), 1000, 128, {}, ("storage", "per-request latency")),
-    ("cpu prep", 0.4, 30, 62, 30, 1000, (10, 2), 10, 8192, {}, ("storage", "CPU preparation")),
-    ("hand-over", 0.3, 500, 100, 70, 5000, (10, 9), 100, 8192, {}, ("storage", "hand-over")),
+    ("cpu prep", 0.4, 30, 62, 30, 1000, (10, 2), 10, 8192, {}, ("host", "CPU preparation")),
+    ("hand-over", 0.3, 500, 100, 70, 5000, (10, 9), 100, 8192, {}, ("host", "hand-over")),
     ("slow tail", 0.05, 500, 100, 480, 5000, (10, 9), 100, 8192, {}, ("storage", "slow tail")),
 ]
 

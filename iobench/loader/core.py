@@ -28,6 +28,7 @@ from .schedule import Schedule, build_schedule
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
+    from .delivery import Delivery
     from ..storage import Backend
     from ..wrappers import EmulationSpec
     from .source import ShardSource
@@ -219,7 +220,7 @@ class _Setup:
     schedule: Schedule
     source: ShardSource
     compute: Compute
-    deliver: Any                 # a delivery: the batch to the device (loader.delivery, iobench.gds)
+    deliver: Delivery            # the batch to the device (loader.delivery, iobench.gds)
     cache_state: dict
     emulation: EmulationSpec
     slot_bytes: int
@@ -270,7 +271,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     from ..io.pagecache import set_cache_state
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
-    from .delivery import get_delivery
+    from .delivery import as_delivery, get_delivery
     from ..io.retry import RetryPolicy
     from .source import backend_source
 
@@ -301,9 +302,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
 
         check_memmap(cfg, backend, manifest, source)   # before any work: memmap reads local fixed rows only
     compute = Compute(cfg.compute_model())
-    deliver = deliver or get_delivery(cfg.device)
-    if getattr(deliver, "bind", None) is not None:  # a GPU delivery picks its route for this dataset (iobench.gds)
-        deliver.bind(manifest, cfg.dataset)
+    deliver = as_delivery(deliver, cfg.device) if deliver is not None else get_delivery(cfg.device)
+    deliver.bind(manifest, cfg.dataset)   # a GPU delivery picks its route for this dataset (iobench.gds)
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
@@ -537,7 +537,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     first_wait = rec.waits[0] if rec.waits else None
     warmup_s = startup_s + (first_wait or 0.0)
     warmup_fraction = warmup_s / total_wall_s if total_wall_s > 0 else None
-    for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
+    for reason in st.deliver.reasons:  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
     intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
                                           warmup_fraction=warmup_fraction)
@@ -608,7 +608,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         stable=stable,
         stability=stability,
     )
-    src_desc = st.source.describe() if hasattr(st.source, "describe") else {"kind": type(st.source).__name__}
+    src_desc = st.source.describe()
     environment = {
         "cache": st.cache_state,
         "storage": "synthetic" if synthetic else ("emulated" if st.emulation.active else "real"),
@@ -715,12 +715,9 @@ def _encode(values_s: list[float]) -> str | None:
     return h.encode()
 
 
-def _describe_delivery(deliver, device: str) -> dict:
+def _describe_delivery(deliver: Delivery, device: str) -> dict:
     """The effective delivery path (a GPU delivery records its fallbacks), not just the requested one."""
-    fn = getattr(deliver, "describe", None)
-    if fn is None:
-        return {"device": device, "path": "host (zero-copy view of the slot)" if device == "cpu" else "custom"}
     try:
-        return fn()
+        return deliver.describe()
     except Exception as e:  # noqa: BLE001 — a description must not fail the run
         return {"device": device, "error": f"{type(e).__name__}: {e}"}
