@@ -253,6 +253,15 @@ def prepare(cfg: DriveConfig, storage_options: dict | None = None, progress: boo
 
     lc = cfg.load
     if cfg.synthetic is None:
+        from .index import dataset_manifest, resolve_dataset_url
+
+        ref = resolve_dataset_url(lc.dataset)
+        if ref.only is not None:   # a brace range or one shard: those files, under their directory
+            backend = open_backend(ref.root, endpoint_url=lc.endpoint_url, storage_options=storage_options,
+                                   field_name="--dataset", check=True)
+            manifest = dataset_manifest(backend, ref.only)
+            yield Dataset(url=ref.root, format=manifest.format), manifest   # the load reads this manifest
+            return
         backend = open_backend(lc.dataset, endpoint_url=lc.endpoint_url, storage_options=storage_options,
                                field_name="--dataset", check=True)
         from .manifest import MANIFEST_NAME, check_dataset_root
