@@ -252,7 +252,7 @@ def test_wrapped_storage_claims_no_pread_and_every_read_meets_the_wrapper(datase
 
 def test_mmap_flag_maps_a_cached_shard(opened):
     src, data = opened("local")
-    assert src.supports_mmap == hasattr(__import__("mmap"), "MAP_POPULATE")
+    assert src.supports_mmap == hasattr(__import__("mmap"), "MAP_POPULATE") and not src.supports_odirect
     if not src.supports_mmap:
         pytest.skip("no MAP_POPULATE")
     reader = get_format("raw").reader(data.manifest)
