@@ -192,10 +192,47 @@ class MegatronReader(Reader):
             raise IntegrityError(f"{shard.path}: {records} sequences read, the manifest's index says {shard.samples}")
 
     def tokens(self, data, shard) -> np.ndarray | None:
+        if self.window:
+            return self._windows(data, shard, 0, shard.samples)
         fixed = self.fixed_records(shard)
         if fixed is None or len(data) != shard.samples * fixed[1]:
             return None
         return np.frombuffer(data, dtype=self.dtype).reshape(shard.samples, -1)
+
+    def _windows(self, data, shard, first: int, count: int) -> np.ndarray:
+        """Windows ``first .. first+count`` as one (count, seq_len + 1) read-only view of ``data``, which
+        starts at window ``first``'s first token (neighbouring windows share one token: no copy)."""
+        arr = np.frombuffer(data, dtype=self.dtype)
+        need = count * self.window + 1 if count else 0
+        if arr.size < need:
+            raise IntegrityError(f"{shard.path}: windows {first}..{first + count}: {arr.size} tokens read, "
+                                 f"{need} needed")
+        item = self.dtype.itemsize
+        return np.lib.stride_tricks.as_strided(arr, shape=(count, self.window + 1),
+                                               strides=(self.window * item, item), writeable=False)
+
+    def stream_arrays(self) -> bool:
+        return bool(self.window)
+
+    def pieces(self, shard, read, size, arrays=False, read_into=None):
+        """GPTDataset windows: runs of neighbouring windows per piece (one contiguous range each), as
+        (windows, seq_len + 1) arrays with ``arrays``; sequences: the default (fixed rows or ranges)."""
+        if not self.window:
+            yield from super().pieces(shard, read, size, arrays, read_into)
+            return
+        from iobench.metrics import now_ns
+
+        item = self.dtype.itemsize
+        per = max(1, size // (self.window * item))
+        first = True
+        for i in range(0, shard.samples, per):
+            k = min(per, shard.samples - i)
+            data, t, n = read(i * self.window * item, (k * self.window + 1) * item, first)
+            first = False
+            t1 = now_ns()
+            rows = self._windows(data, shard, i, k)
+            out = rows if arrays else [Sample(index=shard.first_sample + i + j, data=rows[j]) for j in range(k)]
+            yield out, t, n, (now_ns() - t1) / 1e9
 
     def sample_from_range(self, shard, i, record) -> Sample:
         return Sample(index=shard.first_sample + i, data=self._tokens(record, shard, i))

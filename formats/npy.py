@@ -47,12 +47,29 @@ def header_length(head: bytes, where: str) -> int:
     raise IntegrityError(f"{where}: offset 6: unknown .npy version {major}")
 
 
+# Parsed headers by their bytes: a dataset's files mostly share dtype and shape, and numpy's header
+# parser (ast.literal_eval) costs more than the rest of reading a small file.
+_PARSED: dict[bytes, tuple[np.dtype, tuple[int, ...], bool, int]] = {}
+
+
 def parse_header(head: bytes, where: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
     """(dtype, shape, fortran order, header length) of a ``.npy`` file whose first bytes are ``head``."""
     n = header_length(head, where)
     if len(head) < n:
         raise IntegrityError(f"{where}: offset {len(head)}: .npy header runs to {n}, file has {len(head)} bytes")
-    buf = io.BytesIO(bytes(head[:n]))
+    key = bytes(head[:n])
+    got = _PARSED.get(key)
+    if got is None:
+        got = _parse_header(key, where)
+        if len(_PARSED) >= 1024:
+            _PARSED.clear()
+        _PARSED[key] = got
+    return got
+
+
+def _parse_header(head: bytes, where: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    n = len(head)
+    buf = io.BytesIO(head)
     try:
         version = np.lib.format.read_magic(buf)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -183,7 +200,8 @@ class NpyReader(Reader):
             for j in range(rows.shape[0]):
                 yield Sample(index=first + j, data=rows[j])
             return
-        yield Sample(index=first, data=bytes(memoryview(data)[hl:]))
+        # the record as a uint8 view of the shard's buffer: no copy (the batch's collate is the one copy)
+        yield Sample(index=first, data=np.frombuffer(data, dtype=np.uint8, offset=hl))
 
     def count_samples(self, data, shard) -> int:
         dtype, shape, fortran, hl = self._parse(data, shard)
@@ -209,7 +227,7 @@ class NpyReader(Reader):
     def sample_from_range(self, shard, i, record) -> Sample:
         if self.manifest.modality == "tokens":
             return Sample(index=shard.first_sample + i, data=np.frombuffer(record, dtype=self._dtype()))
-        return Sample(index=shard.first_sample + i, data=bytes(record))
+        return Sample(index=shard.first_sample + i, data=np.frombuffer(record, dtype=np.uint8))
 
 
 FORMAT = FormatSpec(name="npy", extension=".npy", writer=NpyWriter, reader=NpyReader, indexable=True,

@@ -119,8 +119,14 @@ def verdict_line(cfg: CheckConfig, outcome) -> str:
     line = (f"at {format_seconds(cfg.step_s)}/step, batch {cfg.batch_size}, {cfg.workers} "
             f"worker{'s' if cfg.workers > 1 else ''}: stall {_stall_text(m)}")
     if r.capacity_bytes_per_s:
-        line += f", storage delivers {format_rate(r.capacity_bytes_per_s)} of the {format_rate(r.need_bytes_per_s)} you need"
-        if r.delivered_bytes_per_s and stall > 0.01 and r.delivered_bytes_per_s < 0.9 * r.capacity_bytes_per_s:
+        line += f", storage delivers {format_rate(r.capacity_bytes_per_s)}"
+        amp = r.read_amplification
+        if amp and amp > 1.2 and r.payload_bytes_per_s:
+            # like with like: the need is in samples' bytes, and this format reads each sample's more than once
+            line += f" ({format_rate(r.payload_bytes_per_s)} of samples: {amp:.1f}x read per sample byte)"
+        line += f" of the {format_rate(r.need_bytes_per_s)} you need"
+        feed = r.payload_bytes_per_s or r.capacity_bytes_per_s
+        if r.delivered_bytes_per_s and stall > 0.01 and r.delivered_bytes_per_s < 0.9 * feed:
             line += f", but the loop received {format_rate(r.delivered_bytes_per_s)}"
     parts = []
     if j.cause not in ("none", "the host's read path"):
@@ -157,7 +163,7 @@ def run_check(cfg: CheckConfig, *, endpoint_url: str | None = None, storage_opti
     out = {"verdict": verdict_line(cfg, o), "stall_ratio": metrics["stall_ratio"],
            "stall_interval": (metrics.get("intervals") or {}).get("stall_ratio"),
            "capacity_bytes_per_s": r.capacity_bytes_per_s, "need_bytes_per_s": r.need_bytes_per_s,
-           "delivered_bytes_per_s": r.delivered_bytes_per_s,
+           "delivered_bytes_per_s": r.delivered_bytes_per_s, "payload_bytes_per_s": r.payload_bytes_per_s,
            "bound": o.judgement.bound, "cause": o.judgement.cause,
            "host_ceiling_bytes_per_s": o.ceiling.bytes_per_s if o.ceiling else None,
            "prefetch_recommendation": metrics["prefetch_recommendation"],

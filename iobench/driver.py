@@ -109,6 +109,16 @@ class Rates:
     delivered_bytes_per_s: float | None
     compute_s: float | None           # the mean emulated step over the steady window
     bytes_read: int
+    # the samples' bytes the workers produced over their busy time: what ``need`` is compared with
+    # (a format that reads each sample's bytes more than once delivers fewer samples than bytes read)
+    payload_bytes_per_s: float | None = None
+
+    @property
+    def read_amplification(self) -> float | None:
+        """Bytes read per byte of samples produced (1.0: each sample read once)."""
+        if not self.capacity_bytes_per_s or not self.payload_bytes_per_s:
+            return None
+        return self.capacity_bytes_per_s / self.payload_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ class HostCeiling:
 
 @dataclass(frozen=True)
 class Judgement:
-    bound: str                        # "keeps up" | "storage" | "host"
+    bound: str                        # "keeps up" | "storage" | "host" (the read path, CPU preparation, hand-over)
     cause: str                        # one of CAUSES
     advice: str                       # the remedy that addresses the cause ("" when nothing to do)
 
@@ -243,6 +253,15 @@ def prepare(cfg: DriveConfig, storage_options: dict | None = None, progress: boo
 
     lc = cfg.load
     if cfg.synthetic is None:
+        from .index import dataset_manifest, resolve_dataset_url
+
+        ref = resolve_dataset_url(lc.dataset)
+        if ref.only is not None:   # a brace range or one shard: those files, under their directory
+            backend = open_backend(ref.root, endpoint_url=lc.endpoint_url, storage_options=storage_options,
+                                   field_name="--dataset", check=True)
+            manifest = dataset_manifest(backend, ref.only)
+            yield Dataset(url=ref.root, format=manifest.format), manifest   # the load reads this manifest
+            return
         backend = open_backend(lc.dataset, endpoint_url=lc.endpoint_url, storage_options=storage_options,
                                field_name="--dataset", check=True)
         from .manifest import MANIFEST_NAME, check_dataset_root
@@ -301,19 +320,27 @@ def _ceiling_key(load: LoadConfig, manifest) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _memory_dir() -> str:
+def _memory_dir(need_bytes: int) -> str:
+    """tmpfs when it has room (a container's /dev/shm is often 64 MB), else the temp directory: the
+    copy is read right after it is written, from the page cache either way."""
     shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    try:
+        st = os.statvfs(shm)
+        if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize > 2 * need_bytes:
+            return shm
+    except OSError:
+        pass
+    return tempfile.gettempdir()
 
 
-def _copy_subset(manifest, backend, dest: str, want_bytes: int):
+def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1):
     """The first shards (at least ``want_bytes``, at least one per worker) copied to ``dest``, and their manifest."""
     from .manifest import write_manifest
     from .storage import open_backend
 
     shards, total, first = [], 0, 0
     for s in manifest.shards:
-        if total >= want_bytes and len(shards) >= 2:
+        if total >= want_bytes and len(shards) >= max(2, workers):
             break
         for rel in (s.path, s.index_path):
             if rel:
@@ -358,9 +385,10 @@ def host_ceiling(load: LoadConfig, manifest, storage_options: dict | None = None
                            field_name="dataset", check=True)
     batch_bytes = manifest.total_bytes / max(1, manifest.total_samples) * load.batch_size
     want = int(min(256 << 20, max(32 << 20, batch_bytes * load.workers * 8)))
-    tmp = tempfile.mkdtemp(prefix="iobench-ceiling-", dir=_memory_dir())
+    tmp = tempfile.mkdtemp(prefix="iobench-ceiling-", dir=_memory_dir(want + int(manifest.total_bytes /
+                                                                              max(1, len(manifest.shards)))))
     try:
-        sub = _copy_subset(manifest, backend, tmp, want)
+        sub = _copy_subset(manifest, backend, tmp, want, load.workers)
         cfg = replace(load, dataset=tmp, endpoint_url=None, compute="0ms", compute_mode="sleep", cache="warm",
                       emulate="none", error_rate=0.0, timeout_rate=0.0, verify_checksums=False, epochs=1,
                       until_stable=True, min_steps=20, max_time_s=time_s, steps=0,
@@ -395,6 +423,20 @@ def capacity_bytes_per_s(metrics: dict) -> float | None:
     return total or None
 
 
+def payload_bytes_per_s(metrics: dict, batch_size: int, buffered: int = 0, share: int | None = None) -> float | None:
+    """The samples' bytes each worker read over its busy time, summed over workers: the samples it
+    produced plus those still in its shuffle buffer (``buffered``, at most its ``share`` of the data)."""
+    per_sample = (metrics.get("batch_bytes") or 0) / max(1, batch_size)
+    total = 0.0
+    for w in metrics.get("per_worker") or ():
+        if w.get("busy_s") and w.get("samples"):
+            n = w["samples"] + buffered
+            if share is not None:
+                n = max(w["samples"], min(n, share))
+            total += n * per_sample / w["busy_s"]
+    return total or None
+
+
 def _delivered(metrics: dict) -> tuple[float | None, float | None]:
     """``(delivered, compute_s)`` over the steady window: batch bytes x steps / Σ step time — what
     the training loop received, each batch's hand-over included — and the mean emulated step."""
@@ -408,11 +450,18 @@ def _delivered(metrics: dict) -> tuple[float | None, float | None]:
     return (bb * len(steps_w) / sum(steps_w) if sum(steps_w) > 0 else None), sum(comp_w) / len(comp_w)
 
 
-def rates(metrics: dict, step_s: float) -> Rates:
+def rates(metrics: dict, step_s: float, load: LoadConfig | None = None, manifest=None) -> Rates:
     delivered, compute_s = _delivered(metrics)
+    batch_size = load.batch_size if load is not None else 1
+    buffered, share = 0, None
+    if load is not None and manifest is not None:
+        share = -(-manifest.total_samples // load.workers)
+        if metrics.get("access") == "stream" and load.shuffle:
+            buffered = load.shuffle_buffer
     return Rates(capacity_bytes_per_s=capacity_bytes_per_s(metrics),
                  need_bytes_per_s=(metrics.get("batch_bytes") or 0) / step_s if step_s > 0 else 0.0,
-                 delivered_bytes_per_s=delivered, compute_s=compute_s, bytes_read=int(metrics.get("bytes_read") or 0))
+                 delivered_bytes_per_s=delivered, compute_s=compute_s, bytes_read=int(metrics.get("bytes_read") or 0),
+                 payload_bytes_per_s=payload_bytes_per_s(metrics, batch_size, buffered, share))
 
 
 def warmup(metrics: dict, workers: int) -> Warmup:
@@ -438,12 +487,13 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                          f"this host's {ceiling.cores} core{'s' if ceiling.cores != 1 else ''} read no faster "
                          f"({format_rate(ceiling.bytes_per_s)} from memory): faster storage would not help here; "
                          "more cores, or fewer per-batch copies, would")
-    if cap and cap < r.need_bytes_per_s:
+    feed = r.payload_bytes_per_s or cap      # the samples' bytes, what the need is counted in
+    if feed and feed < r.need_bytes_per_s:
         pw = metrics.get("per_worker") or []
         busy = sum(w.get("busy_s") or 0 for w in pw)
         io = sum((w.get("io_s") or 0) + (w.get("fill_s") or 0) for w in pw)
         if busy > 0 and (busy - io) / busy > 0.5:
-            return Judgement("storage", "CPU preparation",
+            return Judgement("host", "CPU preparation",
                              f"parsing/decoding takes {(busy - io) / busy:.0%} of the workers' time: more workers "
                              "(one per free core) or cheaper preparation")
         reqs = metrics.get("requests") or 0
@@ -457,8 +507,9 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                              "flight hide it (more workers, --read-ahead)")
         return Judgement("storage", "storage bandwidth",
                          "faster storage, a faster tier, or staging; more workers share the same bandwidth")
-    if r.delivered_bytes_per_s and cap and r.delivered_bytes_per_s < 0.9 * cap:
-        return Judgement("storage", "hand-over",
+    if r.delivered_bytes_per_s and feed and r.delivered_bytes_per_s < 0.9 * feed:
+        # the workers read faster than the step needs; the loop did not receive it: this host's side
+        return Judgement("host", "hand-over",
                          "each batch's hand-over from its worker to the loop (pipe, wake-up, batch view) is the "
                          "gap: fewer, larger batches, or a longer step")
     return Judgement("storage", "slow tail", "the slow batches (P99) outlast the prefetch: deeper prefetch")
@@ -520,7 +571,7 @@ def measure(cfg: DriveConfig, dataset: Dataset, manifest, storage_options: dict 
     run.environment["cache"] = cache
     if ceiling is not None:
         run.environment["host_ceiling"] = ceiling.to_dict()
-    r = rates(run.metrics, cfg.step_s)
+    r = rates(run.metrics, cfg.step_s, load, manifest)
     outcome = Outcome(dataset=dataset, run=run, rates=r, warmup=warmup(run.metrics, load.workers), ceiling=ceiling,
                       judgement=judge(run.metrics, run.environment, r, ceiling, load.workers), cache=cache)
     if load.cache == "cold" and cfg.one_pass_when_cold and run.metrics["steps"] >= run.metrics["steps_planned"] \
@@ -568,6 +619,10 @@ def warmup_phrase(w: Warmup, access: str) -> str:
 
 def ceiling_phrase(o: Outcome) -> str:
     c = o.ceiling
+    if o.judgement.bound == "host" and o.judgement.cause in ("hand-over", "CPU preparation"):
+        where = "handing batches to the loop" if o.judgement.cause == "hand-over" else "preparing batches"
+        return (f"host-bound: this host's time {where} is the limit, not the storage: the answer is a lower bound"
+                + (f" (host ceiling {format_rate(c.bytes_per_s)})" if c else ""))
     if c is None:
         return ""
     if o.judgement.bound == "host":

@@ -116,14 +116,14 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
     if backend.is_local:
         for r in rels:
             _check_local_file(backend, r)
-    if fmt == "arrow":
+    if fmt == "arrow" and only is None:
         rels = _arrow_order(backend, rels)
     if not rels:
         want = "any file" if fmt == "files" else "a .bin with its .idx" if fmt == "megatron" else \
             " or ".join(_SUFFIXES[fmt])
         raise ConfigError("dataset", f"no {want} under {backend.url}",
                           "give the dataset's root URL and the --format its files are in")
-    return rels if only is not None else sorted(rels) if fmt != "arrow" else rels
+    return rels   # sorted (all_rels is), in state.json's order (arrow), or in the order ``only`` gives
 
 
 def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
@@ -158,8 +158,13 @@ def detect_format(backend: Backend, only: tuple[str, ...] | None = None) -> str:
     if not found and rels and all(r.lower().endswith(_IMAGE_SUFFIXES) for r in rels):
         return "files"
     if not found:
-        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows "
-                          f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)",
+        known = f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)"
+        if only is not None and len(rels) == 1:
+            # a single file given as the dataset: name the argument the user typed, not --format
+            raise ConfigError("dataset", f"{backend.url.rstrip('/')}/{rels[0]} is a file whose suffix no format "
+                              f"iobench knows {known}", "give the dataset's directory, a shard with a known suffix, "
+                              "or --format")
+        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows {known}",
                           "give --format (e.g. --format files for one sample per file)")
     raise ConfigError("--format", f"{backend.url} holds files of several formats ({', '.join(sorted(found))})",
                       "give --format to pick one")

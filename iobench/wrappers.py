@@ -428,9 +428,7 @@ class EmulatedBackend(BackendWrapper):
             return self._request(self.inner.cat_stream, rel, start, end, first)
         t0 = now_ns()
         result = self.inner.cat_stream(rel, start, end, first)
-        rest = self.spec.transfer_s(_nbytes(result, False)) - (now_ns() - t0) / 1e9
-        if rest > 0:
-            time.sleep(rest)
+        self._limit.hold(_nbytes(result, False), t0)   # paced: the pieces of one GET move back to back
         return result
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:

@@ -12,7 +12,8 @@ import pytest
 from iobench.cli import main
 
 VERDICT = re.compile(r"^at (?P<step>[\d.]+ ms)/step, batch (?P<b>\d+), (?P<w>\d+) workers?: stall (?P<stall>[\d.]+)% "
-                     r"\((±[\d.]+ pp|no interval: too few steps)\), storage delivers (?P<cap>[\d.]+ \w+/s) of the "
+                     r"\((±[\d.]+ pp|no interval: too few steps)\), storage delivers (?P<cap>[\d.]+ \w+/s)"
+                     r"(?P<samples> \([\d.]+ \w+/s of samples: [\d.]+x read per sample byte\))? of the "
                      r"(?P<need>[\d.]+ \w+/s) you need(?P<rest>.*)$")
 
 

@@ -326,3 +326,33 @@ def test_manifest_fields_out_of_range_are_field_errors(edit, command, world, tmp
     assert len(err.strip().splitlines()) == 1 and field in err and "Traceback" not in err, err
     assert time.monotonic() - t0 < 5
     assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+
+
+# ---- the probes' list flags (VALUE: "1,4,32"): every one with hostile items, refused before any probe
+
+# sizes a probe takes as "at most": the test file is capped by --size, a shard rotation past the dataset
+# is one shard (documented; still refused when negative, NaN or unreadable)
+CAPPED_BY_DESIGN = {("file", "--file-size"), ("smallfiles", "--shard-size")}
+
+
+def _probe_value_rows():
+    sub = next(a for a in PARSER._actions if isinstance(a, argparse._SubParsersAction))
+    probe = sub.choices["probe"]
+    psub = next(a for a in probe._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in psub.choices.items():
+        for a in p._actions:
+            if a.option_strings and a.metavar == "VALUE":
+                flag = max(a.option_strings, key=len)
+                for what, v in {"huge": "1e15", "negative": "-1", "nan": "nan", "overflow": "1e400",
+                                "bare-list": "1,1e15"}.items():
+                    if what in ("huge", "bare-list") and (name, flag) in CAPPED_BY_DESIGN:
+                        continue
+                    yield pytest.param(name, flag, v, id=f"probe {name}:{flag}={what}")
+
+
+@pytest.mark.parametrize("probe, flag, value", list(_probe_value_rows()))
+def test_probe_list_flags_refuse_hostile_values(probe, flag, value, tmp_path):
+    target = ["s3://iobench/probe", "--endpoint-url", "http://127.0.0.1:1"] if probe == "s3" else [str(tmp_path / "p")]
+    r = run_inprocess(["probe", probe, *target, f"{flag}={value}"], timeout_s=10)
+    assert_refused(r, within_s=10)
+    assert not (tmp_path / "p").exists()

@@ -18,12 +18,14 @@ from iobench.cli import main
 
 
 def _slow_batches(n: int, produce_s: float, spent: list[float]):
-    """A generator that takes ``produce_s`` per batch (recorded in ``spent``, its own clock)."""
+    """A generator that takes ``produce_s`` per batch (recorded in ``spent``: its own clock, from
+    being resumed to handing the batch over)."""
     for i in range(n):
         t0 = time.perf_counter()
         time.sleep(produce_s)
+        b = np.full((4, 256), i, dtype=np.uint16)
         spent.append(time.perf_counter() - t0)
-        yield np.full((4, 256), i, dtype=np.uint16)
+        yield b
 
 
 def _loop(it, step_s: float, spent: list[float]) -> None:
@@ -41,9 +43,10 @@ def test_a_generator_without_prefetch_stalls_as_its_production_time_says(tmp_pat
     doc = json.loads(out.read_text())
     m = doc["metrics"]
     assert doc["command"] == "watch" and m["steps"] == 60
-    # the truth from both sides' own clocks, steps 1.. (step 0 excluded, as the stall is)
+    # the truth from both sides' own clocks, steps 1.. (step 0 excluded, as the stall is); what
+    # neither clock sees is the hand-over between them (microseconds, more when the host preempts)
     truth = sum(made[1:]) / (sum(made[1:]) + sum(steps[1:]))
-    assert m["stall_ratio_first_step_excluded"] == pytest.approx(truth, abs=0.01)
+    assert m["stall_ratio_first_step_excluded"] == pytest.approx(truth, abs=0.02)
     assert m["stall_ratio"] == pytest.approx(0.6, abs=0.05)
     # a loop that makes its own batches: the wait is the batch's production time, so the advice is
     # exact: 30 ms per batch over 0.8 x 20 ms -> 2 workers

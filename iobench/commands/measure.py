@@ -16,7 +16,8 @@ def register(sub) -> None:
     p.add_argument("--path", metavar="DATA", help="where the data lives: the device's bytes read and the read "
                                                   "amplification are counted for its block device")
     p.add_argument("--keep", metavar="DIR", help="keep every watched loader's results (loader-PID-N.json) in DIR")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+    # dest "argv", not "command": the CLI keeps the chosen subcommand's name in args.command
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the command to run, after --, e.g. -- python train.py --epochs 1")
     from .. import guard
 
@@ -37,7 +38,7 @@ def run(args) -> int:
     from ..errors import ConfigError
     from ..watch_hook import SITECUSTOMIZE
 
-    cmd = list(args.command)
+    cmd = list(args.argv)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:

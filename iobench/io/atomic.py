@@ -30,13 +30,16 @@ _ME: tuple[int, str] | None = None   # (pid, "<host>-<pid>-<start>") of this pro
 
 def _start_time(pid: int) -> str | None:
     """The process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid, a
-    name no later process has."""
+    name no later process has.  None when there is no such process, or only its zombie."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    return stat.rsplit(b")", 1)[1].split()[19].decode()
+    fields = stat.rsplit(b")", 1)[1].split()
+    if fields[0] in (b"Z", b"X"):   # a zombie writes nothing: dead (its parent has not reaped it yet)
+        return None
+    return fields[19].decode()
 
 
 def _host() -> str:
