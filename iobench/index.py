@@ -116,14 +116,14 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
     if backend.is_local:
         for r in rels:
             _check_local_file(backend, r)
-    if fmt == "arrow":
+    if fmt == "arrow" and only is None:
         rels = _arrow_order(backend, rels)
     if not rels:
         want = "any file" if fmt == "files" else "a .bin with its .idx" if fmt == "megatron" else \
             " or ".join(_SUFFIXES[fmt])
         raise ConfigError("dataset", f"no {want} under {backend.url}",
                           "give the dataset's root URL and the --format its files are in")
-    return rels if only is not None else sorted(rels) if fmt != "arrow" else rels
+    return rels   # sorted (all_rels is), in state.json's order (arrow), or in the order ``only`` gives
 
 
 def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
