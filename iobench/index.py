@@ -130,6 +130,13 @@ def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
     """HF ``save_to_disk`` lists its files in ``state.json`` (``_data_files``): that order, where present."""
     import json
 
+    if backend.exists("dataset_dict.json"):    # a DatasetDict: one save_to_disk directory per split
+        try:
+            splits = json.loads(backend.cat("dataset_dict.json"))["splits"]
+        except (ValueError, KeyError, TypeError):
+            splits = []
+        raise ConfigError("dataset", f"{backend.url} is a DatasetDict (splits {', '.join(map(str, splits)) or '?'})",
+                          f"index one split: iobench index {backend.url.rstrip('/')}/{splits[0] if splits else 'train'}")
     if not backend.exists("state.json"):
         return rels
     try:

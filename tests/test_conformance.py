@@ -252,7 +252,7 @@ def test_wrapped_storage_claims_no_pread_and_every_read_meets_the_wrapper(datase
 
 def test_mmap_flag_maps_a_cached_shard(opened):
     src, data = opened("local")
-    assert src.supports_mmap == hasattr(__import__("mmap"), "MAP_POPULATE")
+    assert src.supports_mmap == hasattr(__import__("mmap"), "MAP_POPULATE") and not src.supports_odirect
     if not src.supports_mmap:
         pytest.skip("no MAP_POPULATE")
     reader = get_format("raw").reader(data.manifest)
@@ -416,3 +416,12 @@ def test_a_corrupt_shard_fails_a_verified_load_from_a_worker(tmp_path):
     for access in ACCESSES:
         with pytest.raises(IobenchError, match=sh.path):
             _load(data, access, workers=2, verify_checksums=True)
+
+
+def test_odirect_under_emulation_is_ignored_with_a_warning(datasets):
+    """Emulated storage passes every read through its wrapper, so O_DIRECT (which would go round
+    it) is off, and the results say so instead of measuring buffered reads as direct ones."""
+    data = datasets("local", "raw")
+    run = run_load(LoadConfig(dataset=data.url, access="block", batch_size=5, workers=0, shuffle_buffer=0,
+                              epochs=1, monitor_interval_s=1.0, odirect=True, emulate="const:0.1ms"))
+    assert any("--odirect ignored" in w for w in run.warnings)
