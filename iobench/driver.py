@@ -321,19 +321,27 @@ def _ceiling_key(load: LoadConfig, manifest) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _memory_dir() -> str:
+def _memory_dir(need_bytes: int) -> str:
+    """tmpfs when it has room (a container's /dev/shm is often 64 MB), else the temp directory: the
+    copy is read right after it is written, from the page cache either way."""
     shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    try:
+        st = os.statvfs(shm)
+        if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize > 2 * need_bytes:
+            return shm
+    except OSError:
+        pass
+    return tempfile.gettempdir()
 
 
-def _copy_subset(manifest, backend, dest: str, want_bytes: int):
+def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1):
     """The first shards (at least ``want_bytes``, at least one per worker) copied to ``dest``, and their manifest."""
     from .manifest import write_manifest
     from .storage import open_backend
 
     shards, total, first = [], 0, 0
     for s in manifest.shards:
-        if total >= want_bytes and len(shards) >= 2:
+        if total >= want_bytes and len(shards) >= max(2, workers):
             break
         for rel in (s.path, s.index_path):
             if rel:
@@ -378,9 +386,10 @@ def host_ceiling(load: LoadConfig, manifest, storage_options: dict | None = None
                            field_name="dataset", check=True)
     batch_bytes = manifest.total_bytes / max(1, manifest.total_samples) * load.batch_size
     want = int(min(256 << 20, max(32 << 20, batch_bytes * load.workers * 8)))
-    tmp = tempfile.mkdtemp(prefix="iobench-ceiling-", dir=_memory_dir())
+    tmp = tempfile.mkdtemp(prefix="iobench-ceiling-", dir=_memory_dir(want + int(manifest.total_bytes /
+                                                                              max(1, len(manifest.shards)))))
     try:
-        sub = _copy_subset(manifest, backend, tmp, want)
+        sub = _copy_subset(manifest, backend, tmp, want, load.workers)
         cfg = replace(load, dataset=tmp, endpoint_url=None, compute="0ms", compute_mode="sleep", cache="warm",
                       emulate="none", error_rate=0.0, timeout_rate=0.0, verify_checksums=False, epochs=1,
                       until_stable=True, min_steps=20, max_time_s=time_s, steps=0,

@@ -392,19 +392,8 @@ def manifest_files(manifest: Manifest) -> set[str]:
 GENERATOR = "iobench.generate"
 
 
-def _generated_manifest(path: str) -> bool | None:
-    """Whether the local ``manifest.json`` at ``path`` was written by ``iobench gen`` (None: absent)."""
-    import os
-
-    from .io.inputs import read_bytes
-    from .manifest import MAX_MANIFEST_BYTES
-
-    if not os.path.lexists(path):
-        return None
-    try:
-        data = json.loads(read_bytes(path, "--out", MAX_MANIFEST_BYTES))
-    except (ValueError, ConfigError):
-        return False
+def _is_generated(data) -> bool:
+    """Whether a parsed ``manifest.json`` is one ``iobench gen`` wrote (not an ``index`` of the user's files)."""
     if not isinstance(data, dict) or not isinstance(data.get("extra"), dict):
         return False
     extra, spec = data["extra"], data.get("spec") if isinstance(data.get("spec"), dict) else {}
@@ -417,23 +406,42 @@ def _generated_manifest(path: str) -> bool | None:
             and isinstance(data.get("modality"), str) and "seed" in data)
 
 
-def foreign_dataset_dir(path: str) -> str | None:
-    """Why ``gen`` may not write into the local directory ``path`` without ``--force``, or None
-    when it may: absent, empty, holding a dataset ``iobench gen`` made, or only what an
-    interrupted ``gen`` left (its temp files, its superseded record)."""
+def _target_state(backend: Backend) -> tuple[list[str], dict | bool | None]:
+    """What is at a ``gen`` target: (its top-level entry names, its ``manifest.json`` parsed; None
+    when there is none, False when it is unreadable).  One listing, local or object store."""
     import os
+    import posixpath
 
-    from .io.atomic import final_name_of
+    from .io.inputs import read_bytes
+    from .manifest import MAX_MANIFEST_BYTES
 
     try:
-        entries = sorted(os.listdir(path))
+        if backend.is_local:
+            entries = sorted(os.listdir(backend.root))
+        else:
+            root = backend.path("").rstrip("/")
+            backend.fs.invalidate_cache(root)
+            # (an object store may list a prefix that is itself a key, or was just "made", as itself)
+            entries = sorted(posixpath.basename(str(p).rstrip("/")) for p in backend.ls("")
+                             if str(p).rstrip("/") != root)
     except OSError:
-        return None   # absent, or not a directory: the kind checks say so
-    made = _generated_manifest(os.path.join(path, MANIFEST_NAME))
-    if made:
-        return None
-    if made is False:
-        return f"holds a {MANIFEST_NAME} that `iobench gen` did not write"
+        return [], None   # absent, or not a directory: the kind checks say so
+    if MANIFEST_NAME not in entries:
+        return entries, None
+    try:
+        raw = read_bytes(backend.path(MANIFEST_NAME), "--out", MAX_MANIFEST_BYTES) if backend.is_local \
+            else backend.cat(MANIFEST_NAME)
+        data = json.loads(raw)
+    except (OSError, ValueError, ConfigError):
+        return entries, False
+    return entries, data if isinstance(data, dict) else False
+
+
+def _foreign_reason(entries: list[str], doc: dict | bool | None) -> str | None:
+    from .io.atomic import final_name_of
+
+    if doc is not None:
+        return None if _is_generated(doc) else f"holds a {MANIFEST_NAME} that `iobench gen` did not write"
     if SUPERSEDED_NAME in entries:
         return None   # a regeneration killed after it withdrew the manifest: the record names gen's files
     others = [e for e in entries if final_name_of(e) is None]
@@ -443,34 +451,40 @@ def foreign_dataset_dir(path: str) -> str | None:
             "no dataset iobench generated")
 
 
-def refuse_overwriting(backend: Backend, plans, force: bool, field: str = "--out") -> None:
-    """``gen`` writes only over its own files: without ``force`` into no directory that holds
-    others' (``foreign_dataset_dir``); with it, still never onto a name that no ``iobench gen``
-    manifest (or superseded record) lists.  Local targets only (listing a bucket is not free)."""
-    import os
+def foreign_dataset_dir(path: str) -> str | None:
+    """Why ``gen`` may not write into the local directory ``path`` without ``--force``, or None
+    when it may: absent, empty, holding a dataset ``iobench gen`` made, or only what an
+    interrupted ``gen`` left (its temp files, its superseded record)."""
+    return _foreign_reason(*_target_state(open_backend(path, field_name="--out")))
 
-    if not backend.is_local or not os.path.isdir(backend.root):
+
+def refuse_overwriting(backend: Backend, plans, force: bool, field: str = "--out") -> None:
+    """``gen`` writes only over its own files: without ``force`` into no directory or prefix that
+    holds others' (``_foreign_reason``); with it, still never onto a name that no ``iobench gen``
+    manifest (or superseded record) lists.  Local directories and object-store prefixes alike
+    (one listing of the target)."""
+    entries, doc = _target_state(backend)
+    if not entries:
         return
-    why = foreign_dataset_dir(backend.root)
+    why = _foreign_reason(entries, doc)
     if why and not force:
         raise ConfigError(field, f"{backend.url} {why}", "give an empty or new directory, or add --force to "
                           "write beside those files: none of them is ever overwritten")
     owned = _read_superseded(backend) | {MANIFEST_NAME, SUPERSEDED_NAME}
-    if _generated_manifest(backend.path(MANIFEST_NAME)):
+    if _is_generated(doc):
         try:
             owned |= manifest_files(read_manifest(backend))
         except ConfigError:   # a damaged manifest of ours: the names in it that stay inside are ours
-            from .io.inputs import read_json
-
-            data = read_json(backend.path(MANIFEST_NAME), "--out")
-            shards = data.get("shards")
+            shards = doc.get("shards") if isinstance(doc, dict) else None
             for sh in shards if isinstance(shards, list) else []:
                 if isinstance(sh, dict):
                     owned |= {v for k in ("path", "index_path") if isinstance(v := sh.get(k), str) and _safe_rel(v)}
-    elif os.path.lexists(backend.path(MANIFEST_NAME)):
+    elif doc is not None:
         owned.discard(MANIFEST_NAME)
+    present = set(entries)
     for rel in [MANIFEST_NAME] + [n for p in plans for n in (p.path, p.path + ".index")]:
-        if rel not in owned and os.path.lexists(backend.path(rel)):
+        top = rel.split("/", 1)[0]
+        if rel not in owned and top in present and (rel == top or backend.exists(rel)):
             raise ConfigError(field, f"{backend.path(rel)} exists and was not written by `iobench gen`: "
                               "generating here would overwrite it", "give an empty or new directory")
 
@@ -502,11 +516,7 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     if backend.exists(MANIFEST_NAME):
         try:
             m = read_manifest(backend)
-            if backend.is_local:
-                ours = bool(_generated_manifest(backend.path(MANIFEST_NAME)))
-            else:
-                ours = m.extra.get("generator") == GENERATOR or not m.extra.get("indexed")
-            if ours:   # an `index` manifest lists the user's own files: never deleted as "stale"
+            if _is_generated(m.to_dict()):   # an `index` manifest lists the user's own files: never "stale"
                 previous |= manifest_files(m)
         except ConfigError:
             pass   # malformed or from a newer iobench: withdraw it, but delete nothing it may name

@@ -116,20 +116,27 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
     if backend.is_local:
         for r in rels:
             _check_local_file(backend, r)
-    if fmt == "arrow":
+    if fmt == "arrow" and only is None:
         rels = _arrow_order(backend, rels)
     if not rels:
         want = "any file" if fmt == "files" else "a .bin with its .idx" if fmt == "megatron" else \
             " or ".join(_SUFFIXES[fmt])
         raise ConfigError("dataset", f"no {want} under {backend.url}",
                           "give the dataset's root URL and the --format its files are in")
-    return rels if only is not None else sorted(rels) if fmt != "arrow" else rels
+    return rels   # sorted (all_rels is), in state.json's order (arrow), or in the order ``only`` gives
 
 
 def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
     """HF ``save_to_disk`` lists its files in ``state.json`` (``_data_files``): that order, where present."""
     import json
 
+    if backend.exists("dataset_dict.json"):    # a DatasetDict: one save_to_disk directory per split
+        try:
+            splits = json.loads(backend.cat("dataset_dict.json"))["splits"]
+        except (ValueError, KeyError, TypeError):
+            splits = []
+        raise ConfigError("dataset", f"{backend.url} is a DatasetDict (splits {', '.join(map(str, splits)) or '?'})",
+                          f"index one split: iobench index {backend.url.rstrip('/')}/{splits[0] if splits else 'train'}")
     if not backend.exists("state.json"):
         return rels
     try:

@@ -121,3 +121,29 @@ def test_every_door_records_residency_before_and_after_and_the_ceiling(tmp_path,
     assert entry["bound"] in ("keeps up", "storage", "host") and entry["host_ceiling_bytes_per_s"] > 0
     res = json.loads(ctx.results_files[0].read_text())
     assert "residency_after" in res["environment"]["cache"] and res["metrics"]["drive"]["passes"]
+
+
+@pytest.mark.parametrize("fmt,access,workers,buffer,samples,batch,steps,want,note", [
+    ("raw", "map", 2, 1000, 4096, 32, 0, 128, False),         # map: one pass, no buffer
+    ("tar", "auto", 1, 1000, 6144, 32, 0, 160, False),        # stream: the buffer's drain left out
+    ("tar", "auto", 2, 1000, 6144, 32, 0, 129, False),        # one buffer per worker
+    ("tar", "auto", 1, 1000, 1024, 32, 0, 32, True),          # the buffer holds most of it: a whole pass, said
+    ("tar", "auto", 1, 0, 1024, 32, 0, 32, False),            # no shuffle buffer
+    ("tar", "auto", 1, 100, 6144, 32, 20, 20, False),         # fewer steps asked: those
+    ("parquet", "map", 1, 1000, 6144, 32, 0, 192, False),     # map access: no buffer
+])
+def test_a_cold_run_reads_one_pass_without_the_buffers_drain(fmt, access, workers, buffer, samples, batch, steps,
+                                                             want, note):
+    from iobench.driver import _cold_steps
+    from iobench.loader.core import LoadConfig
+    from iobench.manifest import Manifest, ShardEntry
+
+    per = samples // 4
+    man = Manifest(format=fmt, modality="tokens", compression="none", seed=0, spec={},
+                   shards=tuple(ShardEntry(path=f"s{i}", bytes=per * 1024, samples=per, checksum="none:",
+                                           offsets=tuple(range(0, (per + 1) * 1024, 1024)), first_sample=i * per)
+                                for i in range(4)))
+    cfg = LoadConfig(dataset="x", workers=workers, batch_size=batch, shuffle_buffer=buffer, access=access,
+                     steps=steps)
+    got, why = _cold_steps(cfg, man)
+    assert got == want and (why is not None) == note

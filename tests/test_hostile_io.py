@@ -412,3 +412,28 @@ def test_gen_regenerates_its_own_older_dataset_and_never_an_indexed_one(world, t
                        "--no-progress", "--force"])
     assert_refused(r, "manifest.json")
     assert snapshot(world.p["gen_indexed"]) == before and os.path.exists(user)
+
+
+def test_gen_onto_a_users_s3_prefix_overwrites_nothing(s3_server, s3_prefix):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3_server.storage_options())
+    key = s3_prefix[len("s3://"):]
+    fs.pipe(f"{key}/shard-000000.bin", b"the user's object")
+    fs.pipe(f"{key}/notes.txt", b"mine")
+    from iobench.errors import ConfigError
+    from iobench.generate import GenSpec, generate
+
+    spec = GenSpec.from_mapping({"num_samples": 8, "seq_len": 8, "format": "raw"})
+    kw = dict(endpoint_url=s3_server.endpoint_url, progress=False,
+              storage_options={"key": s3_server.access_key, "secret": s3_server.secret_key})
+    with pytest.raises(ConfigError, match="is not empty"):
+        generate(spec, s3_prefix, **kw)
+    with pytest.raises(ConfigError, match="shard-000000.bin exists and was not written by `iobench gen`"):
+        generate(spec, s3_prefix, force=True, **kw)
+    fs.rm(f"{key}/shard-000000.bin")
+    generate(spec, s3_prefix, force=True, **kw)          # beside the user's object, which stays
+    fs.invalidate_cache()
+    assert fs.cat(f"{key}/notes.txt") == b"mine"
+    generate(spec, s3_prefix, **kw)                      # its own dataset now: regenerated without --force
+    assert fs.cat(f"{key}/notes.txt") == b"mine"

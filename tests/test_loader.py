@@ -151,12 +151,12 @@ def test_cli_writes_results_with_recommendation(tokens_ds, tmp_path):
     (["--compute-ms", "-5"], "--compute-ms"),
     (["--emulate", "lognormal:p50=1s"], "--emulate"),
     (["--emulate", "warp"], "--emulate"),
-    (["-B", "0"], "batch_size"),
+    (["-B", "0"], "--batch-size"),
     (["--compute", "normal:mean=1s"], "--compute"),
     (["--access", "mapp"], "load.access"),
     (["--stall-ci", "0"], "--stall-ci"),
     (["--repeat", "0"], "--repeat"),
-    (["--max-time", "-1"], "max_time_s"),
+    (["--max-time", "-1"], "--max-time"),
     (["--stream-read-size", "lots"], "stream_read_size"),
 ])
 def test_bad_input_exits_2_with_one_line(tokens_ds, capsys, argv, field):

@@ -172,23 +172,10 @@ def test_receiver_polls_sent_counter_then_falls_back_to_the_pipe():
         w.close()
 
 
-def test_collate_gathers_rows_in_block_order():
-    import numpy as np
-
-    from iobench.loader.worker import WorkerJob, _BlockData, _collate
-
-    bd = _BlockData(np.arange(8, dtype=np.uint16).reshape(4, 2), None, np.arange(4))
-    job = WorkerJob(wid=0, workers=1, manifest=None, plans=[], total_batches=1, decode=False)
-    meta, write = _collate(job, bd, np.array([3, 0]), 4)
-    out = bytearray(meta["nbytes"])
-    write(memoryview(out))
-    assert np.frombuffer(out, dtype=np.uint16).tolist() == [6, 7, 0, 1]
-
-
 def test_emitter_array_fast_path_delivers_the_rows_and_ids_of_the_order():
     """The block path's fixed-row batches (gathered straight into the slot, ids sliced from the block's
     delivery order) carry the same bytes, ids and sizes as the general collate path, in the slot and,
-    for a batch larger than a slot, pickled inline."""
+    for a batch larger than a slot, pickled inline (the one path for rows in an array: _collate takes samples)."""
     import multiprocessing as mp
     from types import SimpleNamespace
 

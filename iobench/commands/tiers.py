@@ -188,9 +188,8 @@ def _reconcile(args) -> int:
     cfg = load_tiers(args.tiers)
     mgr = TierManager(cfg).open()
     try:
-        for t in cfg.tiers:
-            if t.bounded:
-                print(f"{t.name}: {mgr.reconcile(t.name)}")
+        for t in cfg.tiers:   # every tier: a killed stager's temp files are left on unbounded ones too
+            print(f"{t.name}: {mgr.reconcile(t.name)}")
     finally:
         mgr.close()
     return 0
