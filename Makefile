@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The core install is small; `make run` and `make test` add the extras they use (see pyproject).
-EXTRAS := s3,s3fast,server,parquet,report,images,dev,mpi
+EXTRAS := s3,s3fast,server,parquet,hdf5,report,images,dev,mpi
 
 sysdeps:
 	@bash scripts/install-system-deps.sh

@@ -5,7 +5,7 @@
   3. async commit to the embedded S3 (upload + manifest) vs plain s3fs put      reported
   4. host RSS across 20 async saves, and peak staging memory                   RSS within 5%,
                                                                                 peak ≤ rank state + 256 MiB
-  5. the seed's recovery-exposure example (G73) on real saves, scaled down      redo 30 s vs 10 s
+  5. the domain models' recovery-exposure example (G73) on real saves, scaled down      redo 30 s vs 10 s
 torch is not installed here, so the torch.save / DCP comparison is skipped (said in the output).
 
     python benchmarks/bench_ckpt.py [--mib 128] [--reps 3] [--out reports/reference/ckpt]
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -36,6 +35,8 @@ from iobench.checkpointing.runner import seed_exposure_scenario
 from iobench.checkpointing.snapshot import LiveState, Staging, local_ranks
 from iobench.checkpointing.state import from_params
 from iobench.storage import open_backend
+
+from harness import machine
 
 MiB = 1024 * 1024
 
@@ -199,13 +200,6 @@ def bench_rss(mib: int, saves: int, root: Path) -> dict:
             "peak_limit": state + 256 * MiB, "pass_peak": max(staging, extra_peak) <= state + 256 * MiB}
 
 
-def machine() -> dict:
-    return {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "memory_bytes": psutil.virtual_memory().total, "os": f"{platform.system()} {platform.release()}",
-            "python": sys.version.split()[0], "load_avg_at_start": os.getloadavg(),
-            "note": "shared 2-core VM; other work ran while measuring, so only same-run ratios are meaningful"}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=128, help="checkpoint size for the snapshot and write comparisons")
@@ -244,7 +238,7 @@ def markdown(r: dict, cmd: str) -> str:
     return f"""# Checkpoint engine vs peers (same bytes, same run)
 
 Command: `{cmd}` — measured {r['started']}.
-Machine: {r['machine']['cpus']} CPUs, {r['machine']['memory_bytes'] / 2**30:.1f} GiB, {r['machine']['os']},
+Machine: {r['machine']['cpu_count']} CPUs, {r['machine']['memory_bytes'] / 2**30:.1f} GiB, {r['machine']['os']},
 Python {r['machine']['python']}. {r['machine']['note']}; load average at start {r['machine']['load_avg_at_start']}.
 
 | comparison | iobench | peer | ratio | target |
@@ -257,7 +251,7 @@ Python {r['machine']['python']}. {r['machine']['note']}; load average at start {
 
 Staging buffers reused across saves: {m['staging_reused']}.
 
-Recovery exposure, the seed's example (112 GB snapshots at 20 s and 40 s, failure at 50 s) replayed on
+Recovery exposure, the domain models' example (112 GB snapshots at 20 s and 40 s, failure at 50 s) replayed on
 real saves at 1/10 time scale ({e['bytes'] / 1e6:.1f} MB, durable tier capped at 7 and 20 MB/s):
 
 | durable bandwidth (seed) | commit times (scaled s) | recovered step | redo, unscaled | seed |

@@ -265,7 +265,7 @@ def markdown(res: dict) -> str:
              f"Command: `{res['command']}` at {res['started_at']}.  ",
              f"Machine: {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python "
              f"{m['python']}, torch {res['torch']}; shared with other work (load average at start "
-             f"{m['load_avg'][0]:.1f}, at the end {res['load_avg_end'][0]:.1f}).  ",
+             f"{m['load_avg_at_start'][0]:.1f}, at the end {res['load_avg_end'][0]:.1f}).  ",
              f"{res['rounds']} alternating rounds per size (the order rotates); ratio = peer time / iobench time, "
              "median of the per-round ratios (above 1: iobench is faster).", "",
              "| state | comparison | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
@@ -332,7 +332,8 @@ def main(argv=None) -> int:
                             "torch==2.13.0"], check=True)
         os.execv(str(py), [str(py), __file__, *(argv if argv is not None else sys.argv[1:])])
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from summary import machine, write_rows
+    from harness import machine
+    from summary import write_rows
 
     warnings.filterwarnings("ignore")   # DCP warns that no process group is initialised: one rank is intended
     work = Path(tempfile.mkdtemp(prefix="iobench-bench-ckpt-torch-", dir=args.work))

@@ -26,10 +26,10 @@ compare within a row; the load average is recorded.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -53,7 +53,8 @@ from iobench.storage import open_backend
 MiB = 2**20
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from summary import merge_results  # noqa: E402  (benchmarks/ is not a package)
+from harness import machine  # noqa: E402  (benchmarks/ is not a package)
+from summary import merge_results  # noqa: E402
 PEERS = HERE / "fidelity_peers.py"
 
 
@@ -91,7 +92,7 @@ def stalls(wait: list[float], t_s: list[float], busy: list[float]) -> dict:
     k0, k1, rule = steady_window(wait[:n])
     steady = window_stall(wait, steps, (k0, k1)) if k1 > k0 else None
     b = busy[k0:k1]
-    return {"stall_ratio": first, "steady_stall_ratio": steady, "steady_from_step": k0, "steady_to_step": k1,
+    return {STALL_RATIO: first, "steady_stall_ratio": steady, "steady_from_step": k0, "steady_to_step": k1,
             "steady_rule": rule, "steady_busy_s": sum(b) / len(b) if b else None}
 
 
@@ -206,7 +207,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
                     with thr:
                         r = run_load(cfg)
                     m = r.metrics
-                    row = {"stall_ratio_reported": m["stall_ratio"], **iobench_series(m),
+                    row = {"stall_ratio_reported": m[STALL_RATIO], **iobench_series(m),
                            "device_io": m.get("device_io"), "residency": r.environment["cache"].get(
                                "measured_residency"), "samples_per_s": m["throughput"]["samples_per_s"]}
                     iob.append(row)
@@ -230,7 +231,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
                 row["formula_stall_own_bytes"] = bandwidth_stall(row["steady_busy_s"], dbytes / steps, bw) \
                     if dbytes and row.get("steady_busy_s") else None
                 row["load_avg"] = os.getloadavg()[0]
-                print(f"[throttled] {pattern} {who} round {rnd}: stall {row['stall_ratio']} steady "
+                print(f"[throttled] {pattern} {who} round {rnd}: stall {row[STALL_RATIO]} steady "
                       f"{row['steady_stall_ratio']} amplification "
                       f"{(row['device_io'] or {}).get('read_amplification')}", flush=True)
 
@@ -246,9 +247,9 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
             "section": f"throttled {name}", "pattern": pattern, "peer": peer_kind, "bandwidth_bytes_per_s": bw,
             "batch_bytes": batch_bytes, "compute_s": compute_s, "workers": W, "prefetch": Q, "steps": steps,
             "rounds": rounds,
-            "iobench_stall": med(iob, "stall_ratio"), "peer_stall": med(peer, "stall_ratio"),
+            "iobench_stall": med(iob, STALL_RATIO), "peer_stall": med(peer, STALL_RATIO),
             "iobench_steady_stall": med(iob, "steady_stall_ratio"), "peer_steady_stall": med(peer, "steady_stall_ratio"),
-            "diff_pp": 100 * (med(iob, "stall_ratio") - med(peer, "stall_ratio")),
+            "diff_pp": 100 * (med(iob, STALL_RATIO) - med(peer, STALL_RATIO)),
             "steady_diff_pp": 100 * (med(iob, "steady_stall_ratio") - med(peer, "steady_stall_ratio")),
             "formula_stall": bandwidth_stall(busy, batch_bytes, bw),
             "formula_stall_amplified": bandwidth_stall(busy, batch_bytes * amp(iob), bw),
@@ -276,8 +277,8 @@ def _pread_proc(paths, files, offs, length, bar, q) -> None:
 
 def map_worker_reads(man, batch: int, seed: int, steps: int, workers: int, first: int, length: int) -> list:
     """The (shard index, offset) of every record read by each of iobench's map workers, in its
-    order: the seed's sample order (``delivery_order``), batch k to worker k % W, each batch's
-    reads grouped by shard as ``BackendSource.read_records`` makes them."""
+    order: the domain models' sample order (``delivery_order``), batch k to worker k % W, each batch's
+    reads grouped by shard as ``LocalFileSource.read_records`` makes them."""
     import numpy as np
 
     ids = delivery_order("map", [s.samples for s in man.shards], batch, seed, 0)[:steps * batch]
@@ -378,7 +379,7 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
         reads = map_worker_reads(man, batch, cfg.seed, steps, W, 64, 4096) if state == "cold" else []
         logs = [fio_iolog(work / f"fio-w{w}.iolog", paths, f, o, 4096) for w, (f, o) in enumerate(reads)]
         n = steps * batch
-        for rnd in range(1 if quick else 3):
+        for _round in range(1 if quick else 3):
             m, k = device_kib(lambda: run_load(cfg).metrics, n)
             iob.append(m["throughput"]["steady_samples_per_s"])
             kib["iobench"].append(k)
@@ -478,7 +479,7 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
     spec = {"kind": "wds-stream", "urls": paths, "batch": batch, "workers": 0, "prefetch": 2, "steps": steps,
             "compute_s": 0.0, "shuffle_buffer": 1000, "key": "npy"}
     iob, peer = [], []
-    for rnd in range(1 if quick else 3):
+    for _round in range(1 if quick else 3):
         for p in paths:
             file_residency(p)
         t0 = time.perf_counter()
@@ -499,14 +500,6 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
 
 
 # ------------------------------------------------------------------ report
-
-def machine() -> dict:
-    import psutil
-
-    return {"cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "os": f"{platform.system()} {platform.release()}", "python": sys.version.split()[0],
-            "load_avg_at_start": os.getloadavg()}
-
 
 def verdicts(results: list[dict]) -> list[str]:
     """One line per section, the answer first."""

@@ -35,8 +35,10 @@ from pathlib import Path
 import psutil
 
 from iobench.generate import GenSpec, generate, make_synth
-from iobench.results import host_info, now_iso
+from iobench.results import now_iso
 from iobench.units import format_bytes, parse_size
+
+import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,7 +233,7 @@ def s3_vs_put(work: Path, size: int, workers: int, rounds: int) -> dict:
 
 
 def machine(work: Path) -> dict:
-    info = host_info()
+    """harness.machine(), with the CPU model, the scratch file system and fio's version."""
     df = subprocess.run(["df", "-T", str(work)], capture_output=True, text=True).stdout.splitlines()[-1].split()
     model = ""
     try:
@@ -239,10 +241,7 @@ def machine(work: Path) -> dict:
     except (OSError, StopIteration):
         pass
     fio_v = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
-    return {"cpu_model": model, "cpu_count": info["cpu_count"], "memory_bytes": info["memory_bytes"],
-            "os": info["os"], "python": info["python"], "filesystem": {"type": df[1], "device": df[0]},
-            "fio": fio_v, "packages": info["packages"],
-            "note": "shared machine: other work ran concurrently, absolute numbers are noisy; compare ratios"}
+    return harness.machine(cpu_model=model, filesystem={"type": df[1], "device": df[0]}, fio=fio_v)
 
 
 def render(res: dict) -> str:

@@ -6,7 +6,7 @@
 Each section generates one dataset with `iobench gen`, reads it with `iobench load`
 (the library call behind it) and with the peer, alternating, and records the ratio
 iobench / peer of bytes (or samples) per second.  Absolute numbers on a shared machine
-are noise; ratios from the same run are what to compare (DESIGN.md, rule 8).
+are noise; ratios from the same run are what to compare (measurement rule 8, "ratios, same run", docs/design.md).
 Writes OUT.json (everything) and OUT.md (a table), and prints the table.  ``--merge``
 reruns only the chosen sections: their rows replace the same rows of an existing OUT.json,
 the other rows stay, and the rerun's command and machine are recorded under meta.updates.
@@ -16,10 +16,10 @@ elsewhere (``--out``), so a branch's sections land on a report that changed in t
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -33,7 +33,8 @@ from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from summary import DERIVE, merge_results, write_rows  # noqa: E402  (benchmarks/ is not a package)
+from harness import machine
+from summary import DERIVE, merge_results, write_rows
 
 MiB = 2**20
 REPEATS = 3
@@ -48,7 +49,7 @@ def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
     r = run_load(cfg, **kw)
     m = r.metrics
     return {"bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
-            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], "stall_ratio": m["stall_ratio"],
+            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], STALL_RATIO: m[STALL_RATIO],
             "accelerator_utilization": m["accelerator_utilization"], "bytes_read": m["bytes_read"],
             "wall_s": m["wall_s"], "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items()
                                                                             if k != "series"}}
@@ -755,14 +756,6 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
 
 SECTIONS = {"overhead": bench_overhead, "access": bench_access, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,
             "parquet": bench_parquet, "tfrecord": bench_tfrecord, "memory": bench_memory}
-
-
-def machine() -> dict:
-    vm = psutil.virtual_memory()
-    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-            "memory_bytes": vm.total, "os": f"{platform.system()} {platform.release()}",
-            "python": sys.version.split()[0], "load_avg_at_start": os.getloadavg(),
-            "note": "shared with other work while measuring (a 2-core VM running several builds and tests)"}
 
 
 def to_markdown(results: list[dict], meta: dict) -> str:

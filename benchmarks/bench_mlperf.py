@@ -7,7 +7,7 @@ run on the same bytes:
 
 - model: the discrete-event loader model (iobench.planner.loader_sim) replays each
   accelerator's recorded per-batch worker times; its AU is set beside the measured one;
-- no I/O: the same count with batches from memory (the harness's own ceiling, rule 7); the
+- no I/O: the same count with batches from memory (the harness's own ceiling: measurement rule 7, docs/design.md); the
   gap to it is what storage costs.
 
 Then ``--find-max`` on the same dataset, and again with the disk's reads capped by the kernel

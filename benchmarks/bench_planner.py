@@ -18,28 +18,22 @@ model, not about this VM's disk.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
 
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 from iobench.planner.models import plan
 from iobench.planner.pipeline import data_stall
 
-
-def machine() -> dict:
-    return {"cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
-            "note": "shared 2-core VM; other work ran while measuring, so only same-run ratios are meaningful"}
+from harness import machine
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
@@ -68,9 +62,9 @@ def main() -> int:
             io = m["batch_io_s"]["mean"]
             predicted = data_stall(compute_ms / 1e3, io, pipelined=True).stall_ratio
             res["stall"].append({"compute_ms": compute_ms, "io_ms_emulated": io_ms, "io_mean_s": io,
-                                 "predicted": predicted, "measured": m["stall_ratio"]})
+                                 "predicted": predicted, "measured": m[STALL_RATIO]})
             print(f"compute {compute_ms:.0f} ms, I/O {io * 1e3:.1f} ms: stall predicted {predicted:.1%}, "
-                  f"measured {m['stall_ratio']:.1%}", flush=True)
+                  f"measured {m[STALL_RATIO]:.1%}", flush=True)
 
         tail = "lognormal:p50=15ms,p99=150ms"
         compute_ms = 30.0
@@ -83,10 +77,10 @@ def main() -> int:
         mq = load(url, args.steps, compute_ms, tail, prefetch=depth)
         res["prefetch"] = {"emulation": tail, "compute_ms": compute_ms, "p99_io_s": m1["batch_io_s"]["p99"],
                            "depth_min": p["outputs"]["depth_min"], "depth_recommended": depth,
-                           "stall_depth_1": m1["stall_ratio"], "stall_recommended": mq["stall_ratio"],
+                           "stall_depth_1": m1[STALL_RATIO], "stall_recommended": mq[STALL_RATIO],
                            "mean_io_s": m1["batch_io_s"]["mean"]}
         print(f"prefetch: P99 batch I/O {m1['batch_io_s']['p99'] * 1e3:.0f} ms / compute {compute_ms:.0f} ms → depth "
-              f"{depth}; stall {m1['stall_ratio']:.1%} at depth 1 → {mq['stall_ratio']:.1%} at depth {depth}",
+              f"{depth}; stall {m1[STALL_RATIO]:.1%} at depth 1 → {mq[STALL_RATIO]:.1%} at depth {depth}",
               flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +94,7 @@ def render(r: dict, cmd: str) -> str:
     mc = r["machine"]
     lines = ["# Planner vs measurement (same run, same bytes)", "",
              f"Command: `{cmd}` — measured {r['started']}.",
-             f"Machine: {mc['cpus']} CPUs, {mc['memory_bytes'] / 2**30:.1f} GiB, {mc['os']}, Python {mc['python']}. "
+             f"Machine: {mc['cpu_count']} CPUs, {mc['memory_bytes'] / 2**30:.1f} GiB, {mc['os']}, Python {mc['python']}. "
              f"{mc['note']}; load average at start {mc['load_avg_at_start']}.", "",
              "Storage: a local raw token dataset (one 16-sample shard per batch) behind iobench's latency "
              "emulation; loader with 1 worker, prefetch depth 2, compute emulated by sleeping.", "",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -27,6 +26,8 @@ from iobench.io import pagecache
 from iobench.probe import fio_engine, py_engine
 from iobench.probe.file_probe import _layout
 from iobench.probe.jobs import Job
+
+import harness
 
 JOBS = [  # rw, bs, qd, direct, cache
     ("randread", 4096, 1, False, "warm"),
@@ -42,14 +43,12 @@ JOBS = [  # rw, bs, qd, direct, cache
 
 
 def machine(where: str = ".") -> str:
-    import psutil
-
+    """harness.machine() as a sentence, with the test file's file system and fio's version."""
+    m = harness.machine()
     out = subprocess.run(["df", "--output=fstype,source", where], capture_output=True, text=True).stdout
     fs = out.splitlines()[-1].split() if out.strip() else []
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-            f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Linux {platform.release()}, "
-            f"test file on {' on '.join(fs) if fs else '?'}, Python {platform.python_version()}, "
-            f"{fio_engine.find()[1]}. The machine was shared with other work while measuring.")
+    return (f"{m['cpu']}, {m['cpu_count']} CPUs, {m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['os']}, "
+            f"test file on {' on '.join(fs) if fs else '?'}, Python {m['python']}, {fio_engine.find()[1]}; {m['note']}.")
 
 
 

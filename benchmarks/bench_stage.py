@@ -7,7 +7,7 @@ In one run, on the same bytes:
    without (iobench ``fsync=False`` vs plain ``cp``);
 2. S3 → local (embedded SeaweedFS): iobench prestage vs s3fs ``get`` of the same keys;
 3. a multi-epoch read of the dataset on the object tier: on-demand staging into nvme vs
-   streaming every epoch (the seed's stage-vs-stream trade-off), per-epoch times.
+   streaming every epoch (the domain models' stage-vs-stream trade-off), per-epoch times.
 
 Each pair is run ``--repeats`` times in alternating order; the ratio is iobench / peer
 throughput (median).  Writes reports/reference/stage.md and stage.json.

@@ -72,7 +72,7 @@ def consume(it, steps: int, compute_s: float, nbytes) -> dict:
     wait, comp, t_s = [], [], []
     samples = total_bytes = 0
     t_start = time.perf_counter()
-    for k in range(steps):
+    for _step in range(steps):
         t0 = time.perf_counter()
         try:
             batch = next(it)

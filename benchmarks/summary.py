@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
-import platform
 import sys
 from pathlib import Path
+
+from harness import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reports" / "reference"
@@ -128,14 +128,6 @@ DERIVE = {"mpi": _rows_mpi, "load": _rows_load, "generate": _rows_generate, "sta
           "gds_cpu_vs_fio": _rows_gds, "probe_engines": _rows_probe, "fidelity": _rows_load}
 
 
-def machine() -> dict:
-    import psutil
-
-    return {"cpu_count": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
-            "os": f"{platform.system()} {platform.release()}", "python": sys.version.split()[0],
-            "load_avg": list(os.getloadavg())}
-
-
 def write_rows(name: str, rows: list[dict] | None = None, ref: Path = REF, command: str = "") -> Path:
     """Write ``NAME.rows.json`` beside NAME.json (rows derived from NAME.json when not given)."""
     if rows is None:
@@ -231,8 +223,8 @@ def render(rows: list[dict], meta: dict) -> str:
              f"**{missed} missed, {met} met, {len(rows) - missed - met} without a target** "
              f"(ratio = iobench / peer on the same bytes in the same run).", "",
              f"Collected {meta['date']} on {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, "
-             f"Python {m['python']}; load average {m['load_avg'][0]:.1f} / {m['load_avg'][1]:.1f} / "
-             f"{m['load_avg'][2]:.1f} (shared machine: absolute numbers are noise, ratios are what to compare). "
+             f"Python {m['python']}; load average {m['load_avg_at_start'][0]:.1f} / {m['load_avg_at_start'][1]:.1f} / "
+             f"{m['load_avg_at_start'][2]:.1f} (shared machine: absolute numbers are noise, ratios are what to compare). "
              "Each row's own machine and load average are in its benchmark's report.", "",
              "| benchmark | comparison | ratio | target | met | measured |", "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=key):

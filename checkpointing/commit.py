@@ -111,6 +111,13 @@ class Checkpointer:
         the durable tier's retention to another process."""
         if local is None and durable is None:
             raise ConfigError("--durable", "no tier to save to", "give --local and/or --durable")
+        if local is not None and durable is not None:
+            from iobench.paths import Held, check_disjoint, root_key
+
+            # Nested tiers: rotation on one deletes the other's committed steps.
+            check_disjoint([Held("--durable", "durable", root_key(durable.base.url), durable.base.url),
+                            Held("--local", "local", root_key(local.base.url), local.base.url)],
+                           "the local and durable tiers must be different places, neither inside the other")
         self.spec, self.ranks, self.local, self.durable, self.config = spec, list(ranks), local, durable, config
         self.on_commit = on_commit
         self.commit = commit or cp.publish

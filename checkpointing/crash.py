@@ -120,7 +120,7 @@ def verify(trial: Trial, committed: list[int]) -> tuple[int | None, str | None]:
 
 def _zygote_main() -> None:
     """Read one JSON trial per line; fork a saver; answer its pid, then how it ended."""
-    import iobench.checkpointing.commit  # noqa: F401  (warm imports before forking)
+    import iobench.checkpointing.commit   # warm imports before forking
     import iobench.checkpointing.restore  # noqa: F401
 
     out = sys.stdout

@@ -136,7 +136,7 @@ class Restored:
 
     @property
     def cache(self) -> dict:
-        """Cache state as declared and as measured (measurement rule 3)."""
+        """Cache state as declared and as measured (measurement rule 3, "declared and measured cache state", docs/design.md)."""
         out: dict = {"declared": "cold" if self.cold else "as-is",
                      "method": "fdatasync + posix_fadvise(DONTNEED)" if self.cold else "none",
                      "measured_residency": self.resident_ratio}

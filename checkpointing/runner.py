@@ -58,9 +58,12 @@ class CkptConfig:
             raise ConfigError("--params", f"must be at least 1, got {self.params:g}", "give e.g. 8e9")
         if self.count < 1:
             raise ConfigError("--count", f"must be at least 1, got {self.count}", "give the number of saves")
-        if self.interval_ms < 0:
-            raise ConfigError("--interval-ms", f"must be zero or more, got {self.interval_ms:g}",
-                              "give the emulated step time between saves in milliseconds")
+        from iobench.bounds import bound_of
+
+        for flag, value in (("--params", self.params), ("--count", self.count), ("--interval-ms", self.interval_ms),
+                            *(("--fail-at", t) for t in self.fail_at)):
+            if value is not None:   # the flags' bounds, also for --set ckpt.KEY=VALUE and the Python API
+                bound_of("ckpt", flag).check(flag, value)
         check_choice("--mode", self.mode, MODES)
         check_choice("--policy", self.policy, POLICIES)
         if not self.local and not self.durable:
@@ -86,6 +89,24 @@ class CkptConfig:
         return EngineConfig(mode=self.mode, policy=self.policy, queue_depth=self.queue_depth, fsync=self.fsync,
                             keep_local=self.keep_local, keep_durable=self.keep_durable, keep_every=self.keep_every,
                             durable_bw=self.durable_bw, local_bw=self.local_bw)
+
+
+def check_fits_memory(spec: StateSpec, ranks: list[int]) -> None:
+    """The live state this process holds, and its snapshot copy, within the host's memory -- refused
+    (exit 2) before any allocation: ``--params 1e15`` died allocating 56 TiB."""
+    from iobench.bounds import memory_cap
+    from iobench.units import format_bytes
+
+    from .state import rank_bytes
+
+    sizes = rank_bytes(spec)
+    need = 2 * sum(sizes[r] for r in ranks)   # the training state and the snapshot it is copied into
+    have = memory_cap()
+    if need > have:
+        raise ConfigError("--params" if spec.name.startswith("params-") else "--preset",
+                          f"the state and its snapshot need {format_bytes(need)} in this process, more than "
+                          f"this host's {format_bytes(have)} of memory",
+                          "shrink it with --scale (e.g. 0.001), or spread the ranks over processes (mpirun)")
 
 
 def open_tiers(local: str | None, durable: str | None, endpoint_url: str | None = None,
@@ -143,6 +164,7 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
         raise ConfigError("--ranks", f"{spec.ranks} checkpoint rank(s) for {world_size} processes",
                           f"give --dp (or --tp/--pp) so that TP×PP×DP is at least {world_size}")
     ranks = local_ranks(spec, world_rank, world_size)
+    check_fits_memory(spec, ranks)
     live = LiveState(spec, ranks)
     per_save = live.nbytes
     _check_space(local, per_save, cfg.keep_local)
@@ -301,7 +323,7 @@ def _target_layout(spec: StateSpec, ranks: int | None, tp, pp, dp) -> StateSpec:
 
 
 def seed_exposure_scenario(root: str, time_scale: float = 0.1, fsync: bool = False) -> dict:
-    """The seed's async-commit timeline (G73) replayed on real saves with an emulated durable tier.
+    """The domain models' async-commit timeline (G73) replayed on real saves with an emulated durable tier.
 
     Seed: 112 GB snapshots at t = 20 s and 40 s, committed at 7 or 20 GB/s, failure at 50 s.
     Scaled: time × ``time_scale``; bytes × time_scale/1000 (bandwidth /1000), so 11.2 MB at

@@ -23,6 +23,8 @@ _REGISTRY: dict[str, tuple[str, str | None, str | None]] = {
     "npz": ("iobench.formats.npz", None, None),
     "npy": ("iobench.formats.npy", None, None),
     "megatron": ("iobench.formats.megatron", None, None),
+    "hdf5": ("iobench.formats.hdf5", "h5py", "hdf5"),
+    "arrow": ("iobench.formats.arrow", "pyarrow", "parquet"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`files`: one file per sample — the small-file baseline the seed warns about.
+"""`files`: one file per sample — the small-file baseline the domain models warn about.
 
 Every "shard" holds exactly one sample, so a dataset of N samples is N files and N
 manifest entries: each read costs an open (a metadata operation) for one sample's bytes.
@@ -31,7 +31,7 @@ _LABEL_TAG = b"iobench-label="
 
 
 def _with_label(jpeg: bytes, label: int | None) -> bytes:
-    if label is None or not bytes(jpeg[:2]) == _SOI:
+    if label is None or bytes(jpeg[:2]) != _SOI:
         return bytes(jpeg)
     payload = _LABEL_TAG + str(int(label)).encode()
     return _SOI + _COM + struct.pack(">H", len(payload) + 2) + payload + bytes(jpeg[2:])

@@ -31,7 +31,7 @@ import numpy as np
 
 from iobench.errors import IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -99,6 +99,31 @@ def decode_index(buf, where: str) -> MegatronIndex:
 def storage_dtype(token_dtype: str) -> np.dtype:
     """What Megatron stores a vocabulary's ids as: uint16, or int32 for anything wider."""
     return np.dtype("<u2") if np.dtype(token_dtype).itemsize <= 2 else np.dtype("<i4")
+
+
+def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, str, str]:
+    """``iobench index``: the ``.idx`` only: sequence pointers become per-sample offsets, or with
+    ``facts["megatron_window"]`` (``--seq-len``) GPTDataset's windows are the samples."""
+    from iobench.errors import ConfigError
+
+    if modality not in (None, "tokens"):
+        raise ConfigError("--modality", f"Megatron datasets hold token sequences, not {modality}",
+                          "drop --modality (or give tokens)")
+    seq_len = int(facts.get("megatron_window") or 0)
+    idx_rel = rel[:-4] + ".idx"
+    idx = decode_index(backend.cat(idx_rel), idx_rel)
+    if idx.dtype.kind not in "ui" or idx.dtype.name not in ("uint16", "int32", "int64", "uint8", "int16"):
+        raise ConfigError("dataset", f"{idx_rel} stores {idx.dtype.name} values, not token ids",
+                          "index a token dataset (preprocess_data.py output)")
+    agree(facts, "megatron_dtype", idx.dtype.str, idx_rel)
+    agree(facts, "token_dtype", idx.dtype.name if idx.dtype.name in ("uint16", "int32", "int64") else "int64",
+           idx_rel)
+    offsets = idx.offsets(backend.size(rel), rel)
+    facts["documents"] = facts.get("documents", 0) + max(0, len(idx.documents) - 1)
+    if seq_len:
+        tokens = offsets[-1] // idx.dtype.itemsize
+        return max(0, (tokens - 1) // seq_len), None, idx_rel, "tokens"
+    return len(offsets) - 1, offsets, idx_rel, "tokens"
 
 
 class MegatronWriter(Writer):
@@ -192,14 +217,51 @@ class MegatronReader(Reader):
             raise IntegrityError(f"{shard.path}: {records} sequences read, the manifest's index says {shard.samples}")
 
     def tokens(self, data, shard) -> np.ndarray | None:
+        if self.window:
+            return self._windows(data, shard, 0, shard.samples)
         fixed = self.fixed_records(shard)
         if fixed is None or len(data) != shard.samples * fixed[1]:
             return None
         return np.frombuffer(data, dtype=self.dtype).reshape(shard.samples, -1)
+
+    def _windows(self, data, shard, first: int, count: int) -> np.ndarray:
+        """Windows ``first .. first+count`` as one (count, seq_len + 1) read-only view of ``data``, which
+        starts at window ``first``'s first token (neighbouring windows share one token: no copy)."""
+        arr = np.frombuffer(data, dtype=self.dtype)
+        need = count * self.window + 1 if count else 0
+        if arr.size < need:
+            raise IntegrityError(f"{shard.path}: windows {first}..{first + count}: {arr.size} tokens read, "
+                                 f"{need} needed")
+        item = self.dtype.itemsize
+        return np.lib.stride_tricks.as_strided(arr, shape=(count, self.window + 1),
+                                               strides=(self.window * item, item), writeable=False)
+
+    def stream_arrays(self) -> bool:
+        return bool(self.window)
+
+    def pieces(self, shard, read, size, arrays=False, read_into=None):
+        """GPTDataset windows: runs of neighbouring windows per piece (one contiguous range each), as
+        (windows, seq_len + 1) arrays with ``arrays``; sequences: the default (fixed rows or ranges)."""
+        if not self.window:
+            yield from super().pieces(shard, read, size, arrays, read_into)
+            return
+        from iobench.metrics import now_ns
+
+        item = self.dtype.itemsize
+        per = max(1, size // (self.window * item))
+        first = True
+        for i in range(0, shard.samples, per):
+            k = min(per, shard.samples - i)
+            data, t, n = read(i * self.window * item, (k * self.window + 1) * item, first)
+            first = False
+            t1 = now_ns()
+            rows = self._windows(data, shard, i, k)
+            out = rows if arrays else [Sample(index=shard.first_sample + i + j, data=rows[j]) for j in range(k)]
+            yield out, t, n, (now_ns() - t1) / 1e9
 
     def sample_from_range(self, shard, i, record) -> Sample:
         return Sample(index=shard.first_sample + i, data=self._tokens(record, shard, i))
 
 
 FORMAT = FormatSpec(name="megatron", extension=".bin", writer=MegatronWriter, reader=MegatronReader,
-                    indexable=True, compressions=("none",), index_suffix=".idx", index_replaces_extension=True)
+                    indexable=True, compressions=("none",), index_suffix=".idx", index_replaces_extension=True, scan=scan)

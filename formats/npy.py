@@ -26,7 +26,7 @@ import numpy as np
 
 from iobench.errors import ConfigError, IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
 
 TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
 MAGIC = b"\x93NUMPY"
@@ -47,12 +47,29 @@ def header_length(head: bytes, where: str) -> int:
     raise IntegrityError(f"{where}: offset 6: unknown .npy version {major}")
 
 
+# Parsed headers by their bytes: a dataset's files mostly share dtype and shape, and numpy's header
+# parser (ast.literal_eval) costs more than the rest of reading a small file.
+_PARSED: dict[bytes, tuple[np.dtype, tuple[int, ...], bool, int]] = {}
+
+
 def parse_header(head: bytes, where: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
     """(dtype, shape, fortran order, header length) of a ``.npy`` file whose first bytes are ``head``."""
     n = header_length(head, where)
     if len(head) < n:
         raise IntegrityError(f"{where}: offset {len(head)}: .npy header runs to {n}, file has {len(head)} bytes")
-    buf = io.BytesIO(bytes(head[:n]))
+    key = bytes(head[:n])
+    got = _PARSED.get(key)
+    if got is None:
+        got = _parse_header(key, where)
+        if len(_PARSED) >= 1024:
+            _PARSED.clear()
+        _PARSED[key] = got
+    return got
+
+
+def _parse_header(head: bytes, where: str) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    n = len(head)
+    buf = io.BytesIO(head)
     try:
         version = np.lib.format.read_magic(buf)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -91,6 +108,28 @@ def _header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     np.lib.format.write_array_header_1_0(
         buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
     return buf.getvalue()
+
+
+def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, None, str]:
+    """``iobench index``: the header only (one short ranged read): dtype and shape give the rows' offsets."""
+    head = backend.cat(rel, 0, HEAD_PROBE)
+    n = header_length(head[:12], rel)
+    if n > len(head):
+        head = backend.cat(rel, 0, n)
+    dtype, shape, fortran, hl = parse_header(head, rel)
+    size = backend.size(rel)
+    need = hl + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size != need:
+        raise IntegrityError(f"{rel}: offset {min(size, need)}: .npy header says {need} bytes, the file holds {size}")
+    seen = modality or ("tokens" if is_token_array(dtype, shape) else "records")
+    if seen == "tokens":
+        if not is_token_array(dtype, shape):
+            raise ConfigError("--modality", f"{rel} holds a {dtype.str}{list(shape)} array, not token rows",
+                              "index it as --modality records (one sample per file)")
+        agree(facts, "npy_dtype", dtype.str, rel)
+        agree(facts, "token_dtype", dtype.newbyteorder("=").name, rel)
+    samples, offsets = layout(dtype, shape, fortran, hl, seen)
+    return samples, offsets, None, seen
 
 
 class NpyWriter(Writer):
@@ -183,7 +222,8 @@ class NpyReader(Reader):
             for j in range(rows.shape[0]):
                 yield Sample(index=first + j, data=rows[j])
             return
-        yield Sample(index=first, data=bytes(memoryview(data)[hl:]))
+        # the record as a uint8 view of the shard's buffer: no copy (the batch's collate is the one copy)
+        yield Sample(index=first, data=np.frombuffer(data, dtype=np.uint8, offset=hl))
 
     def count_samples(self, data, shard) -> int:
         dtype, shape, fortran, hl = self._parse(data, shard)
@@ -209,8 +249,8 @@ class NpyReader(Reader):
     def sample_from_range(self, shard, i, record) -> Sample:
         if self.manifest.modality == "tokens":
             return Sample(index=shard.first_sample + i, data=np.frombuffer(record, dtype=self._dtype()))
-        return Sample(index=shard.first_sample + i, data=bytes(record))
+        return Sample(index=shard.first_sample + i, data=np.frombuffer(record, dtype=np.uint8))
 
 
 FORMAT = FormatSpec(name="npy", extension=".npy", writer=NpyWriter, reader=NpyReader, indexable=True,
-                    compressions=("none",))
+                    compressions=("none",), scan=scan)

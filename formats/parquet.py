@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Piece, PieceRead, PieceReadInto, Reader, Sample, ShardLayout, Writer
 from .compression import parse_compression
 
 ROW_GROUP_BYTES = 4 * 2**20
@@ -70,7 +70,7 @@ class ParquetWriter(Writer):
 
 
 class ParquetReader(Reader):
-    _scratch: np.ndarray | None = None    # row_group_pieces' shard buffer, reused (per process: made after fork)
+    _scratch: np.ndarray | None = None    # pieces' shard buffer, reused (per process: made after fork)
 
     def iter_samples(self, data, shard) -> Iterator[Sample]:
         pf = pq.ParquetFile(pa.BufferReader(data))
@@ -96,15 +96,16 @@ class ParquetReader(Reader):
                 for j, (img, lab) in enumerate(zip(images, labels))]
 
     def stream_arrays(self) -> bool:
-        """Whether ``row_group_pieces(..., arrays=True)`` applies: token shards that ``iobench gen`` wrote
+        """Whether ``pieces(..., arrays=True)`` applies: token shards that ``iobench gen`` wrote
         with one ``seq_len`` (its manifest says so), so each row group is one (rows, seq_len) array.  A
         stream worker then keeps rows in its row store and a batch is one gather, instead of one Sample
         object per row and a stack per batch (that per-row Python cost more than pyarrow's decode)."""
         return self.generated_token_rows()
 
-    def row_group_pieces(self, shard, read, arrays: bool = False, read_into=None) -> Iterator[tuple[object, float, int, float]]:
+    def pieces(self, shard, read: PieceRead, size: int, arrays: bool = False,
+               read_into: PieceReadInto | None = None) -> Iterator[Piece]:
         """A streaming reader's view of the shard: the footer (one request), then each row group's
-        byte range in order.  ``read(offset, length, first)`` returns (bytes, seconds, requests);
+        byte range in order (a piece is a row group, whatever ``size``).  ``read(offset, length, first)`` returns (bytes, seconds, requests);
         ``read_into(offset, out, first)``, where given, reads into ``out`` and returns (seconds,
         requests): row groups then land in the shard buffer with no copy.  Yields (samples, storage
         seconds, requests, parse seconds) per row group; with ``arrays`` (see ``stream_arrays``) a

@@ -293,10 +293,8 @@ class TarReader(Reader):
     def iter_samples(self, data, shard) -> Iterator[Sample]:
         if is_zstd(data):
             data = decompress(data)
-        j = 0
-        for fields in self.iter_groups(data, shard.path):
+        for j, fields in enumerate(self.iter_groups(data, shard.path)):
             yield self._sample(shard.first_sample + j, fields, shard.path)
-            j += 1
 
     def iter_groups(self, data, where: str = "shard") -> Iterator[dict[str, memoryview]]:
         key, fields = None, {}

@@ -20,7 +20,7 @@ import numpy as np
 
 from iobench.errors import IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Piece, PieceRead, PieceReadInto, Reader, Sample, ShardLayout, Writer
 from .compression import decompress, is_zstd, parse_compression
 
 IMAGE_KEYS = ("image/encoded", "image", "jpg", "jpeg")
@@ -346,20 +346,24 @@ class TFRecordReader(Reader):
         return None if rows is None else np.ascontiguousarray(rows)
 
     def stream_arrays(self) -> bool:
-        """Whether ``array_pieces`` applies: token shards that ``iobench gen`` wrote with one ``seq_len``
+        """Whether ``pieces(..., arrays=True)`` cuts (records, seq_len) arrays: token shards that ``iobench gen`` wrote with one ``seq_len``
         (its manifest says so; not ``iobench index`` data).  A stream worker then keeps rows in its row
         store and a batch is one gather, not one Sample object per record and a stack per batch."""
         return self.generated_token_rows()
 
-    def array_pieces(self, shard, read, size: int) -> Iterator[tuple[np.ndarray, float, int, float]]:
-        """The shard streamed in pieces of whole records of about ``size`` bytes (at least one record),
-        each as one (records, seq_len) token array.  ``read(offset, length, first)`` returns (bytes,
-        seconds, requests); yields (rows, storage seconds, requests, parse seconds) per piece.
+    def pieces(self, shard, read: PieceRead, size: int, arrays: bool = False,
+               read_into: PieceReadInto | None = None) -> Iterator[Piece]:
+        """With ``arrays`` (see ``stream_arrays``): the shard streamed in pieces of whole records of
+        about ``size`` bytes (at least one record), each as one (records, seq_len) token array, not
+        one Sample per record; otherwise the default pieces (runs of records by their byte ranges).
 
         Records of the shard's first layout are cut out with numpy (``_fixed_rows``: both CRCs of every
         record checked); a piece that does not fit is decoded record by record, and must still give
         rows of ``spec.seq_len`` tokens.  A shard without a record index (zstd: one stream per
         shard) is one piece."""
+        if not arrays:
+            yield from super().pieces(shard, read, size)
+            return
         seq_len = int(self.manifest.spec["seq_len"])
         lay: list = []   # the shard's layout, from its first record
 

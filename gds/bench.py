@@ -114,8 +114,11 @@ def resolve_files(target: str) -> list[str]:
         backend = open_backend(local, field_name="target")
         m = read_manifest(backend)
         return [backend.local_path(s.path) for s in m.shards]
-    if not os.path.isfile(local):
+    if not os.path.exists(local):
         raise ConfigError("target", f"{local} does not exist", "give an existing file, or add --create SIZE")
+    from iobench.io.inputs import require_regular
+
+    require_regular(local, "target", "give a regular file or a dataset directory")   # a FIFO would block the reads
     return [local]
 
 

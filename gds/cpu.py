@@ -141,7 +141,7 @@ class CpuReader(GdsReader):
             futures = [self._pool.submit(self._read_piece, arr, *p) for p in pieces[1:]]
             results = [self._read_piece(arr, *pieces[0])] + [f.result() for f in futures]
         delivered = 0
-        for (pos, _, n), (got, _) in zip(pieces, results):
+        for (_pos, _, n), (got, _) in zip(pieces, results):
             delivered += got
             if got < n:  # end of file: later pieces read nothing useful
                 break

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import GdsFallbackWarning, open_reader
 from .base import aligned_host
+from iobench.loader.delivery import Delivery
 
 
 @dataclass
@@ -56,7 +57,7 @@ class _HostLib:
         return out
 
 
-class CudaDelivery:
+class CudaDelivery(Delivery):
     def __init__(self, device: str = "cuda", path: str = "cufile", lib: Any = None, probe: Any = None) -> None:
         self.device = device
         self.requested = path

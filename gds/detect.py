@@ -97,8 +97,8 @@ def _mount_for(path: str, mountinfo: str) -> dict | None:
         pre, post = line.split(" - ", 1)
         pre_f, post_f = pre.split(), post.split()
         mnt = pre_f[4].replace("\\040", " ")
-        if path == mnt or path.startswith(mnt.rstrip("/") + "/") or mnt == "/":
-            if best is None or len(mnt) >= len(best["mount_point"]):
+        if (path == mnt or path.startswith(mnt.rstrip("/") + "/") or mnt == "/") and \
+                (best is None or len(mnt) >= len(best["mount_point"])):
                 best = {"mount_point": mnt, "fs_type": post_f[0], "source": post_f[1], "dev": pre_f[2]}
     return best
 
@@ -275,7 +275,7 @@ def decide(facts: dict) -> dict[str, Capability]:
     kv = gpu + _kvikio_reasons(rt)
     kv_detail = {"kvikio_version": (rt.get("kvikio") or {}).get("version")} if not kv else {}
     caps["kvikio-compat"] = Capability("kvikio-compat", not kv, tuple(kv), kv_detail)
-    cf = kv + _cufile_reasons(host, f, rt) if not kv else kv
+    cf = kv if kv else kv + _cufile_reasons(host, f, rt)
     cf_detail = {k: v for k, v in (rt.get("cufile") or {}).items() if k != "skipped"} if not cf else {}
     caps["cufile"] = Capability("cufile", not cf, tuple(cf), cf_detail)
     return {name: caps[name] for name in PATH_NAMES}

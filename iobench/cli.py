@@ -17,7 +17,8 @@ import importlib
 import os
 import sys
 
-from . import __version__, commands
+from . import commands
+from ._version import __version__
 from .errors import IobenchError, UsageError
 
 
@@ -30,8 +31,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
+    from .guard import declare, out_file
+
     p.add_argument("--json", metavar="PATH",
                    help="write the results (schema in README) to this file; '-': to stdout (the text goes to stderr)")
+    declare(p, out_file("json", "--json"))
 
 
 def add_progress_flag(p: argparse.ArgumentParser) -> None:
@@ -84,6 +88,57 @@ class _PipeSafeStdout:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+class _RedactingStream:
+    """A console stream (stdout, stderr) whose every write goes through ``redact_text``: the one mask
+    for everything printed, verdict lines, rich tables, warnings and ``--debug`` tracebacks alike
+    (the interpreter prints an uncaught exception to ``sys.stderr``, which is this)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        from .results import redact_text
+
+        self._stream.write(redact_text(s) if isinstance(s, str) else s)
+        return len(s)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _mask_console() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _RedactingStream):
+            setattr(sys, name, _RedactingStream(stream))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what Slurm, CI runners and ``timeout`` send), raised in the main thread exactly as Ctrl-C
+    raises KeyboardInterrupt: every clean-up that Ctrl-C runs (scratch datasets, temp files, worker
+    processes, servers) runs for it too, and the command exits 143 with one line."""
+
+
+def _sigterm_like_sigint():
+    """Install the SIGTERM handler; returns the previous one (``main`` puts it back)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    main_pid = os.getpid()
+
+    def on_term(signum, frame):
+        if os.getpid() != main_pid:   # a forked worker inherited this handler: die as SIGTERM means
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # one is enough: a second must not cut the clean-up short
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, on_term)
 
 
 def build_parser() -> Parser:
@@ -147,27 +202,46 @@ def _mask_secrets_in_logs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    previous = _sigterm_like_sigint()
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
+    from .results import register_secrets
+
+    register_secrets(list(sys.argv[1:] if argv is None else argv))
+    if sys.stdout is sys.__stdout__:
+        sys.stdout = _PipeSafeStdout(sys.stdout)
+    _mask_console()   # before parsing: argparse's own error lines quote what was typed
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    _mask_secrets_in_logs()
     import contextlib
 
     from . import results
 
-    if not isinstance(sys.stdout, _PipeSafeStdout) and sys.stdout is sys.__stdout__:
-        sys.stdout = _PipeSafeStdout(sys.stdout)
+    _mask_secrets_in_logs()
     results.begin()
     if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
         # rich wraps tables at 80 columns when stdout is a pipe (CI logs): give them room instead
         os.environ["COLUMNS"] = "200"
     json_to_stdout = getattr(args, "json", None) == "-"
     try:
+        from . import guard
+        from .bounds import check_flags
         from .preflight import check_args
 
-        check_args(args)   # refuse before work: output/input paths of the shared flags
+        check_flags(parser, args)   # every numeric flag within its bound (iobench.bounds), before any work
+        check_args(args)   # refuse before work: every declared path can be used as what it is
+        guard.check(args)  # ... and no output lands on an input, a foreign file or an overlapping root
         with contextlib.ExitStack() as stack:
             if json_to_stdout:
                 # `--json -`: the results document is the only thing on stdout; every other line goes to stderr
@@ -186,8 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(_one_line(f"iobench {args.command}: {type(e).__name__}: {e}") + "\n")
         _end_world(e)
         return e.exit_code
+    except Terminated:
+        sys.stderr.write(f"iobench {args.command}: terminated (SIGTERM); cleaned up what this run had started\n")
+        return 143
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        sys.stderr.write(f"iobench {args.command}: interrupted; cleaned up what this run had started\n")
         return 130
     except SystemExit:
         raise

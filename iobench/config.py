@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
 import typing
 from importlib import resources
 from pathlib import Path
@@ -61,7 +63,7 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
-        return build(tp, value, field)
+        return build(typing.cast(type, tp), value, field)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -75,17 +77,24 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
             f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number") from None
-        if f != int(f):
+        if not math.isfinite(f) or f != int(f):
             raise ConfigError(field, f"expected an integer, got {value!r}", "give a whole number")
+        if abs(f) > 2**63 - 1:   # past any count; beyond int64 numpy and the OS overflow
+            raise ConfigError(field, f"{value!r} is too large", "give a number below 2**63")
         return int(f)
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(field, f"expected a number, got {value!r}", "give a number")
         try:
-            return float(value)
+            f = float(value)
         except (TypeError, ValueError):
             raise ConfigError(field, f"expected a number, got {value!r}", "give a number") from None
+        if not math.isfinite(f):
+            raise ConfigError(field, f"{value!r} is not a finite number", "give a number")
+        return f
     if tp is str:
+        if value is None:
+            return ""   # YAML `key:` or `key: null` is "not given", never the string "None" (a directory named None)
         if isinstance(value, (dict, list)):
             raise ConfigError(field, f"expected a string, got {value!r}", "give a single value")
         return str(value)
@@ -96,7 +105,7 @@ def build(cls: type[T], mapping: Mapping[str, Any] | None, section: str = "") ->
     """Build the frozen dataclass ``cls`` from ``mapping``; unknown keys are an error."""
     mapping = dict(mapping or {})
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(typing.cast(Any, cls)) if f.init}
     kwargs = {}
     for key, value in mapping.items():
         key_n = str(key).replace("-", "_")
@@ -104,6 +113,10 @@ def build(cls: type[T], mapping: Mapping[str, Any] | None, section: str = "") ->
         if key_n not in fields:
             raise ConfigError(dotted, "unknown key", nearest(key_n, fields))
         kwargs[key_n] = _convert(dotted, value, hints[key_n])
+    for name, f in fields.items():   # named here, not as "__init__() missing 1 required positional argument"
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            dotted = f"{section}.{name}" if section else name
+            raise ConfigError(dotted, "is missing", f"add {name}: VALUE" + (f" to {section}" if section else ""))
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -186,8 +199,10 @@ def workload_names() -> list[str]:
 def load_workload(name_or_path: str) -> dict:
     """A named workload shipped with iobench, or a YAML file path."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        text = p.read_text()
+    if p.suffix in (".yaml", ".yml") and os.path.lexists(p):
+        from .io.inputs import read_text
+
+        text = read_text(p, "--workload", what="YAML file")
     else:
         names = workload_names()
         if name_or_path not in names:
@@ -206,14 +221,11 @@ def load_workload(name_or_path: str) -> dict:
 
 
 def load_yaml_file(path: str, field: str) -> dict:
-    import yaml
+    from .io.inputs import read_yaml
 
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(field, f"file {path!r} does not exist", "give the path of a YAML file") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(field, f"{path} is not valid YAML: {e}", "fix the file") from e
+    if not os.path.lexists(path):
+        raise ConfigError(field, f"file {path!r} does not exist", "give the path of a YAML file")
+    data = read_yaml(path, field) or {}
     if not isinstance(data, dict):
         raise ConfigError(field, f"{path} must hold a mapping", "see README: Configuration")
     return data

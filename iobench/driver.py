@@ -21,6 +21,7 @@ here, so the same question gets the same answer from each:
 
 from __future__ import annotations
 
+from .schema import STALL_RATIO
 import hashlib
 import json
 import os
@@ -30,11 +31,13 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .errors import ConfigError
-from .loader.core import LoadConfig, LoadRun
 from .units import format_bytes, format_rate, format_seconds
+
+if TYPE_CHECKING:   # the loader (numpy, multiprocessing) loads when a measurement runs, not with the CLI
+    from .loader.core import LoadConfig, LoadRun
 
 HOST_BOUND = 0.8            # storage delivered >= 80% of the host's ceiling: the host may be the limit
 WARMUP_MATERIAL = 0.10      # warm-up named in the verdict above this share of the run's wall clock
@@ -55,7 +58,7 @@ class Synthetic:
     format: str = "raw"
     sample_bytes: int = 128 * 1024
     samples: int | None = None        # default: enough for the time cap at the step's need, within max_bytes
-    max_bytes: int = 1 << 30
+    max_bytes: int = 2 << 30          # 2 GiB: 64 batches of 256 x 128 KiB, more than min_steps
 
     def __post_init__(self) -> None:
         if self.sample_bytes <= 0:
@@ -73,6 +76,7 @@ class DriveConfig:
     synthetic: Synthetic | None = None
     host_ceiling: str = "cached"      # cached (calibrate once per host and batch shape) | measure | off
     one_pass_when_cold: bool = True   # a cold run stops at the end of the first pass (a second reads RAM)
+    ceiling_time_s: float = 3.0       # how long a calibration of the host's ceiling reads
 
     def __post_init__(self) -> None:
         if self.host_ceiling not in ("cached", "measure", "off"):
@@ -106,6 +110,16 @@ class Rates:
     delivered_bytes_per_s: float | None
     compute_s: float | None           # the mean emulated step over the steady window
     bytes_read: int
+    # the samples' bytes the workers produced over their busy time: what ``need`` is compared with
+    # (a format that reads each sample's bytes more than once delivers fewer samples than bytes read)
+    payload_bytes_per_s: float | None = None
+
+    @property
+    def read_amplification(self) -> float | None:
+        """Bytes read per byte of samples produced (1.0: each sample read once)."""
+        if not self.capacity_bytes_per_s or not self.payload_bytes_per_s:
+            return None
+        return self.capacity_bytes_per_s / self.payload_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -136,7 +150,7 @@ class HostCeiling:
 
 @dataclass(frozen=True)
 class Judgement:
-    bound: str                        # "keeps up" | "storage" | "host"
+    bound: str                        # "keeps up" | "storage" | "host" (the read path, CPU preparation, hand-over)
     cause: str                        # one of CAUSES
     advice: str                       # the remedy that addresses the cause ("" when nothing to do)
 
@@ -174,6 +188,13 @@ class Outcome:
 # 1. The data
 
 
+def default_host_ceiling() -> str:
+    """``$IOBENCH_HOST_CEILING`` (cached | measure | off), else cached: the test suite turns it off
+    for the loads that do not ask about it, so that each new batch shape does not calibrate."""
+    v = os.environ.get("IOBENCH_HOST_CEILING", "cached")
+    return v if v in ("cached", "measure", "off") else "cached"
+
+
 def cache_dir() -> str:
     """Where iobench keeps what it derives (manifests of indexed datasets, host ceilings)."""
     d = os.environ.get("IOBENCH_CACHE_DIR") or os.path.join(
@@ -182,24 +203,13 @@ def cache_dir() -> str:
     return d
 
 
-def detect_format(backend) -> str:
-    """The format of a dataset without a manifest (``iobench.index.detect_format``, the one rule
-    ``iobench index`` follows); ``files`` where no suffix decides."""
-    from .index import detect_format as by_suffix
-
-    try:
-        return by_suffix(backend)
-    except ConfigError:
-        return "files"
-
-
 def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
     """Index a dataset that has no manifest; the manifest goes to the cache directory, keyed by URL,
     and is reused while the dataset's file list and sizes are unchanged."""
-    from .index import IndexOptions, index_dataset
+    from .index import IndexOptions, detect_format, index_dataset
     from .manifest import Manifest
 
-    fmt = detect_format(backend)
+    fmt = detect_format(backend)   # a dataset of several formats is refused here, naming them
     listing = sorted((f, backend.fs.size(f)) for f in backend.fs.find(backend.root))
     key = hashlib.sha256(json.dumps([url, listing]).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), "manifests", f"{key}.json")
@@ -222,8 +232,8 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
 
 
 def _synthetic_samples(cfg: DriveConfig, syn: Synthetic) -> int:
-    """Enough samples for the run: steps x batch when fixed, else the time cap at the step's need
-    (a cold run stops at the end of one pass), within ``max_bytes``; at least 4 batches."""
+    """Enough samples for the run: steps x batch when fixed, else the time cap at the step's need and
+    at least min_steps (a cold run stops at the end of one pass), within ``max_bytes``; at least 4 batches."""
     b = cfg.load.batch_size
     if syn.samples:
         return syn.samples
@@ -231,7 +241,7 @@ def _synthetic_samples(cfg: DriveConfig, syn: Synthetic) -> int:
         want = b * (cfg.load.steps + 2)
     else:
         step = max(cfg.step_s, 1e-3)
-        want = int(b * (cfg.load.max_time_s / step + 2))
+        want = max(int(b * (cfg.load.max_time_s / step + 2)), b * (cfg.load.min_steps + 2))
     return max(b * 4, min(want, syn.max_bytes // syn.sample_bytes))
 
 
@@ -244,6 +254,15 @@ def prepare(cfg: DriveConfig, storage_options: dict | None = None, progress: boo
 
     lc = cfg.load
     if cfg.synthetic is None:
+        from .index import dataset_manifest, resolve_dataset_url
+
+        ref = resolve_dataset_url(lc.dataset)
+        if ref.only is not None:   # a brace range or one shard: those files, under their directory
+            backend = open_backend(ref.root, endpoint_url=lc.endpoint_url, storage_options=storage_options,
+                                   field_name="--dataset", check=True)
+            manifest = dataset_manifest(backend, ref.only)
+            yield Dataset(url=ref.root, format=manifest.format), manifest   # the load reads this manifest
+            return
         backend = open_backend(lc.dataset, endpoint_url=lc.endpoint_url, storage_options=storage_options,
                                field_name="--dataset", check=True)
         from .manifest import MANIFEST_NAME, check_dataset_root
@@ -267,6 +286,12 @@ def prepare(cfg: DriveConfig, storage_options: dict | None = None, progress: boo
     spec = GenSpec.from_mapping({"format": syn.format, "modality": "tokens", "num_samples": n,
                                  "seq_len": max(1, syn.sample_bytes // 2), "token_dtype": "uint16",
                                  "vocab_size": 50257})
+    if base.is_local:   # refuse a target nothing can be written under (/proc, read-only) before saying "generating"
+        try:
+            os.mkdir(base.path(name))
+        except OSError as e:
+            raise ConfigError("TARGET", f"cannot write a scratch dataset under {syn.target} ({e.strerror})",
+                              "give a writable directory on the storage to check") from None
     try:
         say(f"generating {n} samples ({format_bytes(n * syn.sample_bytes)}) under {url} (removed afterwards)")
         manifest = generate(spec, url, endpoint_url=lc.endpoint_url, storage_options=storage_options,
@@ -296,19 +321,27 @@ def _ceiling_key(load: LoadConfig, manifest) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _memory_dir() -> str:
+def _memory_dir(need_bytes: int) -> str:
+    """tmpfs when it has room (a container's /dev/shm is often 64 MB), else the temp directory: the
+    copy is read right after it is written, from the page cache either way."""
     shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    try:
+        st = os.statvfs(shm)
+        if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize > 2 * need_bytes:
+            return shm
+    except OSError:
+        pass
+    return tempfile.gettempdir()
 
 
-def _copy_subset(manifest, backend, dest: str, want_bytes: int):
+def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1):
     """The first shards (at least ``want_bytes``, at least one per worker) copied to ``dest``, and their manifest."""
     from .manifest import write_manifest
     from .storage import open_backend
 
     shards, total, first = [], 0, 0
     for s in manifest.shards:
-        if total >= want_bytes and len(shards) >= 2:
+        if total >= want_bytes and len(shards) >= max(2, workers):
             break
         for rel in (s.path, s.index_path):
             if rel:
@@ -353,9 +386,10 @@ def host_ceiling(load: LoadConfig, manifest, storage_options: dict | None = None
                            field_name="dataset", check=True)
     batch_bytes = manifest.total_bytes / max(1, manifest.total_samples) * load.batch_size
     want = int(min(256 << 20, max(32 << 20, batch_bytes * load.workers * 8)))
-    tmp = tempfile.mkdtemp(prefix="iobench-ceiling-", dir=_memory_dir())
+    tmp = tempfile.mkdtemp(prefix="iobench-ceiling-", dir=_memory_dir(want + int(manifest.total_bytes /
+                                                                              max(1, len(manifest.shards)))))
     try:
-        sub = _copy_subset(manifest, backend, tmp, want)
+        sub = _copy_subset(manifest, backend, tmp, want, load.workers)
         cfg = replace(load, dataset=tmp, endpoint_url=None, compute="0ms", compute_mode="sleep", cache="warm",
                       emulate="none", error_rate=0.0, timeout_rate=0.0, verify_checksums=False, epochs=1,
                       until_stable=True, min_steps=20, max_time_s=time_s, steps=0,
@@ -390,6 +424,20 @@ def capacity_bytes_per_s(metrics: dict) -> float | None:
     return total or None
 
 
+def payload_bytes_per_s(metrics: dict, batch_size: int, buffered: int = 0, share: int | None = None) -> float | None:
+    """The samples' bytes each worker read over its busy time, summed over workers: the samples it
+    produced plus those still in its shuffle buffer (``buffered``, at most its ``share`` of the data)."""
+    per_sample = (metrics.get("batch_bytes") or 0) / max(1, batch_size)
+    total = 0.0
+    for w in metrics.get("per_worker") or ():
+        if w.get("busy_s") and w.get("samples"):
+            n = w["samples"] + buffered
+            if share is not None:
+                n = max(w["samples"], min(n, share))
+            total += n * per_sample / w["busy_s"]
+    return total or None
+
+
 def _delivered(metrics: dict) -> tuple[float | None, float | None]:
     """``(delivered, compute_s)`` over the steady window: batch bytes x steps / Σ step time — what
     the training loop received, each batch's hand-over included — and the mean emulated step."""
@@ -403,11 +451,18 @@ def _delivered(metrics: dict) -> tuple[float | None, float | None]:
     return (bb * len(steps_w) / sum(steps_w) if sum(steps_w) > 0 else None), sum(comp_w) / len(comp_w)
 
 
-def rates(metrics: dict, step_s: float) -> Rates:
+def rates(metrics: dict, step_s: float, load: LoadConfig | None = None, manifest=None) -> Rates:
     delivered, compute_s = _delivered(metrics)
+    batch_size = load.batch_size if load is not None else 1
+    buffered, share = 0, None
+    if load is not None and manifest is not None:
+        share = -(-manifest.total_samples // load.workers)
+        if metrics.get("access") == "stream" and load.shuffle:
+            buffered = load.shuffle_buffer
     return Rates(capacity_bytes_per_s=capacity_bytes_per_s(metrics),
                  need_bytes_per_s=(metrics.get("batch_bytes") or 0) / step_s if step_s > 0 else 0.0,
-                 delivered_bytes_per_s=delivered, compute_s=compute_s, bytes_read=int(metrics.get("bytes_read") or 0))
+                 delivered_bytes_per_s=delivered, compute_s=compute_s, bytes_read=int(metrics.get("bytes_read") or 0),
+                 payload_bytes_per_s=payload_bytes_per_s(metrics, batch_size, buffered, share))
 
 
 def warmup(metrics: dict, workers: int) -> Warmup:
@@ -423,7 +478,7 @@ def warmup(metrics: dict, workers: int) -> Warmup:
 
 def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | None, workers: int) -> Judgement:
     """The bound (keeps up / storage / host) and the cause a remedy must address."""
-    stall = metrics.get("stall_ratio") or 0.0
+    stall = metrics.get(STALL_RATIO) or 0.0
     cap = r.capacity_bytes_per_s
     host_bound = bool(ceiling and cap and ceiling.bytes_per_s > 0 and cap >= HOST_BOUND * ceiling.bytes_per_s)
     if stall <= 0.01:
@@ -433,12 +488,13 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                          f"this host's {ceiling.cores} core{'s' if ceiling.cores != 1 else ''} read no faster "
                          f"({format_rate(ceiling.bytes_per_s)} from memory): faster storage would not help here; "
                          "more cores, or fewer per-batch copies, would")
-    if cap and cap < r.need_bytes_per_s:
+    feed = r.payload_bytes_per_s or cap      # the samples' bytes, what the need is counted in
+    if feed and feed < r.need_bytes_per_s:
         pw = metrics.get("per_worker") or []
         busy = sum(w.get("busy_s") or 0 for w in pw)
         io = sum((w.get("io_s") or 0) + (w.get("fill_s") or 0) for w in pw)
         if busy > 0 and (busy - io) / busy > 0.5:
-            return Judgement("storage", "CPU preparation",
+            return Judgement("host", "CPU preparation",
                              f"parsing/decoding takes {(busy - io) / busy:.0%} of the workers' time: more workers "
                              "(one per free core) or cheaper preparation")
         reqs = metrics.get("requests") or 0
@@ -451,10 +507,10 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                              f"each read of {format_bytes(per_req_b)} took {format_seconds(per_req_s)}: more reads in "
                              "flight hide it (more workers, --read-ahead)")
         return Judgement("storage", "storage bandwidth",
-                         f"storage delivers {format_rate(cap)} in all: faster storage, a faster tier, or staging "
-                         "(more workers share the same bandwidth)")
-    if r.delivered_bytes_per_s and cap and r.delivered_bytes_per_s < 0.9 * cap:
-        return Judgement("storage", "hand-over",
+                         "faster storage, a faster tier, or staging; more workers share the same bandwidth")
+    if r.delivered_bytes_per_s and feed and r.delivered_bytes_per_s < 0.9 * feed:
+        # the workers read faster than the step needs; the loop did not receive it: this host's side
+        return Judgement("host", "hand-over",
                          "each batch's hand-over from its worker to the loop (pipe, wake-up, batch view) is the "
                          "gap: fewer, larger batches, or a longer step")
     return Judgement("storage", "slow tail", "the slow batches (P99) outlast the prefetch: deeper prefetch")
@@ -476,29 +532,54 @@ def _residency_after(metrics: dict, environment: dict, load: LoadConfig, manifes
     return cache
 
 
+def _cold_steps(load: LoadConfig, manifest) -> tuple[int, str | None]:
+    """The steps a cold run can take: one pass (a second would read the page cache), less, for a
+    stream, the end of the pass where the workers' shuffle buffers drain with no reads behind them
+    (batches storage did not have to deliver: at 1000 samples of 128 KiB per buffer they hid a
+    bandwidth stall of 20% entirely on a 1024-sample dataset)."""
+    from .loader.schedule import resolve_access
+
+    total = usable = manifest.total_samples
+    note = None
+    if resolve_access(load.access, manifest.format, manifest) == "stream" and load.shuffle:
+        usable -= load.workers * load.shuffle_buffer
+        if usable < total // 2:
+            usable = total
+            note = (f"the workers' shuffle buffers ({load.workers} x {load.shuffle_buffer} samples) hold over half "
+                    f"the dataset's {total}: its last batches come from the buffers, not from storage (a bigger "
+                    "dataset, or a smaller --shuffle-buffer, measures storage)")
+    one_pass = max(2, usable // load.batch_size)
+    return (min(load.steps, one_pass) if load.steps else one_pass), note
+
+
 def measure(cfg: DriveConfig, dataset: Dataset, manifest, storage_options: dict | None = None,
-            progress: bool = False, source=None) -> Outcome:
-    """Host ceiling, then the load (cold by default), then the judgement."""
+            progress: bool = False, source=None, **run_kw) -> Outcome:
+    """Host ceiling, then the load (cold by default), then the judgement.  ``run_kw``: rank, world,
+    deliver... passed to ``run_load``."""
     from .loader.core import run_load
 
     load = replace(cfg.load, dataset=dataset.url)
+    note = None
     ceiling = None if cfg.host_ceiling == "off" or source is not None else \
-        host_ceiling(load, manifest, storage_options, mode=cfg.host_ceiling)
+        host_ceiling(load, manifest, storage_options, mode=cfg.host_ceiling, time_s=cfg.ceiling_time_s)
     if load.cache == "cold" and cfg.one_pass_when_cold:
-        one_pass = max(2, manifest.total_samples // load.batch_size)
-        load = replace(load, epochs=1, steps=min(load.steps, one_pass) if load.steps else one_pass)
-    run = run_load(load, storage_options, progress=progress, manifest=manifest, source=source)
+        steps, note = _cold_steps(load, manifest)
+        load = replace(load, epochs=1, steps=steps)
+    run = run_load(load, storage_options, progress=progress, manifest=manifest, source=source, **run_kw)
+    if load.cache == "cold" and cfg.one_pass_when_cold and note:
+        run.warnings.append(note)
     cache = _residency_after(run.metrics, run.environment, load, manifest, storage_options)
     run.environment["cache"] = cache
     if ceiling is not None:
         run.environment["host_ceiling"] = ceiling.to_dict()
-    r = rates(run.metrics, cfg.step_s)
+    r = rates(run.metrics, cfg.step_s, load, manifest)
     outcome = Outcome(dataset=dataset, run=run, rates=r, warmup=warmup(run.metrics, load.workers), ceiling=ceiling,
                       judgement=judge(run.metrics, run.environment, r, ceiling, load.workers), cache=cache)
     if load.cache == "cold" and cfg.one_pass_when_cold and run.metrics["steps"] >= run.metrics["steps_planned"] \
             and not run.metrics.get("stable", True):
-        run.warnings.append(f"the dataset holds {run.metrics['steps_planned']} batches, one cold pass: not enough "
-                            "for narrow intervals (a bigger dataset, or --cache warm for page-cache numbers)")
+        run.warnings.append(f"the dataset holds {run.metrics['steps_planned']} batches for one cold pass (a stream's "
+                            "shuffle buffers' drain left out): not enough for narrow intervals (a bigger dataset, "
+                            "or --cache warm for page-cache numbers)")
     return outcome
 
 
@@ -539,6 +620,10 @@ def warmup_phrase(w: Warmup, access: str) -> str:
 
 def ceiling_phrase(o: Outcome) -> str:
     c = o.ceiling
+    if o.judgement.bound == "host" and o.judgement.cause in ("hand-over", "CPU preparation"):
+        where = "handing batches to the loop" if o.judgement.cause == "hand-over" else "preparing batches"
+        return (f"host-bound: this host's time {where} is the limit, not the storage: the answer is a lower bound"
+                + (f" (host ceiling {format_rate(c.bytes_per_s)})" if c else ""))
     if c is None:
         return ""
     if o.judgement.bound == "host":

@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "matplotlib": ("matplotlib", "report"),
     "PIL": ("Pillow", "images"),
     "s3fs": ("s3fs", "s3"),
+    "h5py": ("h5py", "hdf5"),
 }
 
 

@@ -20,6 +20,7 @@ old manifest listed are deleted.  Nothing that no iobench manifest listed is eve
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing as mp
 import queue as queue_mod
 import re
@@ -33,7 +34,7 @@ from .io.checksum import DATASET_ALGOS, ChecksumWriter
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
-from .units import parse_size
+from .units import format_bytes, parse_size
 
 CHECKSUMS = DATASET_ALGOS
 DISTRIBUTIONS = ("uniform", "zipf")
@@ -44,7 +45,8 @@ _OVERHEAD = {("raw", "tokens"): 0, ("raw", "images"): 12, ("tar", "tokens"): 900
              ("parquet", "tokens"): 8, ("parquet", "images"): 16, ("tfrecord", "tokens"): 48,
              ("tfrecord", "images"): 80, ("raw", "records"): 12, ("tfrecord", "records"): 80,
              ("tar", "records"): 1800, ("npz", "tokens"): 400, ("npz", "records"): 600,
-             ("npy", "records"): 128, ("npy", "images"): 128}
+             ("npy", "records"): 128, ("npy", "images"): 128, ("hdf5", "images"): 16, ("hdf5", "records"): 16,
+             ("arrow", "tokens"): 4, ("arrow", "images"): 24, ("arrow", "records"): 16}
 
 
 MAX_SHARDS = 10_000_000
@@ -378,9 +380,113 @@ def _safe_rel(p: str) -> bool:
 
 
 def manifest_files(manifest: Manifest) -> set[str]:
-    """Every file ``manifest`` lists: its shards and their side index files."""
+    """Every file ``manifest`` lists: its shards, their side index files and the dataset's own
+    (``extra.dataset_files``, e.g. HF's state.json)."""
     files = {s.path for s in manifest.shards} | {s.index_path for s in manifest.shards if s.index_path}
+    extra = manifest.extra.get("dataset_files") if isinstance(manifest.extra, dict) else None
+    if isinstance(extra, list):
+        files |= {p for p in extra if isinstance(p, str)}
     return {p for p in files if _safe_rel(p)}
+
+
+GENERATOR = "iobench.generate"
+
+
+def _is_generated(data) -> bool:
+    """Whether a parsed ``manifest.json`` is one ``iobench gen`` wrote (not an ``index`` of the user's files)."""
+    if not isinstance(data, dict) or not isinstance(data.get("extra"), dict):
+        return False
+    extra, spec = data["extra"], data.get("spec") if isinstance(data.get("spec"), dict) else {}
+    if extra.get("generator") == GENERATOR:
+        return True
+    # Written before the generator mark: an iobench manifest (format, modality, shards) that
+    # `iobench index` did not make (it marks extra.indexed and spec.indexed_from).
+    return (not extra.get("generator") and not extra.get("indexed") and "indexed_from" not in spec
+            and isinstance(data.get("shards"), list) and isinstance(data.get("format"), str)
+            and isinstance(data.get("modality"), str) and "seed" in data)
+
+
+def _target_state(backend: Backend) -> tuple[list[str], dict | bool | None]:
+    """What is at a ``gen`` target: (its top-level entry names, its ``manifest.json`` parsed; None
+    when there is none, False when it is unreadable).  One listing, local or object store."""
+    import os
+    import posixpath
+
+    from .io.inputs import read_bytes
+    from .manifest import MAX_MANIFEST_BYTES
+
+    try:
+        if backend.is_local:
+            entries = sorted(os.listdir(backend.root))
+        else:
+            root = backend.path("").rstrip("/")
+            backend.fs.invalidate_cache(root)
+            # (an object store may list a prefix that is itself a key, or was just "made", as itself)
+            entries = sorted(posixpath.basename(str(p).rstrip("/")) for p in backend.ls("")
+                             if str(p).rstrip("/") != root)
+    except OSError:
+        return [], None   # absent, or not a directory: the kind checks say so
+    if MANIFEST_NAME not in entries:
+        return entries, None
+    try:
+        raw = read_bytes(backend.path(MANIFEST_NAME), "--out", MAX_MANIFEST_BYTES) if backend.is_local \
+            else backend.cat(MANIFEST_NAME)
+        data = json.loads(raw)
+    except (OSError, ValueError, ConfigError):
+        return entries, False
+    return entries, data if isinstance(data, dict) else False
+
+
+def _foreign_reason(entries: list[str], doc: dict | bool | None) -> str | None:
+    from .io.atomic import final_name_of
+
+    if doc is not None:
+        return None if _is_generated(doc) else f"holds a {MANIFEST_NAME} that `iobench gen` did not write"
+    if SUPERSEDED_NAME in entries:
+        return None   # a regeneration killed after it withdrew the manifest: the record names gen's files
+    others = [e for e in entries if final_name_of(e) is None]
+    if not others:
+        return None
+    return (f"is not empty ({len(others)} entr{'y' if len(others) == 1 else 'ies'}, e.g. {others[0]!r}) and holds "
+            "no dataset iobench generated")
+
+
+def foreign_dataset_dir(path: str) -> str | None:
+    """Why ``gen`` may not write into the local directory ``path`` without ``--force``, or None
+    when it may: absent, empty, holding a dataset ``iobench gen`` made, or only what an
+    interrupted ``gen`` left (its temp files, its superseded record)."""
+    return _foreign_reason(*_target_state(open_backend(path, field_name="--out")))
+
+
+def refuse_overwriting(backend: Backend, plans, force: bool, field: str = "--out") -> None:
+    """``gen`` writes only over its own files: without ``force`` into no directory or prefix that
+    holds others' (``_foreign_reason``); with it, still never onto a name that no ``iobench gen``
+    manifest (or superseded record) lists.  Local directories and object-store prefixes alike
+    (one listing of the target)."""
+    entries, doc = _target_state(backend)
+    if not entries:
+        return
+    why = _foreign_reason(entries, doc)
+    if why and not force:
+        raise ConfigError(field, f"{backend.url} {why}", "give an empty or new directory, or add --force to "
+                          "write beside those files: none of them is ever overwritten")
+    owned = _read_superseded(backend) | {MANIFEST_NAME, SUPERSEDED_NAME}
+    if _is_generated(doc):
+        try:
+            owned |= manifest_files(read_manifest(backend))
+        except ConfigError:   # a damaged manifest of ours: the names in it that stay inside are ours
+            shards = doc.get("shards") if isinstance(doc, dict) else None
+            for sh in shards if isinstance(shards, list) else []:
+                if isinstance(sh, dict):
+                    owned |= {v for k in ("path", "index_path") if isinstance(v := sh.get(k), str) and _safe_rel(v)}
+    elif doc is not None:
+        owned.discard(MANIFEST_NAME)
+    present = set(entries)
+    for rel in [MANIFEST_NAME] + [n for p in plans for n in (p.path, p.path + ".index")]:
+        top = rel.split("/", 1)[0]
+        if rel not in owned and top in present and (rel == top or backend.exists(rel)):
+            raise ConfigError(field, f"{backend.path(rel)} exists and was not written by `iobench gen`: "
+                              "generating here would overwrite it", "give an empty or new directory")
 
 
 def _read_superseded(backend: Backend) -> set[str]:
@@ -409,7 +515,9 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     previous = _read_superseded(backend)   # an earlier regeneration that never finished
     if backend.exists(MANIFEST_NAME):
         try:
-            previous |= manifest_files(read_manifest(backend))
+            m = read_manifest(backend)
+            if _is_generated(m.to_dict()):   # an `index` manifest lists the user's own files: never "stale"
+                previous |= manifest_files(m)
         except ConfigError:
             pass   # malformed or from a newer iobench: withdraw it, but delete nothing it may name
     if previous:
@@ -424,8 +532,42 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     return previous
 
 
+def least_bytes(spec: GenSpec) -> int:
+    """A lower bound of the dataset's size: the payload alone (tokens, records), or a JPEG at 1/50 of
+    its pixels' bytes (images) -- no format, header or index counted."""
+    if spec.modality == "tokens":
+        import numpy as np
+
+        return spec.num_samples * spec.seq_len * np.dtype(spec.dtype).itemsize
+    if spec.modality == "records":
+        return spec.num_samples * max(1, round(spec.record_bytes * spec.scale))
+    return spec.num_samples * spec.image_width * spec.image_height * 3 // 50
+
+
+def check_space(spec: GenSpec, backend: Backend) -> None:
+    """Refuse, before writing anything, a local dataset that cannot fit the file system's free space
+    (``--num-samples 1e11`` started writing 400 TB)."""
+    import os
+    import shutil
+
+    if not backend.is_local:
+        return
+    where = backend.base.root
+    while where and not os.path.exists(where):
+        where = os.path.dirname(where.rstrip("/")) or "."
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return
+    need = least_bytes(spec)
+    if need > free:
+        raise ConfigError("--num-samples", f"{spec.num_samples} samples need at least {format_bytes(need)}, "
+                          f"and {where} has {format_bytes(free)} free",
+                          "generate fewer samples, or give --out on a file system with room")
+
+
 def _remove_temp_files(backend: Backend, rels) -> int:
-    """Local only: temp files (``atomic_open``'s ``.NAME.XXXXXXXX.tmp``) that a killed writer left
+    """Local only: temp files (``iobench.io.atomic``'s names) that a killed writer left
     beside ``rels``."""
     import os
 
@@ -436,7 +578,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
     for rel in rels:
         d, name = os.path.split(backend.path(rel))
         by_dir.setdefault(d, set()).add(name)
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     for d, names in by_dir.items():
         try:
@@ -444,7 +586,7 @@ def _remove_temp_files(backend: Backend, rels) -> int:
         except OSError:
             continue
         for e in entries:
-            if final_name_of(e) in names:
+            if final_name_of(e) in names and not writer_alive(e):   # a live writer's are its own
                 try:
                     os.unlink(os.path.join(d, e))
                     removed += 1
@@ -457,11 +599,11 @@ _SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
 
 
 def _remove_shard_temp_files(backend: Backend) -> int:
-    """Local only: temp files of shards (``.shard-NNNNNN.EXT.XXXXXXXX.tmp``, the names only
-    ``iobench gen`` writes) at the dataset root, whatever run left them; returns how many."""
+    """Local only: temp files of shards (``.shard-NNNNNN.EXT.<writer>.tmp``, the names only
+    ``iobench gen`` writes) at the dataset root that a dead writer left; returns how many."""
     import os
 
-    from .io.atomic import final_name_of
+    from .io.atomic import final_name_of, writer_alive
 
     if not backend.is_local:
         return 0
@@ -472,7 +614,7 @@ def _remove_shard_temp_files(backend: Backend) -> int:
         return 0
     for e in entries:
         final = final_name_of(e)
-        if final is not None and _SHARD_NAME.fullmatch(final):
+        if final is not None and _SHARD_NAME.fullmatch(final) and not writer_alive(e):
             try:
                 os.unlink(os.path.join(backend.root, e))
                 removed += 1
@@ -577,25 +719,29 @@ def prepare_target(backend: Backend, field: str = "--out", pending=()) -> set[st
 
 
 def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
-             progress: bool = True, stats: dict | None = None, world=None) -> Manifest | None:
+             progress: bool = True, stats: dict | None = None, world=None, force: bool = False) -> Manifest | None:
     """Write the dataset ``spec`` describes to ``out_url``; returns its manifest (already published).
 
     ``stats``, when given, receives wall time, bytes, samples and the writer processes' pids.
     With an MPI ``world`` (iobench.dist) of several ranks, each rank writes a disjoint,
     contiguous range of shards, and rank 0 publishes the manifest only after every rank has
     reported its shards durable; the manifest is returned on rank 0 only.  The dataset is
-    byte-identical to a single-process run of the same spec.
+    byte-identical to a single-process run of the same spec.  Only files ``iobench gen`` wrote
+    are ever overwritten or deleted (``refuse_overwriting``; ``force`` allows writing beside
+    others' files, never over them).
     """
     from .formats import get_format
 
     fmt = get_format(spec.format)   # missing optional package -> exit 2 with an install hint
     backend = open_backend(out_url, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="--out", check=True)
+    check_space(spec, backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
+    refuse_overwriting(backend, plans, force)
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
-    previous = prepare_target(backend, pending=[p.path for p in plans] + [p.path + ".index" for p in plans])
+    previous = prepare_target(backend, pending=[p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
     # Temp files a killed earlier run left beside the names this run writes (a first generation
     # killed midway has no superseded record): found, removed and reported.
     leftovers = _remove_shard_temp_files(backend)
@@ -629,7 +775,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
                 entries, pids = _run_workers(spec, backend, plans, workers, endpoint_url, storage_options, report)
         except BaseException as e:
             # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
-            _remove_quietly(backend, [p.path for p in plans] + [p.path + ".index" for p in plans])
+            _remove_quietly(backend, [p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
             _remove_shard_temp_files(backend)   # a writer killed mid-shard leaves its temp file behind
             if previous:
                 _remove_temp_files(backend, previous)
@@ -657,8 +803,14 @@ def _publish(spec: GenSpec, fmt, backend: Backend, entries: list[ShardEntry]) ->
     manifest = Manifest(format=spec.format, modality=spec.modality, compression=str(_comp(spec)),
                         seed=spec.seed, spec=spec.resolved(), shards=tuple(entries), created_at=now_iso(),
                         extra={"compression_scope": fmt.scope(spec.modality) if spec.compression != "none" else None,
-                               "checksum": spec.checksum, "generator": "iobench.generate",
+                               "checksum": spec.checksum, "generator": GENERATOR,
                                "offsets": "samples+1 record boundaries" if fmt.indexable else None})
+    if fmt.dataset_files is not None:
+        # the format's dataset-level files (HF save_to_disk's state.json), durable before the manifest
+        files = fmt.dataset_files(manifest)
+        for name, data in files.items():
+            backend.write_bytes(name, data, fsync=spec.fsync)
+        manifest = dataclasses.replace(manifest, extra={**manifest.extra, "dataset_files": sorted(files)})
     write_manifest(backend, manifest)
     return manifest
 
@@ -691,7 +843,7 @@ def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
 
 def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0):
     """One rank's part of a multi-rank ``generate`` (see its docstring)."""
-    pending = [p.path for p in plans] + [p.path + ".index" for p in plans]
+    pending = [p.path for p in plans] + [fmt.index_path(p.path) for p in plans]
     # Rank 0 withdraws the old manifest before any rank writes a shard over a listed file.
     previous = world.all_ok(lambda: prepare_target(backend, pending=pending) if world.rank == 0 else set(),
                             what="gen output")
@@ -721,7 +873,7 @@ def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_op
     problems = world.allgather(problem, what="gen shards durable")
     bad = [(r, p) for r, p in enumerate(problems) if p]
     if bad:
-        _remove_quietly(backend, [p for pl in mine for p in (pl.path, pl.path + ".index")])
+        _remove_quietly(backend, [p for pl in mine for p in (pl.path, fmt.index_path(pl.path))])
         if world.rank == 0 and previous:
             _remove_temp_files(backend, previous)
             if not _remove_files(backend, previous)[1]:

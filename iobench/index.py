@@ -24,10 +24,11 @@ from .errors import ConfigError, IntegrityError
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry
 from .storage import Backend
 
-INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron")
+INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron", "hdf5", "arrow")
 # file suffixes each format's scan picks up (everything else under the root is left alone)
 _SUFFIXES = {"tar": (".tar",), "parquet": (".parquet", ".pq"), "tfrecord": (".tfrecord", ".tfrecords", ".tfr"),
-             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",)}
+             "npz": (".npz",), "npy": (".npy",), "megatron": (".bin",), "hdf5": (".h5", ".hdf5", ".hdf"),
+             "arrow": (".arrow",)}
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm")
 
 
@@ -61,6 +62,16 @@ def _rel(backend: Backend, full: str) -> str:
     if rel.startswith("/") or ".." in rel.split("/"):
         raise ConfigError("dataset", f"{rel!r} is not inside {backend.url}", "index a dataset whose files are below its root")
     return rel
+
+
+def _check_local_file(backend: Backend, rel: str) -> None:
+    """A listed local file is read only if it is a regular file inside the root: a symlink out
+    of the root (to /etc) is never followed, and a FIFO or device would block the read."""
+    from .io.inputs import require_regular
+    from .paths import check_inside
+
+    full = check_inside(backend.root, rel, f"dataset file {rel}")
+    require_regular(full, f"dataset file {rel}", "index a dataset of regular files: remove or replace this one")
 
 
 def _all_files(backend: Backend) -> list[str]:
@@ -102,20 +113,30 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
                               + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
                               "check the shard names or the brace range")
     rels = [r for r in all_rels if _is_data(r, fmt, names)]
-    if fmt == "arrow":
+    if backend.is_local:
+        for r in rels:
+            _check_local_file(backend, r)
+    if fmt == "arrow" and only is None:
         rels = _arrow_order(backend, rels)
     if not rels:
         want = "any file" if fmt == "files" else "a .bin with its .idx" if fmt == "megatron" else \
             " or ".join(_SUFFIXES[fmt])
         raise ConfigError("dataset", f"no {want} under {backend.url}",
                           "give the dataset's root URL and the --format its files are in")
-    return rels if only is not None else sorted(rels) if fmt != "arrow" else rels
+    return rels   # sorted (all_rels is), in state.json's order (arrow), or in the order ``only`` gives
 
 
 def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
     """HF ``save_to_disk`` lists its files in ``state.json`` (``_data_files``): that order, where present."""
     import json
 
+    if backend.exists("dataset_dict.json"):    # a DatasetDict: one save_to_disk directory per split
+        try:
+            splits = json.loads(backend.cat("dataset_dict.json"))["splits"]
+        except (ValueError, KeyError, TypeError):
+            splits = []
+        raise ConfigError("dataset", f"{backend.url} is a DatasetDict (splits {', '.join(map(str, splits)) or '?'})",
+                          f"index one split: iobench index {backend.url.rstrip('/')}/{splits[0] if splits else 'train'}")
     if not backend.exists("state.json"):
         return rels
     try:
@@ -144,8 +165,13 @@ def detect_format(backend: Backend, only: tuple[str, ...] | None = None) -> str:
     if not found and rels and all(r.lower().endswith(_IMAGE_SUFFIXES) for r in rels):
         return "files"
     if not found:
-        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows "
-                          f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)",
+        known = f"({', '.join(sorted(s for v in _SUFFIXES.values() for s in v))}, or images)"
+        if only is not None and len(rels) == 1:
+            # a single file given as the dataset: name the argument the user typed, not --format
+            raise ConfigError("dataset", f"{backend.url.rstrip('/')}/{rels[0]} is a file whose suffix no format "
+                              f"iobench knows {known}", "give the dataset's directory, a shard with a known suffix, "
+                              "or --format")
+        raise ConfigError("--format", f"no file under {backend.url} has a suffix iobench knows {known}",
                           "give --format (e.g. --format files for one sample per file)")
     raise ConfigError("--format", f"{backend.url} holds files of several formats ({', '.join(sorted(found))})",
                       "give --format to pick one")
@@ -255,59 +281,6 @@ def _scan_npz(backend: Backend, rel: str, data: bytes) -> tuple[int, None, None,
     return 1, None, None, "records"
 
 
-def _scan_npy(backend: Backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, None, str]:
-    """The header only (one short ranged read): dtype and shape give the rows' byte offsets."""
-    import numpy as np
-
-    from .formats.npy import HEAD_PROBE, header_length, is_token_array, layout, parse_header
-
-    head = backend.cat(rel, 0, HEAD_PROBE)
-    n = header_length(head[:12], rel)
-    if n > len(head):
-        head = backend.cat(rel, 0, n)
-    dtype, shape, fortran, hl = parse_header(head, rel)
-    size = backend.size(rel)
-    need = hl + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if size != need:
-        raise IntegrityError(f"{rel}: offset {min(size, need)}: .npy header says {need} bytes, the file holds {size}")
-    seen = modality or ("tokens" if is_token_array(dtype, shape) else "records")
-    if seen == "tokens":
-        if not is_token_array(dtype, shape):
-            raise ConfigError("--modality", f"{rel} holds a {dtype.str}{list(shape)} array, not token rows",
-                              "index it as --modality records (one sample per file)")
-        _agree(facts, "npy_dtype", dtype.str, rel)
-        _agree(facts, "token_dtype", dtype.newbyteorder("=").name, rel)
-    samples, offsets = layout(dtype, shape, fortran, hl, seen)
-    return samples, offsets, None, seen
-
-
-def _scan_megatron(backend: Backend, rel: str, facts: dict, seq_len: int) -> tuple[int, tuple | None, str, str]:
-    """The ``.idx`` only: sequence pointers become per-sample offsets (or GPTDataset windows)."""
-    from .formats.megatron import decode_index
-
-    idx_rel = rel[:-4] + ".idx"
-    idx = decode_index(backend.cat(idx_rel), idx_rel)
-    if idx.dtype.kind not in "ui" or idx.dtype.name not in ("uint16", "int32", "int64", "uint8", "int16"):
-        raise ConfigError("dataset", f"{idx_rel} stores {idx.dtype.name} values, not token ids",
-                          "index a token dataset (preprocess_data.py output)")
-    _agree(facts, "megatron_dtype", idx.dtype.str, idx_rel)
-    _agree(facts, "token_dtype", idx.dtype.name if idx.dtype.name in ("uint16", "int32", "int64") else "int64",
-           idx_rel)
-    offsets = idx.offsets(backend.size(rel), rel)
-    facts["documents"] = facts.get("documents", 0) + max(0, len(idx.documents) - 1)
-    if seq_len:
-        tokens = offsets[-1] // idx.dtype.itemsize
-        return max(0, (tokens - 1) // seq_len), None, idx_rel, "tokens"
-    return len(offsets) - 1, offsets, idx_rel, "tokens"
-
-
-def _agree(facts: dict, key: str, value, where: str) -> None:
-    """A dataset-wide fact (a dtype) every file must share: the loader reads them all one way."""
-    if facts.setdefault(key, value) != value:
-        raise ConfigError("dataset", f"{where} has {key} {value}, earlier files have {facts[key]}",
-                          "index files of one dtype together (one dataset per directory)")
-
-
 def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tuple[str, ...] | None = None) -> Manifest:
     """Scan the dataset at ``backend`` and return its manifest (written by the caller).
 
@@ -315,11 +288,15 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
     from .io.checksum import new_tally
     from .results import now_iso
 
+    from .formats import get_format
+
     fmt = opts.format or detect_format(backend, only)
     files = list_files(backend, fmt, only)
+    scan = get_format(fmt).scan      # missing optional package (h5py) -> exit 2 with the install hint
     shards: list[ShardEntry] = []
     modality = opts.modality
-    facts: dict = {}
+    # dataset-wide facts the scans record (dtypes, dataset names) and read (megatron's window)
+    facts: dict = {"megatron_window": opts.seq_len} if opts.seq_len else {}
     first = 0
     for rel in files:
         size = backend.size(rel)
@@ -335,14 +312,8 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
             n, offsets, index_rel, seen = _scan_parquet(backend, rel)
         elif fmt == "npz":
             n, offsets, index_rel, seen = _scan_npz(backend, rel, data)
-        elif fmt == "npy":
-            n, offsets, index_rel, seen = _scan_npy(backend, rel, facts, modality)
-        elif fmt == "megatron":
-            n, offsets, index_rel, seen = _scan_megatron(backend, rel, facts, opts.seq_len)
-        elif fmt in ("hdf5", "arrow"):
-            from .formats import get_format
-
-            n, offsets, index_rel, seen = get_format(fmt).reader.scan(backend, rel, facts, modality)
+        elif scan is not None:     # the format module's own scan (FormatSpec.scan)
+            n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
         else:
             n, offsets, index_rel = 1, None, None
             seen = "images" if rel.lower().endswith(_IMAGE_SUFFIXES) else None
@@ -368,8 +339,6 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
     spec = {"indexed_from": backend.describe()["url"], "format": fmt, "modality": modality,
             "token_dtype": facts.pop("token_dtype", opts.token_dtype), "generator": "iobench index",
             "checksum": "xxh64" if opts.checksums else "none", **facts}
-    if opts.seq_len:
-        spec["megatron_window"] = opts.seq_len
     return Manifest(format=fmt, modality=modality, compression="none", seed=0, spec=spec,
                     shards=tuple(shards), created_at=now_iso(),
                     extra={"indexed": True, "checksums": opts.checksums})
@@ -487,3 +456,38 @@ def contained_rel_path(rel: str) -> str:
     from .paths import contained_rel
 
     return contained_rel(rel, "dataset")
+
+
+def dataset_manifest(backend: Backend, only: tuple[str, ...] | None = None) -> Manifest:
+    """The manifest a dataset URL stands for (``resolve_dataset_url``): the root's own, or for a
+    brace range / one shard, those shards -- taken from the root's manifest where it lists them
+    all, else indexed now in memory (no checksums; nothing is written)."""
+    import dataclasses
+
+    from .manifest import read_manifest
+
+    if only is None:
+        return read_manifest(backend)
+    if backend.exists(MANIFEST_NAME):
+        full = read_manifest(backend)
+        by_path = {s.path: s for s in full.shards}
+        if all(p in by_path for p in only):
+            shards, first = [], 0
+            for p in only:
+                shards.append(dataclasses.replace(by_path[p], first_sample=first))
+                first += by_path[p].samples
+            return dataclasses.replace(full, shards=tuple(shards),
+                                       extra={**full.extra, "selected_from": backend.describe()["url"]})
+    return index_dataset(backend, IndexOptions(), only=only)
+
+
+def open_dataset(url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
+                 field_name: str = "dataset") -> tuple[Backend, Manifest]:
+    """(the backend at the dataset's root, its manifest) for any dataset URL: a root, a brace
+    range of shards or one shard (``resolve_dataset_url``, ``dataset_manifest``)."""
+    from .storage import open_backend
+
+    ref = resolve_dataset_url(url)
+    backend = open_backend(ref.root, endpoint_url=endpoint_url, storage_options=storage_options,
+                           field_name=field_name, check=True)
+    return backend, dataset_manifest(backend, ref.only)

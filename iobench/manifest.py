@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigError
 from .paths import check_inside, contained_rel
 from .storage import Backend
+from .units import MAX_SIZE
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -49,14 +50,27 @@ class ShardEntry:
             if key not in d:
                 raise ConfigError(f"{field}.{key}", "is missing", _REGEN)
         offs = d.get("offsets")
-        if offs is not None:
-            if not isinstance(offs, list) or not all(_is_count(o) for o in offs):
-                raise ConfigError(f"{field}.offsets", "must be a list of byte offsets (integers >= 0)", _REGEN)
+        if offs is not None and (not isinstance(offs, list) or not all(_is_count(o) for o in offs)):
+            raise ConfigError(f"{field}.offsets", "must be a list of byte offsets (integers >= 0)", _REGEN)
         index_path = d.get("index_path")
         if not isinstance(d["checksum"], str) or ":" not in d["checksum"]:
             raise ConfigError(f"{field}.checksum", f"{d['checksum']!r} is not '<algo>:<hex>'", _REGEN)
+        from .io.checksum import KNOWN_ALGOS, algo_of
+
+        if algo_of(d["checksum"]) not in KNOWN_ALGOS:
+            from .config import nearest
+
+            raise ConfigError(f"{field}.checksum", f"unknown checksum algorithm {algo_of(d['checksum'])!r}",
+                              nearest(algo_of(d["checksum"]), KNOWN_ALGOS))
+        nbytes, samples = _count(d["bytes"], f"{field}.bytes"), _count(d["samples"], f"{field}.samples")
+        if nbytes > MAX_SIZE:
+            raise ConfigError(f"{field}.bytes", f"{nbytes} is more than 1 EiB", _REGEN)
+        if samples > max(nbytes, 1):   # a sample takes at least a byte: a count past the size is corrupt
+            raise ConfigError(f"{field}.samples", f"{samples} samples cannot fit in {nbytes} bytes", _REGEN)
+        if offs is not None and len(offs) not in (samples, samples + 1):
+            raise ConfigError(f"{field}.offsets", f"{len(offs)} offsets for {samples} samples", _REGEN)
         return cls(path=contained_rel(d["path"], f"{field}.path"),
-                   bytes=_count(d["bytes"], f"{field}.bytes"), samples=_count(d["samples"], f"{field}.samples"),
+                   bytes=nbytes, samples=samples,
                    checksum=d["checksum"], offsets=tuple(offs) if offs is not None else None,
                    index_path=contained_rel(index_path, f"{field}.index_path") if index_path is not None else None,
                    first_sample=_count(d.get("first_sample", 0), f"{field}.first_sample"))
@@ -132,6 +146,7 @@ class Manifest:
         for key in ("spec", "extra"):
             if not isinstance(d.get(key, {}), dict):
                 raise ConfigError(f"manifest.{key}", f"must be an object, got {_kind(d[key])}", _REGEN)
+        _check_kinds(d)
         raw = d.get("shards")
         if not isinstance(raw, list):
             raise ConfigError("manifest.shards", f"must be a list of shard entries, got {_kind(raw)}", _REGEN)
@@ -141,9 +156,56 @@ class Manifest:
             if s.path in seen:
                 raise ConfigError(f"manifest.shards[{i}].path", f"{s.path!r} is listed twice", _REGEN)
             seen.add(s.path)
+        _check_totals(d, shards)
         return cls(format=d["format"], modality=d["modality"], compression=d.get("compression", "none"),
                    seed=seed, spec=d.get("spec", {}), shards=shards, version=version,
                    created_at=str(d.get("created_at", "")), extra=d.get("extra", {}))
+
+
+# spec keys that are counts of at least one, where a manifest carries them (tokens' seq_len, ...)
+_SPEC_COUNTS = ("seq_len", "vocab_size", "record_bytes", "image_width", "image_height", "num_classes")
+
+
+def _check_kinds(d: dict) -> None:
+    """format, modality, compression, checksum algorithm and spec sizes: known values, in range."""
+    from .formats import format_names   # here: the formats import the manifest
+
+    from .config import nearest
+
+    if d["format"] not in format_names():
+        raise ConfigError("manifest.format", f"unknown format {d['format']!r}", nearest(d["format"], format_names()))
+    modalities = ("tokens", "images", "records")
+    if d["modality"] not in modalities:
+        raise ConfigError("manifest.modality", f"unknown modality {d['modality']!r}", nearest(d["modality"], modalities))
+    comp = d.get("compression", "none")
+    level = comp.partition(":")[2]
+    if comp != "none" and not (comp.startswith("zstd:") and level.lstrip("-").isdigit()):
+        raise ConfigError("manifest.compression", f"unknown compression {comp!r}", "none or zstd:LEVEL")
+    spec = d.get("spec") or {}
+    for key in _SPEC_COUNTS:
+        v = spec.get(key)
+        if v is not None and (not _is_count(v) or v < 1):
+            raise ConfigError(f"manifest.spec.{key}", f"must be an integer >= 1, got {v!r}", _REGEN)
+    algo = (d.get("extra") or {}).get("checksum")
+    from .io.checksum import KNOWN_ALGOS
+
+    if algo is not None and algo not in KNOWN_ALGOS:
+        raise ConfigError("manifest.extra.checksum", f"unknown checksum algorithm {algo!r}", nearest(str(algo), KNOWN_ALGOS))
+
+
+def _check_totals(d: dict, shards: tuple[ShardEntry, ...]) -> None:
+    """total_samples / total_bytes, where written: counts (>= 0; derived from the shards, whose own
+    counts ``verify`` checks against the data); and no more samples than the host could index (8 bytes
+    each in memory)."""
+    for key in ("total_samples", "total_bytes"):
+        if key in d:
+            _count(d[key], f"manifest.{key}")
+    from .bounds import memory_cap
+
+    total = sum(s.samples for s in shards)
+    if total * 8 > memory_cap():
+        raise ConfigError("manifest.total_samples", f"{total} samples: their index alone would not fit in this "
+                          "host's memory", "split the dataset, or read it from a host with more memory")
 
 
 def write_manifest(backend: Backend, manifest: Manifest) -> None:
@@ -155,39 +217,12 @@ MAX_MANIFEST_BYTES = 1 << 30   # 1 GiB: millions of shards; anything bigger is n
 
 
 def _read_local_regular(path: str, url: str) -> bytes:
-    """Bytes of a local manifest, opened without blocking and only if it is a regular file.
+    """Bytes of a local manifest through the one input reader (``iobench.io.inputs``): opened
+    without blocking, only if it is a regular file, at most ``MAX_MANIFEST_BYTES``.  A FIFO at
+    ``manifest.json`` would otherwise block ``open`` forever.  FileNotFoundError passes through."""
+    from .io.inputs import read_regular
 
-    A FIFO, device or socket at ``manifest.json`` would block ``open``/``read`` forever;
-    ``O_NONBLOCK`` makes the open return at once and ``fstat`` refuses anything not regular."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise
-    except IsADirectoryError:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is a directory", _REGEN) from None
-    except PermissionError:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is not readable (permission denied)",
-                          "fix its permissions or run as a user who may read it") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (FIFO, device or socket)"
-            raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is {kind}", _REGEN)
-        if st.st_size > MAX_MANIFEST_BYTES:
-            raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is {st.st_size} bytes, too big for a manifest",
-                              _REGEN)
-        chunks, left = [], st.st_size + 1
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        return b"".join(chunks)
-    except IsADirectoryError:
-        raise ConfigError("dataset", f"{MANIFEST_NAME} at {url} is a directory", _REGEN) from None
-    finally:
-        os.close(fd)
+    return read_regular(path, "dataset", MAX_MANIFEST_BYTES, _REGEN, "manifest")
 
 
 def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
@@ -227,8 +262,24 @@ def read_manifest(backend: Backend) -> Manifest:
 
 
 def check_manifest_inside(root: str, manifest: Manifest) -> None:
-    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``."""
+    """Refuse a local dataset whose shard or index files are symlinks leading out of ``root``, or
+    are not regular files: a FIFO in place of a shard would block every reader's ``open`` (the
+    loader's workers, the page-cache probe, a stage copy) forever.  A missing file passes here:
+    ``verify`` reports it as missing."""
     for i, s in enumerate(manifest.shards):
-        check_inside(root, s.path, f"manifest.shards[{i}].path")
+        _check_data_file(check_inside(root, s.path, f"manifest.shards[{i}].path"), f"manifest.shards[{i}].path")
         if s.index_path:
-            check_inside(root, s.index_path, f"manifest.shards[{i}].index_path")
+            _check_data_file(check_inside(root, s.index_path, f"manifest.shards[{i}].index_path"),
+                             f"manifest.shards[{i}].index_path")
+
+
+def _check_data_file(full: str, field: str) -> None:
+    try:
+        st = os.stat(full)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        from .io.inputs import kind_of
+
+        raise ConfigError(field, f"{full} is {kind_of(st.st_mode)}, not a data file",
+                          "replace it with the file the manifest names, or regenerate the dataset")

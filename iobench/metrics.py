@@ -132,7 +132,33 @@ def merged(hists: Iterable[LatencyHistogram]) -> LatencyHistogram:
 
 
 def summarize_seconds(values: Iterable[float]) -> dict:
+    """The HDR summary of ``values`` (seconds).  A summary is always of one population: to
+    summarise several runs, pool their values (or merge their histograms) and summarise once —
+    never replace one quantile of a run's summary (a pooled P99 above that run's max)."""
     h = LatencyHistogram()
     for v in values:
         h.record_s(v)
     return h.summary()
+
+
+def encoded_seconds(values: Iterable[float]) -> str | None:
+    """An encoded HDR histogram of ``values`` (seconds), None when there are none: the full
+    distribution beside ``summarize_seconds``'s summary of the same values."""
+    h = LatencyHistogram()
+    for v in values:
+        h.record_s(v)
+    return h.encode() if h.count else None
+
+
+SUMMARY_ORDER = ("min", "p50", "p90", "p99", "p999", "max")
+
+
+def is_ordered(summary: dict) -> bool:
+    """min <= p50 <= p90 <= p99 <= p999 <= max, and min <= mean <= max (what every summary obeys)."""
+    vals = [summary.get(k) for k in SUMMARY_ORDER]
+    if not summary.get("count"):
+        return True
+    if any(v is None for v in vals):
+        return False
+    mean = summary.get("mean")
+    return all(a <= b for a, b in zip(vals, vals[1:])) and (mean is None or vals[0] <= mean <= vals[-1])

@@ -2,9 +2,9 @@
 
 A benchmark that runs for an hour and then fails to write ``--json`` to a directory, or a
 read-only file system, wastes the hour.  ``check_args`` runs in ``iobench.cli.main`` before
-any command function, over the flags every command shares (``--json``, ``--markdown``,
-``--trace``, ``-o/--out``, ``--tiers``, ``--config``, ``--workload FILE``, ``--local``,
-``--durable``); commands with their own paths call the helpers below.  Each failure is a
+any command function, over the paths each command declared (``iobench.guard.declare``: every
+output, input file, work directory, ``--local``/``--durable``); commands with more paths of
+their own call the helpers below.  Each failure is a
 ``ConfigError`` (exit 2, one line) that names the flag and says the real cause: missing,
 wrong kind, permission, or a read-only file system.
 
@@ -28,6 +28,14 @@ def is_local(path: str) -> bool:
 def _local(path: str) -> str:
     path = str(path)
     return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def _kind(path: str) -> str:
+    """'a file', 'a FIFO (named pipe)', 'a device'... for messages about a path of the wrong kind."""
+    from .io.inputs import kind_of
+
+    st = os.stat(path)
+    return "a file" if stat.S_ISREG(st.st_mode) else kind_of(st.st_mode)
 
 
 def _read_only_fs(path: str) -> bool:
@@ -95,7 +103,7 @@ def output_dir(path: str, flag: str) -> None:
     p = _local(path)
     if os.path.exists(p):
         if not os.path.isdir(p):
-            raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory path")
+            raise ConfigError(flag, f"{path} is {_kind(p)}, not a directory", "give a directory path")
         _check_writable_dir(p, flag, "files")
         return
     _check_creatable(p, flag, path, "give a directory path")
@@ -127,7 +135,7 @@ def input_dir(path: str, flag: str) -> None:
     if not os.path.exists(p):
         raise ConfigError(flag, f"{path} does not exist", "give an existing directory")
     if not os.path.isdir(p):
-        raise ConfigError(flag, f"{path} is a file, not a directory", "give a directory")
+        raise ConfigError(flag, f"{path} is {_kind(p)}, not a directory", "give a directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise ConfigError(flag, f"{path} is not readable (permission denied)", "fix its permissions")
 
@@ -140,57 +148,29 @@ def looks_like_file(value: str) -> bool:
     return os.sep in str(value) or str(value).endswith((".yaml", ".yml", ".json"))
 
 
-def _cmd(args) -> tuple[str, str | None]:
-    cmd = getattr(args, "command", None) or ""
-    return cmd, getattr(args, f"{cmd}_command", None)
-
-
-# (command, subcommand) -> how its ``--out`` is used; anything else: a dataset/output directory.
-_OUT_IS_FILE = {("tiers", "init")}
-
-
 def check_args(args) -> None:
-    """The shared up-front checks over flags common to many commands (see the module docstring)."""
-    cmd, sub = _cmd(args)
-    for dest, flag in (("json", "--json"), ("markdown", "--markdown"), ("trace", "--trace"), ("html", "--html")):
-        v = getattr(args, dest, None)
-        if isinstance(v, str) and v:
-            if (cmd, sub, dest) == ("tiers", "simulate", "trace"):
-                input_file(v, "TRACE")
-            else:
-                output_file(v, flag)
-    out = getattr(args, "out", None)
-    if isinstance(out, str) and out:
-        if (cmd, sub) in _OUT_IS_FILE:
-            output_file(out, "--out")
-        else:
-            output_dir(out, "--out")
-    for dest, flag in (("tiers", "--tiers"), ("config", "--config")):
-        v = getattr(args, dest, None)
-        if isinstance(v, str) and v:
-            input_file(v, flag)
-    w = getattr(args, "workload", None)
-    if isinstance(w, str) and w and looks_like_file(w):
-        input_file(w, "--workload")
-    if cmd == "ckpt":
-        _check_ckpt(args)
-    if cmd == "probe" and isinstance(getattr(args, "url", None), str):
-        output_dir(args.url, "URL")   # probes write their test files there
-    for dest, flag in (("json", "--json"), ("markdown", "--markdown"), ("trace", "--trace")):
-        v = getattr(args, dest, None)
-        for other, oflag in (("tiers", "--tiers"), ("config", "--config"), ("workload", "--workload")):
-            o = getattr(args, other, None)
-            if isinstance(v, str) and isinstance(o, str) and v and o and same_place(v, o):
-                raise ConfigError(flag, f"{v} is also the {oflag} input: writing it would destroy the input",
-                                  "give another output path")
+    """The up-front kind checks over every path a command declared (``iobench.guard.declare``):
+    outputs can be written, input files exist and are regular, work directories are writable.
+    ``iobench.guard.check`` then checks how the paths relate (an output over an input, overlapping
+    roots, a file iobench did not write)."""
+    from .guard import Role
 
+    for pf in getattr(args, "io_paths", None) or ():
+        for x in pf.paths(args):
+            if pf.role is Role.OUT_FILE:
+                output_file(x, pf.flag)
+            elif pf.role in (Role.OUT_DIR, Role.WORK) or (pf.role is Role.ROOT and getattr(args, "command", "") != "ckpt"):
+                output_dir(x, pf.flag)   # (ckpt's roots: _check_ckpt, since restore only reads them)
+            elif pf.role in (Role.IN_FILE, Role.IN_TIERS) and pf.must_exist:
+                if pf.dest == "workload" and not looks_like_file(x):
+                    continue   # a workload name, not a file
+                input_file(x, pf.flag)
+    if getattr(args, "command", None) == "ckpt":
+        _check_ckpt(args)
 
 
 def _check_ckpt(args) -> None:
     local, durable = getattr(args, "local", None), getattr(args, "durable", None)
-    if local and durable and same_place(local, durable):
-        raise ConfigError("--durable", f"{durable} is the same directory as --local",
-                          "the durable tier must be a different place from the local one")
     if getattr(args, "action", None) == "restore":
         # restore reads: a tier that does not exist is a typo, and must not be created
         for v, flag in ((local, "--local"), (durable, "--durable")):

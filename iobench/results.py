@@ -18,10 +18,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .io.atomic import atomic_write_bytes
 
-SCHEMA_VERSION = 1
+from .schema import SCHEMA_VERSION
+
 # "token" only as a whole word at the end (session_token, token): token_dtype and tokens_per_s are data.
 _SECRET_KEYS = re.compile(r"(secret|password|passwd|(^|[_-])token$|credential|session_key|access_key|^key$|private)",
                           re.I)
@@ -37,8 +38,42 @@ _URL_SECRET_PARAM = re.compile(r"(?P<key>[?&](?:X-Amz-Signature|X-Amz-Credential
                                re.I)
 
 
+# Secrets this process was given (a URL's user:password, the environment's secret key and token),
+# masked wherever they appear, in any form an error message may quote them (a client's repr of its
+# options, a URL's decoded userinfo).  Registered by ``iobench.cli.main`` before any work.
+_KNOWN_SECRETS: set[str] = set()
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` in every output from now on (short values, under 8 characters, would mask words)."""
+    from urllib.parse import quote, unquote
+
+    if value and len(value) >= 8:
+        _KNOWN_SECRETS.update({value, unquote(value), quote(value, safe="")})
+
+
+def register_secrets(argv: list[str]) -> None:
+    """The user:password of every URL in ``argv`` and the environment's credentials."""
+    import os
+    from urllib.parse import unquote
+
+    for name in _SECRET_ENV:
+        register_secret(os.environ.get(name))
+    for arg in argv:
+        for m in _URL_USERINFO.finditer(arg):
+            user, _, password = m.group("userinfo").partition(":")
+            for part in (user, password):
+                register_secret(unquote(part))
+
+
 def redact_text(text: str) -> str:
-    """``text`` with credentials inside URLs masked: ``http://KEY:SECRET@h`` -> ``http://***@h``."""
+    """``text`` with credentials masked: inside URLs (``http://KEY:SECRET@h`` -> ``http://***@h``) and
+    every registered secret wherever it appears.  The one redaction function of every output channel:
+    results files, the console streams (``iobench.cli``), log records, JUnit XML, ``--debug`` tracebacks."""
+    for secret in _KNOWN_SECRETS:
+        if secret in text:
+            text = text.replace(secret, "***")
     if "@" not in text and "=" not in text:
         return text
     text = _URL_USERINFO.sub(lambda m: m.group("scheme") + "***@", text)
@@ -173,7 +208,16 @@ def set_json_stream(stream) -> None:
 
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:
-    """Publish ``data`` atomically at ``path``; ``-`` means standard output."""
+    """Publish ``data`` atomically at ``path``; ``-`` means standard output.
+
+    Under ``IOBENCH_VALIDATE_RESULTS=1`` (the tests set it) a results document that breaks
+    ``docs/results.schema.json`` is an error instead of a file."""
+    if os.environ.get("IOBENCH_VALIDATE_RESULTS") == "1" and "schema_version" in data:
+        from .schema import errors
+
+        found = errors(json.loads(json.dumps(data, default=_default)))
+        if found:
+            raise AssertionError(f"{data.get('command')} results break the schema: " + "; ".join(found[:5]))
     if str(path) == "-":
         out = _json_stream or sys.stdout
         out.write(json.dumps(data, indent=2, default=_default, allow_nan=False) + "\n")
@@ -186,13 +230,14 @@ def write_json(path: str | os.PathLike, data: dict) -> Path:
 
 def read_results(path: str | os.PathLike) -> dict:
     from .errors import ConfigError
+    from .schema import check_version
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError("results", f"{path} does not exist", "give the path of a results JSON file") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError("results", f"{path} is not JSON ({e})", "give a file written with --json") from e
+    from .io.inputs import read_json
+
+    data = read_json(path, "results", what="results file written with --json")
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
-    return data
+    check_version(data, where=f"results {path}")
+    # masked as it comes in: a file written by hand, by an older iobench or elsewhere may hold a
+    # URL's credentials, and every report, comparison and plan made from it would repeat them
+    return redact_urls(data)

@@ -135,7 +135,7 @@ class S3Server:
                 "AWS_ENDPOINT_URL": self.endpoint_url, "AWS_DEFAULT_REGION": "us-east-1"}
 
     def _wait_ready(self) -> None:
-        import s3fs  # noqa: F401  (optional dependency; error below if missing)
+        import s3fs   # an optional dependency: the error below if missing
 
         deadline = time.monotonic() + self.startup_timeout_s
         last: Exception | None = None

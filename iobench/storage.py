@@ -34,6 +34,29 @@ _NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "htt
 S3_CLIENTS = ("auto", "s3fs", "obstore")
 
 
+def url_protocol(url: str) -> str:
+    """The fsspec protocol of ``url`` ('file' for a plain path, a Windows drive letter included)."""
+    protocol = urlparse(str(url)).scheme or "file"
+    return "file" if len(protocol) == 1 else protocol
+
+
+def storage_kind(url: str) -> str:
+    """What kind of storage ``url`` names: 'local' (POSIX files), 'memory' (this process),
+    'object' (object semantics: no directories, objects appear whole; s3, gs, az, ...) or
+    'other' (http, hf, sftp, ...).  The loader picks its shard source by this."""
+    return _kind(url_protocol(url))
+
+
+def _kind(protocol: str) -> str:
+    if protocol == "file":
+        return "local"
+    if protocol == "memory":
+        return "memory"
+    if protocol in _NO_DIRS and protocol not in ("http", "https", "hf"):
+        return "object"
+    return "other"
+
+
 @dataclass
 class Backend:
     url: str
@@ -47,6 +70,11 @@ class Backend:
     # is the one place that knows what each protocol can do; a new backend sets its flags here
     # (or in a subclass) and every caller follows.
     @property
+    def kind(self) -> str:
+        """'local', 'memory', 'object' or 'other' (``storage_kind``)."""
+        return _kind(self.protocol)
+
+    @property
     def is_local(self) -> bool:
         """Files on a local (POSIX) file system: paths, fds, page cache, fsync."""
         return self.protocol == "file"
@@ -54,7 +82,7 @@ class Backend:
     @property
     def is_object_store(self) -> bool:
         """Object semantics: no directories, objects appear whole on completion (s3, gs, az, ...)."""
-        return self.protocol in _NO_DIRS and self.protocol not in ("http", "https", "hf")
+        return self.kind == "object"
 
     @property
     def speaks_s3(self) -> bool:
@@ -203,6 +231,8 @@ class Backend:
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
+        if self.is_local:
+            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_buffer(self, rel: str, start: int, end: int):
@@ -211,6 +241,8 @@ class Backend:
         shard read in one GET is parsed where it landed)."""
         if self.reader is not None:
             return self.reader.get_range(self.path(rel), start, end)
+        if self.is_local:
+            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
@@ -222,7 +254,9 @@ class Backend:
         """
         out = memoryview(out).cast("B")[:end - start]
         if self.is_local:
-            fd = os.open(self.path(rel), os.O_RDONLY)
+            from .io.inputs import open_regular
+
+            fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
             try:
                 got = 0
                 while got < len(out):
@@ -242,7 +276,19 @@ class Backend:
         return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        if self.is_local and "r" in mode:
+            _require_regular(self.path(rel))
         return self.fs.open(self.path(rel), mode, **kw)
+
+    def memory_buffer(self, rel: str) -> memoryview:
+        """A memory:// object's bytes as a view of its own buffer, without a copy (fsspec's
+        per-call path costs ~50 us a request; the loader's null-storage floor reads this)."""
+        if self.protocol != "memory":
+            raise ConfigError("url", f"{self.url} is not memory://", "read it with cat()")
+        try:
+            return self.fs.store[self.fs._strip_protocol(self.path(rel))].getbuffer()
+        except KeyError:
+            raise FileNotFoundError(self.path(rel)) from None
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         """Bytes ``start:end`` as the next piece of a sequential stream over ``rel`` (a loader's
@@ -315,6 +361,39 @@ class Backend:
 CLIENT_ATTEMPTS = 3
 
 
+def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
+    """An S3 endpoint as http(s)://host[:port], before any connection (exit 2, one line): a malformed
+    one (port out of range, broken IPv6) was a ValueError traceback, and one with ``user:password@``
+    reached the server as a host name and failed 13-22 s later as "no usable credentials"."""
+    from .results import redact_text
+
+    shown = redact_text(endpoint)
+    fix = "use e.g. http://127.0.0.1:9000"
+    try:
+        u = urlparse(endpoint)
+        u.port   # noqa: B018 - parses the port: ValueError when out of range
+    except ValueError as e:
+        raise ConfigError(field, f"{shown!r} is not a usable URL ({e})", fix) from None
+    if u.scheme not in ("http", "https"):
+        raise ConfigError(field, f"{shown!r} is not an http(s) URL", fix)
+    if u.username is not None or u.password is not None:
+        raise ConfigError(field, f"{shown!r} carries credentials in the URL, which iobench never uses",
+                          "remove user:password@ and set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                          "(or an AWS profile)")
+    if not u.hostname:
+        raise ConfigError(field, f"{shown!r} names no host", fix)
+
+
+_NOT_A_FILE_FIX = "replace it with a regular file"
+
+
+def _require_regular(path: str) -> None:
+    """Local reads open only regular files: fsspec's ``open`` of a FIFO blocks forever."""
+    from .io.inputs import require_regular
+
+    require_regular(path, "path", _NOT_A_FILE_FIX)
+
+
 def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,
                client_attempts: int | None = None) -> dict:
     """s3fs options from flags, then the standard AWS_* environment variables."""
@@ -322,8 +401,7 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     client_kwargs: dict = {}
     if endpoint:
-        if not urlparse(endpoint).scheme.startswith("http"):
-            raise ConfigError("--endpoint-url", f"{endpoint!r} is not an http(s) URL", "use e.g. http://127.0.0.1:9000")
+        check_endpoint_url(endpoint, "--endpoint-url" if endpoint_url else "AWS_ENDPOINT_URL")
         client_kwargs["endpoint_url"] = endpoint
     client_kwargs["region_name"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
     opts["client_kwargs"] = client_kwargs
@@ -380,7 +458,7 @@ class ObstoreReader:
         import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
 
         ck = opts.get("client_kwargs", {})
-        self._config = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
+        self._config: Any = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
                                           ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
                                           ("session_token", opts.get("token"))) if v}
         self._stores: dict = {}
@@ -390,7 +468,7 @@ class ObstoreReader:
 
     def store(self, bucket: str):
         global _OBSTORE_PID
-        if _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+        if _OBSTORE_PID is not None and os.getpid() != _OBSTORE_PID:
             # obstore's Rust runtime does not survive fork(): its threads are gone in the child.
             raise ConfigError("s3 client", "obstore was used in a parent process before this one was forked",
                               "use --s3-client s3fs or the spawn/forkserver start method")
@@ -419,7 +497,7 @@ class ObstoreReader:
 
         try:
             if end is None:   # to the end of the object (fsspec's meaning of end=None)
-                opts = {"range": {"offset": start}} if start else None
+                opts: Any = {"range": {"offset": start}} if start else None
                 return obstore.get(self.store(bucket), key, options=opts).bytes()
             return obstore.get_range(self.store(bucket), key, start=start or 0, end=end)
         # obstore's errors are plain Exceptions: map them onto the built-ins the retry policy knows
@@ -448,7 +526,7 @@ def _s3_reader(client: str, opts: dict, field_name: str):
         if client == "auto":
             return None
         raise MissingDependencyError("s3 client obstore", "obstore", extra="s3fast") from e
-    if client == "auto" and _OBSTORE_PID is not None and _OBSTORE_PID != os.getpid():
+    if client == "auto" and _OBSTORE_PID is not None and os.getpid() != _OBSTORE_PID:
         return None   # forked from a process that ran obstore: its runtime would hang here
     return ObstoreReader(opts)
 
@@ -460,9 +538,7 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     if not url:
         raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
     parsed = urlparse(str(url))
-    protocol = parsed.scheme or "file"
-    if len(protocol) == 1:  # a Windows drive letter is not a protocol
-        protocol = "file"
+    protocol = url_protocol(url)
     if protocol not in SUPPORTED_PROTOCOLS:
         return _open_fsspec(str(url), protocol, storage_options, field_name)
     if protocol == "file":

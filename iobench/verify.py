@@ -20,7 +20,7 @@ from typing import Callable
 
 from .errors import ConfigError
 from .io.checksum import new_tally
-from .manifest import MANIFEST_NAME, Manifest, ShardEntry, check_dataset_root, read_manifest
+from .manifest import MANIFEST_NAME, Manifest, ShardEntry, check_dataset_root
 from .storage import Backend, open_backend
 
 CHUNK = 8 * 2**20
@@ -66,12 +66,18 @@ class VerifyReport:
 def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options: dict | None = None,
                    count_samples: bool = True, stop_at_first: bool = False, checksums: bool = True,
                    on_shard: Callable[[ShardEntry, int], None] | None = None) -> VerifyReport:
-    """Check every shard of the dataset at ``url``; ``report.ok`` is False on any mismatch."""
-    backend = open_backend(url, endpoint_url=endpoint_url, storage_options=storage_options,
+    """Check every shard of the dataset at ``url``; ``report.ok`` is False on any mismatch.
+
+    A brace range or one shard (``iobench.index.resolve_dataset_url``) checks just those: as
+    the root's manifest lists them, else as indexed now (sizes and sample counts)."""
+    from .index import dataset_manifest, resolve_dataset_url
+
+    ref = resolve_dataset_url(url)
+    backend = open_backend(ref.root, endpoint_url=endpoint_url, storage_options=storage_options,
                            field_name="dataset", check=True)
     t0 = time.perf_counter_ns()
     check_dataset_root(backend)
-    if not backend.exists(MANIFEST_NAME):
+    if ref.only is None and not backend.exists(MANIFEST_NAME):
         if not backend.exists(""):
             raise ConfigError("dataset", f"nothing at {url}", "give the root URL of a dataset made by `iobench gen`")
         temps = temp_files(backend)
@@ -81,7 +87,7 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
             MANIFEST_NAME, "incomplete", detail="no manifest: generation did not finish, the dataset is not whole "
                                                 "(a dataset iobench did not write: `iobench index URL --format ...`)"
                                                 + left)])
-    manifest = read_manifest(backend)
+    manifest = dataset_manifest(backend, ref.only)
     if checksums and any(s.checksum.split(":", 1)[0] == "none" for s in manifest.shards):
         checksums = False
         report_warning = ("the manifest holds no checksums (indexed without --checksums): sizes and sample "
@@ -105,7 +111,7 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
         if problem is not None and stop_at_first:
             break
     try:
-        report.stray_files = stray_files(backend, manifest)
+        report.stray_files = stray_files(backend, manifest) if ref.only is None else []
     except Exception as e:  # listing is a courtesy; the shard checks stand on their own
         report.warnings.append(f"could not list {url} to look for stray shards ({type(e).__name__}: {e})")
     if report.stray_files:
@@ -237,12 +243,9 @@ def count_shard_samples(backend: Backend, manifest: Manifest, shard: ShardEntry,
     from .formats import get_format
 
     reader = get_format(manifest.format).reader(manifest)
-    counter = getattr(reader, "count_samples", None)
     if data is None:
         data = backend.cat(shard.path)
-    if counter is not None:
-        return counter(data, shard)
-    return sum(1 for _ in reader.iter_samples(data, shard))
+    return reader.count_samples(data, shard)
 
 
 class _Comparer:

@@ -7,9 +7,12 @@ measures what a reader of an emulated parallel file system would see.
 
 Emulation adds time to real operations; it never makes them faster.  Each request (a
 ``cat``, an ``open``, each ``read`` on an opened file, a metadata call) first waits a
-latency drawn from the spec, then moves its bytes no faster than the bandwidth cap.  The
-cap is per wrapper instance (one per worker process in the loader), like a per-stream
-limit.
+latency drawn from the spec, then moves its bytes no faster than the bandwidth cap.  A
+wrapper instance enforces its own cap (one per worker process in the loader); ``bw:RATE``
+is the tier's aggregate, which the loader splits evenly over its W workers
+(``EmulationSpec.for_workers``: each reads at most RATE/W, so W busy workers together read
+at RATE, and more workers never read a bandwidth-bound tier faster); ``bw:RATE,per=worker``
+is a per-stream cap instead (W workers: up to W x RATE).
 
 Spec strings (``parse_emulation``) are terms joined by ``+``::
 
@@ -17,8 +20,9 @@ Spec strings (``parse_emulation``) are terms joined by ``+``::
     normal:mean=100ms,std=20ms       truncated at zero
     lognormal:p50=20ms,p99=500ms     the usual shape of storage tails
     spike:p=0.01,extra=2s            with probability p a request takes `extra` longer
-    bw:500MB                         bandwidth cap in bytes per second ("/s" optional)
-    nvme | pfs | object              named profiles from the seed's tier table (PROFILES)
+    bw:500MB                         the tier's bandwidth in bytes per second ("/s" optional), shared by all workers
+    bw:500MB/s,per=worker            a per-worker (per-stream) cap instead
+    nvme | pfs | object              named profiles from the domain models' tier table (PROFILES)
 
 e.g. ``pfs+spike:p=0.02,extra=300ms`` or ``const:150ms+bw:1GiB/s``.
 """
@@ -31,7 +35,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, cast
 
 from .config import nearest
 from .errors import ConfigError
@@ -55,7 +59,15 @@ class EmulationSpec:
     spike_p: float = 0.0
     spike_s: float = 0.0
     bandwidth_bytes_per_s: float | None = None
+    bandwidth_per_worker: bool = False    # bw:...,per=worker: each worker's cap, not the tier's aggregate
+    shared_by: int = 1                # for_workers(n): this instance's cap is the aggregate / n
     text: str = "none"                # the spec as the user gave it (or the profile name)
+
+    def for_workers(self, workers: int) -> "EmulationSpec":
+        """The spec one of ``workers`` processes enforces: an aggregate bandwidth split evenly."""
+        if not self.bandwidth_bytes_per_s or self.bandwidth_per_worker or workers <= 1 or self.shared_by > 1:
+            return self
+        return replace(self, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s / workers, shared_by=workers)
 
     @property
     def active(self) -> bool:
@@ -102,12 +114,14 @@ class EmulationSpec:
         if self.spike_p:
             d["spike_p"], d["spike_s"] = self.spike_p, self.spike_s
         if self.bandwidth_bytes_per_s:
-            d["bandwidth_bytes_per_s"] = self.bandwidth_bytes_per_s
+            d["bandwidth_bytes_per_s"] = self.bandwidth_bytes_per_s * self.shared_by
+            d["bandwidth_scope"] = "per worker" if self.bandwidth_per_worker else \
+                f"tier aggregate, shared by {self.shared_by} worker(s)"
         return d
 
 
-# Seed chapter 4, Table 4.2 (access latency per tier) and the per-node bandwidth shares of
-# §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
+# The domain models' tier table (docs/design.md: chapter 4, Table 4.2, access latency per tier) and the
+# per-node bandwidth shares of §4.2 (one 7 GB/s NVMe drive; a 1 TB/s PFS shared by 256 nodes ≈ 4 GB/s; object stores
 # 10x below the PFS).  The P99s follow the prefetch-depth example (P99 of a 40 MB batch:
 # NVMe ~50 ms, PFS ~200 ms, object store ~500 ms): the per-request tails below give about
 # those batch P99s at those bandwidths.
@@ -167,9 +181,9 @@ def parse_emulation(spec: str) -> EmulationSpec:
                                   "give one latency model, one bw and one spike at most")
             seen[what] = term
         if name in PROFILES and not body:
-            p = PROFILES[name]
-            out = replace(out, kind=p.kind, latency_s=p.latency_s, std_s=p.std_s, p50_s=p.p50_s, p99_s=p.p99_s,
-                          bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or p.bandwidth_bytes_per_s)
+            prof = PROFILES[name]
+            out = replace(out, kind=prof.kind, latency_s=prof.latency_s, std_s=prof.std_s, p50_s=prof.p50_s,
+                          p99_s=prof.p99_s, bandwidth_bytes_per_s=out.bandwidth_bytes_per_s or prof.bandwidth_bytes_per_s)
             continue
         if name not in kinds:
             raise ConfigError(_FIELD, f"unknown emulation {name!r}", nearest(name, kinds + tuple(PROFILES)))
@@ -195,8 +209,13 @@ def parse_emulation(spec: str) -> EmulationSpec:
             if not 0 <= prob <= 1:
                 raise ConfigError(_FIELD, f"{term!r}: p must be within 0..1", "give 0 <= p <= 1")
             out = replace(out, spike_p=prob, spike_s=_duration(p["extra"]))
-        else:  # bw: the rate vocabulary of iobench.io.ratelimit
-            out = replace(out, bandwidth_bytes_per_s=parse_rate(body, _FIELD))
+        else:  # bw: the rate vocabulary of iobench.io.ratelimit; ",per=worker" makes it a per-worker cap
+            rate, _, scope = body.partition(",")
+            if scope and scope.replace(" ", "") not in ("per=worker", "per=tier"):
+                raise ConfigError(_FIELD, f"{term!r}: unknown option {scope!r}",
+                                  "bw:RATE is the tier's aggregate; bw:RATE,per=worker caps each worker")
+            out = replace(out, bandwidth_bytes_per_s=parse_rate(rate, _FIELD),
+                          bandwidth_per_worker=scope.replace(" ", "") == "per=worker")
     return out
 
 
@@ -212,13 +231,25 @@ def resolve_emulation(spec: "str | EmulationSpec | None") -> EmulationSpec:
 # Wrapper base: a Backend whose I/O goes through ``inner``.
 
 
+def _inner_flag(name: str) -> property:
+    return property(lambda self: getattr(self.inner, name), doc=f"The wrapped backend's ``{name}``.")
+
+
 class BackendWrapper(Backend):
-    """Forwards every call to ``inner``; subclasses hook the requests they care about."""
+    """Forwards every call to ``inner``; subclasses hook the requests they care about.
+
+    Capability flags are the wrapped backend's (zarr's wrapper-store pattern); a wrapper whose
+    hooks a capability would go round says so by overriding that flag (``EmulatedBackend``)."""
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(url=inner.url, protocol=inner.protocol, root=inner.root, fs=inner.fs,
                          endpoint_url=inner.endpoint_url)
         self.inner = inner
+
+    supports_pread = _inner_flag("supports_pread")
+    supports_odirect = _inner_flag("supports_odirect")
+    parallel_ranged_reads = _inner_flag("parallel_ranged_reads")
+    zero_copy_reads = _inner_flag("zero_copy_reads")
 
     def _wrap_child(self, inner_child: Backend) -> "BackendWrapper":
         raise NotImplementedError
@@ -285,7 +316,7 @@ class _FileProxy:
     """A file object whose reads and writes go through hooks; everything else is forwarded."""
 
     def __init__(self, f: IO, on_read, on_write=None) -> None:
-        self._f = f
+        self._f: Any = f
         self._on_read = on_read
         self._on_write = on_write
 
@@ -324,7 +355,7 @@ def _counted_output(inner, rel: str, fsync: bool, done: Callable[[int, int], Non
         return fn(data)
 
     with inner.open_output(rel, fsync=fsync) as f:
-        yield _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write)
+        yield cast(IO, _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write))
     done(written[0], t0)
 
 
@@ -340,6 +371,10 @@ def _nbytes(result: Any, counts_result: bool) -> int:
 
 class EmulatedBackend(BackendWrapper):
     """Adds a latency per request and caps bandwidth; results should say "emulated"."""
+
+    # Positional reads and O_DIRECT on the files underneath would skip the added latency.
+    supports_pread = False
+    supports_odirect = False
 
     def __init__(self, inner: Backend, spec: "EmulationSpec | str", seed: int = 0) -> None:
         super().__init__(inner)
@@ -393,14 +428,12 @@ class EmulatedBackend(BackendWrapper):
             return self._request(self.inner.cat_stream, rel, start, end, first)
         t0 = now_ns()
         result = self.inner.cat_stream(rel, start, end, first)
-        rest = self.spec.transfer_s(_nbytes(result, False)) - (now_ns() - t0) / 1e9
-        if rest > 0:
-            time.sleep(rest)
+        self._limit.hold(_nbytes(result, False), t0)   # paced: the pieces of one GET move back to back
         return result
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
-        return _FileProxy(f, self._on_read)
+        return cast(IO, _FileProxy(f, self._on_read))
 
     def _on_read(self, fn, arg, counts_result: bool = False):
         return self._request(fn, arg, counts_result=counts_result)
@@ -528,7 +561,7 @@ class InstrumentedBackend(BackendWrapper):
                 self.bytes_written += len(data)
             return n
 
-        return _FileProxy(f, on_read, on_write)
+        return cast(IO, _FileProxy(f, on_read, on_write))
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
@@ -563,6 +596,10 @@ class InjectedTimeout(TimeoutError):
 
 class FaultyBackend(BackendWrapper):
     """Fails read requests with probability ``error_rate`` and times them out with ``timeout_rate``."""
+
+    # Positional reads and O_DIRECT on the files underneath would skip the injected faults.
+    supports_pread = False
+    supports_odirect = False
 
     def __init__(self, inner: Backend, error_rate: float = 0.0, timeout_rate: float = 0.0, seed: int = 0,
                  timeout_s: float = 0.05) -> None:
@@ -621,4 +658,4 @@ class FaultyBackend(BackendWrapper):
             self._maybe_fail(rel)
             return fn(arg)
 
-        return _FileProxy(f, on_read)
+        return cast(IO, _FileProxy(f, on_read))

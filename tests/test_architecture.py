@@ -1,7 +1,7 @@
 """The package layout as a test: no import cycles, and no module imports "upward".
 
 Layers, bottom to top (README, "Architecture"):
-  core      errors, config, units, paths, storage, wrappers, metrics, results, manifest, io/*
+  core      errors, config, units, paths, storage, wrappers, metrics, schema, results, manifest, io/*
   areas     formats, generate, verify, loader, tiers, checkpointing, gds, probe, planner, dist, mlperf, report
   suite     iobench/suite/* (the `iobench run` stages, built on the areas)
   commands  iobench/commands/* and cli (parse, config, call an area, print)
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 ROOTS = {"iobench": "iobench", "iobench.formats": "formats", "iobench.checkpointing": "checkpointing",
          "iobench.gds": "gds"}
 CORE = ("iobench.errors", "iobench.config", "iobench.units", "iobench.paths", "iobench.storage",
-        "iobench.wrappers", "iobench.metrics", "iobench.results", "iobench.manifest", "iobench.io")
+        "iobench.wrappers", "iobench.metrics", "iobench.schema", "iobench.results", "iobench.manifest", "iobench.io")
 UPPER = ("iobench.loader", "iobench.tiers", "iobench.checkpointing", "iobench.gds", "iobench.report",
          "iobench.suite", "iobench.commands", "iobench.cli", "iobench.planner", "iobench.probe",
          "iobench.generate", "iobench.verify", "iobench.mlperf", "iobench.dist", "iobench.formats")

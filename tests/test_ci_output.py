@@ -4,15 +4,17 @@ intervals as no change."""
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import re
 
 from iobench.cli import main
 from iobench.results import Results
+from results_helpers import load_metrics
 
 
 def _load_doc(path, stall, bps, ci=None, dataset="s3://bkt/train", world=1):
-    m = {"stall_ratio": stall, "accelerator_utilization": 1 - stall,
+    m = {STALL_RATIO: stall, "accelerator_utilization": 1 - stall,
          "throughput": {"bytes_per_s": bps, "samples_per_s": 12345.6},
          "batch_wait_s": {"count": 100, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": 0.05,
                           "p999": 0.06, "max": 0.07},
@@ -20,7 +22,7 @@ def _load_doc(path, stall, bps, ci=None, dataset="s3://bkt/train", world=1):
     if ci:
         m["stall_ratio_ci95"] = ci
         m["accelerator_utilization_ci95"] = [1 - ci[1], 1 - ci[0]]
-    r = Results(command="load", config={"dataset": dataset}, metrics=m, world={"rank": 0, "size": world})
+    r = Results(command="load", config={"dataset": dataset}, metrics=load_metrics(**m), world={"rank": 0, "size": world})
     r.write(path)
     return path
 
@@ -60,7 +62,7 @@ def test_compare_shows_a_b_and_change_with_units(tmp_path, capsys):
 def test_identical_runs_compare_clean(tmp_path, capsys):
     a = _load_doc(tmp_path / "a.json", 0.10, 5e8)
     assert main(["compare", str(a), str(a), "--max-regression", "0"]) == 0
-    assert "no metric changed" in capsys.readouterr().out
+    assert "no metric differs beyond both runs' intervals" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_overlapping_intervals_are_not_a_change(tmp_path, capsys):
@@ -69,9 +71,9 @@ def test_overlapping_intervals_are_not_a_change(tmp_path, capsys):
     b = _load_doc(tmp_path / "b.json", 0.046, 5e8, ci=[0.036, 0.056])
     assert main(["compare", str(a), str(b), "--max-regression", "0.001"]) == 0
     out = capsys.readouterr().out
-    assert "within the confidence intervals (2)" in out
+    assert "PASS: 0 of 0 checks passed; no metric differs beyond both runs' intervals (2 with intervals)" in out
     # disjoint intervals are a change
     c = _load_doc(tmp_path / "c.json", 0.090, 5e8, ci=[0.080, 0.100])
     assert main(["compare", str(a), str(c), "--max-regression", "0.001"]) == 1
     out = capsys.readouterr().out
-    assert "stall_ratio" in out and "[3.00%, 5.00%]" in out
+    assert STALL_RATIO in out and "[3.00%, 5.00%]" in out

@@ -1,4 +1,4 @@
-"""Checkpoint sizing and models against the seed's worked examples and MLPerf Storage v2."""
+"""Checkpoint sizing and models against the domain models' worked examples and MLPerf Storage v2."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_g70_tp4_to_tp8_source_map():
 
 
 def test_g72_backlog():
-    # The seed's formulas are the planner's (their one home); checkpointing asks it.
+    # The domain models' formulas are the planner's (their one home); checkpointing asks it.
     s, (bw7, bw20), (i10, i20) = G72["S"], G72["bw"], G72["interval"]
     assert pc.write_time(s, bw7) == pytest.approx(16)
     assert pc.write_time(s, bw20) == pytest.approx(5.6)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
+import re
+
+import pytest
 
 from iobench.cli import main
 from iobench.report.compare import compare
 from iobench.results import Results
+from results_helpers import load_metrics
 
 
 def _write(path, au, stall, bps, p99):
-    return Results(command="load", metrics={
-        "accelerator_utilization": au, "stall_ratio": stall, "throughput": {"bytes_per_s": bps},
-        "batch_wait_s": {"count": 10, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": p99,
-                         "p999": p99, "max": p99}}).write(path)
+    return Results(command="load", metrics=load_metrics(
+        accelerator_utilization=au, stall_ratio=stall, throughput={"bytes_per_s": bps},
+        batch_wait_s={"count": 10, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": p99,
+                      "p999": p99, "max": p99})).write(path)
 
 
 def test_rows_pair_metrics_by_path():
@@ -61,8 +66,9 @@ def test_compare_json_writes_a_p99_without_upper_bound(tmp_path):
     # which JSON cannot hold; --json must still write (null for the missing bound)
     iv = {"batch_wait_p99_s": {"low": 0.04, "high": None, "value": 0.05}}
     for name, p99 in (("a", 0.05), ("b", 0.06)):
-        Results(command="load", metrics={"stall_ratio": 0.1, "intervals": iv,
-                                         "batch_wait_s": {"count": 10, "p99": p99}}).write(tmp_path / f"{name}.json")
+        Results(command="load", metrics=load_metrics(stall_ratio=0.1, intervals=iv,
+                                                     batch_wait_s={"count": 10, "p99": p99})
+                ).write(tmp_path / f"{name}.json")
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json",
                  str(tmp_path / "c.json")]) == 0
     row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]
@@ -111,3 +117,70 @@ def test_runs_find_their_own_stage_files_after_a_move(tmp_path, monkeypatch):
     row = next(r for r in json.loads((tmp_path / "c.json").read_text())["metrics"]["rows"]
                if r["path"] == "load/cold.json.throughput.bytes_per_s")
     assert (row["a"], row["b"]) == (5e8, 2e8)
+
+
+@pytest.mark.parametrize("path, measured", [
+    ("per_worker[0].pid", False), ("per_worker[3].worker", False), ("passes[2].server_instance", False),
+    ("load/cold.json.per_worker[0].pid", False), ("queue_depth.slots", False), ("queue_depth.slot_bytes", False),
+    ("steady_window.from_step", False), ("intervals.stall_ratio.low", False), ("series.wait_s", False),
+    ("load/cold.json.intervals.batch_wait_p99_s.high", False), ("steps_planned", False), ("config.seed", False),
+    ("stability.rule.min_steps", False), ("dataset_id", False),
+    ("throughput.bytes_per_s", True), ("batch_wait_s.p99", True), ("per_worker[0].bytes_per_s", True),
+    ("load/cold.json.stall_ratio", True), ("read_latency_s.get.p50", True), ("queue_depth.mean", True),
+    ("passes[0].stall_of_pass", True), ("bytes_read", True),
+])
+def test_only_measurements_are_compared(path, measured):
+    from iobench.report.compare import is_measurement
+
+    assert is_measurement(path) is measured
+
+
+def _load(path, stall, bps, pid, lo_hi=None, fmt="raw", access="map", cache="cold", compute=0.05, tiny=1e-9):
+    m = load_metrics(stall_ratio=stall, accelerator_utilization=1 - stall, throughput={"bytes_per_s": bps},
+                     per_worker=[{"worker": 0, "pid": pid, "bytes_per_s": bps}],
+                     batch_io_s={"count": 10, "min": tiny, "mean": tiny, "p50": tiny, "p90": tiny, "p99": tiny,
+                                 "p999": tiny, "max": tiny},
+                     intervals={STALL_RATIO: {"low": lo_hi[0], "high": lo_hi[1]}} if lo_hi else {})
+    env = {"dataset": {"format": fmt}, "loader": {"access": access, "compute": {"nominal_s": compute}},
+           "cache": {"declared": cache}}
+    return Results(command="load", metrics=m, environment=env).write(path)
+
+
+def test_compare_prints_the_verdict_first_and_no_ids_or_meaningless_ratios(tmp_path, capsys):
+    a = _load(tmp_path / "a.json", 0.10, 5e8, pid=4242, lo_hi=(0.09, 0.11))
+    b = _load(tmp_path / "b.json", 0.30, 5e8, pid=5111807, lo_hi=(0.28, 0.32), tiny=5e-3)
+    assert main(["compare", str(a), str(b), "--max-regression", "0.1"]) == 1
+    out = capsys.readouterr().out
+    first = out.strip().splitlines()[0]
+    assert first.startswith("REGRESSION: 2 of 2 checks failed (first: stall_ratio = 30.00%)") and "beyond both" in first
+    assert "pid" not in out and "worker" not in out.replace("per_worker", "")
+    assert not any(re.search(r"\d{4,}\.\d{3}×", line) for line in out.splitlines())   # no 5111807.000×
+    # the same files: a pass, nothing beyond noise
+    assert main(["compare", str(a), str(a), "--max-regression", "0.1"]) == 0
+    assert capsys.readouterr().out.startswith("PASS: ")
+
+
+def test_intervals_that_overlap_hide_the_row(tmp_path, capsys):
+    a = _load(tmp_path / "a.json", 0.10, 5e8, pid=1, lo_hi=(0.05, 0.15))
+    b = _load(tmp_path / "b.json", 0.12, 5e8, pid=2, lo_hi=(0.08, 0.16))
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "no metric differs beyond both runs' intervals" in out.splitlines()[0]
+    assert "│ stall_ratio" not in out
+
+
+@pytest.mark.parametrize("field, kw, shown", [
+    ("format", {"fmt": "parquet"}, "format raw vs parquet"),
+    ("access", {"access": "stream"}, "access map vs stream"),
+    ("cache", {"cache": "warm"}, "cache cold vs warm"),
+    ("step time", {"compute": 0.2}, "step time 0.05 vs 0.2"),
+])
+def test_different_setups_are_refused_unless_asked(tmp_path, capsys, field, kw, shown):
+    a = _load(tmp_path / "a.json", 0.1, 5e8, pid=1)
+    b = _load(tmp_path / "b.json", 0.1, 5e8, pid=1, **kw)
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and shown in err and "--allow-different" in err
+    assert main(["compare", str(a), str(b), "--allow-different"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("WARNING: not the same setup") and shown in lines[1]

@@ -174,7 +174,7 @@ def test_manifest_that_is_a_directory_or_fifo_never_blocks(tmp_path, capsys):
     t.join(20)
     assert done == [2], "load blocked on a FIFO manifest"
     capsys.readouterr()
-    _one_line_exit_2(capsys, ["verify", str(ds)], "not a regular file")
+    _one_line_exit_2(capsys, ["verify", str(ds)], "FIFO")
 
 
 def test_dataset_argument_that_is_a_file(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
+import dataclasses
 import json
 import os
 import subprocess
@@ -63,7 +65,7 @@ class _Cfg:
 def test_build_converts_and_freezes():
     cfg = build(_Cfg, {"workers": "4", "fast": "yes", "inner": {"depth": 3}, "sizes": "1,2,3"}, "cfg")
     assert cfg.workers == 4 and cfg.fast is True and cfg.inner.depth == 3 and cfg.sizes == (1, 2, 3)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.workers = 5  # frozen
 
 
@@ -122,7 +124,7 @@ def test_fast_summary_equals_hdrh_own_scan():
 
 def test_results_schema_and_redaction(tmp_path):
     r = Results(command="demo", config={"s3": {"secret": "hunter2", "key": "AKIA", "endpoint_url": "http://x"}})
-    r.metrics["stall_ratio"] = 0.1
+    r.metrics[STALL_RATIO] = 0.1
     r.warn("first step excluded")
     path = r.write(tmp_path / "out.json")
     text = path.read_text()
@@ -139,10 +141,9 @@ def test_results_schema_and_redaction(tmp_path):
 
 def test_atomic_open_leaves_nothing_on_error(tmp_path):
     target = tmp_path / "sub" / "file.bin"
-    with pytest.raises(RuntimeError):
-        with atomic_open(target) as f:
-            f.write(b"partial")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), atomic_open(target) as f:
+        f.write(b"partial")
+        raise RuntimeError("boom")
     assert not target.exists()
     assert list((tmp_path / "sub").iterdir()) == []
     atomic_write_bytes(target, b"whole")
@@ -170,10 +171,9 @@ def test_local_and_memory_backends(tmp_path):
         b.write_bytes("a/x.bin", b"0123456789")
         assert b.size("a/x.bin") == 10
         assert b.cat("a/x.bin", 2, 5) == b"234"
-        with pytest.raises(ValueError):
-            with b.open_output("a/y.bin") as f:
-                f.write(b"half")
-                raise ValueError("fail")
+        with pytest.raises(ValueError), b.open_output("a/y.bin") as f:
+            f.write(b"half")
+            raise ValueError("fail")
         assert not b.exists("a/y.bin")
 
 
@@ -195,10 +195,9 @@ def test_s3_backend_roundtrip_and_abort(s3_server, s3_prefix):
         f.write(payload)
     assert b.size("big.bin") == len(payload)
     assert b.cat("big.bin", 100, 200) == payload[100:200]
-    with pytest.raises(RuntimeError):
-        with b.open_output("never.bin") as f:
-            f.write(os.urandom(6 * 2**20))
-            raise RuntimeError("abort")
+    with pytest.raises(RuntimeError), b.open_output("never.bin") as f:
+        f.write(os.urandom(6 * 2**20))
+        raise RuntimeError("abort")
     assert not b.exists("never.bin")
 
 

@@ -19,9 +19,8 @@ from iobench.cli import main
 from iobench.errors import ConfigError
 from iobench.formats.megatron import decode_index, encode_index
 from iobench.generate import GenSpec, generate, make_synth
-from iobench.index import IndexOptions, expand_braces, index_dataset, resolve_dataset_url
+from iobench.index import IndexOptions, expand_braces, index_dataset, open_dataset, resolve_dataset_url
 from iobench.loader.core import LoadConfig, run_load
-from iobench.manifest import read_manifest
 from iobench.storage import open_backend
 
 ACCESSES = ("map", "stream", "block")
@@ -44,7 +43,7 @@ def _delivered(url: str, access: str, workers: int = 1, batch_size: int = 4) -> 
             seen[i] = (r, lab)
         return batch
 
-    m = read_manifest(open_backend(url))
+    m = open_dataset(url)[1]
     run = run_load(LoadConfig(dataset=url, access=access, batch_size=min(batch_size, m.total_samples),
                               workers=workers, shuffle=True, shuffle_buffer=0, epochs=1, drop_last=False,
                               verify_checksums=False, monitor_interval_s=1.0), deliver=deliver)
@@ -176,7 +175,7 @@ def test_megatron_gpt_windows_span_documents(tmp_path):
     n = (len(stream) - 1) // seq
     assert m["total_samples"] == n and m["spec"]["megatron_window"] == seq
     want = [stream[k * seq:k * seq + seq + 1].tobytes() for k in range(n)]   # GPTDataset: seq_len + 1 tokens
-    _check_loads(str(root), want, accesses=("map", "block"))
+    _check_loads(str(root), want)
 
 
 def test_gen_megatron_is_the_layout_megatron_reads(tmp_path):
@@ -295,3 +294,195 @@ def _npy_bytes(a) -> bytes:
     buf = io.BytesIO()
     np.save(buf, a)
     return buf.getvalue()
+
+
+# -- hdf5 ------------------------------------------------------------------------------------------
+
+def _dlio_hdf5(root, files: int, samples: int, chunks=None, compression=None) -> list[bytes]:
+    """What DLIO's hdf5 generator writes: 'records' (samples, d1, d2) uint8 and 'labels' zeros."""
+    h5py = pytest.importorskip("h5py")
+    root.mkdir()
+    rng = np.random.default_rng(4)
+    want = []
+    for k in range(files):
+        recs = rng.integers(0, 255, (samples, 6, 5), dtype=np.uint8)
+        with h5py.File(root / f"img_{k}_of_{files}.h5", "w") as f:
+            f.create_dataset("records", data=recs, chunks=chunks, compression=compression)
+            f.create_dataset("labels", data=[0] * samples)
+        want.extend(r.tobytes() for r in recs)
+    return want
+
+
+def test_h5py_dlio_style_records_index_and_load_by_byte_range(tmp_path):
+    root = tmp_path / "h5"
+    want = _dlio_hdf5(root, 3, 7)
+    m = _index(root)
+    assert (m["format"], m["modality"], m["total_samples"], m["spec"]["hdf5_dataset"]) == \
+        ("hdf5", "records", 21, "records")
+    assert m["shards"][0]["offsets"] is not None       # contiguous: rows are byte ranges (map: one read each)
+    _check_loads(str(root), want)
+
+
+def test_h5py_chunked_compressed_records_load_whole_files(tmp_path):
+    root = tmp_path / "h5c"
+    want = _dlio_hdf5(root, 2, 5, chunks=(1, 6, 5), compression="gzip")
+    m = _index(root)
+    assert m["total_samples"] == 10 and "offsets" not in m["shards"][0]
+    _check_loads(str(root), want, accesses=("stream", "block"))
+
+
+def test_h5py_token_rows_take_the_fixed_record_path(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "h5t"
+    root.mkdir()
+    rng = np.random.default_rng(5)
+    arrays = [rng.integers(0, 2**31 - 1, (n, 10), dtype=np.int32) for n in (6, 4)]
+    for k, a in enumerate(arrays):
+        with h5py.File(root / f"tok-{k}.hdf5", "w") as f:
+            f.create_dataset("input_ids", data=a)
+    m = _index(root)
+    assert (m["modality"], m["spec"]["token_dtype"]) == ("tokens", "int32")
+    _check_loads(str(root), [r.tobytes() for a in arrays for r in a])
+
+
+@pytest.mark.parametrize("modality", ["tokens", "records", "images"])
+def test_gen_hdf5_is_read_by_h5py(tmp_path, modality):
+    h5py = pytest.importorskip("h5py")
+    if modality == "images":
+        pytest.importorskip("PIL")
+    spec = GenSpec.from_mapping({"format": "hdf5", "modality": modality, "num_samples": 14, "seq_len": 8,
+                                 "record_bytes": 40, "image_width": 16, "image_height": 12,
+                                 "shard_size": "5 samples", "fsync": False})
+    m = generate(spec, str(tmp_path / "g"), progress=False)
+    synth = make_synth(spec)
+    got = []
+    for s in m.shards:
+        with h5py.File(tmp_path / "g" / s.path, "r") as f:
+            name = "tokens" if modality == "tokens" else "records"
+            got.extend(np.asarray(r).tobytes() for r in f[name][()])
+            if modality != "tokens":
+                assert f["labels"][()].tolist() == [synth.sample(s.first_sample + j).label for j in range(s.samples)]
+    want = [np.asarray(synth.sample(i).data, dtype=m.spec["token_dtype"]).tobytes() if modality == "tokens"
+            else synth.sample(i).data for i in range(14)]
+    assert got == want
+    assert main(["verify", str(tmp_path / "g")]) == 0
+    again = generate(spec, str(tmp_path / "g2"), progress=False)      # no timestamps: byte-identical
+    assert [s.checksum for s in again.shards] == [s.checksum for s in m.shards]
+    _check_loads(str(tmp_path / "g"), want, accesses=("map", "stream", "block") if modality != "images"
+                 else ("stream", "block"))
+
+
+# -- arrow (HF save_to_disk) -----------------------------------------------------------------------
+
+HF = __import__("pathlib").Path(__file__).parent / "data" / "hf_save_to_disk"
+
+
+def _hf_copy(tmp_path, name):
+    import shutil
+
+    shutil.copytree(HF / name, tmp_path / name)
+    return tmp_path / name
+
+
+def test_hf_save_to_disk_tokens_index_and_load(tmp_path):
+    root = _hf_copy(tmp_path, "tok")
+    m = _index(root)
+    assert (m["format"], m["modality"], m["total_samples"]) == ("arrow", "tokens", 20)
+    assert [s["path"] for s in m["shards"]] == ["data-00000-of-00002.arrow", "data-00001-of-00002.arrow"]
+    _check_loads(str(root), [np.arange(i, i + 8, dtype=np.uint16).tobytes() for i in range(20)],
+                 accesses=("stream", "block"))
+
+
+def test_hf_save_to_disk_text_and_images(tmp_path):
+    txt = _hf_copy(tmp_path, "txt")
+    m = _index(txt)
+    assert (m["modality"], m["spec"]["arrow_column"]) == ("records", "text")
+    _check_loads(str(txt), [(f"doc {i} " * i).encode() for i in range(10)], list(range(10)), accesses=("stream",))
+    img = _hf_copy(tmp_path, "img")
+    m = _index(img)
+    assert (m["modality"], m["total_samples"]) == ("images", 6)
+    got = _delivered(str(img), "block")
+    assert [got[i][1] for i in range(6)] == [i % 3 for i in range(6)]
+    assert all(got[i][0][:3] == b"\xff\xd8\xff" for i in range(6))
+
+
+def test_hf_dataset_dict_asks_for_one_split(tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "dd"
+    root.mkdir()
+    shutil.copytree(HF / "tok", root / "train")
+    shutil.copytree(HF / "txt", root / "test")
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')   # as DatasetDict.save_to_disk writes
+    assert main(["index", str(root)]) == 2
+    assert f"iobench index {root}/train" in capsys.readouterr().err
+    assert main(["index", str(root / "train")]) == 0
+
+
+@pytest.mark.parametrize("modality", ["tokens", "records"])
+def test_gen_arrow_is_save_to_disk_layout_pyarrow_reads(tmp_path, modality):
+    import pyarrow as pa
+
+    spec = GenSpec.from_mapping({"format": "arrow", "modality": modality, "num_samples": 25, "seq_len": 8,
+                                 "record_bytes": 30, "shard_size": "10 samples", "fsync": False})
+    m = generate(spec, str(tmp_path / "g"), progress=False)
+    synth = make_synth(spec)
+    state = json.loads((tmp_path / "g" / "state.json").read_text())
+    assert [d["filename"] for d in state["_data_files"]] == [s.path for s in m.shards]
+    info = json.loads((tmp_path / "g" / "dataset_info.json").read_text())
+    col = "input_ids" if modality == "tokens" else "data"
+    assert col in info["features"]
+    rows = []
+    for s in m.shards:
+        with pa.ipc.open_stream(str(tmp_path / "g" / s.path)) as r:   # the IPC stream format, as HF writes
+            t = r.read_all()
+        assert json.loads(t.schema.metadata[b"huggingface"])["info"]["features"] == info["features"]
+        rows.extend(t.column(col).to_pylist())
+    for i in (0, 9, 10, 24):
+        want = synth.sample(i).data
+        assert (rows[i] == want.tolist()) if modality == "tokens" else (rows[i] == want)
+    assert main(["verify", str(tmp_path / "g")]) == 0
+    # the dataset-level files are the dataset's: regenerating in its place removes them with the shards
+    assert set(m.extra["dataset_files"]) == {"state.json", "dataset_info.json"}
+    generate(GenSpec.from_mapping({"format": "raw", "num_samples": 4, "seq_len": 8, "fsync": False}),
+             str(tmp_path / "g"), progress=False)
+    assert not (tmp_path / "g" / "state.json").exists() and not list((tmp_path / "g").glob("*.arrow"))
+
+
+def test_load_and_verify_take_a_brace_range_or_one_shard_with_no_manifest(tmp_path):
+    root = tmp_path / "wds"
+    root.mkdir()
+    want = {}
+    for k in range(4):
+        rows = [np.full(6, k * 10 + j, np.uint16) for j in range(3)]
+        _tar(root / f"train-{k:06d}.tar", [(f"k{k}_{j}.npy", _npy_bytes(r)) for j, r in enumerate(rows)])
+        want[k] = [r.tobytes() for r in rows]
+    pattern = str(root) + "/train-{000001..000002}.tar"
+    for access in ("map", "stream", "block"):         # indexed in memory: nothing written
+        got = _delivered(pattern, access, batch_size=2)
+        assert [got[i][0] for i in range(6)] == want[1] + want[2]
+    assert not (root / "manifest.json").exists()
+    got = _delivered(str(root / "train-000003.tar"), "map", batch_size=3)
+    assert [got[i][0] for i in range(3)] == want[3]
+    assert main(["verify", pattern]) == 0 and main(["verify", str(root / "train-000000.tar")]) == 0
+    assert main(["load", pattern, "-B", "2", "-W", "1"]) == 0
+    # with a manifest at the root, a range is that manifest's entries for those shards
+    assert main(["index", str(root), "--checksums"]) == 0
+    (root / "train-000002.tar").write_bytes((root / "train-000001.tar").read_bytes())   # same size, other bytes
+    assert main(["verify", str(root) + "/train-{000000..000001}.tar"]) == 0
+    assert main(["verify", pattern]) == 1            # the listed checksum catches the changed shard
+
+
+def test_a_missing_h5py_is_one_line_with_the_install_hint(tmp_path, monkeypatch, capsys):
+    import sys
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(100))
+    monkeypatch.setitem(sys.modules, "h5py", None)           # `import h5py` fails as if not installed
+    monkeypatch.delitem(sys.modules, "iobench.formats.hdf5", raising=False)
+    for argv in (["gen", "--out", str(tmp_path / "g"), "--format", "hdf5", "--num-samples", "4"],
+                 ["index", str(tmp_path / "d")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "pip install 'iobench[hdf5]'" in err[0], err
+    assert not (tmp_path / "g").exists() or not any((tmp_path / "g").iterdir())

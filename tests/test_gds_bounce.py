@@ -98,6 +98,5 @@ def test_bounce_pipeline_delivers_exact_bytes(data_file, threads, task, buffers)
 def test_bounce_rejects_short_destination(data_file):
     path, _ = data_file
     lib = DeferredLib()
-    with BounceReader(path, lib=lib) as r:
-        with pytest.raises(ValueError, match="fewer than"):
-            r.read_into(lib.alloc(10), 0, 11)
+    with BounceReader(path, lib=lib) as r, pytest.raises(ValueError, match="fewer than"):
+        r.read_into(lib.alloc(10), 0, 11)

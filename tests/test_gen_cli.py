@@ -54,7 +54,7 @@ def test_imagenet_workload_is_valid():
     (["--shard-size", "0"], "gen.shard_size"),
     (["--shard-size=-4MiB"], "gen.shard_size"),
     (["--num-samples", "0"], "gen.num_samples"),
-    (["--format", "hdf5"], "gen.format"),
+    (["--format", "zarr"], "gen.format"),
     (["--modality", "video"], "gen.modality"),
     (["--workload", "llm-tokenz"], "did you mean 'llm-tokens'"),
     (["--set", "gen.seqlen=5"], "did you mean 'seq_len'"),
@@ -109,8 +109,9 @@ def test_disk_full_on_the_command_line_is_one_clear_line(tmp_path):
     if r.returncode != 0:
         pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
     try:
-        p = subprocess.run([sys.executable, "-m", "iobench.cli", "gen", "--no-progress", "--num-samples", "1000",
-                            "--seq-len", "1024", "--shard-size", "256KiB", "--out", str(mnt / "ds")],
+        # tar members of 1 KiB for 32 payload bytes: past the up-front space check, full while writing
+        p = subprocess.run([sys.executable, "-m", "iobench.cli", "gen", "--no-progress", "--num-samples", "2000",
+                            "--format", "tar", "--seq-len", "16", "--shard-size", "256KiB", "--out", str(mnt / "ds")],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 1
         assert "no space left" in p.stderr and "no manifest written" in p.stderr
@@ -120,3 +121,11 @@ def test_disk_full_on_the_command_line_is_one_clear_line(tmp_path):
                               capture_output=True, timeout=120).returncode == 1
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_dataset_larger_than_the_free_space_is_refused_before_writing(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "iobench.cli", "gen", "--no-progress", "--num-samples", "1e11",
+                        "--out", str(tmp_path / "ds")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--num-samples" in p.stderr and "free" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "ds").exists()

@@ -1,4 +1,4 @@
-"""Golden tests: the seed's worked examples (tests/data/seed-examples.json) through the planner.
+"""Golden tests: the domain models' worked examples (tests/data/seed-examples.json) through the planner.
 
 Each in-scope vector has an adapter that feeds its inputs (converted to SI) to the planner's
 public functions and returns the outputs in SI.  Every output must match the formula's

@@ -114,15 +114,64 @@ def test_memmap_refuses_what_a_mapping_cannot_do(tok, kw, field):
     assert e.value.field == field
 
 
-def test_memmap_refuses_a_dataset_without_fixed_rows(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_memmap_slices_any_ranged_sample_from_the_mapping(tmp_path, workers):
+    # JPEG records in raw image shards: not fixed-size rows, so each sample is a view of the mapping
     from iobench.generate import GenSpec, generate
     from iobench.loader.core import LoadConfig
 
     url = str(tmp_path / "img")
-    generate(GenSpec(format="raw", modality="images", num_samples=8, shard_size="4 samples", fsync=False), url,
-             progress=False)
-    with pytest.raises(ConfigError, match="fixed-size token rows"):
-        run_load(LoadConfig(dataset=url, access="memmap", batch_size=2))
+    m = generate(GenSpec(format="raw", modality="images", num_samples=12, shard_size="5 samples", fsync=False), url,
+                 progress=False)
+    reader = get_format(m.format).reader(m)
+    want, nbytes = {}, 0
+    for sh in m.shards:
+        with open(open_backend(url).local_path(sh.path), "rb") as f:
+            data = f.read()
+        for i in range(sh.samples):
+            a, n = reader.sample_range(sh, i)
+            want[sh.first_sample + i] = bytes(reader.sample_from_range(sh, i, data[a:a + n]).data)
+            nbytes += n
+    got: dict[int, list[bytes]] = {}
+
+    def deliver(batch):
+        for j, i in enumerate(batch.indices.tolist()):
+            got.setdefault(i, []).append(bytes(batch.sample(j)))
+        return batch
+
+    r = run_load(LoadConfig(dataset=url, access="memmap", batch_size=4, workers=workers, epochs=2), deliver=deliver)
+    assert r.metrics["access"] == "memmap" and r.metrics["requests"] == 2 * 12   # one slice per sample
+    assert r.metrics["bytes_read"] == 2 * nbytes   # exactly the records' bytes, nothing read whole
+    assert got == {i: [w, w] for i, w in want.items()}   # every sample, its bytes, once per epoch
+
+
+def test_memmap_reads_megatron_gpt_windows(tmp_path):
+    # GPTDataset's seq_len + 1-token windows over a Megatron .bin: overlapping slices of one mapping
+    from test_formats_more import _index, _megatron_dataset
+
+    from iobench.loader.core import LoadConfig
+
+    root = tmp_path / "win"
+    docs = _megatron_dataset(root, (8,), dtype=np.int32, code=4)
+    seq = 10
+    man = _index(root, "--seq-len", str(seq))
+    stream = np.concatenate(docs)
+    want = [stream[k * seq:k * seq + seq + 1].tobytes() for k in range(man["total_samples"])]
+    for workers in (0, 1):
+        _r, seen = _run(LoadConfig(dataset=str(root), access="memmap", batch_size=3, workers=workers))
+        got = {int(i): row.tobytes() for _e, ids, data in seen for i, row in zip(ids, data)}
+        assert sorted(got) == list(range(len(want))) and all(got[i] == w for i, w in enumerate(want))
+
+
+def test_memmap_refuses_samples_without_byte_ranges(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.loader.core import LoadConfig
+
+    url = str(tmp_path / "z")
+    generate(GenSpec(format="raw", modality="tokens", num_samples=16, shard_size="8 samples", seq_len=16,
+                     vocab_size=100, compression="zstd:1", fsync=False), url, progress=False)
+    with pytest.raises(ConfigError, match="use --access stream"):
+        run_load(LoadConfig(dataset=url, access="memmap", batch_size=4, workers=0))
 
 
 def test_memmap_on_memory_is_refused_with_the_fix(tmp_path):
@@ -134,3 +183,22 @@ def test_memmap_on_memory_is_refused_with_the_fix(tmp_path):
                      vocab_size=100, fsync=False), url, progress=False)
     with pytest.raises(ConfigError, match="use --access map"):
         run_load(LoadConfig(dataset=url, access="memmap", batch_size=4, workers=0))
+
+
+@pytest.mark.parametrize("access", ["block", "memmap"])
+def test_w0_and_memmap_metrics_are_the_typed_load_schema(tok, access):
+    from iobench import schema
+
+    r = run_load(quiet_cfg(tok, 8, workers=0, access=access))
+    typed = schema.LoadMetrics.from_dict(r.metrics)
+    assert typed.access == access and typed.steps == SAMPLES // 8 and typed.queue_depth["slots"] == 1
+
+
+def test_w0_until_stable_stops_the_producer_where_the_rule_says(tok):
+    # the stop rule reads the record while the consumer produces: it must see every step so far,
+    # and stopping must end the producer at the next batch (no step after the one that stopped it)
+    r = run_load(quiet_cfg(tok, 4, workers=0, until_stable=True, min_steps=10, max_time_s=0.4, compute="5ms"))
+    m = r.metrics
+    assert m["stopped_early"] is not None and m["steps"] < m["steps_planned"]
+    assert len(m["series"]["wait_s"]) == m["steps"] == m["per_worker"][0]["batches"]
+    assert m["samples"] == 4 * m["steps"]

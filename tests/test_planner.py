@@ -13,6 +13,7 @@ from iobench.planner import checkpoint as ck
 from iobench.planner import pipeline as pl
 from iobench.planner.models import MODELS, plan
 from iobench.results import Results
+from results_helpers import load_metrics
 
 
 def test_optimal_interval_minimises_the_overhead():
@@ -84,9 +85,9 @@ def test_cli_plan_list_and_bad_input(capsys):
 
 
 def test_cli_plan_prefetch_from_load_results(tmp_path, capsys):
-    load = Results(command="load", metrics={"batch_io_s": {"count": 10, "min": 0.1, "mean": 0.2, "p50": 0.2,
-                                                           "p90": 0.3, "p99": 0.45, "p999": 0.5, "max": 0.5},
-                                            "batch_bytes": 4_000_000})
+    load = Results(command="load", metrics=load_metrics(batch_io_s={"count": 10, "min": 0.1, "mean": 0.2, "p50": 0.2,
+                                                                    "p90": 0.3, "p99": 0.45, "p999": 0.5, "max": 0.5},
+                                                        batch_bytes=4_000_000))
     src = load.write(tmp_path / "load.json")
     out = tmp_path / "plan.json"
     assert main(["plan", "prefetch", "--from", str(src), "--compute-ms", "200", "--json", str(out)]) == 0
@@ -111,8 +112,8 @@ def test_cli_interval_from_checkpoint_results(tmp_path):
 
 
 def test_cli_plan_from_a_run_json_searches_its_stage_files(tmp_path):
-    load = Results(command="load", metrics={"batch_io_s": {"count": 3, "min": 0.1, "mean": 0.2, "p50": 0.2,
-                                                           "p90": 0.3, "p99": 0.61, "p999": 0.7, "max": 0.7}})
+    load = Results(command="load", metrics=load_metrics(batch_io_s={"count": 3, "min": 0.1, "mean": 0.2, "p50": 0.2,
+                                                                    "p90": 0.3, "p99": 0.61, "p999": 0.7, "max": 0.7}))
     stage = load.write(tmp_path / "load" / "cold.json")
     run = Results(command="run", environment={"results_files": [str(stage)]}, metrics={"load": {"stage_s": 1.0}})
     out = tmp_path / "plan.json"

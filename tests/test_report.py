@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import base64
 import json
 import re
@@ -15,6 +16,7 @@ from iobench.metrics import LatencyHistogram
 from iobench.planner.models import plan
 from iobench.report.build import build_report
 from iobench.results import Results
+from results_helpers import load_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -35,15 +37,19 @@ def _hist(values):
 
 def load_results(path, stall=0.05, au=0.95):
     steps = 40
-    return Results(command="load", config={"storage_options": {"secret": "hunter2"}}, metrics={
-        "batch_wait_s": _hdr([0.001 * (1 + i % 7) for i in range(200)]),
-        "batch_io_s": _hdr([0.01 * (1 + i % 5) for i in range(200)]),
-        "stall_ratio": stall, "accelerator_utilization": au,
-        "throughput": {"bytes_per_s": 4.2e8, "samples_per_s": 1800.0},
-        "batch_io_hist": _hist([0.01 * (1 + i % 5) for i in range(200)]),
-        "timeseries": {"t": [0.1 * i for i in range(steps)], "wait_s": [0.001 * (i % 5) for i in range(steps)],
-                       "queue_depth": [i % 4 for i in range(steps)]},
-    }).write(path)
+    return Results(command="load", config={"storage_options": {"secret": "hunter2"}}, metrics=load_metrics(
+        batch_wait_s=_hdr([0.001 * (1 + i % 7) for i in range(200)]),
+        batch_io_s=_hdr([0.01 * (1 + i % 5) for i in range(200)]),
+        stall_ratio=stall, accelerator_utilization=au,
+        throughput={"bytes_per_s": 4.2e8, "samples_per_s": 1800.0},
+        batch_io_hist=_hist([0.01 * (1 + i % 5) for i in range(200)]),
+        batch_service_s=_hdr([0.012 * (1 + i % 5) for i in range(200)]),
+        batch_service_hist=_hist([0.012 * (1 + i % 5) for i in range(200)]),
+        compute_s=_hdr([0.1] * steps), steps=steps, batch_bytes=2.0**20, bytes_read=int(1.3 * steps * 2**20),
+        steady_window={"from_step": 3, "to_step": steps - 2, "rule": "test"},
+        series={"t_s": [0.1 * i for i in range(steps)], "wait_s": [0.3 if i < 3 else 0.001 * (i % 5) for i in range(steps)],
+                "step_s": [0.4 if i < 3 else 0.1 + 0.001 * (i % 5) for i in range(steps)]},
+    )).write(path)
 
 
 def other_results(tmp_path):
@@ -84,8 +90,8 @@ def test_report_is_self_contained_with_plots_for_every_shape(tmp_path):
     # Nothing is fetched from elsewhere: every src is a data URI, no scripts, no stylesheets by link.
     assert not re.search(r'(src|href)="(?!data:|#)', page) and "<script" not in page
     # captions name metrics in words, not paths
-    for caption in ("latency by percentile: batch wait, batch I/O time", "timeseries over time",
-                    "latency CDF: batch io hist", "throughput by tier / path",
+    for caption in ("data stall over time (headline 5.00%", "batch service time: a batch slower",
+                    "read amplification: bytes read per byte delivered", "throughput by tier / path",
                     "checkpoint timeline: timeline", "plan interval: overhead by interval",
                     "plots bw: Bandwidth vs request size"):
         assert caption in page, caption
@@ -111,8 +117,8 @@ def test_report_cli_thresholds_set_the_exit_code(tmp_path, capsys):
 
 
 def test_report_of_a_run_json_renders_its_stage_metrics(tmp_path):
-    run = Results(command="run", metrics={"load": {"cold": {"stall_ratio": 0.2, "batch_wait_s": _hdr([0.01, 0.02])},
-                                                   "warm": {"stall_ratio": 0.01, "batch_wait_s": _hdr([0.001])},
+    run = Results(command="run", metrics={"load": {"cold": {STALL_RATIO: 0.2, "batch_wait_s": _hdr([0.01, 0.02])},
+                                                   "warm": {STALL_RATIO: 0.01, "batch_wait_s": _hdr([0.001])},
                                                    "prefetch_recommendation": "prefetch depth 3"}})
     rep = build_report([run.write(tmp_path / "run.json")], tmp_path / "out")
     page = rep.html.read_text()
@@ -164,22 +170,44 @@ def test_report_of_run_json_includes_the_stage_files_it_lists(tmp_path):
                   metrics={"load": {"datasets": 1, "stage_s": 3.0}})
     rep = build_report([run.write(tmp_path / "run.json")], tmp_path / "out")
     page = rep.html.read_text()
-    assert "load/local-raw-tokens-cold.json" in page and "latency by percentile: batch wait" in page
+    assert "load/local-raw-tokens-cold.json" in page and "data stall over time" in page
 
 
 def test_verdict_gives_the_most_stalled_loads_own_advice():
     from iobench.report.html import verdict
 
     def load(stall, rec=None):
-        m = {"stall_ratio": stall, "accelerator_utilization": 1 - stall, "throughput": {"bytes_per_s": 1e8}}
+        m = {STALL_RATIO: stall, "accelerator_utilization": 1 - stall, "throughput": {"bytes_per_s": 1e8}}
         if rec:
             m["prefetch_recommendation"] = rec
         return {"command": "load", "metrics": m}
 
     docs = [(f"l{i}.json", load(0.01)) for i in range(4)]
-    text, bad = verdict(docs + [("s3.json", load(0.84, {"workers_recommended": 18, "depth_recommended": 39,
+    text, bad = verdict(docs + [("s3.json", load(0.84, {"workers_recommended": 18, "prefetch_factor_recommended": 3,
+                                                         "depth_total": 54, "depth_recommended": 39,
                                                          "note": "18 workers exceed this host's 2 cores"}))], None)
     assert bad and "to 84.00% (s3.json)." in text
-    assert "To feed it: 18 workers, depth 39 (18 workers exceed this host's 2 cores)." in text
+    # the terminal's wording (iobench load prints "advice: num_workers 18, prefetch_factor 3 (54 batches ...")
+    assert ("To feed s3.json: num_workers 18, prefetch_factor 3 (54 batches in flight); 18 workers exceed this "
+            "host's 2 cores.") in text
     # nothing stalls: no advice to give
     assert "To feed it" not in verdict(docs, None)[0]
+
+
+def test_report_without_matplotlib_gives_the_tables_and_the_text(tmp_path):
+    # the README's [s3] install has no matplotlib: `iobench report` must still answer (it exited 2)
+    import subprocess
+    import sys
+
+    f = load_results(tmp_path / "load.json", stall=0.3, au=0.7)
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from iobench.cli import main\n"
+            f"sys.exit(main(['report', {str(f)!r}, '-o', {str(tmp_path / 'out')!r}, '--text', '--max-stall', '0.1']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr                       # the check fails; the report is written
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("1 of 1 checks failed.") and "no plots: pip install 'iobench[report]'" in lines[1]
+    assert "# iobench report" in proc.stdout and "| batch_wait_s |" in proc.stdout     # the Markdown, printed
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "No plots: matplotlib is not installed" in page and "<img" not in page
+    assert (tmp_path / "out" / "report.md").exists()

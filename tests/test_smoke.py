@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import socket
 import time
@@ -39,7 +40,7 @@ def test_smoke_passes_and_cleans_up(s3_env, tmp_path, capsys):
     assert root.get("failures") == "0" and root.get("skipped") == "0"
     assert all(len(c) == 0 for c in cases.values())      # no <failure> or <skipped> children
     m = json.loads(out.read_text())["metrics"]
-    assert m["passed"] and 0 <= m["stall_ratio"] <= 1 and m["batch_wait_s"]["count"] > 0
+    assert m["passed"] and 0 <= m[STALL_RATIO] <= 1 and m["batch_wait_s"]["count"] > 0
     assert _objects(s3_env, "ci/smoke-ok") == []
     text = json.dumps(json.loads(out.read_text()))
     assert s3_env.secret_key not in text and s3_env.secret_key not in junit.read_text()
@@ -134,3 +135,55 @@ def test_ci_examples_run_the_smoke_command():
     assert "iobench smoke" in " ".join(compose["services"]["smoke"]["command"])  # [sh, -c, one line]
     cluster = yaml.safe_load((ex / "cluster.yaml").read_text())
     assert cluster["object"]["url"].startswith("s3://") and "planner" in cluster
+
+
+def _ci_examples() -> list[tuple[str, str]]:
+    """Every `iobench smoke` command the README, the docs and the Actions workflow show, as written."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).parents[1]
+    out = []
+    for doc in ("README.md", "docs/commands.md"):
+        for cmd in re.findall(r"^(iobench smoke [^\n]+)$", (root / doc).read_text(), re.M):
+            out.append((doc, re.sub(r"\s*\[--json [^\]]+\]", "", cmd)))
+    wf = yaml.safe_load((root / "examples" / "github-actions-smoke.yml").read_text())
+    step = next(s for s in wf["jobs"]["smoke"]["steps"] if s.get("name") == "iobench smoke")
+    out.append(("examples/github-actions-smoke.yml", step["run"].strip()))
+    return out
+
+
+@pytest.mark.parametrize("where,cmd", _ci_examples(), ids=[w for w, _ in _ci_examples()])
+def test_every_ci_smoke_example_passes_as_written(s3_env, tmp_path, where, cmd):
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import s3fs
+
+    bucket = re.search(r"--bucket (\S+)", cmd).group(1)
+    env = {**os.environ, **s3_env.env(), "S3_ENDPOINT": s3_env.endpoint_url, "BUCKET": "iobench-ci",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    bucket = bucket.replace('"$BUCKET"', env["BUCKET"])
+    fs = s3fs.S3FileSystem(**s3_env.storage_options())
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    # the example's host is the only thing swapped: its own store for the embedded one
+    script = re.sub(r"http://(minio|127\.0\.0\.1):9000", s3_env.endpoint_url, cmd)
+    p = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, f"{where}: {cmd}\n{p.stdout}{p.stderr}"
+    assert "smoke: passed (7/7 checks" in p.stdout
+
+
+@pytest.mark.parametrize("flags", [["--steps", "1"], ["--step-time", "0ms"], ["--max-stall", "2"],
+                                   ["--bucket", "ci"]])
+def test_bad_read_flags_are_bad_input(flags, capsys):
+    args = ["smoke", "--endpoint-url", "http://127.0.0.1:9", "--bucket", "iobench-ci", *flags]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0]

@@ -449,11 +449,11 @@ def test_lifecycle_apply_archives_then_drops(tmp_path):
         d = tmp_path / "pfs" / "ckpt" / f"step-{i}"
         d.mkdir(parents=True)
         (d / "rank0.bin").write_bytes(os.urandom(1000))
-        (d / "manifest.json").write_text("{}")
+        (d / "manifest.json").write_text('{"format": "iobench-checkpoint"}')
     plan = plan_lifecycle([f"step-{i}" for i in range(1, 7)], keep_last=2, every_nth=2)
     assert plan.archive == ("step-2", "step-4", "step-6") and plan.expire == ("step-1", "step-3")
     rep = apply_lifecycle(mgr, plan, "pfs", "object", prefix="ckpt")
-    assert not rep.errors and rep.bytes_archived == 3 * 1002
+    assert not rep.errors and rep.bytes_archived == 3 * (1000 + len('{"format": "iobench-checkpoint"}'))
     assert sorted(os.listdir(tmp_path / "pfs" / "ckpt")) == ["step-5", "step-6"]
     assert sorted(os.listdir(tmp_path / "obj" / "ckpt")) == ["step-2", "step-4", "step-6"]
     assert (tmp_path / "obj/ckpt/step-4/rank0.bin").stat().st_size == 1000

@@ -1,9 +1,13 @@
-"""Tier commands delete only what the catalog created.
+"""Tier commands delete only what iobench's records say it created.
 
-A property test drives random sequences of stage / read / evict / reconcile / lifecycle over
-several datasets — one living inside a bounded tier (registered), one outside, one inside a
-tier and never registered — and asserts after every step that no origin byte changed and no
-bounded tier holds more than its capacity (everything on it counted except the origins).
+A property test drives random sequences of stage / read / evict / reconcile / lifecycle (with
+and without a prefix, over the hot tier's whole root too) over several datasets — one living
+inside a bounded tier (registered), one outside, one inside a tier and never registered — and
+over the user's own files on every tier (a note at each tier's root, a project directory, a
+file under the checkpoint prefix, a look-alike ``step-0`` directory with no iobench manifest),
+and asserts after every step that no origin and no user byte changed and no bounded tier
+holds more than its capacity (everything on it counted except the origins and user files).
+Lifecycle items are checkpoint steps whose manifest says iobench committed them.
 """
 
 from __future__ import annotations
@@ -64,6 +68,17 @@ class World:
             os.makedirs(d)
             with open(os.path.join(d, "rank0.bin"), "wb") as f:
                 f.write(os.urandom(300))
+            with open(os.path.join(d, "manifest.json"), "w") as f:   # the record: iobench committed it
+                f.write('{"format": "iobench-checkpoint", "step": %d}' % step)
+        # The user's own files, on every tier: never iobench's to delete, whatever the command.
+        self.user = [os.path.join(t, n) for t in (self.nvme, self.pfs, self.obj)
+                     for n in ("scratch.txt", os.path.join("project", "main.py"))]
+        self.user += [os.path.join(self.pfs, "ckpt", "notes.md"), os.path.join(self.pfs, "ckpt", "step-0", "rank0.bin"),
+                      os.path.join(self.pfs, "step-9", "manifest.json")]
+        for i, p in enumerate(self.user):
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w") as f:
+                f.write(f"user file {i}\n")
         # No explicit catalog: the default must land outside every bounded tier.
         self.cfg = TiersConfig(tiers=(TierSpec("nvme", self.nvme, capacity=CAP["nvme"]),
                                       TierSpec("pfs", self.pfs, capacity=CAP["pfs"]),
@@ -71,13 +86,19 @@ class World:
         self.mgr = TierManager(self.cfg, fsync=False).open()
         self.ds = {k: self.mgr.register(self.origins[k]) for k in ("inside", "outside")}
         self.before = {k: _snapshot(p) for k, p in self.origins.items()}
+        self.user_before = {p: open(p, "rb").read() for p in self.user}
 
     def check(self) -> None:
         for k, p in self.origins.items():
             assert _snapshot(p) == self.before[k], f"origin {k} changed"
+        for p, data in self.user_before.items():
+            assert os.path.exists(p), f"user file {p} deleted"
+            assert open(p, "rb").read() == data, f"user file {p} changed"
         for t in ("nvme", "pfs"):
             root = getattr(self, t)
-            used = _du(root, [p for p in self.origins.values()] + [os.path.join(self.pfs, "ckpt")])
+            used = _du(root, [p for p in self.origins.values()] + [os.path.join(self.pfs, "ckpt")]
+                       + [os.path.join(root, "project"), os.path.join(root, "step-9")]) \
+                - sum(os.path.getsize(p) for p in self.user if os.path.dirname(p) == root)
             assert used <= CAP[t], f"tier {t} holds {used} bytes > capacity {CAP[t]}"
         assert not self.cfg.catalog.startswith(self.nvme + os.sep) and not self.cfg.catalog.startswith(self.pfs + os.sep)
 
@@ -98,13 +119,23 @@ class World:
         elif kind == "reconcile":
             self.mgr.reconcile(op[1])
         elif kind == "lifecycle":
-            names = sorted(os.listdir(os.path.join(self.pfs, "ckpt")))
-            items = lifecycle_items(self.mgr, "pfs", "ckpt", names)
-            assert "ds-inside" not in items
-            plan = plan_lifecycle(items, keep_last=1, every_nth=op[1]) if items else None
+            _, every, prefix, hot = op
+            if hot == "nvme" and prefix:
+                return
+            root = self.pfs if hot == "pfs" else self.nvme
+            names = sorted(n for n in os.listdir(os.path.join(root, prefix)) if not n.startswith("."))
+            items = lifecycle_items(self.mgr, hot, prefix, names)
+            assert "ds-inside" not in items and "step-0" not in items and "notes.md" not in items
+            assert "scratch.txt" not in items and "project" not in items
+            plan = plan_lifecycle(items, keep_last=1, every_nth=every) if items else None
             if plan is not None:
-                rep = apply_lifecycle(self.mgr, plan, "pfs", "object", "ckpt")
+                rep = apply_lifecycle(self.mgr, plan, hot, "object", prefix)
                 assert not rep.errors
+        elif kind == "lifecycle-everything":
+            # a plan naming every entry (as a caller could build it): only iobench's steps may go
+            names = sorted(os.listdir(os.path.join(self.pfs, "ckpt")))
+            apply_lifecycle(self.mgr, plan_lifecycle(names, keep_last=1), "pfs", "object", "ckpt")
+            apply_lifecycle(self.mgr, plan_lifecycle(sorted(os.listdir(self.nvme)), keep_last=1), "nvme", "object")
 
     def close(self) -> None:
         self.mgr.close()
@@ -117,7 +148,8 @@ OPS = st.one_of(
               st.integers(0, 5)),
     st.tuples(st.just("evict"), st.sampled_from(["nvme", "pfs"])),
     st.tuples(st.just("reconcile"), st.sampled_from(["nvme", "pfs"])),
-    st.tuples(st.just("lifecycle"), st.integers(0, 2)),
+    st.tuples(st.just("lifecycle"), st.integers(0, 2), st.sampled_from(["ckpt", ""]), st.sampled_from(["pfs", "nvme"])),
+    st.tuples(st.just("lifecycle-everything")),
 )
 
 
@@ -164,11 +196,12 @@ def test_lifecycle_refuses_hot_equal_archive_and_keeps_origins(tmp_path, capsys)
                    "--keep-last", "1", "--every-nth", "2"])
         err = capsys.readouterr().err
         assert rc == 2 and "--archive" in err and len(err.strip().splitlines()) == 1
-        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "step-1", "step-2", "step-3"]
+        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "notes.md", "step-0", "step-1",
+                                                                  "step-2", "step-3"]
         rc = main(["tiers", "lifecycle", "--tiers", tiers, "--hot", "pfs", "--archive", "object", "--prefix", "ckpt",
                    "--keep-last", "1", "--every-nth", "2"])
         assert rc == 0, capsys.readouterr().err
-        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "step-3"]
+        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "notes.md", "step-0", "step-3"]
         assert os.listdir(os.path.join(w.obj, "ckpt")) == ["step-2"]
         w.check()
         with pytest.raises(ConfigError, match="--prefix"):
@@ -187,7 +220,8 @@ def test_failed_archive_copy_expires_nothing(tmp_path, monkeypatch):
         names = lifecycle_items(w.mgr, "pfs", "ckpt", sorted(os.listdir(os.path.join(w.pfs, "ckpt"))))
         rep = apply_lifecycle(w.mgr, plan_lifecycle(names, keep_last=1, every_nth=2), "pfs", "object", "ckpt")
         assert rep.errors and not rep.expired and not rep.dropped
-        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "step-1", "step-2", "step-3"]
+        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "notes.md", "step-0", "step-1",
+                                                                  "step-2", "step-3"]
     finally:
         w.close()
 

@@ -140,3 +140,47 @@ def test_unknown_s3_client_is_a_config_error():
     with pytest.raises(ConfigError) as e:
         LoadConfig(dataset="x", s3_client="boto")
     assert e.value.field == "load.s3_client"
+
+
+@pytest.mark.parametrize("spec,workers,each,scope", [
+    ("bw:100MB", 4, 25e6, "tier aggregate, shared by 4 worker(s)"),
+    ("bw:100MB/s", 1, 100e6, "tier aggregate, shared by 1 worker(s)"),
+    ("bw:100MB/s,per=worker", 4, 100e6, "per worker"),
+    ("const:5ms+bw:1GB,per=worker", 2, 1e9, "per worker"),
+    ("pfs", 8, 4e9 / 8, "tier aggregate, shared by 8 worker(s)"),
+])
+def test_bandwidth_is_the_tiers_aggregate_unless_named_per_worker(spec, workers, each, scope):
+    s = parse_emulation(spec).for_workers(workers)
+    assert s.bandwidth_bytes_per_s == pytest.approx(each)
+    assert s.describe()["bandwidth_scope"] == scope
+    assert s.describe()["bandwidth_bytes_per_s"] == pytest.approx(each if scope == "per worker" else each * workers)
+    assert s.for_workers(workers) == s          # splitting twice is splitting once
+
+
+def test_bandwidth_scope_typo_is_refused():
+    with pytest.raises(ConfigError):
+        parse_emulation("bw:100MB,per=wroker")
+
+
+@pytest.mark.parametrize("late_s", [0.0, 0.0003, 0.002, 0.019])
+def test_paced_requests_do_not_add_up_late_wake_ups(late_s):
+    # 100 requests of 10 kB at 10 MB/s (1 ms each), each starting when the previous one's sleep woke,
+    # `late_s` after its scheduled end: the transfer ends at 100 ms, not 100 x (1 ms + late_s)
+    from iobench.io.ratelimit import RateLimiter
+
+    lim = RateLimiter(10e6)
+    t = 1000.0
+    for i in range(100):
+        end = lim.schedule(10_000, t, credit_s=late_s if i else 0.0)
+        t = end + late_s
+    assert end == pytest.approx(1000.0 + 0.1, abs=1e-9)
+
+
+def test_paced_requests_after_an_idle_gap_start_afresh_and_queue_when_concurrent():
+    from iobench.io.ratelimit import RateLimiter
+
+    lim = RateLimiter(10e6)
+    assert lim.schedule(10_000, 5.0) == pytest.approx(5.001)
+    assert lim.schedule(10_000, 6.0) == pytest.approx(6.001)          # idle for a second: starts afresh
+    assert lim.schedule(10_000, 7.0, credit_s=5.0) == pytest.approx(7.0 - 0.02 + 0.001)   # credit capped
+    assert lim.schedule(10_000, 6.98) == pytest.approx(6.981 + 0.001)  # concurrent: one pipe, queued

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
+
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_storage_option_flag
 
     p = sub.add_parser("check", help="will this storage stall training? one verdict from your step time, "
@@ -30,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--max-time", default="60s", metavar="DURATION", help="time cap of the load (60s)")
     p.add_argument("--sample-size", default="128KiB", metavar="SIZE", help="synthetic sample size (128KiB)")
     p.add_argument("--samples", type=int, metavar="N", help="synthetic dataset size in samples "
-                                                             "(default: enough for --max-time, within 1 GiB)")
+                                                             "(default: enough for --max-time, within 2 GiB)")
     p.add_argument("--format", default="raw", help="synthetic dataset format: raw | tar | parquet | tfrecord | files")
     p.add_argument("--cache", default="cold", choices=("cold", "warm", "as-is"),
                    help="page cache before loading: cold (default: storage numbers; pages dropped, residency "
@@ -38,14 +41,17 @@ def register(sub) -> None:
     p.add_argument("--emulate", default="none", metavar="SPEC",
                    help="emulated storage (as `iobench load --emulate`), e.g. bw:400MiB/s: the tier's aggregate "
                         "bandwidth, shared by all workers, and per-request latency such as const:20ms")
-    p.add_argument("--host-ceiling", default="cached", choices=("cached", "measure", "off"),
+    from ..driver import default_host_ceiling
+
+    p.add_argument("--host-ceiling", default=default_host_ceiling(), choices=("cached", "measure", "off"),
                    help="this host's read ceiling for the batch shape: cached (calibrated once per host and shape), "
-                        "measure (again now) or off")
+                        "measure (again now) or off (default: $IOBENCH_HOST_CEILING, else cached)")
     p.add_argument("--max-stall", type=float, metavar="R", help="exit 1 when the stall exceeds R (e.g. 0.05)")
     add_endpoint_flag(p)
     add_storage_option_flag(p)
     add_progress_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.work("target", "TARGET"), guard.dataset("dataset", "--dataset"))
     p.set_defaults(func=run)
 
 
@@ -81,7 +87,7 @@ def run(args) -> int:
     print(m["verdict"])
     if m["passed"] is not None:
         print(f"{'pass' if m['passed'] else 'FAIL'}: data stall ≤ {cfg.max_stall:.2%} — stall_ratio = "
-              f"{m['stall_ratio']:.2%}")
+              f"{m[STALL_RATIO]:.2%}")
     for w in warnings:
         say(f"warning: {w}")
     if args.json and args.json != "-":

@@ -52,6 +52,10 @@ def register(sub) -> None:
     add_json_flag(p)
     add_progress_flag(p)
     add_set_flag(p)   # --set ckpt.KEY=VALUE: any CkptConfig field (e.g. ckpt.keep_every=10), after the flags
+    from .. import guard
+
+    guard.declare(p, guard.root("local", "--local"), guard.root("durable", "--durable"),
+                  guard.not_a_path("read_path", "--read-path"))
     p.set_defaults(func=run)
 
 
@@ -106,6 +110,11 @@ def run(args) -> int:
     cfg = build(CkptConfig, {**flags, **overrides}, "ckpt")
     cfg.spec()   # validate the layout before touching storage
     world = detect_world()
+    from ..checkpointing.runner import check_fits_memory
+    from ..checkpointing.snapshot import local_ranks
+
+    if world.size <= cfg.spec().ranks:   # (fewer ranks than processes is run_saves' own error)
+        check_fits_memory(cfg.spec(), local_ranks(cfg.spec(), world.rank, world.size))   # before any directory
     if world.size > 1 and cfg.local:
         # node-local tier: each process keeps its own copy; the commit point is on --durable
         cfg = replace(cfg, local=os.path.join(cfg.local, f"proc-{world.rank:05d}"))

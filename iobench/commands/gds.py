@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_json_flag, add_set_flag
 
     p = sub.add_parser("gds", help="GPU-direct reads: probe the paths this node has, benchmark them")
@@ -15,6 +16,7 @@ def register(sub) -> None:
     pp.add_argument("--timeout", default="20s", metavar="DURATION",
                     help="how long the CUDA/cuFile probe subprocess may take before it is killed (default 20s)")
     add_json_flag(pp)
+    guard.declare(pp, guard.in_file("file", "FILE", must_exist=False))   # a file or directory, only stat'ed
     pp.set_defaults(func=run_probe)
 
     pb = gsub.add_parser("bench", help="gdsio-style table: path × IO size × threads, cold and warm")
@@ -34,6 +36,7 @@ def register(sub) -> None:
     pb.add_argument("--timeout", default="20s", metavar="DURATION", help="probe subprocess timeout (default 20s)")
     add_set_flag(pb)
     add_json_flag(pb)
+    guard.declare(pb, guard.dataset("target", "FILE|DATASET_DIR"), guard.not_a_path("paths", "--paths"))
     pb.set_defaults(func=run_bench)
 
 

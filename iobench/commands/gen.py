@@ -8,13 +8,14 @@ _FLAGS = {"format": "format", "modality": "modality", "num_samples": "num_sample
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     p = sub.add_parser("gen", help="generate a sharded synthetic dataset (tokens or JPEG images)")
     p.add_argument("--workload", metavar="NAME|FILE",
                    help="named workload (llm-tokens, imagenet-like, unet3d, resnet50, cosmoflow) or YAML file")
-    p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | npy | megatron | files (one file per "
-                                    "sample: the small-file baseline)")
+    p.add_argument("--format", help="raw | parquet | tfrecord | tar | npz | npy | megatron | hdf5 | arrow | files "
+                                    "(one file per sample: the small-file baseline)")
     p.add_argument("--modality", help="tokens | images | records (opaque samples of record_bytes ± stdev, MLPerf-style)")
     p.add_argument("--num-samples", metavar="N", help="number of samples")
     p.add_argument("--shard-size", metavar="SIZE", help="shard rotation: bytes (64MiB) or a count ('1000 samples')")
@@ -33,6 +34,7 @@ def register(sub) -> None:
     add_endpoint_flag(p)
     add_set_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.in_file("workload", "--workload"), guard.out_dir("out", "--out", owner="dataset"))
     p.set_defaults(func=run)
 
 
@@ -60,7 +62,7 @@ def run(args) -> int:
     stats: dict = {}
     manifest = generate(spec, args.out, endpoint_url=args.endpoint_url,
                         progress=not args.no_progress and sys.stderr.isatty() and world.size == 1, stats=stats,
-                        world=world)
+                        world=world, force=args.force)
     if manifest is None:        # another rank than 0: its shards are in rank 0's manifest and results
         return 0
     secs = max(stats["seconds"], 1e-9)

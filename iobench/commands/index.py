@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_storage_option_flag
 
     p = sub.add_parser("index", help="scan an existing dataset (webdataset tars, Parquet, TFRecord, npz, npy, "
@@ -34,6 +35,8 @@ def register(sub) -> None:
     add_endpoint_flag(p)
     add_storage_option_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.dataset("dataset", "DATASET_URL"),
+                  guard.out_file("out", "--out", owner="manifest", inside_ok=("dataset",)))
     p.set_defaults(func=run)
 
 

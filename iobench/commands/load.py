@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
+
 # flag -> LoadConfig field, for flags that map one-to-one
 _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_size", "epochs": "epochs",
           "steps": "steps", "shuffle_buffer": "shuffle_buffer", "seed": "seed", "compute_mode": "compute_mode",
@@ -15,13 +17,16 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_progress_flag, add_set_flag, add_storage_option_flag
 
     p = sub.add_parser("load", help="read a dataset with W workers and Q prefetch slots; measure stall and latency",
                        description="Read a dataset through its manifest with a prefetching multi-worker loader, "
                                    "emulate the training step, and measure data stall, throughput and latency "
                                    "percentiles.  See README: Loader.")
-    p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://)")
+    p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://), "
+                                                        "one shard file or a brace range of shards "
+                                                        "(train-{000000..000003}.tar: indexed now if unlisted)")
     p.add_argument("--access", metavar="map|stream|block|memmap|auto",
                    help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
                         "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy), memmap "
@@ -89,8 +94,16 @@ def register(sub) -> None:
     p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
                    help="with --tiers: how shards reach the fast tier (default ondemand)")
     p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
+    from ..driver import default_host_ceiling
+
+    p.add_argument("--host-ceiling", default=default_host_ceiling(), choices=("cached", "measure", "off"),
+                   help="measure this host's read ceiling for the batch shape beside the storage number "
+                        "(iobench.driver): cached (once per host and shape), measure, off "
+                        "(default: $IOBENCH_HOST_CEILING, else cached)")
     add_set_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.dataset("dataset", "DATASET_URL"), guard.tiers_file(),
+                  guard.in_file("workload", "--workload"), guard.in_file("compute", "--compute", prefix="file:"))
     add_progress_flag(p)
     p.set_defaults(func=run)
 
@@ -120,8 +133,9 @@ def build_config(args):
         except ValueError:
             raise ConfigError("--compute-ms", f"{args.compute_ms!r} is not a number of milliseconds",
                               "e.g. --compute-ms 200, or --compute 'normal:mean=200ms,std=20ms'") from None
-        if ms < 0:
-            raise ConfigError("--compute-ms", f"must be zero or more, got {args.compute_ms}", "give milliseconds >= 0")
+        from ..bounds import MILLISECONDS
+
+        MILLISECONDS.check("--compute-ms", ms)   # finite, >= 0, within the 7-day cap
         flags["compute"] = f"{ms}ms"
     if args.stall_ci is not None:
         if not 0 < args.stall_ci < 100:
@@ -145,7 +159,6 @@ def run(args) -> int:
     from ..units import format_bytes, format_seconds
     from ..dist import detect_world
     from ..dist.launch import collect, start
-    from ..loader.core import run_load
 
     cfg = build_config(args)
     world = detect_world()
@@ -170,9 +183,10 @@ def run(args) -> int:
 
         analysis, run_ = analyze(cfg, **kw)
     else:
-        run_ = run_load(cfg, source=source, **kw)
+        measure_once = _driver(args, cfg, source, world, kw)
+        run_ = measure_once()
         if args.repeat and args.repeat > 1:
-            runs = [run_] + [run_load(cfg, source=source, **kw) for _ in range(args.repeat - 1)]
+            runs = [run_] + [measure_once() for _ in range(args.repeat - 1)]
             run_ = _median_run(runs)
     metrics = dict(run_.metrics)
     if args.repeat and args.repeat > 1 and not args.analyze:
@@ -203,18 +217,28 @@ def run(args) -> int:
 
             results.metrics["prefetch_recommendation"] = recommend(results.metrics, cfg.compute_model().nominal_s,
                                                                    consumers=world.size)
-        results.metrics["rank0"] = {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}
+        results.metrics["rank0"] = {k: metrics[k] for k in (STALL_RATIO, "samples", "wall_s")}
         metrics = results.metrics
     if args.json:
         results.write(args.json)
     m = metrics
     print(headline(m))
+    drive = m.get("drive") or {}
+    # "within 20% of the ceiling" is the read-path host bound only: a hand-over or CPU-preparation
+    # host bound may come without a ceiling measured (host_ceiling off)
+    if (drive.get("judgement") or {}).get("cause") == "the host's read path" and drive.get("host_ceiling"):
+        from ..units import format_rate
+
+        c = drive["host_ceiling"]
+        print(f"host-bound: storage delivered {format_rate(drive['rates']['capacity_bytes_per_s'] or 0)}, within 20% "
+              f"of what this host's {c['cores']} cores read from memory ({format_rate(c['bytes_per_s'])}): "
+              "the storage can deliver more, the answer is a lower bound")
     if world.size > 1:
         print(f"world: {world.size} ranks on {len(world.nodes)} node(s); "
               f"{m['world']['straggler']['line']}")
     if m.get("repeats"):
         r = m["repeats"]
-        print(f"repeats: {r['n']} runs, stall {r['stall_ratio']['min']:.1%}..{r['stall_ratio']['max']:.1%}, "
+        print(f"repeats: {r['n']} runs, stall {r[STALL_RATIO]['min']:.1%}..{r[STALL_RATIO]['max']:.1%}, "
               f"samples/s spread {r['steady_samples_per_s']['relative_spread']:.1%} (MLPerf asks <= 5%); "
               "the median-stall run is reported")
     if analysis is not None:
@@ -231,7 +255,7 @@ def run(args) -> int:
             print(f"advice: {rec.get('note')}")
         if rec.get("validation"):
             v = rec["validation"]
-            runs = ", ".join(f"W{x['workers']}/Q{x['prefetch']} {x['stall_ratio']:.1%}" for x in v["runs"])
+            runs = ", ".join(f"W{x['workers']}/Q{x['prefetch']} {x[STALL_RATIO]:.1%}" for x in v["runs"])
             lm = v["least_memory_within_2pp"]
             print(f"validation: {runs}; recommended {'is' if v['within_2pp_of_best'] else 'is NOT'} within 2 pp "
                   f"of the best ({v['best_stall_ratio']:.1%}); least memory within 2 pp: W{lm['workers']}/"
@@ -243,37 +267,62 @@ def run(args) -> int:
     return 0
 
 
+def _driver(args, cfg, source, world, kw):
+    """One plain load through the measurement driver (iobench.driver): residency after the run, the
+    host's ceiling beside the storage number, the bound and its cause in ``metrics.drive``.  Tiered
+    and multi-rank loads run the loader directly (their storage is not one tier, their host not one)."""
+    from ..loader.core import run_load
+
+    if source is not None or world.size > 1:
+        return lambda: run_load(cfg, source=source, **kw)
+    from dataclasses import replace
+
+    from ..driver import Dataset, DriveConfig, measure
+    from ..index import dataset_manifest, resolve_dataset_url
+    from ..storage import open_backend
+
+    so = kw["storage_options"]
+    ref = resolve_dataset_url(cfg.dataset)     # a brace range or one shard: those files, under their directory
+    if ref.only is not None:
+        cfg = replace(cfg, dataset=ref.root)
+    manifest = dataset_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=so,
+                                             field_name="dataset", check=True), ref.only)
+    dc = DriveConfig(load=cfg, host_ceiling=args.host_ceiling, one_pass_when_cold=False)
+
+    def once():
+        o = measure(dc, Dataset(url=cfg.dataset, format=manifest.format), manifest, so, progress=kw["progress"])
+        o.run.metrics["drive"] = o.to_dict()
+        return o.run
+    return once
+
+
 def _tiers_source(args, cfg):
     from ..errors import ConfigError
-    from ..manifest import read_manifest
-    from ..storage import open_backend
+    from ..index import open_dataset
 
     try:
         from ..tiers import loader_source
     except ImportError as e:
         raise ConfigError("--tiers", f"storage tiers are not available in this build ({e})",
                           "drop --tiers, or install an iobench with iobench.tiers.loader_source") from None
-    backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset", check=True)
-    manifest = read_manifest(backend)
+    backend, manifest = open_dataset(cfg.dataset, endpoint_url=cfg.endpoint_url)
     return loader_source(args.tiers, args.staging or "ondemand", manifest, backend)
 
 
 def _check_dataset(cfg):
     """Run on every rank before the start barrier: this rank can open the dataset's manifest."""
-    from ..manifest import read_manifest
-    from ..storage import open_backend
+    from ..index import open_dataset
 
-    return read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset",
-                                      check=True))
+    return open_dataset(cfg.dataset, endpoint_url=cfg.endpoint_url)[1]
 
 
 def headline(m: dict) -> str:
     """The answer first: steady-state stall with its interval, wall-clock AU, and how much it rests on."""
     from ..units import format_rate, format_seconds
 
-    ci = (m.get("intervals") or {}).get("stall_ratio") or {}
+    ci = (m.get("intervals") or {}).get(STALL_RATIO) or {}
     hw = ci.get("half_width")
-    stall = f"stall {m['stall_ratio']:.1%}" + (f" ±{hw * 100:.1f} pp" if hw is not None else " (no interval)")
+    stall = f"stall {m[STALL_RATIO]:.1%}" + (f" ±{hw * 100:.1f} pp" if hw is not None else " (no interval)")
     p99 = (m.get("intervals") or {}).get("batch_service_p99_s") or {}
     p99_txt = format_seconds(m["batch_service_s"]["p99"] or 0) if m.get("batch_service_s") else \
         format_seconds(m["batch_io_s"]["p99"] or 0)
@@ -304,7 +353,7 @@ def _window_txt(m: dict) -> str:
 
 
 def _median_run(runs):
-    order = sorted(runs, key=lambda r: r.metrics["stall_ratio"])
+    order = sorted(runs, key=lambda r: r.metrics[STALL_RATIO])
     return order[(len(order) - 1) // 2]
 
 
@@ -319,7 +368,7 @@ def repeat_spread(ms: list[dict]) -> dict:
                 "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0,
                 "relative_spread": (max(vals) - min(vals)) / mean if vals and mean else 0.0}
 
-    return {"n": len(ms), "stall_ratio": spread([m["stall_ratio"] for m in ms]),
+    return {"n": len(ms), STALL_RATIO: spread([m[STALL_RATIO] for m in ms]),
             "steady_samples_per_s": spread([m["throughput"]["steady_samples_per_s"] for m in ms]),
             "batch_service_p99_s": spread([(m.get("batch_service_s") or {}).get("p99") for m in ms]),
             "within_5_percent": spread([m["throughput"]["steady_samples_per_s"] for m in ms])["relative_spread"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag
 
     p = sub.add_parser("mlperf", help="MLPerf Storage: simulated accelerators, AU, --find-max, datasize, checkpoints",
@@ -44,6 +45,8 @@ def register(sub) -> None:
     r.add_argument("--max-accelerators", type=int, default=64, help="--find-max search limit (default 64)")
     add_endpoint_flag(r)
     add_json_flag(r)
+    guard.declare(r, guard.dataset("dataset", "DATASET_URL"), guard.not_a_path("workload", "--workload"),
+                  guard.root("checkpoint_folder", "--checkpoint-folder"))
     r.set_defaults(func=run)
 
     d = ms.add_parser("datasize", help="files needed for a rule-compliant dataset (5x memory, 500 steps per epoch)")
@@ -52,6 +55,7 @@ def register(sub) -> None:
     d.add_argument("--client-memory", required=True, metavar="SIZE", help="host memory per client node, e.g. 512GiB")
     d.add_argument("--nodes", type=int, default=1, help="client nodes (default 1)")
     add_json_flag(d)
+    guard.declare(d, guard.not_a_path("workload", "--workload"))   # a workload name
     d.set_defaults(func=datasize)
 
     c = ms.add_parser("ckpt", help="MLPerf's llama3 checkpoint workloads: 10 writes, cache cleared, 10 reads, 5 runs")
@@ -65,6 +69,7 @@ def register(sub) -> None:
     c.add_argument("--interval-s", type=float, default=5.0, help="seconds between checkpoints (MLPerf: 5)")
     c.add_argument("--runs", type=int, default=5, help="runs, the result their mean (MLPerf: 5)")
     add_json_flag(c)
+    guard.declare(c, guard.root("out", "--out"))
     c.set_defaults(func=ckpt)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_json_flag, add_set_flag
 
-    p = sub.add_parser("plan", help="turn measured results and the seed's models into plans (prefetch depth, "
+    p = sub.add_parser("plan", help="turn measured results and the domain models' models into plans (prefetch depth, "
                                     "checkpoint interval, ...)")
     p.add_argument("model", nargs="?", metavar="MODEL", help="planner model (see --list)")
     p.add_argument("--list", action="store_true", help="list the models and their inputs")
@@ -13,6 +14,7 @@ def register(sub) -> None:
                    help="take measured inputs from a results file (e.g. `iobench load --json`)")
     p.add_argument("--compute-ms", type=float, metavar="T", help="compute time per step in ms (sets compute_time)")
     add_json_flag(p)
+    guard.declare(p, guard.in_file("from_results", "--from"))
     p.set_defaults(func=run)
 
 

@@ -42,6 +42,7 @@ _FLAGS = {
 
 
 def _common(p, many: bool = False) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_set_flag
 
     if many:
@@ -56,6 +57,8 @@ def _common(p, many: bool = False) -> None:
     add_endpoint_flag(p)
     add_json_flag(p)
     add_set_flag(p)
+    # `probe all` takes TIER=URL pairs: each probe it runs checks its own directory
+    guard.declare(p, guard.not_a_path("urls", "[TIER=]URL") if many else guard.work("url", "URL"))
 
 
 def register(sub) -> None:

@@ -24,23 +24,33 @@ def threshold_limits(args) -> dict:
 
 
 def register(sub) -> None:
+    from .. import guard
+
     p = sub.add_parser("report", help="render results files as one self-contained HTML page and a Markdown summary")
     p.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files (any iobench command)")
     p.add_argument("-o", "--out", default="reports/latest", metavar="DIR", help="output directory")
     p.add_argument("--title", default="iobench report")
+    p.add_argument("--text", action="store_true",
+                   help="also print the Markdown summary to the terminal (the report without a browser)")
+    p.add_argument("--no-plots", dest="plots", action="store_const", const=False, default=None,
+                   help="no plots (the default without matplotlib: pip install 'iobench[report]' adds them)")
     add_threshold_flags(p)
+    guard.declare(p, guard.in_file("results", "RESULTS.json"), guard.out_dir("out", "--out", owner="report"))
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..report.build import build_report
 
-    rep = build_report(args.results, args.out, args.title, threshold_limits(args))
+    rep = build_report(args.results, args.out, args.title, threshold_limits(args), plots=args.plots)
     print(rep.verdict)
-    print(f"report: {rep.html}")
+    print(f"report: {rep.html}" + ("" if rep.plots else " (no plots: pip install 'iobench[report]' adds them)"))
     print(f"summary: {rep.markdown}")
     from ..report.format import check_line
 
     for c in rep.checks:
         print(check_line(c))
+    if args.text:
+        print()
+        print(rep.markdown.read_text(), end="")
     return 0 if rep.ok else 1

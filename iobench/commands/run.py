@@ -10,6 +10,9 @@ def register(sub) -> None:
 
     add_progress_flag(p)
     p.add_argument("--keep-data", action="store_true", help="keep the generated data in the work directory")
+    from .. import guard
+
+    guard.declare(p, guard.out_dir("out", "--out", owner="report"), guard.in_file("config", "--config"))
     p.set_defaults(func=run)
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag
 
     p = sub.add_parser("smoke", help="short end-to-end pass/fail check against an S3-compatible store (for CI)")
@@ -11,8 +12,13 @@ def register(sub) -> None:
                                                    "removed at the end")
     p.add_argument("--junit", metavar="PATH", help="write JUnit XML (one test case per check)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="deadline per check in seconds")
-    p.add_argument("--max-stall", type=float, metavar="R", help="also fail if the read's data stall exceeds R")
+    p.add_argument("--max-stall", type=float, default=0.5, metavar="R",
+                   help="fail if the read's data stall exceeds R (0.5; 1 turns the gate off)")
+    p.add_argument("--steps", type=int, default=40, metavar="N", help="steps of the read (40)")
+    p.add_argument("--step-time", default="50ms", metavar="DURATION",
+                   help="the read's emulated training step (50ms): the gate asks whether the store keeps up with it")
     add_json_flag(p)
+    guard.declare(p, guard.out_file("junit", "--junit", owner="junit"))
     p.set_defaults(func=run)
 
 
@@ -33,14 +39,18 @@ def run(args) -> int:
         con.print(f"{mark[c.status]} {c.name} ({c.seconds:.1f} s){': ' + c.message if c.message else ''}",
                   highlight=False)
 
+    from ..units import parse_duration
+
     report = run_smoke(args.endpoint_url, args.bucket, args.prefix, timeout_s=args.timeout,
-                       max_stall=args.max_stall, on_check=show)
+                       max_stall=args.max_stall, on_check=show, steps=args.steps,
+                       step_s=parse_duration(args.step_time, "--step-time"))
     if args.junit:
         atomic_write_bytes(args.junit, junit_xml(report), fsync=False)
     if args.json:
         Results(command="smoke", config={"endpoint_url": args.endpoint_url, "bucket": args.bucket,
                                          "prefix": report.prefix, "timeout_s": args.timeout,
-                                         "max_stall": args.max_stall},
+                                         "max_stall": args.max_stall, "steps": args.steps,
+                                         "step_time": args.step_time},
                 metrics=report.metrics()).write(args.json)
     n_ok = sum(c.status == "passed" for c in report.checks)
     print(f"smoke: {'passed' if report.passed else 'FAILED'} ({n_ok}/{len(report.checks)} checks, "

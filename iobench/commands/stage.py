@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from .. import guard
 from ..cli import add_endpoint_flag, add_json_flag
 
 
@@ -22,6 +23,8 @@ def register(sub) -> None:
     p.add_argument("--evict-first", action="store_true", help="drop this dataset's copies from the tier first")
     add_endpoint_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.dataset("dataset", "DATASET_URL"), guard.tiers_file(),
+                  guard.out_file("trace", "--trace", owner="trace"))
     p.set_defaults(func=run)
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from .. import guard
 from ..cli import add_endpoint_flag, add_json_flag
 
 
@@ -20,11 +21,14 @@ def register(sub) -> None:
     q.add_argument("--concurrency", type=int, default=4)
     q.add_argument("-o", "--out", required=True, metavar="FILE", help="where to write the tiers YAML")
     add_endpoint_flag(q)
+    guard.declare(q, guard.root("nvme", "--nvme"), guard.root("pfs", "--pfs"), guard.root("object", "--object"),
+                  guard.in_file("catalog", "--catalog", must_exist=False), guard.out_file("out", "--out", owner="tiers"))
     q.set_defaults(func=_init)
 
     q = tsub.add_parser("show", help="capacity, use, high-water mark, copies and evictions per tier")
     q.add_argument("--tiers", required=True, metavar="FILE")
     add_json_flag(q)
+    guard.declare(q, guard.tiers_file())
     q.set_defaults(func=_show)
 
     q = tsub.add_parser("simulate", help="replay an access trace against each policy at several capacities")
@@ -33,16 +37,19 @@ def register(sub) -> None:
                    help="sizes or percentages of the distinct bytes read (default: %(default)s)")
     q.add_argument("--policies", default="lru,fifo,pin-once-full,belady", metavar="LIST")
     add_json_flag(q)
+    guard.declare(q, guard.in_file("trace", "TRACE"))
     q.set_defaults(func=_simulate)
 
     q = tsub.add_parser("evict", help="drop cache copies from a tier (never pinned, in-use or last copies)")
     q.add_argument("--tiers", required=True, metavar="FILE")
     q.add_argument("--tier", required=True)
     q.add_argument("--dataset-id", metavar="ID", help="only this dataset's copies (ids: `iobench tiers show`)")
+    guard.declare(q, guard.tiers_file())
     q.set_defaults(func=_evict)
 
     q = tsub.add_parser("reconcile", help="remove files on local tiers that the catalog does not know")
     q.add_argument("--tiers", required=True, metavar="FILE")
+    guard.declare(q, guard.tiers_file())
     q.set_defaults(func=_reconcile)
 
     q = tsub.add_parser("lifecycle", help="keep the last K items on a hot tier, archive every N-th, expire the rest")
@@ -54,6 +61,7 @@ def register(sub) -> None:
     q.add_argument("--every-nth", type=int, default=0, metavar="N")
     q.add_argument("--dry-run", action="store_true", help="print the plan only")
     add_json_flag(q)
+    guard.declare(q, guard.tiers_file())
     q.set_defaults(func=_lifecycle)
 
 
@@ -157,6 +165,14 @@ def _evict(args) -> int:
     try:
         ds = None
         if args.dataset_id:
+            ids = [d["id"] for d in mgr.catalog.datasets()]
+            if args.dataset_id not in ids:   # nothing to evict is not success: the id was mistyped
+                from ..config import nearest
+                from ..errors import ConfigError
+
+                raise ConfigError("--dataset-id", f"no dataset {args.dataset_id!r} in the catalog",
+                                  nearest(args.dataset_id, ids) + " (`iobench tiers show` lists them)" if ids
+                                  else "the catalog holds no dataset yet")
             ds = DatasetRef(id=args.dataset_id, url="", origin_tier="", manifest=None)  # type: ignore[arg-type]
         out = mgr.evict(args.tier, ds)
     finally:
@@ -172,9 +188,8 @@ def _reconcile(args) -> int:
     cfg = load_tiers(args.tiers)
     mgr = TierManager(cfg).open()
     try:
-        for t in cfg.tiers:
-            if t.bounded:
-                print(f"{t.name}: {mgr.reconcile(t.name)}")
+        for t in cfg.tiers:   # every tier: a killed stager's temp files are left on unbounded ones too
+            print(f"{t.name}: {mgr.reconcile(t.name)}")
     finally:
         mgr.close()
     return 0
@@ -205,9 +220,11 @@ def _lifecycle(args) -> int:
         hot = mgr.backend(args.hot)
         names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in hot.ls(prefix)),
                        key=lambda s: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s)])
-        names = lifecycle_items(mgr, args.hot, prefix, [n for n in names if not n.startswith(".")])
+        listed = [n for n in names if not n.startswith(".")]
+        names = lifecycle_items(mgr, args.hot, prefix, listed)
         plan = plan_lifecycle(names, args.keep_last, args.every_nth)
-        out = {"plan": plan.to_dict()}
+        # what is there but no checkpoint iobench committed: the user's, never moved or expired
+        out = {"plan": plan.to_dict() | {"left_alone": sorted(set(listed) - set(names))}}
         if not args.dry_run:
             out["applied"] = apply_lifecycle(mgr, plan, args.hot, args.archive, prefix).to_dict()
     finally:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
+    from .. import guard
     from ..cli import add_endpoint_flag, add_json_flag, add_storage_option_flag
 
     p = sub.add_parser("verify", help="check a dataset's shards against its manifest (exit 1 on corruption)")
@@ -12,6 +13,7 @@ def register(sub) -> None:
     add_endpoint_flag(p)
     add_storage_option_flag(p)
     add_json_flag(p)
+    guard.declare(p, guard.dataset("url", "DATASET_URL"))
     p.set_defaults(func=run)
 
 

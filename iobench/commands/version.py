@@ -7,7 +7,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .. import __version__
+    from .._version import __version__
 
     print(f"iobench {__version__}")
     return 0

@@ -1,4 +1,4 @@
-"""World metrics from per-rank metrics (measurement rule 5), the one home for rank merging.
+"""World metrics from per-rank metrics (measurement rule 5, "ranks merged, not averaged", docs/design.md), the one home for rank merging.
 
 Ranks start together (a barrier) and the job is done when the slowest rank is, so:
 

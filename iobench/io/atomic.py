@@ -1,11 +1,14 @@
 """Atomic publication of local files: temp name, fsync, rename, fsync of the directory.
 
 Nothing half-written is ever visible under the final name.  Tests prove the syncs happen
-(measurement rule 6) by wrapping ``os.fsync`` and counting.
+(measurement rule 6, "fsync means fsync", docs/design.md) by wrapping ``os.fsync`` and counting.
 
-This module owns the temp-name convention (``.<final name>.<8 random chars>.tmp`` beside
-the final file): ``temp_file`` makes one, ``final_name_of`` recognises one (clean-ups of
-killed writers in generate and tier reconcile ask it, never a pattern of their own).
+This module owns the temp-name convention (``.<final name>.<host>-<pid>-<start>-<random>.tmp``
+beside the final file: the writer's host, process id and process start time, so that a later run
+can tell a live writer's temp file from a dead one's): ``temp_file`` makes one, ``final_name_of``
+recognises one and ``writer_alive`` says whether its writer still runs (clean-ups of killed writers
+in generate and tier reconcile ask them, never a pattern of their own, and remove only the temp
+files of dead writers: a second ``gen`` into the same directory leaves the first one's alone).
 ``publish_new`` publishes only where no file of that name exists yet, atomically (a hard
 link, which fails with EEXIST), so two writers of one commit point cannot both win.
 """
@@ -20,7 +23,61 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp")
+_TEMP = re.compile(r"\.(.+)\.(?P<host>[0-9a-f]{6})-(?P<pid>\d+)-(?P<start>\d+)-[0-9a-f]{4}\.tmp")
+_TEMP_OLD = re.compile(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp")   # before the writer was in the name: no one's now
+_ME: tuple[int, str] | None = None   # (pid, "<host>-<pid>-<start>") of this process, redone after a fork
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid, a
+    name no later process has.  None when there is no such process, or only its zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[1].split()
+    if fields[0] in (b"Z", b"X"):   # a zombie writes nothing: dead (its parent has not reaped it yet)
+        return None
+    return fields[19].decode()
+
+
+def _host() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+
+
+def _writer_tag() -> str:
+    global _ME
+    pid = os.getpid()
+    if _ME is None or _ME[0] != pid:
+        _ME = (pid, f"{_host()}-{pid}-{_start_time(pid) or 0}")
+    return _ME[1]
+
+
+def writer_alive(name: str) -> bool:
+    """Whether the process that made temp file ``name`` may still be writing it: True for a live
+    process with the same start time, or one on another host (which this host cannot see); False for
+    a dead writer, a reused pid, or a temp name of the old convention (no writer recorded)."""
+    m = _TEMP.fullmatch(name)
+    if m is None:
+        return False
+    if m.group("host") != _host():
+        return True
+    start = _start_time(int(m.group("pid")))
+    if start is None:
+        if os.path.exists("/proc/self/stat"):
+            return False
+        try:
+            os.kill(int(m.group("pid")), 0)   # no /proc (not Linux): the pid alone
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    return m.group("start") in ("0", start)
 
 
 def temp_file(final: str | os.PathLike) -> tuple[int, str]:
@@ -33,7 +90,7 @@ def temp_file(final: str | os.PathLike) -> tuple[int, str]:
     final = Path(final)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     for _ in range(100):
-        tmp = str(final.parent / f".{final.name}.{secrets.token_hex(4)}.tmp")
+        tmp = str(final.parent / f".{final.name}.{_writer_tag()}-{secrets.token_hex(2)}.tmp")
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
@@ -43,7 +100,7 @@ def temp_file(final: str | os.PathLike) -> tuple[int, str]:
 
 def final_name_of(name: str) -> str | None:
     """The final file name a temp file of ours stands for, or None when ``name`` is not one."""
-    m = _TEMP.fullmatch(name)
+    m = _TEMP.fullmatch(name) or _TEMP_OLD.fullmatch(name)
     return m.group(1) if m else None
 
 

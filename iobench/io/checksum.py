@@ -24,6 +24,8 @@ from ..errors import ConfigError
 #: Algorithms a dataset generator may be asked for (``gen --checksum``).
 DATASET_ALGOS = ("xxh64", "crc32c")
 _XXH = ("xxh64", "xxh3_64", "xxh3", "xxh128", "xxh3_128", "xxh32")
+#: Every algorithm a manifest may name ("none": indexed without checksums, sizes and counts only).
+KNOWN_ALGOS = _XXH + ("crc32c", "sha256", "md5", "sha1", "none")
 
 
 class _Crc32c:

@@ -19,12 +19,13 @@ import errno
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 from ..errors import IntegrityError
 from ..metrics import now_ns
 from ..storage import Backend
 from .checksum import matches, new_hasher
+from .inputs import open_regular_file
 from .retry import RetryPolicy, any_failure
 
 CHUNK = 8 * 1024 * 1024
@@ -108,7 +109,7 @@ def _direct_copy(src_path: str, f, h) -> int:
     buf = _buffer(COPY_BUF)
     view = memoryview(buf)
     n = 0
-    with open(src_path, "rb", buffering=0) as s:
+    with open_regular_file(src_path, "shard", "replace it with the shard file", buffering=0) as s:
         fd = s.fileno()
         while True:
             got = os.readv(fd, [buf])
@@ -125,7 +126,7 @@ def _kernel_copy(src_path: str, f, nbytes: int) -> int:
     f.flush()
     out = f.fileno()
     n = 0
-    with open(src_path, "rb", buffering=0) as s:
+    with open_regular_file(src_path, "shard", "replace it with the shard file", buffering=0) as s:
         while True:
             got = os.copy_file_range(s.fileno(), out, max(nbytes - n, CHUNK))
             if got == 0:
@@ -224,7 +225,7 @@ def copy_verified(src: Backend, src_rel: str, dst: Backend, dst_rel: str, nbytes
 
     out = _policy(retries, backoff_s).run(attempt, lambda: f"copy of {src_rel} to {dst.url} from {src.path(src_rel)}",
                                           retry_if=any_failure, on_retry=on_retry)
-    return CopyResult(int(out.value), (now_ns() - t0) / 1e9, out.attempts, out.refetches)
+    return CopyResult(cast(int, out.value), (now_ns() - t0) / 1e9, out.attempts, out.refetches)
 
 
 def fetch_verified(src: Backend, rel: str, nbytes: int, checksum: str, *, retries: int = 3,

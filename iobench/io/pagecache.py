@@ -1,4 +1,4 @@
-"""Declared and measured page-cache state of a dataset's shards (measurement rule 3).
+"""Declared and measured page-cache state of a dataset's shards (measurement rule 3, "declared and measured cache state", docs/design.md).
 
 ``cold`` writes back and evicts each shard's pages (``posix_fadvise DONTNEED``), ``warm``
 reads each shard once, ``as-is`` leaves them; in every case the residency is then
@@ -39,8 +39,16 @@ def _lib():
     return _libc
 
 
+def _open_data(path: str) -> int:
+    """A data file opened for a cache operation; a FIFO or device is refused, never waited on
+    (the residency probe runs on every shard before a load)."""
+    from .inputs import open_regular
+
+    return open_regular(path, "shard", "replace it with the data file")
+
+
 def drop_pages(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_data(path)
     try:
         os.fdatasync(fd)  # dirty pages cannot be dropped
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -68,7 +76,7 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
 
 def resident_pages(path: str) -> tuple[int, int] | None:
     """(resident, total) pages of the file in the page cache; None where neither call is available."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_data(path)
     try:
         return resident_pages_fd(fd, os.fstat(fd).st_size)
     finally:
@@ -118,14 +126,14 @@ def resident_pages_fd(fd: int, size: int) -> tuple[int, int] | None:
 
         # bit 0 of each byte: resident.  Counted in numpy: a Python loop over the vector cost
         # ~1.6 s per GiB of file, which a checkpoint restore paid on every file.
-        return int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1)), pages
+        return int(np.count_nonzero(np.frombuffer(memoryview(vec), dtype=np.uint8) & 1)), pages
     finally:
         lib.munmap(ctypes.c_void_p(addr), size)
 
 
 def warm_file(path: str, chunk: int = 8 << 20) -> int:
     n = 0
-    with open(path, "rb", buffering=0) as f:
+    with os.fdopen(_open_data(path), "rb", buffering=0) as f:
         while True:
             b = f.read(chunk)
             if not b:
@@ -158,13 +166,13 @@ def odirect_supported(directory: str) -> tuple[bool, str]:
     try:
         fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
     except OSError as e:
-        return False, f"open(O_DIRECT) failed: {os.strerror(e.errno)} (tmpfs and some FUSE filesystems reject it)"
+        return False, f"open(O_DIRECT) failed: {e.strerror} (tmpfs and some FUSE filesystems reject it)"
     try:
         buf = mmap.mmap(-1, mmap.PAGESIZE)
         try:
             os.pwritev(fd, [buf], 0)
         except OSError as e:
-            return False, f"O_DIRECT write failed: {os.strerror(e.errno)}"
+            return False, f"O_DIRECT write failed: {e.strerror}"
         finally:
             buf.close()
         return True, ""

@@ -15,7 +15,6 @@ import importlib
 import random
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError
@@ -71,13 +70,14 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
     if kind == "const":
         return ComputeModel(kind="const", mean_s=parse_duration(body, field), mode=mode, callback=callback, seed=seed)
     if kind == "file":
-        p = Path(body)
+        from ..io.inputs import read_text
+
         try:
-            lines = [ln.strip() for ln in p.read_text().splitlines()]
+            lines = [ln.strip() for ln in read_text(body, field, what="step-time file").splitlines()]
         except OSError as e:
             raise ConfigError(field, f"cannot read step-time file {body!r} ({e.strerror})",
                               "give a file with one step time per line") from None
-        times = tuple(parse_duration(ln, field) for ln in lines if ln and not ln.startswith("#"))
+        times = tuple(parse_duration(ln, field, bare_unit="s") for ln in lines if ln and not ln.startswith("#"))
         if not times:
             raise ConfigError(field, f"{body!r} holds no step times", "one number (seconds) or duration per line")
         return ComputeModel(kind="file", times_s=times, mode=mode, callback=callback, seed=seed)
@@ -111,6 +111,8 @@ def load_callback(target: str) -> Callable:
             if not os.path.isfile(module):
                 raise ImportError(f"no file {module}")
             spec = ilu.spec_from_file_location(os.path.basename(module)[:-3], module)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"{module} is not a Python module")
             mod = ilu.module_from_spec(spec)
             spec.loader.exec_module(mod)
         else:
@@ -144,7 +146,7 @@ class Compute:
     def __init__(self, model: ComputeModel) -> None:
         self.model = model
         self._rng = random.Random(model.seed)
-        self._fn = load_callback(model.callback) if model.mode == "callback" else None
+        self._fn = load_callback(model.callback) if model.mode == "callback" and model.callback else None
 
     def duration(self, step: int) -> float:
         m = self.model

@@ -2,7 +2,7 @@
 
 ``run_load(cfg)`` reads a dataset through its manifest and the format readers, hands
 each batch to the consumer as a shared-memory view, emulates the step's compute, and
-returns the metrics of the results schema: per-step wait and compute, stall ratio (first
+returns a ``iobench.schema.LoadMetrics`` (as its dict): per-step wait and compute, stall ratio (first
 step excluded), throughput counted at the backend, HDR histograms of batch wait, batch
 I/O and per-operation read latency, queue depth and psutil samples over time.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,10 +20,18 @@ from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, now_ns
+from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
+
+if TYPE_CHECKING:
+    from ..manifest import Manifest
+    from .delivery import Delivery
+    from ..storage import Backend
+    from ..wrappers import EmulationSpec
+    from .source import ShardSource
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _MAX_EPOCHS_FOR_STEPS = 100_000
@@ -85,7 +94,7 @@ class LoadConfig:
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"load.{name}", f"must be within 0..1, got {getattr(self, name)}",
                                   "give a probability")
-        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not 0 < self.p99_ci:
+        if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not self.p99_ci > 0:
             raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
                               "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
         if self.min_steps < 2:
@@ -191,7 +200,11 @@ def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
                               f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
-def _hist_summary(values_s: list[float]) -> dict:
+def _summary(h: LatencyHistogram) -> Any:   # a schema.HdrSummary
+    return h.summary()
+
+
+def _hist_summary(values_s: list[float]) -> Any:   # a schema.HdrSummary
     from ..metrics import summarize_seconds
 
     return summarize_seconds(values_s)
@@ -202,14 +215,14 @@ class _Setup:
     """Everything a load needs before its first step (built by ``_setup``)."""
 
     cfg: LoadConfig
-    backend: object
-    manifest: object
+    backend: Backend
+    manifest: Manifest
     schedule: Schedule
-    source: object
+    source: ShardSource
     compute: Compute
-    deliver: object
+    deliver: Delivery            # the batch to the device (loader.delivery, iobench.gds)
     cache_state: dict
-    emulation: object
+    emulation: EmulationSpec
     slot_bytes: int
     slots: int
     warnings: list[str]
@@ -241,7 +254,7 @@ class _Steps:
     done: dict = field(default_factory=dict)
     overflow: int = 0
     stopped_early: str | None = None
-    device: object = None                                 # iobench.blockdev.DeviceCounter, local disks
+    device: Any = None                                    # iobench.blockdev.DeviceCounter, local disks
 
 
 def slots_for(access: str, workers: int, prefetch: int) -> int:
@@ -256,18 +269,24 @@ def slots_for(access: str, workers: int, prefetch: int) -> int:
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver) -> _Setup:
     from ..io.pagecache import set_cache_state
-    from ..manifest import read_manifest
     from ..storage import open_backend
     from ..wrappers import resolve_emulation
-    from .delivery import get_delivery
+    from .delivery import as_delivery, get_delivery
     from ..io.retry import RetryPolicy
-    from .source import BackendSource
+    from .source import backend_source
+
+    from dataclasses import replace
+
+    from ..index import dataset_manifest, resolve_dataset_url
 
     warnings: list[str] = []
+    ref = resolve_dataset_url(cfg.dataset)     # a brace range or one shard: those files, under their directory
+    if ref.only is not None:
+        cfg = replace(cfg, dataset=ref.root)
     backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options,
                            field_name="dataset", check=True)
     if manifest is None:
-        manifest = read_manifest(backend)
+        manifest = dataset_manifest(backend, ref.only)
     if not manifest.shards:
         raise ConfigError("dataset", f"the manifest at {cfg.dataset} lists no shards", "regenerate the dataset")
     check_against_dataset(cfg, manifest, world)
@@ -283,18 +302,18 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
 
         check_memmap(cfg, backend, manifest, source)   # before any work: memmap reads local fixed rows only
     compute = Compute(cfg.compute_model())
-    deliver = deliver or get_delivery(cfg.device)
-    if getattr(deliver, "bind", None) is not None:  # a GPU delivery picks its route for this dataset (iobench.gds)
-        deliver.bind(manifest, cfg.dataset)
+    deliver = as_delivery(deliver, cfg.device) if deliver is not None else get_delivery(cfg.device)
+    deliver.bind(manifest, cfg.dataset)   # a GPU delivery picks its route for this dataset (iobench.gds)
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if source is None:
-        source = BackendSource(url=cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
-                               emulation=cfg.emulate, seed=cfg.seed,
-                               block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
-                               concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
-                               retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
-                               error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+        source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
+                                # the tier's bandwidth is shared by the workers (iobench.wrappers)
+                                emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers), seed=cfg.seed,
+                                block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
+                                concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
+                                retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
+                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
         from .memmap import MappedSource
 
@@ -308,9 +327,10 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
             warnings.append("--verify-checksums: the map pattern read whole shards (verified) instead of "
                             "per-sample ranges")
     if cfg.odirect and not synthetic:
-        _check_odirect(backend, manifest, warnings)
+        _check_odirect(backend, source, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
-                  deliver=deliver, cache_state=cache_state, emulation=resolve_emulation(cfg.emulate),
+                  deliver=deliver, cache_state=cache_state,
+                  emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers),
                   slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
                   slots=slots_for(schedule.access, cfg.workers, cfg.prefetch), warnings=warnings)
 
@@ -335,7 +355,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     from .worker import WorkerJob, run_worker
 
     cfg, schedule, total = st.cfg, st.schedule, st.schedule.total
-    ctx = mp.get_context(cfg.start_method)
+    ctx: Any = mp.get_context(cfg.start_method)
     # Poll before blocking only where a core is left over for each process (an object store
     # served from this host needs one of them: spinning would starve it).
     spin_s = _SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0
@@ -459,7 +479,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
-        rec = step_loop(st, progress, synthetic, stop_rule)
+        rec = step_loop(st, _Steps(), progress, synthetic, stop_rule,
+                        device=lambda: _device_counter(st.backend, st.manifest, synthetic))
     else:
         rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
@@ -500,7 +521,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                            "gate_wait_s": d.get("gate_wait_s", 0.0),
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
-    # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.
+    # Measurement rule 4 ("first step excluded", docs/design.md): the first step includes the first reads (and a stream's buffer fill); it is excluded.
     w, s = rec.waits[1:], rec.steps_s[1:]
     stall_mlperf = sum(w) / sum(s) if s and sum(s) > 0 else 0.0
     # The headline: the steady window also leaves out the drain of the workers' head start
@@ -515,71 +536,79 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     total_wall_s = (rec.t_end - rec.t_spawn) / 1e9
     first_wait = rec.waits[0] if rec.waits else None
     warmup_s = startup_s + (first_wait or 0.0)
-    metrics = {
-        "access": schedule.access,
-        "steps": steps,
-        "steps_planned": schedule.total,
-        "stopped_early": rec.stopped_early,
-        "samples": sum(rec.lens),
-        "epochs_planned": schedule.epochs,
-        "first_step_excluded": True,
-        "stall_ratio": stall,
-        "accelerator_utilization": 1.0 - stall,
-        "steady_window": {"from_step": k0, "to_step": k1, "rule": why},
+    warmup_fraction = warmup_s / total_wall_s if total_wall_s > 0 else None
+    for reason in st.deliver.reasons:  # GPU delivery fallbacks (iobench.gds.delivery)
+        warnings.append(f"--device {cfg.device}: {reason}")
+    intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
+                                          warmup_fraction=warmup_fraction)
+    metrics = LoadMetrics(
+        access=schedule.access,
+        steps=steps,
+        steps_planned=schedule.total,
+        stopped_early=rec.stopped_early,
+        samples=sum(rec.lens),
+        epochs_planned=schedule.epochs,
+        first_step_excluded=True,
+        stall_ratio=stall,
+        accelerator_utilization=1.0 - stall,
+        steady_window={"from_step": k0, "to_step": k1, "rule": why},
         # MLPerf Storage's count (every step but the first), the head start's drain included
-        "stall_ratio_first_step_excluded": stall_mlperf,
-        "accelerator_utilization_first_step_excluded": 1.0 - stall_mlperf,
+        stall_ratio_first_step_excluded=stall_mlperf,
+        accelerator_utilization_first_step_excluded=1.0 - stall_mlperf,
         # compute over the whole wall clock, worker start and the first batch included
-        "wall_clock_utilization": sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
-        "wall_s": wall_s,
-        "wall_s_with_startup": total_wall_s,
-        "wait_s_total": sum(w),
-        "compute_s_total": sum(rec.computes[1:]),
-        "first_step_s": rec.steps_s[0] if rec.steps_s else None,
-        "startup_s": startup_s,
-        "time_to_first_batch_s": first_wait,
-        "warmup_s": warmup_s,
-        "warmup_fraction": warmup_s / total_wall_s if total_wall_s > 0 else None,
-        "fill_io_s_total": sum(rec.fill_s),
-        "batch_wait_s": _hist_summary(w),
-        "batch_io_s": _hist_summary(io),
-        "batch_io_hist": _encode(io),
-        "batch_prep_s": _hist_summary(rec.prep_s[1:] or rec.prep_s),
-        "batch_service_s": _hist_summary(service),
-        "batch_service_hist": _encode(service),
-        "batch_wait_hist": _encode(w),
-        "compute_hist": _encode(rec.computes[1:]),
-        "compute_s": _hist_summary(rec.computes[1:] or rec.computes),
-        "step_s": _hist_summary(s),
-        "batch_bytes": float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
-        "batch_bytes_max": int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
-        "bytes_read": bytes_read,
-        "requests": sum(rec.requests),
-        "throughput": {
+        wall_clock_utilization=sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
+        wall_s=wall_s,
+        wall_s_with_startup=total_wall_s,
+        wait_s_total=sum(w),
+        compute_s_total=sum(rec.computes[1:]),
+        first_step_s=rec.steps_s[0] if rec.steps_s else None,
+        startup_s=startup_s,
+        time_to_first_batch_s=first_wait,
+        warmup_s=warmup_s,
+        warmup_fraction=warmup_fraction,
+        fill_io_s_total=sum(rec.fill_s),
+        batch_wait_s=_hist_summary(w),
+        batch_io_s=_hist_summary(io),
+        batch_io_hist=_encode(io),
+        batch_prep_s=_hist_summary(rec.prep_s[1:] or rec.prep_s),
+        batch_service_s=_hist_summary(service),
+        batch_service_hist=_encode(service),
+        batch_wait_hist=_encode(w),
+        compute_hist=_encode(rec.computes[1:]),
+        compute_s=_hist_summary(rec.computes[1:] or rec.computes),
+        step_s=_hist_summary(s),
+        batch_bytes=float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
+        batch_bytes_max=int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
+        bytes_read=bytes_read,
+        requests=sum(rec.requests),
+        throughput={
             "samples_per_s": sum(rec.lens) / wall_s if wall_s > 0 else None,
             "bytes_per_s": bytes_read / wall_s if wall_s > 0 else None,
             "batches_per_s": steps / wall_s if wall_s > 0 else None,
             "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
         },
-        "read_latency_s": {op: h.summary() for op, h in read_hists.items()},
-        "read_calls": calls,
-        "queue_depth": {"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
-                        "slots": st.slots, "slot_bytes": st.slot_bytes},
-        "per_worker": per_worker,
-        "series": {"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
-                   "queue_depth": rec.depths,
-                   "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
-                   # the batch's whole time at its worker (what planner.loader_sim replays)
-                   "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
-                   "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
-                   "start_s": rec.start_s},
-        "system": rec.system,
-        "pickled_batches": rec.overflow,
-        "verify_checksums": merge_verify([rec.done[w].get("source") or {} for w in sorted(rec.done)]),
+        read_latency_s={op: _summary(h) for op, h in read_hists.items()},
+        read_calls=calls,
+        queue_depth={"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
+                     "slots": st.slots, "slot_bytes": st.slot_bytes},
+        per_worker=per_worker,
+        series={"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
+                "queue_depth": rec.depths,
+                "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
+                # the batch's whole time at its worker (what planner.loader_sim replays)
+                "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
+                "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
+                "start_s": rec.start_s},
+        system=rec.system,
+        pickled_batches=rec.overflow,
+        verify_checksums=merge_verify([rec.done[w].get("source") or {} for w in sorted(rec.done)]),
         # What the block device read for these requests (read-ahead makes it more); None off local disks.
-        "device_io": rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
-    }
-    src_desc = st.source.describe() if hasattr(st.source, "describe") else {"kind": type(st.source).__name__}
+        device_io=rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
+        intervals=intervals,
+        stable=stable,
+        stability=stability,
+    )
+    src_desc = st.source.describe()
     environment = {
         "cache": st.cache_state,
         "storage": "synthetic" if synthetic else ("emulated" if st.emulation.active else "real"),
@@ -599,22 +628,19 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                                "excluded); worker start-up (processes, storage connections) happens before the "
                                "clock starts (startup_s); wall_clock_utilization includes both",
     }
-    for reason in getattr(st.deliver, "reasons", ()):  # GPU delivery fallbacks (iobench.gds.delivery)
-        warnings.append(f"--device {cfg.device}: {reason}")
-    _judge(st, rec, metrics, warnings)
-    return LoadRun(metrics=metrics, environment=environment, warnings=warnings)
+    return LoadRun(metrics=metrics.to_dict(), environment=environment, warnings=warnings)
 
 
-def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
-    """Intervals (rule 9), and the warnings that keep the headline honest (too short, idle workers...)."""
+def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
+           warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
+    """Intervals (measurement rule 9, "enough samples", docs/design.md), and the warnings that keep the headline honest (too short, idle workers...)."""
     from .stability import StopRule, steady_verdict
 
     cfg = st.cfg
     rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
     v = steady_verdict(rec, rule)
-    metrics["intervals"] = {k: v[k] for k in ("stall_ratio", "batch_service_p99_s", "batch_wait_p99_s")}
-    metrics["stable"] = v["stable"]
-    metrics["stability"] = {"rule": rule.describe(), "until_stable": cfg.until_stable,
+    intervals = {k: v[k] for k in (STALL_RATIO, P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL)}
+    stability: Stability = {"rule": rule.describe(), "until_stable": cfg.until_stable,
                             "stopped": rec.stopped_early or "planned steps done",
                             "not_stable_because": v["not_stable_because"]}
     if not v["stable"]:
@@ -627,13 +653,13 @@ def _judge(st: _Setup, rec: _Steps, metrics: dict, warnings: list[str]) -> None:
         if mine < cfg.workers:
             warnings.append(f"{mine} shard(s) for {cfg.workers} workers: {cfg.workers - mine} worker(s) have nothing "
                             "to read (regenerate with smaller shards, or use --access map)")
-    if st.emulation.active and metrics["requests"] < 100:
-        warnings.append(f"the emulated storage saw only {metrics['requests']} request(s): its latency distribution "
+    if st.emulation.active and requests < 100:
+        warnings.append(f"the emulated storage saw only {requests} request(s): its latency distribution "
                         "is barely sampled (run more steps)")
-    wf = metrics.get("warmup_fraction")
-    if wf is not None and wf > 0.10:
-        warnings.append(f"warm-up (worker start + first batch) took {metrics['warmup_s']:.2f} s, {wf:.0%} of the wall "
-                        "clock: wall-clock utilization is below the steady-state one")
+    if warmup_fraction is not None and warmup_fraction > 0.10:
+        warnings.append(f"warm-up (worker start + first batch) took {warmup_s:.2f} s, {warmup_fraction:.0%} of the "
+                        "wall clock: wall-clock utilization is below the steady-state one")
+    return intervals, v["stable"], stability
 
 
 ACCESS_SEMANTICS = {
@@ -661,11 +687,15 @@ def _device_counter(backend, manifest, synthetic: bool):
     return c if c.dev is not None else None
 
 
-def _check_odirect(backend, manifest, warnings: list[str]) -> None:
+def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
     import os
 
     if not backend.supports_odirect:
         warnings.append(f"--odirect ignored: {backend.protocol}:// has no O_DIRECT; reads are buffered")
+        return
+    if not source.supports_odirect:
+        warnings.append("--odirect ignored: emulated or faulty storage (or this source) passes every read through "
+                        "its wrappers; reads are buffered")
         return
     path = backend.local_path(manifest.shards[0].path)
     try:
@@ -685,12 +715,9 @@ def _encode(values_s: list[float]) -> str | None:
     return h.encode()
 
 
-def _describe_delivery(deliver, device: str) -> dict:
+def _describe_delivery(deliver: Delivery, device: str) -> dict:
     """The effective delivery path (a GPU delivery records its fallbacks), not just the requested one."""
-    fn = getattr(deliver, "describe", None)
-    if fn is None:
-        return {"device": device, "path": "host (zero-copy view of the slot)" if device == "cpu" else "custom"}
     try:
-        return fn()
+        return deliver.describe()
     except Exception as e:  # noqa: BLE001 — a description must not fail the run
         return {"device": device, "error": f"{type(e).__name__}: {e}"}

@@ -12,9 +12,11 @@ requests the pattern issues for one batch.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import dataclasses
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 PATTERNS = ("map", "stream", "block")
 WORKERS = (1, 2, 4)
@@ -51,7 +53,8 @@ def storage_spec(kind: str, batch_io_s: float, requests_per_batch: int, request_
     if kind == "spike":
         return f"const:{ms(per * 0.7)}+spike:p=0.15,extra={ms(per * 2)}"
     if kind == "bw":
-        return f"bw:{max(1, int(request_bytes / per))}"
+        # per worker: the model (planner.loader_sim.draw_io) gives each worker this cap of its own
+        return f"bw:{max(1, int(request_bytes / per))},per=worker"
     raise ValueError(f"unknown storage kind {kind!r}")
 
 
@@ -77,7 +80,7 @@ def load_config(url: str, cell: Cell, *, batch_size: int, shard_samples: int, sa
 
     nreq = _requests_per_batch(cell.pattern, batch_size, shard_samples)
     req_bytes = sample_bytes if cell.pattern == "map" else sample_bytes * shard_samples
-    kw = dict(dataset=url, workers=cell.workers, prefetch=cell.prefetch, batch_size=batch_size, steps=steps,
+    kw: dict[str, Any] = dict(dataset=url, workers=cell.workers, prefetch=cell.prefetch, batch_size=batch_size, steps=steps,
               compute=compute_spec(cell.compute, compute_s), seed=seed, monitor_interval_s=1.0,
               emulate=storage_spec(cell.storage, 1.25 * cell.workers * compute_s, nreq, req_bytes))
     fields = {f.name for f in dataclasses.fields(LoadConfig)}
@@ -100,7 +103,7 @@ def run_cell(url: str, cell: Cell, **kw) -> dict:
     cfg = load_config(url, cell, **kw)
     run = run_load(cfg)
     pred = predict_from_run(run.metrics, cell.pattern, cell.workers, cell.prefetch)
-    measured = run.metrics["stall_ratio"]
+    measured = run.metrics[STALL_RATIO]
     return {"cell": cell.name, "pattern": cell.pattern, "workers": cell.workers, "prefetch": cell.prefetch,
             "storage": cell.storage, "compute": cell.compute, "emulate": cfg.emulate, "compute_spec": cfg.compute,
             "steps": run.metrics["steps"], "measured_stall": measured, "predicted_stall": pred.stall_ratio,

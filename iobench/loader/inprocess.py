@@ -16,8 +16,10 @@ them.  The producer's counters become the one ``per_worker`` entry (worker 0, th
 
 How the worker's code runs here: its emitter writes each batch into a slot of a pool and
 sends its metadata down a connection.  ``_OneSlot`` is that pool with a single private
-buffer (a batch is done with before the next is built, so one is enough), and
-``_StepOnSend`` is the connection: "sending" batch ``k`` runs step ``k``.
+buffer (a batch is done with before the next is built, so one is enough); ``_InProcessEmitter``
+is the worker's emitter with only the hand-off replaced: where a worker packs the batch's
+metadata for a pipe, it hands the step the slot's array view itself; ``_StepOnSend`` runs
+and records the step (and stands in for the pipe the emitter expects).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import numpy as np
 
 from ..errors import IobenchError
 from ..metrics import now_ns
+from .slots import Batch, batch_from_meta
+from .worker import _I8, _Emitter, _pack
 
 
 class _OneSlot:
@@ -55,60 +59,75 @@ class _OneSlot:
         return 0   # never more than the step's own batch: the emitter never holds one back
 
     def buf(self, s: int) -> memoryview:
-        return memoryview(self._u8)
+        return self._u8.data
 
     def u8(self, s: int) -> np.ndarray:
         return self._u8
 
 
 class _StepOnSend:
-    """The emitter's connection: batch ``k`` "sent" is step ``k`` run, and recorded in ``rec``."""
+    """The emitter's connection: batch ``k`` "sent" is step ``k`` run, and recorded in ``rec``.
+
+    Each step logs one tuple (the hot path: one append, where ``rec`` has sixteen lists); the
+    tuples are spread into ``rec`` at the end, and before each look of a stop rule, which reads it."""
 
     def __init__(self, st, rec, pool: _OneSlot, stop: threading.Event, stop_rule, bar) -> None:
         self.st, self.rec, self.pool, self.stop, self.stop_rule, self.bar = st, rec, pool, stop, stop_rule, bar
         self.total = st.schedule.total
         self.t_prev = 0   # when the previous step ended (the clock's start for step 0)
+        self.log: list[tuple] = []
+        self._build, self._deliver, self._compute = batch_from_meta, st.deliver, st.compute
 
     def batch(self, meta: dict, hold: bool = False) -> None:
-        from .slots import batch_from_meta
+        """A batch as a worker's metadata (the emitter's general path; ``_InProcessEmitter`` skips it)."""
+        self.run(meta["k"], self._build(meta, self.pool), meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
+                 meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"])
 
-        st, rec = self.st, self.rec
-        k = meta["k"]
-        batch = st.deliver(batch_from_meta(meta, self.pool))
+    def run(self, k: int, batch: Batch, nbytes: int, n: int, io_s: float, prep_s: float, fill_s: float,
+            requests: int, ready_ns: int, start_ns: int | None) -> None:
+        """Step ``k`` on ``batch``: delivery, the step's compute, one logged tuple."""
+        batch = self._deliver(batch)
         t1 = now_ns()
         try:
-            c = st.compute(batch, k, idle=None)
+            c = self._compute(batch, k, idle=None)
         except Exception as e:
-            if st.cfg.compute_mode != "callback":
+            if self.st.cfg.compute_mode != "callback":
                 raise
-            raise IobenchError(f"--compute-fn {st.cfg.compute_fn} failed at step {k}: "
+            raise IobenchError(f"--compute-fn {self.st.cfg.compute_fn} failed at step {k}: "
                                f"{type(e).__name__}: {e}") from e
         del batch
         t2 = now_ns()
-        t0 = self.t_prev
+        self.log.append((self.t_prev, t1, t2, c, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns))
         self.t_prev = t2
-        rec.waits.append((t1 - t0) / 1e9)
-        rec.computes.append(c)
-        rec.steps_s.append((t2 - t0) / 1e9)
-        rec.t_step.append((t0 - rec.t_start) / 1e9)
-        rec.depths.append(1)   # the batch in hand is the only one there is
-        rec.batch_bytes.append(meta["nbytes"])
-        rec.lens.append(meta["n"])
-        rec.io_s.append(meta.get("io_s", 0.0))
-        rec.prep_s.append(meta.get("prep_s", 0.0))
-        rec.fill_s.append(meta.get("fill_s", 0.0))
-        rec.requests.append(meta.get("requests", 0))
-        rec.worker.append(0)
-        rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9)
-        rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
-        rec.handoff_s.append(max(0.0, (t1 - meta["ready_ns"]) / 1e9))   # delivery only: nothing is handed over
         if self.bar is not None:
             self.bar[0].update(self.bar[1], advance=1)
         if self.stop_rule is not None and k + 1 < self.total:
-            why = self.stop_rule(rec, (now_ns() - rec.t_start) / 1e9)
+            self.spread()
+            why = self.stop_rule(self.rec, (now_ns() - self.rec.t_start) / 1e9)
             if why:
-                rec.stopped_early = why
+                self.rec.stopped_early = why
                 self.stop.set()   # the producer's next gate or slot raises worker._Stopped
+
+    def spread(self) -> None:
+        """The logged steps into ``rec``'s per-step lists (what ``core._metrics`` reads)."""
+        rec, ts = self.rec, self.rec.t_start
+        for t0, t1, t2, c, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns in self.log:
+            rec.waits.append((t1 - t0) / 1e9)
+            rec.computes.append(c)
+            rec.steps_s.append((t2 - t0) / 1e9)
+            rec.t_step.append((t0 - ts) / 1e9)
+            rec.depths.append(1)   # the batch in hand is the only one there is
+            rec.batch_bytes.append(nbytes)
+            rec.lens.append(n)
+            rec.io_s.append(io_s)
+            rec.prep_s.append(prep_s)
+            rec.fill_s.append(fill_s)
+            rec.requests.append(requests)
+            rec.worker.append(0)
+            rec.ready_s.append((ready_ns - ts) / 1e9)
+            rec.start_s.append((start_ns - ts) / 1e9 if start_ns else None)
+            rec.handoff_s.append(max(0.0, (t1 - ready_ns) / 1e9))   # delivery only: nothing is handed over
+        self.log.clear()
 
     def flush(self) -> None:
         pass
@@ -117,18 +136,52 @@ class _StepOnSend:
         pass
 
 
-def step_loop(st, progress: bool, synthetic: bool, stop_rule=None):
-    """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself."""
-    from .core import _device_counter, _Steps
+class _InProcessEmitter(_Emitter):
+    """The worker's emitter (batch building: gathers into the slot, reads into a claimed slot,
+    collation) with its hand-off replaced: ``_send`` gives the step the slot's array view itself,
+    where a worker packs metadata for the pipe and the consumer rebuilds the view from it."""
+
+    def __init__(self, job, pool: _OneSlot, step: _StepOnSend, stop, stats: dict) -> None:
+        super().__init__(job, pool, step, stop, stats)
+        self.step = step
+        self._dtypes: dict[str, np.dtype] = {}
+
+    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
+              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
+        stats = self.stats
+        bs = len(ids)
+        stats["busy_s"] += prep_s + io_s + fill_s
+        stats["slot_wait_s"] += slot_wait_s
+        stats["batches"] += 1
+        stats["samples"] += bs
+        stats["payload_bytes"] += meta["nbytes"]
+        ids = ids if ids.dtype == _I8 else ids.astype(_I8)
+        if meta["layout"] == "array" and meta.get("inline") is None and meta.get("labels") is None:
+            dt = self._dtypes.get(meta["dtype"])
+            if dt is None:
+                dt = self._dtypes[meta["dtype"]] = np.dtype(meta["dtype"])
+            batch = Batch(index=k, epoch=epoch, indices=ids, labels=None, data=self._slot_view(slot, meta["shape"], dt),
+                          layout="array", nbytes=meta["nbytes"])
+        else:   # labels, ragged samples, a batch larger than the slot: the consumer's own reading of them
+            if "labels" in meta or "offsets" in meta:
+                _pack(meta)
+            meta.update(k=k, slot=slot, epoch=epoch, indices=ids.tobytes())
+            batch = batch_from_meta(meta, self.pool)
+        start_ns, self.start_ns = self.start_ns, None
+        self.step.run(k, batch, meta["nbytes"], bs, io_s, prep_s, fill_s, requests, ready_ns, start_ns)
+
+
+def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=None):
+    """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
+    each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
     from .sysmon import SystemMonitor
-    from .worker import WorkerJob, _Emitter, _source_stats, open_source, produce
+    from .worker import WorkerJob, _source_stats, produce
 
     from ..formats import get_format
     from ..units import parse_size
 
     cfg, schedule = st.cfg, st.schedule
     stop = threading.Event()
-    rec = _Steps()
     job = WorkerJob(wid=0, workers=1, manifest=st.manifest, plans=list(schedule.plans), total_batches=schedule.total,
                     decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead, access=schedule.access,
                     stream_read_size=parse_size(cfg.stream_read_size, "load.stream_read_size"), lag=0)
@@ -144,17 +197,18 @@ def step_loop(st, progress: bool, synthetic: bool, stop_rule=None):
         bar = (p, p.add_task("load", total=schedule.total))
     conn = _StepOnSend(st, rec, pool, stop, stop_rule, bar)
     monitor = SystemMonitor(cfg.monitor_interval_s)
-    rec.device = _device_counter(st.backend, st.manifest, synthetic)   # before the first read
+    rec.device = device() if device is not None else None   # before the first read
     source = st.source
     try:
         monitor.start([os.getpid()])
         rec.t_spawn = now_ns()
         if not synthetic:
-            open_source(source, 0)   # storage connections: start-up, as a worker's are
+            source.open(worker_id=0)   # storage connections: start-up, as a worker's are
         reader = get_format(st.manifest.format).reader(st.manifest)
         rec.t_start = conn.t_prev = now_ns()
-        produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))   # ends early when stop is set
+        produce(job, source, reader, _InProcessEmitter(job, pool, conn, stop, stats))   # ends early when stop is set
         rec.t_end = now_ns()
+        conn.spread()
         rec.system = monitor.stop()
     finally:
         if bar is not None:

@@ -12,8 +12,13 @@ ratio is the read amplification the results report.  A batch's ``requests`` are 
 faults its gather took (``getrusage(RUSAGE_THREAD)``); its storage time is the whole gather
 (copying from a mapping and faulting it in are one act).
 
-The order is map's (``sampler.order_of``): every sample exactly once per epoch.  Only fixed-size
-records on plain local files can be mapped; anything else is refused before any work.
+Formats whose samples are not fixed-size rows but have byte ranges (Megatron ``.bin`` with
+GPTDataset's ``seq_len + 1``-token windows, npy, raw images) are sliced too: each sample is a
+view of the mapping (``read_range``: no syscall, no copy until the batch is collated), counted
+one request per sample, the faults in the source's ``major_page_faults``.
+
+The order is map's (``sampler.order_of``): every sample exactly once per epoch.  Only plain local
+files with per-sample byte ranges can be mapped; anything else is refused before any work.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import ConfigError, IntegrityError
+from ..io.inputs import open_regular
 from ..metrics import now_ns
+from .source import BackendSource, LocalFileSource, ShardSource
 
 # Mappings kept open per process (LRU): each is address space only, but the kernel caps a
 # process's mappings (vm.max_map_count, 65530 by default).
@@ -35,8 +42,6 @@ _MAX_MAPS = 1024
 
 def check_memmap(cfg, backend, manifest, source) -> None:
     """Refuse, before any work, a load ``--access memmap`` cannot do (field-and-fix errors)."""
-    from ..formats import get_format
-    from .source import BackendSource
 
     if not backend.is_local:
         raise ConfigError("--access", f"memmap maps local files; {backend.protocol}:// has no mapping",
@@ -50,23 +55,21 @@ def check_memmap(cfg, backend, manifest, source) -> None:
         if on:
             raise ConfigError(flag, "cannot apply to --access memmap: page faults read the mapping, "
                                     "not the storage wrappers or O_DIRECT", f"drop {flag}, or use --access map")
-    reader = get_format(manifest.format).reader(manifest)
-    fn = getattr(reader, "fixed_records", None)
-    fixed = fn(manifest.shards[0]) if fn is not None and manifest.shards else None
-    if fixed is None or any(fn(sh) != fixed for sh in manifest.shards[1:]):
-        raise ConfigError("--access", f"memmap slices fixed-size token rows; this {manifest.format} "
-                                      f"{manifest.modality} dataset has none",
-                          "use --access map (or stream) for it")
+    # samples without byte ranges (a zstd shard) are refused by map's own check (core._check_map_ranges)
 
 
-class MappedSource:
-    """A BackendSource whose batches of fixed-size records are gathered from mappings of the shards.
+class MappedSource(ShardSource):
+    """A LocalFileSource whose samples are read from mappings of the shards.
 
-    ``read_records`` is the one read the map producer makes for such records (worker
-    ``_produce_map``); everything else (opening, counters, description) is the inner source's.
+    ``read_records`` (fixed-size rows: one gather per batch) and ``read_range`` (any sample with a byte
+    range: a view) are the reads the map producer makes (worker ``_produce_map``); everything else
+    (whole shards, opening, counters, description) is the inner source's.
     """
 
-    def __init__(self, inner) -> None:
+    supports_record_reads = True
+    supports_range_reads = True    # a sample is a slice of the mapping: no request, no copy
+
+    def __init__(self, inner: LocalFileSource) -> None:
         self.inner = inner
         self._maps: OrderedDict = OrderedDict()
         self._scratch: np.ndarray | None = None
@@ -77,6 +80,9 @@ class MappedSource:
     def open(self, worker_id: int = 0) -> None:
         self.inner.open(worker_id=worker_id)
         self._maps.clear()
+
+    def read_shard(self, shard):
+        return self.inner.read_shard(shard)
 
     def stats(self) -> dict:
         out = self.inner.stats()
@@ -102,7 +108,25 @@ class MappedSource:
     # -- reads -----------------------------------------------------------------------------------
 
     def _rows(self, shard, first: int, length: int) -> np.ndarray:
-        """``shard``'s records as a (records, length) uint8 view of its mapping (mapped once, LRU)."""
+        """``shard``'s records as a (records, length) uint8 view of its mapping."""
+        whole = self._mapped(shard)
+        count = (shard.bytes - first) // length
+        return whole[first:first + count * length].reshape(count, length)
+
+    def read_range(self, shard, start: int, length: int) -> memoryview:
+        """Bytes ``start:start+length`` of the shard as a view of its mapping (faulted in when read)."""
+        f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt
+        t0 = now_ns()
+        view = self._mapped(shard)[start:start + length].data   # a memoryview of the mapping
+        if len(view) != length:
+            raise IntegrityError(f"{shard.path}: offset {start}: {length} bytes asked for, the shard holds "
+                                 f"{shard.bytes}")
+        self.inner.backend.record("read", now_ns() - t0, nread=length)
+        self.faults += resource.getrusage(resource.RUSAGE_THREAD).ru_majflt - f0
+        return view
+
+    def _mapped(self, shard) -> np.ndarray:
+        """``shard``'s bytes as a uint8 view of its mapping (mapped once per process, LRU)."""
         hit = self._maps.pop(shard.path, None)
         if hit is None:
             if len(self._maps) >= _MAX_MAPS:
@@ -113,7 +137,7 @@ class MappedSource:
                 except BufferError:
                     pass
             path = self.inner.backend.base.local_path(shard.path)
-            fd = os.open(path, os.O_RDONLY)
+            fd = open_regular(path, "shard", "replace it with the shard file")   # never blocks on a FIFO
             try:
                 size = os.fstat(fd).st_size
                 if size < shard.bytes:   # a slice past the end of a mapping is SIGBUS, not an error
@@ -122,9 +146,7 @@ class MappedSource:
                 m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
             finally:
                 os.close(fd)   # the mapping keeps the file
-            count = (shard.bytes - first) // length
-            view = np.frombuffer(m, dtype=np.uint8)[first:first + count * length].reshape(count, length)
-            hit = (view, m)
+            hit = (np.frombuffer(m, dtype=np.uint8), m)
         self._maps[shard.path] = hit   # most recently used last
         return hit[0]
 

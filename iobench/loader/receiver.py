@@ -21,7 +21,8 @@ from pickle import HIGHEST_PROTOCOL
 from pickle import dumps as _dumps
 from time import perf_counter_ns
 
-from ..errors import IobenchError, StorageError
+from ..errors import StorageError
+from .messages import Done, Failed, Ready
 
 
 class Sender:
@@ -97,21 +98,20 @@ class Receiver:
         self.built: dict[int, object] = {}
 
     def _handle(self, msg) -> None:
-        kind = msg[0]
-        if kind == "batch":
-            self._add(msg[1])
-        elif kind == "batches":
-            for meta in msg[1]:
-                self._add(meta)
-        elif kind == "ready":
-            self.started.add(msg[1])
-        elif kind == "done":
-            self.done[msg[1]] = msg[2]
+        if type(msg) is tuple:   # batch metadata (messages.py: the hot path stays a plain tuple)
+            if msg[0] == "batch":
+                self._add(msg[1])
+            else:
+                for meta in msg[1]:
+                    self._add(meta)
+        elif isinstance(msg, Ready):
+            self.started.add(msg.worker)
+        elif isinstance(msg, Done):
+            self.done[msg.worker] = msg.stats
+        elif isinstance(msg, Failed):
+            msg.error.reraise(msg.worker)
         else:
-            _, wid, exc, _tb = msg
-            if isinstance(exc, IobenchError):
-                raise exc
-            raise StorageError(f"loader worker {wid} failed: {type(exc).__name__}: {exc}") from exc
+            raise TypeError(f"unknown loader worker message {type(msg).__name__}")
 
     def _add(self, meta: dict) -> None:
         self.got[meta["worker"]] += 1

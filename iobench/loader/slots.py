@@ -13,7 +13,7 @@ import select
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,6 +21,7 @@ import numpy as np
 class SlotPool:
     def __init__(self, ctx, n_slots: int, slot_bytes: int, workers: int = 1, spin_s: float = 0.0) -> None:
         self.n = n_slots
+        self._u8: dict[int, np.ndarray] = {}   # slot -> its uint8 array, per process (``u8``; never pickled)
         # How long a worker polls for its slot (yielding the core between looks) before it sleeps on
         # its wake pipe; 0 where no core is left over for it.  The consumer's release writes a byte
         # down that pipe on every step, and when the worker sleeps there that write wakes it: an
@@ -125,18 +126,20 @@ class SlotPool:
         return (sent[0] if len(sent) == 1 else sum(sent)) - self.released_total.value
 
     def buf(self, s: int) -> memoryview:
-        return self.shms[s].buf
+        return self.shms[s].buf  # type: ignore[return-value]  # None only after close
 
     def u8(self, s: int) -> np.ndarray:
         """The slot as a uint8 array (made once per slot and process)."""
-        cache = self.__dict__.setdefault("_u8", {})
-        a = cache.get(s)
+        a = self._u8.get(s)
         if a is None:
-            a = cache[s] = np.frombuffer(self.shms[s].buf, dtype=np.uint8)
+            a = self._u8[s] = np.frombuffer(self.buf(s), dtype=np.uint8)
         return a
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_u8": {}}   # arrays over this process's mappings of the slots
+
     def close(self) -> None:
-        self.__dict__.pop("_u8", None)
+        self._u8 = {}
         for r, w in self.wake:
             r.close()
             w.close()
@@ -147,7 +150,7 @@ class SlotPool:
             except BufferError:
                 # A batch view is still alive (e.g. held by a traceback). The mapping goes away
                 # with the last view; detach it so SharedMemory.__del__ does not retry and warn.
-                shm._buf, shm._mmap = None, None
+                shm._buf, shm._mmap = None, None  # type: ignore[attr-defined]  # SharedMemory's own fields
             try:
                 shm.unlink()
             except FileNotFoundError:
@@ -182,9 +185,10 @@ class Batch:
     def sample(self, i: int) -> Any:
         if self.layout == "array":
             return self.data[i]
+        assert self.offsets is not None   # layout "ragged"
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
         flat = self.data[a:b]
-        if self.shapes is not None:
+        if self.shapes is not None and self.dtype is not None:
             return flat.view(self.dtype).reshape(self.shapes[i])
         return flat
 
@@ -192,7 +196,11 @@ class Batch:
 _DTYPES: dict[str, np.dtype] = {}
 
 
-def batch_from_meta(meta: dict, pool: SlotPool) -> Batch:
+class _Slots(Protocol):
+    def u8(self, s: int) -> np.ndarray: ...
+
+
+def batch_from_meta(meta: dict, pool: _Slots) -> Batch:
     """The consumer's view of a batch; on the critical path of every step, so views are cached."""
     if meta.get("inline") is not None:
         raw = np.frombuffer(meta["inline"], dtype=np.uint8)
@@ -205,7 +213,7 @@ def batch_from_meta(meta: dict, pool: SlotPool) -> Batch:
         data = raw.view(dt).reshape(meta["shape"])
     else:
         data = raw
-    return Batch(index=meta["k"], epoch=meta["epoch"], indices=_i8(meta["indices"]), labels=_i8(meta.get("labels")),
+    return Batch(index=meta["k"], epoch=meta["epoch"], indices=np.frombuffer(meta["indices"], dtype=_I8), labels=_i8(meta.get("labels")),
                  data=data, layout=meta["layout"], nbytes=meta["nbytes"], offsets=_i8(meta.get("offsets")),
                  shapes=meta.get("shapes"), dtype=meta.get("dtype"))
 

@@ -1,49 +1,115 @@
 """Where the loader's workers get shard bytes from.
 
-The loader never opens storage itself: it asks a ``ShardSource``.  The default reads
-from the dataset's backend; the tiers package supplies one that stages shards through
-faster tiers (``iobench.tiers.loader_source``).  A source is created in the parent,
-pickled into each worker process, and must open connections lazily (``open()`` runs in
-the worker before the first read).
+The loader never opens storage itself: it asks a ``ShardSource`` (the base class below: one
+required read, defaults for the rest, capability flags).  The default reads from the
+dataset's backend; the tiers package supplies one that stages shards through faster tiers
+(``iobench.tiers.loader_source``); ``loader.verifying`` wraps either to check checksums.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import mmap
+import os
+import random as _random
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from iobench.io.inputs import open_regular
+from iobench.io.retry import RetryPolicy
 from iobench.manifest import ShardEntry
+
+_NOT_REGULAR = "replace it with the shard file"   # a FIFO or device where a shard should be
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-@runtime_checkable
-class ShardSource(Protocol):
-    def open(self) -> None:
-        """Called once in each worker process before the first read."""
+class ShardSource:
+    """Where a worker's shard bytes come from: one required read, ``read_shard``; every other
+    read has a default built on it (as fsspec builds ``cat_ranges`` on ``cat_file``), which a
+    source overrides where it can do better.  Callers read the capability flags below; they
+    never probe for methods.
+
+    A source is made in the parent, pickled into each worker process, and opens its
+    connections in ``open`` (called once in the worker before the first read).
+    """
+
+    # Capability flags (a subclass sets the ones it has; a wrapper reports its own, honestly).
+    supports_range_reads = False   # read_range costs one request (else: a whole shard, sliced)
+    supports_record_reads = False  # read_records reads no whole shards (else the worker slices cached shards)
+    supports_pieces = False        # read_piece is one streamed request in pieces (else: a whole read, sliced)
+    supports_pread = False         # records read in place by positional reads (read_records, read_block_records)
+    supports_mmap = False          # read_block_records may map a shard wholly in the page cache
+    supports_odirect = False       # whole shards read with O_DIRECT (no page cache)
+    concurrent_reads = False       # read_shards may run in several threads at once, and gains from it
+
+    _whole: "bytes | memoryview | None" = None   # the default read_piece's current shard
+
+    def open(self, worker_id: int = 0) -> None:
+        """Called once in each worker process before the first read (``worker_id``: its seed offset)."""
 
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
-        """The whole shard's contents; bytes read are counted by the source's backend."""
+        """The whole shard's contents (one request); a short shard is an ``IntegrityError``."""
+        raise NotImplementedError
 
-    # Optional (the loader falls back to whole-shard reads, sliced, without them):
-    #   read_range(shard, start, length) -> bytes   one request: a sample for the map pattern
-    #   read_piece(shard, start, length, first) -> bytes   the next piece of one streamed request
+    def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
+        """Several shards' contents (a loader block), in order."""
+        return [self.read_shard(s) for s in shards]
+
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
+        """Bytes ``start:start+length`` of the shard (one request where ``supports_range_reads``)."""
+        data = memoryview(self.read_shard(shard))[start:start + length]
+        if len(data) != length:
+            raise short_read(shard.path, len(data), length, start)
+        return data
+
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
+        """The next piece of one sequential streamed read of the shard (``first``: its first piece,
+        which pays the request's latency).  By default the first piece reads the whole shard."""
+        if first or self._whole is None:
+            self._whole = self.read_shard(shard)
+        return memoryview(self._whole)[start:start + length]
+
+    def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
+        """``read_piece`` into ``out`` (a writable byte buffer of the piece's length)."""
+        memoryview(out).cast("B")[:] = memoryview(self.read_piece(shard, start, len(out), first)).cast("B")
+
+    def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
+                     out: "np.ndarray", inflight: int = 1) -> int:
+        """A batch of fixed-size records (record r of a shard at ``first + r * length``): sample i
+        is record ``local[i]`` of ``shards[shard_of[i]]`` and lands in ``out[i]`` (the batch's
+        order: ``out`` may be the batch's shared-memory slot).  The caller has checked that every
+        record lies in its shard.  Returns the requests made: here one ``read_range`` per record,
+        grouped by shard (``inflight``: reads a source may keep in flight at once)."""
+        import numpy as np
+
+        order = np.argsort(shard_of, kind="stable")
+        for p, s, x in zip(order.tolist(), shard_of[order].tolist(), local[order].tolist()):
+            out[p] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
+        return len(local)
+
+    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+        """A block of shards of fixed-size records as one (records, length) array, each shard's
+        records landing straight in their place; None where this source cannot (the caller then
+        uses ``read_shards``).  ``check(header, shard, records)`` vets each shard's header."""
+        return None
+
+    def finish(self) -> None:
+        """Called after the last read, before ``close``: complete whatever was left part-read (a
+        verifying source checks the shards a stream stopped short of their end; it may read)."""
+
+    def stats(self) -> dict:
+        """This worker's counters (bytes read, mergeable histograms per operation)."""
+        return {}
+
+    def describe(self) -> dict:
+        """JSON-able description for results['environment'] (no secrets)."""
+        return {"kind": type(self).__name__}
 
     def close(self) -> None:
         """Called once in each worker process after the last read."""
 
-    def describe(self) -> dict:
-        """JSON-able description for results['environment'] (no secrets)."""
-
-
-# ---------------------------------------------------------------------------------------
-# The default source: read shards straight from the dataset's backend.
-
-import random as _random  # noqa: E402
-import threading  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-
-from iobench.io.retry import RetryPolicy  # noqa: E402
 
 def short_read(where: str, got: int, want: int, start: int | None = None):
     """The IntegrityError of a read that returned fewer bytes than asked (one message everywhere)."""
@@ -125,14 +191,14 @@ class _ReadCrew:
 
 
 @dataclass
-class BackendSource:
-    """Reads whole shards from the dataset's backend, through the emulation/fault wrappers.
+class BackendSource(ShardSource):
+    """Shards from the dataset's backend, one request per read, through the emulation and fault
+    wrappers (every request passes them): any storage kind, and the base of the kinds' own
+    sources below, which ``backend_source`` picks.
 
-    On object stores a shard larger than ``block_size`` is fetched as ranged GETs of about
-    that size (``ranged_gets``),
-    ``concurrency`` at a time, each retried under ``retry``; elsewhere one read per shard.
     Every byte is counted by an ``InstrumentedBackend`` (the outermost wrapper), so the
-    latencies it records are the ones the worker saw.
+    latencies it records are the ones the worker saw; reads a subclass makes by other means
+    (preads, gathers) are logged here and counted in bulk (``_logged``).
     """
 
     url: str
@@ -147,9 +213,21 @@ class BackendSource:
     timeout_rate: float = 0.0
     odirect: bool = False             # local files: O_DIRECT reads into aligned buffers (no page cache)
     s3_client: str = "auto"           # auto | s3fs | obstore (iobench.storage.S3_CLIENTS)
-    backend: object = field(default=None, repr=False)   # set by open()
+    # Per worker, made by open() (None until then: a source is pickled into its workers unopened).
+    backend: Any = field(default=None, repr=False, compare=False)
+    _rng: Any = field(default=None, init=False, repr=False, compare=False)
+    _lock: Any = field(default=None, init=False, repr=False, compare=False)
+    _buffers: list = field(default_factory=list, init=False, repr=False, compare=False)
+    _log: Any = field(default=None, init=False, repr=False, compare=False)
+    _log_bytes: int = field(default=0, init=False, repr=False, compare=False)
+
+    supports_range_reads = True
+    supports_record_reads = True
+    supports_pieces = True
 
     def open(self, worker_id: int = 0) -> None:
+        from array import array
+
         from iobench.storage import open_backend
         from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
@@ -165,24 +243,518 @@ class BackendSource:
             b = EmulatedBackend(b, spec, seed=seed)
         self.backend = InstrumentedBackend(b)
         self._rng = _random.Random(seed)
-        self._pool = None
-        # read_shards may run in several threads at once (a worker's read-ahead, see concurrent_reads):
-        # the GET pool's creation and the buffer pool's hand-out are guarded.
+        # reads may run in several threads at once (a worker's read-ahead, see concurrent_reads):
+        # the buffer pool's hand-out (and an object store's GET pool) are guarded.
         self._lock = threading.Lock()
-        # whole-shard GETs made by the read-ahead threads themselves obey ``concurrency`` too
-        self._in_flight = threading.BoundedSemaphore(self.concurrency)
-
-    @property
-    def concurrent_reads(self) -> bool:
-        """read_shards may be called from several threads at once, and gains from it: on object
-        stores a worker then keeps ``concurrency`` GETs in flight across the blocks it reads
-        ahead, instead of draining the pool at the end of every block (each block's last GET
-        alone on the wire)."""
-        return self.backend is not None and self.backend.parallel_ranged_reads
+        self._buffers = []
+        # Request times are logged here and histogrammed in bulk (``_flush_log``): an hdrh
+        # record per request would cost more than the read itself.
+        self._log = array("q")
+        self._log_bytes = 0
 
     def _get(self, rel: str, start: int | None, end: int | None):
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
         return self.retry.call(lambda: self.backend.cat(rel, start, end), where, self._rng)
+
+    def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+        data = self._get(shard.path, None, None)
+        if len(data) < shard.bytes:
+            raise short_read(shard.path, len(data), shard.bytes)
+        return data
+
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
+        """Bytes ``start:start+length`` of the shard as one request (a ranged GET)."""
+        data = self._get(shard.path, start, start + length)
+        if len(data) != length:
+            raise short_read(shard.path, len(data), length, start)
+        return data
+
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
+        """The next piece of one sequential streamed read of the shard (one request's latency)."""
+        where = lambda: f"GET {self.backend.path(shard.path)} bytes {start}-{start + length}"  # noqa: E731
+        data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
+                               self._rng)
+        if len(data) != length:
+            raise short_read(shard.path, len(data), length, start)
+        return data
+
+    def _logged(self, ns: int, nbytes: int) -> None:
+        """One request of ``nbytes`` that took ``ns``, made by other means than the backend's calls."""
+        self._log.append(ns)
+        self._log_bytes += nbytes
+        if len(self._log) >= 65536:
+            self._flush_log()
+
+    def _flush_log(self) -> None:
+        log = self._log
+        if log:
+            import numpy as np
+
+            self.backend.record_many("read", np.frombuffer(log, dtype=np.int64), nread=self._log_bytes)
+            del log[:]
+            self._log_bytes = 0
+
+    def _direct_buffer(self, size: int):
+        """A page-aligned buffer, reused once nothing refers to it (fresh ones cost a page fault per page)."""
+        import mmap
+        import sys
+
+        import numpy as np
+
+        # Under the lock: two read-ahead threads must not both take the same free buffer (the
+        # returned reference is on this frame's stack before the lock is released).
+        with self._lock:
+            pool = self._buffers
+            for i in range(len(pool)):
+                # refs: the list, and getrefcount's argument; anything more is a live view of the data
+                if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
+                    return pool[i]
+            buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+            if len(pool) < 32:   # a block of shards and blocks read ahead, reused without page faults
+                pool.append(buf)
+            return buf
+
+    def stats(self) -> dict:
+        if self.backend is None:
+            return {}
+        self._flush_log()
+        return self.backend.stats(encode=True)
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self._flush_log()
+
+    def _planned_client(self) -> str:
+        """The client the workers will read with (describe() runs in the parent, before open())."""
+        if not str(self.url).startswith("s3://"):
+            return "fsspec"
+        from iobench.storage import _s3_reader, s3_options
+
+        r = _s3_reader(self.s3_client, s3_options(self.endpoint_url, self.storage_options or None), "load.s3_client")
+        return r.name if r is not None else "s3fs"
+
+    def describe(self) -> dict:
+        from iobench.wrappers import resolve_emulation
+
+        spec = resolve_emulation(self.emulation)
+        return {"kind": "backend", "url": self.url, "endpoint_url": self.endpoint_url,
+                "emulated": spec.describe() if spec.active else None,
+                "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
+                if (self.error_rate or self.timeout_rate) else None,
+                "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
+                "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
+                "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}
+
+
+def _by_shard(shard_of: "np.ndarray", local: "np.ndarray"):
+    """A batch's records grouped by shard (stable): (order, shard per sorted record, local record
+    per sorted record, cut points of the groups, the groups' shard indices)."""
+    import numpy as np
+
+    n = len(local)
+    order = np.argsort(shard_of, kind="stable")
+    so = shard_of[order]
+    cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
+    groups = so[cuts[:-1]].tolist() if n else []
+    return order, so, local[order], cuts, groups
+
+
+def _whole_records(shards, first: int, length: int) -> "list[int] | None":
+    """Records per shard where every shard is exactly a header of ``first`` bytes and whole
+    records of ``length`` (as its manifest entry says); None otherwise (the general path checks it)."""
+    counts = [(s.bytes - first) // length for s in shards]
+    if any(s.bytes != first + c * length or c != s.samples for s, c in zip(shards, counts)):
+        return None
+    return counts
+
+
+def _shorter_than_manifest(shard: ShardEntry, got: int):
+    from iobench.errors import IntegrityError
+
+    return IntegrityError(f"{shard.path}: offset {got}: file is shorter than the manifest's {shard.bytes} bytes")
+
+
+@dataclass
+class LocalFileSource(BackendSource):
+    """Plain local files (no emulation or faults in the way): whole shards read into reused
+    buffers, or with O_DIRECT (``odirect``); samples and pieces by ``pread`` on descriptors kept
+    open per shard; a block of token records read in place, or mapped from the page cache."""
+
+    _fds: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # shard path -> fd (LRU)
+    _crew: Any = field(default=None, init=False, repr=False, compare=False)
+    _head: Any = field(default=None, init=False, repr=False, compare=False)
+
+    supports_pread = True
+
+    @property
+    def supports_odirect(self) -> bool:   # type: ignore[override]
+        return self.odirect and hasattr(os, "O_DIRECT")
+
+    @property
+    def supports_mmap(self) -> bool:   # type: ignore[override]
+        return not self.odirect and hasattr(mmap, "MAP_POPULATE")
+
+    def read_shard(self, shard: ShardEntry) -> memoryview:
+        return self._read_direct(shard) if self.odirect else self._read_into_pool(shard)
+
+    def _read_direct(self, shard: ShardEntry) -> memoryview:
+        """The whole shard with O_DIRECT preads of about ``block_size`` into a page-aligned buffer.
+
+        The requests are whole pages, cut as ``ranged_gets`` cuts GETs: a shard of 8 MiB plus a
+        64-byte header is one request of 8 MiB + 4 KiB, not 8 MiB and then a page.  That page
+        alone was a second round trip to the device per shard at queue depth 1 (0.1-10 ms on
+        this VM's disk, most of the gap to fio, which reads 8 MiB per file and skips the tail).
+        """
+        from iobench.metrics import now_ns
+
+        align = mmap.PAGESIZE
+        size = -(-shard.bytes // align) * align
+        buf = self._direct_buffer(size)
+        path = self.backend.base.local_path(shard.path)
+        t0 = now_ns()
+        fd = open_regular(path, "shard", _NOT_REGULAR, os.O_DIRECT)   # a FIFO swapped in would block forever
+        try:
+            mv = memoryview(buf)
+            off = 0
+            for a, b in ranged_gets(size // align, max(1, self.block_size // align)):
+                off, end = a * align, min(b * align, shard.bytes)
+                while off < end:
+                    n = os.preadv(fd, [mv[off:b * align]], off)
+                    if n <= 0:
+                        break
+                    off += n
+                if off < end:
+                    break   # the file ends before the manifest's size: the short read below
+        finally:
+            os.close(fd)
+        self.backend.record("read", now_ns() - t0, nread=min(off, shard.bytes))
+        if off < shard.bytes:
+            from iobench.errors import IntegrityError
+
+            raise IntegrityError(f"{shard.path}: offset {off}: short O_DIRECT read ({off} of {shard.bytes} bytes)")
+        return memoryview(buf[:shard.bytes])
+
+    def _read_into_pool(self, shard: ShardEntry) -> memoryview:
+        """A local shard read into a reused buffer."""
+        buf = self._direct_buffer(shard.bytes)
+        mv = memoryview(buf)[:shard.bytes]
+        got = 0
+        with self.backend.open(shard.path, "rb") as f:
+            while got < shard.bytes:
+                n = f.readinto(mv[got:])
+                if not n:
+                    break
+                got += n
+        if got < shard.bytes:
+            raise _shorter_than_manifest(shard, got)
+        return memoryview(buf[:shard.bytes])
+
+    def _handle(self, shard: ShardEntry) -> int:
+        """A descriptor kept open per shard (few, LRU-bounded; fsspec's per-call path costs ~50 us a request)."""
+        fds = self._fds
+        fd = fds.pop(shard.path, None)
+        if fd is None:
+            if len(fds) >= 64:
+                os.close(fds.pop(next(iter(fds))))
+            fd = open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR)
+        fds[shard.path] = fd  # most recently used last
+        return fd
+
+    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
+        from iobench.metrics import now_ns
+
+        fd = self._handle(shard)
+        t0 = now_ns()
+        data = os.pread(fd, length, start)
+        self._logged(now_ns() - t0, len(data))
+        if len(data) != length:
+            raise short_read(shard.path, len(data), length, start)
+        return data
+
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes:
+        """Bytes ``start:start+length`` of the shard as one pread."""
+        return self._pread(shard, start, length)
+
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes:
+        return self._pread(shard, start, length)
+
+    def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
+        """One preadv straight into ``out``: no bytes object per piece, whose fresh pages cost a
+        fault per 4 KiB, and no second copy."""
+        from iobench.metrics import now_ns
+
+        fd = self._handle(shard)
+        t0 = now_ns()
+        got = os.preadv(fd, [out], start)
+        self._logged(now_ns() - t0, got)
+        if got != len(out):
+            raise short_read(shard.path, got, len(out), start)
+
+    def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
+                     out: "np.ndarray", inflight: int = 1) -> int:
+        """A preadv per record straight into its row, grouped by shard (one descriptor looked up
+        per shard, not per record), ``inflight`` of them at a time (the calling thread and
+        ``inflight - 1`` helpers, ``_ReadCrew``; 1: one after another, as a DataLoader worker's
+        ``__getitem__`` does)."""
+        from iobench.metrics import now_ns
+
+        n = len(local)
+        order, _so, lo, cuts, groups = _by_shard(shard_of, local)
+        rows = order.tolist()
+        offs = (lo * length + first).tolist()
+        clock, preadv, append = now_ns, os.preadv, self._log.append   # locals: this loop is the map hot path
+        # several in flight: every shard's descriptor is taken first, here (the LRU of open
+        # descriptors is not for threads, and must not close one a helper is reading)
+        if inflight > 1 and n > 1 and len(groups) <= 64:
+            self._crew_reads(shards, groups, cuts, rows, offs, out, length, min(inflight, n))
+            groups = []
+        for g, s in enumerate(groups):
+            sh = shards[s]
+            fd = self._handle(sh)
+            for j in range(cuts[g], cuts[g + 1]):
+                t0 = clock()
+                got = preadv(fd, (out[rows[j]],), offs[j])
+                append(clock() - t0)
+                if got != length:
+                    raise short_read(sh.path, got, length, offs[j])
+        self._log_bytes += length * n
+        if len(self._log) >= 65536:
+            self._flush_log()
+        return n
+
+    def _crew_reads(self, shards, groups, cuts, rows, offs, out, length: int, inflight: int) -> None:
+        """One batch's record preads, ``inflight`` at a time (read_records' threads)."""
+        import itertools
+
+        from iobench.metrics import now_ns
+
+        fds = []
+        for g, s in enumerate(groups):
+            fds += [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
+        crew = self._crew
+        if crew is None or crew.size != inflight:
+            if crew is not None:
+                crew.close()
+            crew = self._crew = _ReadCrew(inflight - 1)
+        n, nxt = len(rows), itertools.count().__next__   # next() on a count is atomic under the GIL
+        clock, preadv, append = now_ns, os.preadv, self._log.append
+
+        def reads() -> None:
+            while (j := nxt()) < n:
+                t0 = clock()
+                got = preadv(fds[j], (out[rows[j]],), offs[j])
+                append(clock() - t0)
+                if got != length:
+                    path = next(shards[s].path for g, s in enumerate(groups) if cuts[g] <= j < cuts[g + 1])
+                    raise short_read(path, got, length, offs[j])
+
+        crew.run(reads)
+
+    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+        """One preadv per shard, the header into a scratch buffer and the records into the block
+        (one shard wholly in the page cache: mapped instead, ``_mapped_records``).  None with
+        O_DIRECT (whole shards are read then)."""
+        from iobench.metrics import now_ns
+
+        counts = None if self.odirect else _whole_records(shards, first, length)
+        if counts is None:
+            return None
+        if len(shards) == 1 and self.supports_mmap:
+            mapped = self._mapped_records(shards[0], first, length, counts[0], check)
+            if mapped is not None:
+                return mapped
+        total = sum(counts)
+        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
+        head = self._head
+        if head is None or len(head) != first:
+            head = self._head = bytearray(first)
+        a = 0
+        for sh, c in zip(shards, counts):
+            t0 = now_ns()
+            got = os.preadv(self._handle(sh), [head, rows[a:a + c]], 0)
+            self.backend.record("read", now_ns() - t0, nread=got)
+            if got != sh.bytes:
+                raise _shorter_than_manifest(sh, got)
+            check(head, sh, c)
+            a += c
+        return rows
+
+    def _mapped_records(self, shard: ShardEntry, first: int, length: int, count: int, check) -> "np.ndarray | None":
+        """A block of one plain local shard: its records as a view of the file's page-cache pages.
+
+        What memmap token loaders (nanoGPT, Megatron) do: the loader's gather copies each record
+        from the page cache straight into its batch slot, where a read would copy the whole
+        shard into a buffer first (two copies of every byte).  MAP_POPULATE maps the whole shard
+        in this call, so its time and bytes are counted here, as a read's would be, and the
+        gather never faults.  The mapping lives as long as the view (the block's batches), no longer.
+
+        Only a shard wholly in the page cache (``pagecache.resident_pages_fd``) is mapped; None otherwise, and it is
+        read: faulting a cold shard in reads it 128 KiB at a time, one request after another
+        (0.79x a read, cold, 3 alternating rounds), where a read gets the kernel's large read-ahead."""
+        import numpy as np
+
+        from iobench.io.pagecache import resident_pages_fd
+        from iobench.metrics import now_ns
+
+        fd = self._handle(shard)
+        t0 = now_ns()
+        size = os.fstat(fd).st_size
+        res = resident_pages_fd(fd, min(size, shard.bytes))
+        if res is None or res[0] < res[1]:
+            return None
+        if size < shard.bytes:   # mapping past the end would fault (SIGBUS) in the gather
+            raise short_read(shard.path, size, shard.bytes)
+        m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+        self.backend.record("read", now_ns() - t0, nread=shard.bytes)
+        data = np.frombuffer(m, dtype=np.uint8)
+        check(data[:first], shard, count)
+        return data[first:first + count * length].reshape(count, length)
+
+    def close(self) -> None:
+        super().close()
+        if self._crew is not None:
+            self._crew.close()
+            self._crew = None
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+
+@dataclass
+class MemorySource(BackendSource):
+    """Plain memory:// objects (no emulation or faults in the way): the null-storage floor.
+    Samples and pieces are slices of the object's own buffer, a batch of records one gather
+    per shard, a block of records one copy."""
+
+    _bufs: dict = field(default_factory=dict, init=False, repr=False, compare=False)    # path -> buffer (LRU)
+    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # records views
+    _scratch: Any = field(default=None, init=False, repr=False, compare=False)
+
+    supports_pread = True
+
+    def _handle(self, shard: ShardEntry) -> memoryview:
+        """The object's buffer, kept per shard (few, LRU-bounded; fsspec's per-call path costs ~50 us a request)."""
+        bufs = self._bufs
+        buf = bufs.pop(shard.path, None)
+        if buf is None:
+            if len(bufs) >= 64:
+                bufs.pop(next(iter(bufs)))
+            buf = self.backend.base.memory_buffer(shard.path)
+        bufs[shard.path] = buf  # most recently used last
+        return buf
+
+    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
+        from iobench.metrics import now_ns
+
+        buf = self._handle(shard)
+        t0 = now_ns()
+        data = bytes(buf[start:start + length])
+        self._logged(now_ns() - t0, len(data))
+        if len(data) != length:
+            raise short_read(shard.path, len(data), length, start)
+        return data
+
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes:
+        return self._pread(shard, start, length)
+
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes:
+        return self._pread(shard, start, length)
+
+    def _records_view(self, shard: ShardEntry, first: int, length: int) -> "np.ndarray":
+        """The shard's records as a (records, length) view of the object (cached)."""
+        import numpy as np
+
+        views = self._views
+        view = views.get((shard.path, first, length))
+        if view is None:
+            src = np.frombuffer(self._handle(shard), dtype=np.uint8)
+            if len(src) < shard.bytes:
+                from iobench.errors import IntegrityError
+
+                raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
+                                     f"{shard.bytes}")
+            nrec = (len(src) - first) // length
+            if len(views) >= 64:
+                views.pop(next(iter(views)))
+            view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
+        return view
+
+    def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
+                     out: "np.ndarray", inflight: int = 1) -> int:
+        """One gather per shard into a reused scratch array, then one gather into ``out`` (each
+        request's time is then the gathers' time / the records)."""
+        import numpy as np
+
+        from iobench.metrics import now_ns
+
+        n = len(local)
+        order, _so, lo, cuts, groups = _by_shard(shard_of, local)
+        scratch = self._scratch
+        if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
+            scratch = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
+        t0 = now_ns()
+        for g, s in enumerate(groups):
+            a, b = cuts[g], cuts[g + 1]
+            # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
+            np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=scratch[a:b], mode="clip")
+        inv = np.empty(n, dtype=np.intp)
+        inv[order] = np.arange(n)
+        np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
+        dt = now_ns() - t0
+        if n:
+            self._log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
+        self._log_bytes += length * n
+        if len(self._log) >= 65536:
+            self._flush_log()
+        return n
+
+    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+        """One copy of each object's records into the block."""
+        import numpy as np
+
+        from iobench.metrics import now_ns
+
+        counts = _whole_records(shards, first, length)
+        if counts is None:
+            return None
+        total = sum(counts)
+        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
+        a = 0
+        for sh, c in zip(shards, counts):
+            t0 = now_ns()
+            np.copyto(rows[a:a + c], self._records_view(sh, first, length)[:c])
+            self.backend.record("read", now_ns() - t0, nread=sh.bytes)
+            check(self._handle(sh)[:first], sh, c)
+            a += c
+        return rows
+
+    def close(self) -> None:
+        super().close()
+        self._views = {}   # views of the buffers must go before the buffers are released
+        for buf in self._bufs.values():
+            buf.release()
+        self._bufs = {}
+
+
+@dataclass
+class ObjectStoreSource(BackendSource):
+    """Object stores (S3 and the like): a shard larger than ``block_size`` is fetched as ranged
+    GETs of about that size (``ranged_gets``), ``concurrency`` at a time, each retried under
+    ``retry``, each landing in its place in a reused buffer (no per-shard allocation, no join of
+    parts).  Emulation and faults apply: every GET goes through the wrappers."""
+
+    _pool: Any = field(default=None, init=False, repr=False, compare=False)        # the GET threads
+    _in_flight: Any = field(default=None, init=False, repr=False, compare=False)   # whole-shard GETs in flight
+
+    # read_shards may be called from several threads at once, and gains from it: a worker then
+    # keeps ``concurrency`` GETs in flight across the blocks it reads ahead, instead of draining
+    # the pool at the end of every block (each block's last GET alone on the wire).
+    concurrent_reads = True
+
+    def open(self, worker_id: int = 0) -> None:
+        super().open(worker_id)
+        # whole-shard GETs made by the read-ahead threads themselves obey ``concurrency`` too
+        self._in_flight = threading.BoundedSemaphore(self.concurrency)
 
     def _get_into(self, rel: str, start: int, end: int, out) -> None:
         """One ranged GET straight into ``out`` (retried); a short read is an integrity error."""
@@ -211,27 +783,15 @@ class BackendSource:
         return self.read_shards([shard])[0]
 
     def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
-        """Several shards' contents (a loader block), in order.
-
-        On object stores every shard is cut into GETs of about ``block_size`` and all of the
-        block's GETs share one pool of ``concurrency`` in flight, so a block of small shards
-        costs about one round trip per ``concurrency`` GETs, not one per shard; each GET lands
-        in its place in a reused buffer (no per-shard allocation, no join of parts).
-        """
-        if self.backend is None:
-            self.open()
-        if self.odirect and self.backend.base.supports_odirect:
-            return [self._read_direct(s) for s in shards]
-        if self.backend.is_local and self.backend.inner is self.backend.base:
-            return [self._read_into_pool(s) for s in shards]
-        if not self.backend.parallel_ranged_reads:
-            return [self._get(s.path, None, None) for s in shards]
+        """Every shard cut into GETs of about ``block_size``, all of the block's GETs sharing one
+        pool of ``concurrency`` in flight: a block of small shards costs about one round trip per
+        ``concurrency`` GETs, not one per shard."""
         if all(len(ranged_gets(s.bytes, self.block_size)) == 1 for s in shards) and \
                 (len(shards) == 1 or self.concurrency == 1):
             # One GET per shard, made in this thread: each shard is parsed in the client's own
             # buffer where that costs no copy (obstore), else read into a reused one of ours
             # (s3fs).  Several shards in one block still go through the pool.
-            if self.backend.base.zero_copy_reads:
+            if self.backend.zero_copy_reads:
                 return [self._get_buffer(s) for s in shards]
             return [self._get_whole_into(s) for s in shards]
         bufs = [self._direct_buffer(s.bytes) for s in shards]
@@ -260,437 +820,27 @@ class BackendSource:
         del jobs
         return [memoryview(buf[:s.bytes]) for s, buf in zip(shards, bufs)]
 
-    def _read_direct(self, shard: ShardEntry) -> memoryview:
-        """The whole shard with O_DIRECT preads of about ``block_size`` into a page-aligned buffer.
-
-        The requests are whole pages, cut as ``ranged_gets`` cuts GETs: a shard of 8 MiB plus a
-        64-byte header is one request of 8 MiB + 4 KiB, not 8 MiB and then a page.  That page
-        alone was a second round trip to the device per shard at queue depth 1 (0.1-10 ms on
-        this VM's disk, most of the gap to fio, which reads 8 MiB per file and skips the tail).
-        """
-        import mmap
-        import os
-
-        from iobench.metrics import now_ns
-
-        align = mmap.PAGESIZE
-        size = -(-shard.bytes // align) * align
-        buf = self._direct_buffer(size)
-        path = self.backend.base.local_path(shard.path)
-        t0 = now_ns()
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-        try:
-            mv = memoryview(buf)
-            off = 0
-            for a, b in ranged_gets(size // align, max(1, self.block_size // align)):
-                off, end = a * align, min(b * align, shard.bytes)
-                while off < end:
-                    n = os.preadv(fd, [mv[off:b * align]], off)
-                    if n <= 0:
-                        break
-                    off += n
-                if off < end:
-                    break   # the file ends before the manifest's size: the short read below
-        finally:
-            os.close(fd)
-        self.backend.record("read", now_ns() - t0, nread=min(off, shard.bytes))
-        if off < shard.bytes:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: offset {off}: short O_DIRECT read ({off} of {shard.bytes} bytes)")
-        return memoryview(buf[:shard.bytes])
-
-    def _read_into_pool(self, shard: ShardEntry) -> memoryview:
-        """A local shard read into a reused buffer (plain local files: no emulation or faults in the way)."""
-        buf = self._direct_buffer(shard.bytes)
-        mv = memoryview(buf)[:shard.bytes]
-        got = 0
-        with self.backend.open(shard.path, "rb") as f:
-            while got < shard.bytes:
-                n = f.readinto(mv[got:])
-                if not n:
-                    break
-                got += n
-        if got < shard.bytes:
-            from iobench.errors import IntegrityError
-
-            raise IntegrityError(f"{shard.path}: offset {got}: file is shorter than the manifest's {shard.bytes} bytes")
-        return memoryview(buf[:shard.bytes])
-
-    def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
-        """Bytes ``start:start+length`` of the shard as one request (a ranged GET, one pread)."""
-        if self.backend is None:
-            self.open()
-        if self.backend.inner is self.backend.base and self.backend.supports_pread:
-            return self._pread(shard, start, length)
-        data = self._get(shard.path, start, start + length)
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
-
-    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
-        """The next piece of one sequential streamed read of the shard (one request's latency)."""
-        if self.backend is None:
-            self.open()
-        if self.backend.inner is self.backend.base and self.backend.supports_pread:
-            return self._pread(shard, start, length)
-        where = lambda: f"GET {self.backend.path(shard.path)} bytes {start}-{start + length}"  # noqa: E731
-        data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
-                               self._rng)
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
-
-    def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
-        """``read_piece`` into ``out`` (a writable byte buffer of the piece's length).  Plain local
-        files are read straight into it (one preadv): no bytes object per piece, whose fresh pages
-        cost a fault per 4 KiB, and no second copy."""
-        if self.backend is None:
-            self.open()
-        if self.backend.inner is self.backend.base and self.backend.supports_pread:
-            fd = self._handle(shard)
-            if isinstance(fd, int):
-                import os
-
-                from iobench.metrics import now_ns
-
-                t0 = now_ns()
-                got = os.preadv(fd, [out], start)
-                self._logged(now_ns() - t0, got)
-                if got != len(out):
-                    raise short_read(shard.path, got, len(out), start)
-                return
-        memoryview(out).cast("B")[:] = memoryview(self.read_piece(shard, start, len(out), first)).cast("B")
-
-    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
-                     out: np.ndarray, inflight: int = 1) -> int:
-        """A batch of fixed-size records (record r of a shard at ``first + r * length``), one
-        request per record: sample i is record ``local[i]`` of ``shards[shard_of[i]]`` and lands
-        in ``out[i]`` (the batch's order: ``out`` may be the batch's shared-memory slot, so no
-        second copy).  Returns the number of requests.
-
-        The requests are made grouped by shard (each shard's back to back: one descriptor or
-        object looked up per shard, not per record).  The caller has checked every ``local``
-        lies in its shard.  Plain local files: a preadv per record straight into its row,
-        ``inflight`` of them at a time (the calling thread and ``inflight - 1`` helpers,
-        ``_ReadCrew``; 1: one after another, as a DataLoader worker's ``__getitem__`` does).
-        Plain memory:// objects: one gather per shard into a reused scratch array, then one
-        gather into ``out`` (the null-storage floor; each request's time is then the gathers'
-        time / the records).  Others: ``read_range`` per record."""
-        import numpy as np
-
-        from iobench.metrics import now_ns
-
-        if self.backend is None:
-            self.open()
-        log = self._request_log()
-        n = len(local)
-        order = np.argsort(shard_of, kind="stable")
-        so = shard_of[order]
-        lo = local[order]
-        if not (self.backend.inner is self.backend.base and self.backend.supports_pread):
-            for p, s, x in zip(order.tolist(), so.tolist(), lo.tolist()):
-                out[p] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
-            return n
-        cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
-        groups = so[cuts[:-1]].tolist() if n else []
-        if self.backend.base.protocol == "memory":
-            scratch = self.__dict__.get("_scratch")
-            if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
-                scratch = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
-            t0 = now_ns()
-            for g, s in enumerate(groups):
-                a, b = cuts[g], cuts[g + 1]
-                # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
-                np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=scratch[a:b], mode="clip")
-            inv = np.empty(n, dtype=np.intp)
-            inv[order] = np.arange(n)
-            np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
-            dt = now_ns() - t0
-            if n:
-                log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
-        else:
-            import os
-
-            rows = order.tolist()
-            offs = (lo * length + first).tolist()
-            clock, preadv, append = now_ns, os.preadv, log.append   # locals: this loop is the map hot path
-            # several in flight: every shard's descriptor is taken first, here (the LRU of open
-            # descriptors is not for threads, and must not close one a helper is reading)
-            if inflight > 1 and n > 1 and len(groups) <= 64:
-                self._crew_reads(shards, groups, cuts, rows, offs, out, length, min(inflight, n))
-                groups = ()
-            for g, s in enumerate(groups):
-                sh = shards[s]
-                fd = self._handle(sh)
-                for j in range(cuts[g], cuts[g + 1]):
-                    t0 = clock()
-                    got = preadv(fd, (out[rows[j]],), offs[j])
-                    append(clock() - t0)
-                    if got != length:
-                        raise short_read(sh.path, got, length, offs[j])
-        self._log_bytes += length * n
-        if len(log) >= 65536:
-            self._flush_log()
-        return n
-
-    def _crew_reads(self, shards, groups, cuts, rows, offs, out, length: int, inflight: int) -> None:
-        """One batch's record preads, ``inflight`` at a time (read_records' local-file path)."""
-        import itertools
-        import os
-
-        from iobench.metrics import now_ns
-
-        fds = []
-        for g, s in enumerate(groups):
-            fds += [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
-        crew = self.__dict__.get("_crew")
-        if crew is None or crew.size != inflight:
-            if crew is not None:
-                crew.close()
-            crew = self._crew = _ReadCrew(inflight - 1)
-        n, nxt = len(rows), itertools.count().__next__   # next() on a count is atomic under the GIL
-        clock, preadv, append = now_ns, os.preadv, self._log.append
-
-        def reads() -> None:
-            while (j := nxt()) < n:
-                t0 = clock()
-                got = preadv(fds[j], (out[rows[j]],), offs[j])
-                append(clock() - t0)
-                if got != length:
-                    path = next(shards[s].path for g, s in enumerate(groups) if cuts[g] <= j < cuts[g + 1])
-                    raise short_read(path, got, length, offs[j])
-
-        crew.run(reads)
-
-    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
-        """A loader block of fixed-size records as one (records, length) array: each shard read
-        whole (one request), its records landing straight in their place after the previous
-        shard's -- no per-shard buffer and no concatenation after.  None where this source
-        cannot (O_DIRECT, emulated or faulty storage, object stores: ``read_shards`` then).
-
-        Plain local files: one preadv per shard, the header into a scratch buffer and the
-        records into the block.  Plain memory:// objects: one copy of the object's records.
-        ``check(header, shard, records)`` (the format reader's) vets each shard's header."""
-        import numpy as np
-
-        from iobench.metrics import now_ns
-
-        if self.backend is None:
-            self.open()
-        base = self.backend.base
-        if self.odirect or not (self.backend.inner is base and self.backend.supports_pread):
-            return None
-        counts = [(s.bytes - first) // length for s in shards]
-        if any(s.bytes != first + c * length or c != s.samples for s, c in zip(shards, counts)):
-            return None      # not exactly header + whole records: the general path checks it
-        import mmap
-
-        if len(shards) == 1 and base.protocol != "memory" and hasattr(mmap, "MAP_POPULATE"):
-            mapped = self._mapped_records(shards[0], first, length, counts[0], check)
-            if mapped is not None:
-                return mapped
-        total = sum(counts)
-        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
-        a = 0
-        for sh, c in zip(shards, counts):
-            t0 = now_ns()
-            if base.protocol == "memory":
-                np.copyto(rows[a:a + c], self._records_view(sh, first, length)[:c])
-                got = sh.bytes
-                head = self._handle(sh)[:first]
-            else:
-                import os
-
-                head = self.__dict__.get("_head")
-                if head is None or len(head) != first:
-                    head = self._head = bytearray(first)
-                got = os.preadv(self._handle(sh), [head, rows[a:a + c]], 0)
-            self.backend.record("read", now_ns() - t0, nread=got)
-            if got != sh.bytes:
-                from iobench.errors import IntegrityError
-
-                raise IntegrityError(f"{sh.path}: offset {got}: file is shorter than the manifest's {sh.bytes} bytes")
-            check(head, sh, c)
-            a += c
-        return rows
-
-    def _mapped_records(self, shard: ShardEntry, first: int, length: int, count: int, check) -> "np.ndarray | None":
-        """A block of one plain local shard: its records as a view of the file's page-cache pages.
-
-        What memmap token loaders (nanoGPT, Megatron) do: the loader's gather copies each record
-        from the page cache straight into its batch slot, where a read would copy the whole
-        shard into a buffer first (two copies of every byte).  MAP_POPULATE maps the whole shard
-        in this call, so its time and bytes are counted here, as a read's would be, and the
-        gather never faults.  The mapping lives as long as the view (the block's batches), no longer.
-
-        Only a shard wholly in the page cache (``pagecache.resident_pages_fd``) is mapped; None otherwise, and it is
-        read: faulting a cold shard in reads it 128 KiB at a time, one request after another
-        (0.79x a read, cold, 3 alternating rounds), where a read gets the kernel's large read-ahead."""
-        import mmap
-        import os
-
-        import numpy as np
-
-        from iobench.io.pagecache import resident_pages_fd
-        from iobench.metrics import now_ns
-
-        fd = self._handle(shard)
-        t0 = now_ns()
-        size = os.fstat(fd).st_size
-        res = resident_pages_fd(fd, min(size, shard.bytes))
-        if res is None or res[0] < res[1]:
-            return None
-        if size < shard.bytes:   # mapping past the end would fault (SIGBUS) in the gather
-            raise short_read(shard.path, size, shard.bytes)
-        m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
-        self.backend.record("read", now_ns() - t0, nread=shard.bytes)
-        data = np.frombuffer(m, dtype=np.uint8)
-        check(data[:first], shard, count)
-        return data[first:first + count * length].reshape(count, length)
-
-    def _records_view(self, shard: ShardEntry, first: int, length: int) -> np.ndarray:
-        """A plain memory:// shard's records as a (records, length) view of the object (cached)."""
-        import numpy as np
-
-        views = self.__dict__.setdefault("_views", {})
-        view = views.get((shard.path, first, length))
-        if view is None:
-            src = np.frombuffer(self._handle(shard), dtype=np.uint8)
-            if len(src) < shard.bytes:
-                from iobench.errors import IntegrityError
-
-                raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
-                                     f"{shard.bytes}")
-            nrec = (len(src) - first) // length
-            if len(views) >= 64:
-                views.pop(next(iter(views)))
-            view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
-        return view
-
-    def _handle(self, shard: ShardEntry):
-        """Plain local files: a descriptor kept open per shard (few, LRU-bounded); plain memory://
-        objects: the object's buffer (fsspec's per-call path costs ~50 us a request)."""
-        import os
-
-        fds = self.__dict__.setdefault("_fds", {})
-        fd = fds.pop(shard.path, None)
-        base = self.backend.base
-        if fd is None:
-            if len(fds) >= 64:
-                old = fds.pop(next(iter(fds)))
-                if isinstance(old, int):
-                    os.close(old)
-            if base.protocol == "memory":
-                fd = base.fs.store[base.fs._strip_protocol(base.path(shard.path))].getbuffer()
-            else:
-                fd = os.open(base.local_path(shard.path), os.O_RDONLY)
-        fds[shard.path] = fd  # most recently used last
-        self._request_log()
-        return fd
-
-    def _request_log(self):
-        """Request times are logged here and histogrammed in bulk (``_flush_log``): an hdrh
-        record per request would cost more than the read itself."""
-        log = self.__dict__.get("_log")
-        if log is None:
-            from array import array
-
-            log = self._log = array("q")
-            self._log_bytes = 0
-        return log
-
-    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        import os
-
-        from iobench.metrics import now_ns
-
-        fd = self._handle(shard)
-        t0 = now_ns()
-        data = os.pread(fd, length, start) if isinstance(fd, int) else bytes(fd[start:start + length])
-        self._logged(now_ns() - t0, len(data))
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
-
-    def _logged(self, ns: int, nbytes: int) -> None:
-        """One request of ``nbytes`` that took ``ns`` (after ``_handle``, which makes the log)."""
-        self._log.append(ns)
-        self._log_bytes += nbytes
-        if len(self._log) >= 65536:
-            self._flush_log()
-
-    def _direct_buffer(self, size: int):
-        """A page-aligned buffer, reused once nothing refers to it (fresh ones cost a page fault per page)."""
-        import mmap
-        import sys
-
-        import numpy as np
-
-        # Under the lock: two read-ahead threads must not both take the same free buffer (the
-        # returned reference is on this frame's stack before the lock is released).
-        with self._lock:
-            pool = self.__dict__.setdefault("_direct_pool", [])
-            for i in range(len(pool)):
-                # refs: the list, and getrefcount's argument; anything more is a live view of the data
-                if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
-                    return pool[i]
-            buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
-            if len(pool) < 32:   # a block of shards and blocks read ahead, reused without page faults
-                pool.append(buf)
-            return buf
-
-    def _flush_log(self) -> None:
-        log = self.__dict__.get("_log")
-        if log:
-            import numpy as np
-
-            self.backend.record_many("read", np.frombuffer(log, dtype=np.int64), nread=self._log_bytes)
-            del log[:]
-            self._log_bytes = 0
-
-    def stats(self) -> dict:
-        if self.backend is None:
-            return {}
-        self._flush_log()
-        return self.backend.stats(encode=True)
-
     def close(self) -> None:
-        import os
-
-        if self.backend is not None:
-            self._flush_log()
-
-        crew = self.__dict__.pop("_crew", None)
-        if crew is not None:
-            crew.close()
-        self.__dict__.pop("_views", None)   # views of memory:// buffers must go before the buffers are released
-        for fd in self.__dict__.pop("_fds", {}).values():
-            if isinstance(fd, int):
-                os.close(fd)
-            else:
-                fd.release()
-        if getattr(self, "_pool", None) is not None:
+        super().close()
+        if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _planned_client(self) -> str:
-        """The client the workers will read with (describe() runs in the parent, before open())."""
-        if not str(self.url).startswith("s3://"):
-            return "fsspec"
-        from iobench.storage import _s3_reader, s3_options
 
-        r = _s3_reader(self.s3_client, s3_options(self.endpoint_url, self.storage_options or None), "load.s3_client")
-        return r.name if r is not None else "s3fs"
+def backend_source(url: str, **options) -> BackendSource:
+    """The shard source for the dataset at ``url`` (``options``: BackendSource's fields): one
+    class per storage kind, each reading in that kind's fastest way.  Emulated or faulty local
+    and memory storage is read by the generic ``BackendSource``, so that every request passes
+    the wrappers (a pread or a gather would go round them); object stores' GETs pass them anyway."""
+    from iobench.storage import storage_kind
+    from iobench.wrappers import resolve_emulation
 
-    def describe(self) -> dict:
-        from iobench.wrappers import resolve_emulation
-
-        spec = resolve_emulation(self.emulation)
-        return {"kind": "backend", "url": self.url, "endpoint_url": self.endpoint_url,
-                "emulated": spec.describe() if spec.active else None,
-                "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
-                if (self.error_rate or self.timeout_rate) else None,
-                "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
-                "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
-                "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}
+    kind = storage_kind(url)
+    wrapped = resolve_emulation(options.get("emulation")).active or options.get("error_rate") or \
+        options.get("timeout_rate")
+    cls: type[BackendSource] = BackendSource
+    if kind == "object":
+        cls = ObjectStoreSource
+    elif not wrapped:
+        cls = {"local": LocalFileSource, "memory": MemorySource}.get(kind, BackendSource)
+    return cls(url=url, **options)

@@ -1,6 +1,6 @@
 """How far a load's stall and P99 can be trusted, and when a load has measured enough.
 
-Measurement rule 9: a percentile or ratio carries its confidence interval and the count
+Measurement rule 9 ("enough samples", docs/design.md): a percentile or ratio carries its confidence interval and the count
 it rests on.  Two estimators, both on the steady steps (step 0 excluded):
 
 - **stall ratio — batch means**: the steps are cut into ``m`` (≤ 20) contiguous groups of
@@ -29,7 +29,9 @@ first, as MLPerf counts.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import math
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,7 +131,7 @@ def quantile_interval(values, q: float = 0.99) -> dict:
     """Order-statistic 95% interval of the q-quantile; ``high`` is None when n is too small for it."""
     v = np.sort(np.asarray(values, dtype=float))
     n = len(v)
-    out = {"q": q, "n": n, "method": "order statistics, 95%"}
+    out: dict[str, Any] = {"q": q, "n": n, "method": "order statistics, 95%"}
     if n == 0:
         return out | {"value": None, "low": None, "high": None, "note": "no values"}
     value = float(np.quantile(v, q, method="higher"))
@@ -194,5 +196,5 @@ def verdict(waits, steps, service_s, rule: StopRule) -> dict:
         reasons.append(p99["note"])
     elif p99["relative_half_width"] > rule.p99_ci:
         reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
-    return {"stable": not reasons, "not_stable_because": reasons, "stall_ratio": st,
+    return {"stable": not reasons, "not_stable_because": reasons, STALL_RATIO: st,
             "batch_service_p99_s": p99, "batch_wait_p99_s": wait99}

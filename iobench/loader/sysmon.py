@@ -72,7 +72,7 @@ class SystemMonitor:
         return self._thread is not None and not self._stop.is_set()
 
     def stop(self) -> dict:
-        if self.running:
+        if self._thread is not None and not self._stop.is_set():
             self._stop.set()
             self._thread.join()
             self._sample()

@@ -23,6 +23,7 @@ import time
 
 from ..errors import IntegrityError
 from ..io.checksum import algo_of, matches, new_hasher
+from .source import ShardSource
 
 AHEAD_BYTES = 64 << 20   # pieces kept while the hash catches up; past it the gap is read at once
 
@@ -39,9 +40,10 @@ class _Open:
 
     def take(self, start: int, data) -> None:
         """Hash what of [start, start + len) lies past ``at``, then any kept piece it reaches."""
+        data = memoryview(data).cast("B")   # bytes, whatever the view's item type
         end = start + len(data)
         if start <= self.at < end:
-            self.hasher.update(memoryview(data).cast("B")[self.at - start:])
+            self.hasher.update(data[self.at - start:])
             self.at = end
         elif end > self.at:   # past the hash (start > at): keep it for later
             self.ahead[start] = bytes(data)
@@ -57,33 +59,41 @@ class _Open:
                 self.at = nxt[0] + len(piece)
 
 
-class VerifyingSource:
+class VerifyingSource(ShardSource):
+    """Wraps any ``ShardSource``; only whole-shard reads and pieces reach the wrapped source
+    (each hashed).  Its capability flags are its own: no range, record or in-place reads (the
+    base class's defaults, built on the verified ``read_shard``, serve those), so the map
+    pattern reads whole shards (verified) and slices them -- what a verify-grade run has to
+    read anyway -- and a read method added to ``ShardSource`` later cannot bypass the check."""
+
     concurrent_reads = False   # its counters and open hashes are not guarded: one read at a time
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner: ShardSource) -> None:
         self.inner = inner
         self._open: dict[str, _Open] = {}   # shard path -> its hash in progress
         self.shards = 0
         self.bytes = 0
         self.seconds = 0.0
 
-    def __getattr__(self, name):   # everything else is the wrapped source's
-        if name == "inner" or (name.startswith("read_") and name != "read_piece"):
-            # Only whole-shard reads (and in-order pieces) are forwarded: any other read_* (sample
-            # ranges, records) is hidden, so the map pattern reads whole shards (verified) and
-            # slices them -- what a verify-grade run has to read anyway -- and a read method
-            # added later cannot bypass the check.
-            raise AttributeError(name)
-        if name == "read_piece":
-            getattr(self.inner, "read_piece")   # AttributeError when the wrapped source streams no pieces
-            return self._read_piece
-        return getattr(self.inner, name)
+    @property
+    def supports_pieces(self) -> bool:   # type: ignore[override]
+        return self.inner.supports_pieces
+
+    @property
+    def supports_odirect(self) -> bool:   # type: ignore[override]
+        return self.inner.supports_odirect   # its whole-shard reads are the wrapped source's
+
+    def open(self, worker_id: int = 0) -> None:
+        self.inner.open(worker_id)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def __getstate__(self) -> dict:
         return {"inner": self.inner}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["inner"])
+        VerifyingSource.__init__(self, state["inner"])
 
     def _check(self, shard, data) -> None:
         if algo_of(shard.checksum) == "none":
@@ -111,13 +121,14 @@ class VerifyingSource:
         return data
 
     def read_shards(self, shards):
-        read_many = getattr(self.inner, "read_shards", None)
-        datas = read_many(shards) if read_many else [self.inner.read_shard(s) for s in shards]
+        datas = self.inner.read_shards(shards)
         for s, d in zip(shards, datas):
             self._check(s, d)
         return datas
 
-    def _read_piece(self, shard, start: int, length: int, first: bool):
+    def read_piece(self, shard, start: int, length: int, first: bool):
+        if not self.inner.supports_pieces:   # whole shards (verified by read_shard), sliced
+            return super().read_piece(shard, start, length, first)
         data = self.inner.read_piece(shard, start, length, first)
         if algo_of(shard.checksum) == "none":
             return data
@@ -137,10 +148,7 @@ class VerifyingSource:
         return data
 
     def _bytes(self, shard, start: int, length: int):
-        ranged = getattr(self.inner, "read_range", None)
-        if ranged is not None:
-            return ranged(shard, start, length)
-        return memoryview(self.inner.read_shard(shard))[start:start + length]
+        return self.inner.read_range(shard, start, length)
 
     def finish(self) -> None:
         """Check the shards whose stream stopped before their end (a tar's end-of-archive padding,
@@ -158,15 +166,13 @@ class VerifyingSource:
             self._done(st.shard, st.hasher, st.shard.bytes, t0)
 
     def stats(self) -> dict:
-        fn = getattr(self.inner, "stats", None)
-        out = dict(fn() if fn else {})
+        out = dict(self.inner.stats())
         out["verify"] = {"shards": self.shards, "bytes": self.bytes, "seconds": self.seconds,
                          "unfinished": len(self._open)}
         return out
 
     def describe(self) -> dict:
-        fn = getattr(self.inner, "describe", None)
-        d = dict(fn() if fn else {"kind": type(self.inner).__name__})
+        d = dict(self.inner.describe())
         d["verify_checksums"] = True
         return d
 
@@ -187,7 +193,7 @@ def check_sizes(backend, shards) -> None:
 
 def merge_verify(per_worker_sources: list[dict]) -> dict | None:
     """``metrics.verify_checksums`` from the workers' source stats; None when verification was off."""
-    parts = [s.get("verify") for s in per_worker_sources if s.get("verify") is not None]
+    parts: list[dict] = [s["verify"] for s in per_worker_sources if s.get("verify") is not None]
     if not parts:
         return None
     shards = sum(p["shards"] for p in parts)

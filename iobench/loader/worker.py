@@ -20,26 +20,28 @@ slot is back-pressure, not I/O, and is reported apart too.
 
 from __future__ import annotations
 
-import inspect
 import io
 import math
 import os
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..manifest import Manifest
 from ..metrics import now_ns
-from .sampler import EpochPlan, order_of
+from .messages import Done, ExceptionWrapper, Failed, Ready
+from .sampler import order_of
+from .source import ShardSource
 
 
 @dataclass
 class WorkerJob:
     wid: int
     workers: int
-    manifest: object
-    plans: list[EpochPlan]
+    manifest: Manifest
+    plans: list[Any]              # EpochPlan (block), MapEpoch (map) or StreamEpoch (stream): sampler
     total_batches: int
     decode: bool
     synthetic: bool = False       # no I/O: batches of the right size from memory (stall analysis)
@@ -47,14 +49,6 @@ class WorkerJob:
     access: str = "block"         # map | stream | block
     stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
     lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
-
-
-def open_source(source, wid: int) -> None:
-    params = inspect.signature(source.open).parameters
-    if "worker_id" in params:
-        source.open(worker_id=wid)
-    else:
-        source.open()
 
 
 def _decode_jpeg(data) -> np.ndarray:
@@ -73,7 +67,7 @@ class _BlockData:
         self.read_s, self.parse_s = read_s, parse_s
 
 
-def _read_block(job: WorkerJob, source, reader, block, fixed=None) -> _BlockData:
+def _read_block(job: WorkerJob, source: ShardSource, reader, block, fixed=None) -> _BlockData:
     m = job.manifest
     ids = np.concatenate([np.arange(m.shards[s].first_sample, m.shards[s].first_sample + m.shards[s].samples)
                           for s in block.shards])
@@ -81,15 +75,14 @@ def _read_block(job: WorkerJob, source, reader, block, fixed=None) -> _BlockData
         return _BlockData(None, None, ids)
     t0 = now_ns()
     shards = [m.shards[s] for s in block.shards]
-    check = getattr(reader, "check_records", None)
-    if fixed is not None and check is not None and callable(getattr(source, "read_block_records", None)):
-        # fixed-size token rows: the shards' records read straight into one block array (no concatenate)
-        rows = source.read_block_records(shards, fixed[0], fixed[1], check)
+    if fixed is not None:
+        # fixed-size token rows: the shards' records read straight into one block array (no
+        # concatenate), where the source can (None: whole shards, below)
+        rows = source.read_block_records(shards, fixed[0], fixed[1], reader.check_records)
         if rows is not None:
             return _BlockData(rows.view(fixed[2]), None, ids, read_s=(now_ns() - t0) / 1e9)
-    # A source that can fetch a block's shards together (concurrent ranged GETs) does so.
-    read_many = getattr(source, "read_shards", None)
-    datas = list(zip(shards, read_many(shards) if read_many else [source.read_shard(sh) for sh in shards]))
+    # (an object store fetches a block's shards together: concurrent ranged GETs)
+    datas = list(zip(shards, source.read_shards(shards)))
     t1 = now_ns()
     bd = _parse_block(job, reader, block, datas, ids)
     bd.read_s, bd.parse_s = (t1 - t0) / 1e9, (now_ns() - t1) / 1e9
@@ -98,7 +91,7 @@ def _read_block(job: WorkerJob, source, reader, block, fixed=None) -> _BlockData
 
 def _parse_block(job: WorkerJob, reader, block, datas, ids) -> _BlockData:
     m = job.manifest
-    if m.modality == "tokens" and hasattr(reader, "tokens"):
+    if m.modality == "tokens":
         # A reader's tokens() may return None for a shard it cannot vectorise: per-sample path then.
         arrays = [reader.tokens(d, sh) for sh, d in datas]
         if all(a is not None and a.ndim == 2 and a.shape[1:] == arrays[0].shape[1:] and a.dtype == arrays[0].dtype
@@ -115,22 +108,12 @@ def _parse_block(job: WorkerJob, reader, block, datas, ids) -> _BlockData:
     return _BlockData(None, samples, ids)
 
 
-def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> tuple[dict, object]:
-    """(metadata, writer) where writer(buf) copies the payload into a slot buffer."""
+def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> tuple[dict, Callable[[Any], None]]:
+    """(metadata, writer) where writer(buf) copies the samples' payload into a slot buffer."""
     if job.synthetic:
         meta = {"layout": "ragged", "nbytes": nominal, "offsets": None}
         return meta, lambda buf: None
-    if bd.array is not None:
-        shape = (len(sel),) + bd.array.shape[1:]
-        nbytes = math.prod(shape) * bd.array.dtype.itemsize  # np.prod costs ~10 us a call
-        meta = {"layout": "array", "dtype": bd.array.dtype.str, "shape": shape, "nbytes": nbytes}
-
-        def write(buf):
-            out = np.ndarray(shape, dtype=bd.array.dtype, buffer=buf)
-            # mode="clip": with the default "raise", take() gathers into a temporary and copies
-            # that into ``out`` (2-3x the time).  The block's order was bounds-checked once.
-            np.take(bd.array, sel, axis=0, out=out, mode="clip")
-        return meta, write
+    assert bd.samples is not None   # rows in one array take the emitter's own fast path
     picked = [bd.samples[i] for i in sel]
     labels = None
     if any(s.label is not None for s in picked):
@@ -144,10 +127,10 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
         nbytes = int(np.prod(shape)) * datas[0].dtype.itemsize
         meta = {"layout": "array", "dtype": datas[0].dtype.str, "shape": shape, "nbytes": nbytes, "labels": labels}
 
-        def write(buf):
+        def write_stacked(buf) -> None:
             np.stack(datas, out=np.ndarray(shape, dtype=datas[0].dtype, buffer=buf))
-        return meta, write
-    views = [memoryview(np.ascontiguousarray(d)).cast("B") if isinstance(d, np.ndarray) else memoryview(d).cast("B")
+        return meta, write_stacked
+    views = [np.ascontiguousarray(d).data.cast("B") if isinstance(d, np.ndarray) else memoryview(d).cast("B")
              for d in datas]
     offsets = np.zeros(len(views) + 1, dtype=np.int64)
     np.cumsum([len(v) for v in views], out=offsets[1:])
@@ -156,10 +139,10 @@ def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> t
         meta["shapes"] = [d.shape for d in datas]
         meta["dtype"] = datas[0].dtype.str if datas else None
 
-    def write(buf):
+    def write_ragged(buf) -> None:
         for v, a in zip(views, offsets[:-1]):
             buf[int(a):int(a) + len(v)] = v
-    return meta, write
+    return meta, write_ragged
 
 
 # A batch is held back (to share a message with the next ones) only while the consumer has at
@@ -279,6 +262,7 @@ class _Emitter:
     def written(self, k: int, epoch: int, data: np.ndarray, ids: np.ndarray, io_s: float, prep_s: float,
                 requests: int) -> None:
         """map: batch ``k`` was read straight into the array ``claim(k)`` gave; send it."""
+        assert self._claimed is not None   # claim(k) came first
         (slot, in_slot), self._claimed = self._claimed, None
         meta = {"layout": "array", "dtype": data.dtype.str, "shape": data.shape, "nbytes": data.nbytes,
                 "inline": None if in_slot else data.tobytes()}
@@ -302,8 +286,8 @@ class _Emitter:
         self.conn.batch(meta, hold)   # counts it in pool.sent once written
 
 
-def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
-    """Process entry point; always ends with a 'done' or an 'error' message."""
+def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
+    """Process entry point; always ends with a ``Done`` or a ``Failed`` message (loader.messages)."""
     from ..lifeline import die_with_parent
 
     die_with_parent()   # a killed `load` takes its workers with it (they would block on slots for ever)
@@ -314,29 +298,27 @@ def run_worker(job: WorkerJob, source, pool, conn, stop) -> None:
     # Objects inherited from the parent (e.g. its S3 sessions) must not be finalized here,
     # on another event loop; freezing keeps the collector away from them.
     gc.freeze()
+    failed: Failed | None = None
     try:
         from ..formats import get_format
 
         if not job.synthetic:
-            open_source(source, job.wid)
+            source.open(worker_id=job.wid)
         reader = get_format(job.manifest.format).reader(job.manifest)
-        conn.send(("ready", job.wid))
+        conn.send(Ready(job.wid))
         emit = _Emitter(job, pool, conn, stop, stats)
         produce(job, source, reader, emit)
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
-        stats["source"] = _source_stats(source)
-        conn.send(("error", job.wid, _picklable(e), traceback.format_exc()))
-        return
-    finally:
-        try:
-            source.close()
-        except Exception:  # noqa: BLE001
-            pass
+        failed = Failed(job.wid, ExceptionWrapper.of(e))
     stats["source"] = _source_stats(source)
-    conn.send(("done", job.wid, stats))
+    try:
+        source.close()
+    except Exception:  # noqa: BLE001
+        pass
+    conn.send(failed or Done(job.wid, stats))
 
 
-def produce(job: WorkerJob, source, reader, emit: "_Emitter") -> None:
+def produce(job: WorkerJob, source: ShardSource, reader, emit: "_Emitter") -> None:
     """Make this worker's batches for its access pattern (in a worker process, or in the consumer
     itself for ``--workers 0``: iobench.loader.inprocess)."""
     try:
@@ -344,9 +326,7 @@ def produce(job: WorkerJob, source, reader, emit: "_Emitter") -> None:
             job, source, reader, emit)
     except _Stopped:
         pass
-    finish = getattr(source, "finish", None)   # --verify-checksums: shards a stream left part-read
-    if finish is not None:
-        finish()   # before close: it may read; a corrupt shard is this worker's error
+    source.finish()   # before close: it may read (--verify-checksums: shards a stream left part-read)
 
 
 def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
@@ -359,7 +339,7 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 mine.append((plan.epoch, block, k_base))
             k_base += len(block.batch_sizes)
 
-    fixed = _fixed(reader, job.manifest) if job.manifest.modality == "tokens" else None
+    fixed = reader.fixed_layout() if job.manifest.modality == "tokens" else None
 
     def read(item):
         return _read_block(job, source, reader, item[1], fixed)
@@ -367,9 +347,9 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     # Read ahead: the next block's I/O (which releases the GIL) overlaps this block's collation.
     # A source whose reads may overlap (object stores: GETs from one shared pool) reads every
     # block ahead at once, so its GETs stay in flight across block boundaries.
-    threads = job.read_ahead + 1 if getattr(source, "concurrent_reads", False) else 1
+    threads = job.read_ahead + 1 if source.concurrent_reads else 1
     ahead = ThreadPoolExecutor(threads, thread_name_prefix="iobench-readahead") if job.read_ahead else None
-    pending = []
+    pending: list = []
     try:
         for idx, (epoch, block, k_base) in enumerate(mine):
             if emit.stop.is_set():
@@ -381,7 +361,7 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                     pending.append(ahead.submit(read, mine[idx + len(pending)]))
                 bd = pending.pop(0).result()
             if bd.array is not None and len(block.order) and not (
-                    0 <= int(block.order.min()) and int(block.order.max()) < len(bd.array)):
+                    int(block.order.min()) >= 0 and int(block.order.max()) < len(bd.array)):
                 from ..errors import IntegrityError
 
                 raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")
@@ -431,18 +411,19 @@ _I8 = np.dtype("<i8")   # sample ids on the wire
 
 
 class _Ranges:
-    """Per-sample requests: ``source.read_range`` where the source has it; else (e.g. a tiers
-    source) whole shards, kept in a per-worker LRU of up to 256 MiB and sliced."""
+    """Per-sample requests: ``source.read_range`` where each is one request
+    (``supports_range_reads``); else (e.g. a tiers source) whole shards, kept in a per-worker
+    LRU of up to 256 MiB and sliced."""
 
-    def __init__(self, source, reader) -> None:
+    def __init__(self, source: ShardSource, reader) -> None:
         from collections import OrderedDict
 
         self.source, self.reader = source, reader
-        self.ranged = callable(getattr(source, "read_range", None))
+        self.ranged = source.supports_range_reads
         self._cache: OrderedDict = OrderedDict()
         self._cached = 0
 
-    def read(self, shard, i: int) -> tuple[object, float, int]:
+    def read(self, shard, i: int) -> tuple[Any, float, int]:
         """(record, storage seconds, requests) for sample ``i`` of ``shard``."""
         r = self.reader.sample_range(shard, i)
         if r is None:
@@ -452,7 +433,7 @@ class _Ranges:
                               "use --access stream (or block) for this dataset")
         return self.read_at(shard, r[0], r[1])
 
-    def read_at(self, shard, start: int, length: int) -> tuple[object, float, int]:
+    def read_at(self, shard, start: int, length: int) -> tuple[Any, float, int]:
         r = (start, length)
         t0 = now_ns()
         if self.ranged:
@@ -472,22 +453,13 @@ class _Ranges:
         return rec, (now_ns() - t0) / 1e9, n
 
 
-def _fixed(reader, manifest):
-    """The reader's fixed record layout (offset, bytes, dtype) if every shard has the same one, else None."""
-    fn = getattr(reader, "fixed_records", None)
-    if fn is None or not manifest.shards:
-        return None
-    f = fn(manifest.shards[0])
-    return f if f is not None and all(fn(sh) == f for sh in manifest.shards[1:]) else None
-
-
 def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     """``map``: this worker's batches (``j % W``), each sample one ranged request."""
     m = job.manifest
     starts = _shard_starts(m)
     ranges = _Ranges(source, reader)
-    fixed = _fixed(reader, m)
-    rows_reader = getattr(source, "read_records", None)
+    fixed = reader.fixed_layout()
+    rows_reader = source.read_records if source.supports_record_reads else None
     inflight = job.read_ahead + 1   # the batch's sample reads a worker keeps in flight (1: one after another)
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
@@ -563,17 +535,18 @@ class _ShardStream:
         self.job, self.source, self.reader = job, source, reader
         self.shards = list(shards)
         self.ready: list = []        # samples of the current piece not yet taken
-        self.pieces = iter(())
-        self.piecewise = callable(getattr(source, "read_piece", None))
-        self.fixed = _fixed(reader, job.manifest)
+        self.pieces: Iterator = iter(())
+        self.fixed = reader.fixed_layout()
         # Pieces that come as (rows, cols) arrays: fixed-size records, or a reader that decodes a piece
         # (a Parquet row group) into rows of one length; they take the row store, not per-sample objects.
-        self.arrays = self.fixed is not None or bool(getattr(reader, "stream_arrays", lambda: False)())
+        self.arrays = self.fixed is not None or reader.stream_arrays()
 
-    def _open(self, shard) -> "object":
-        return iter(_pieces(self, shard))
+    def _open(self, shard) -> Iterator:
+        """The shard's pieces, as its format cuts them (``Reader.pieces``), each read timed."""
+        return iter(self.reader.pieces(shard, lambda a, n, f: self.read(shard, a, n, f), self.job.stream_read_size,
+                                       arrays=self.arrays, read_into=lambda a, out, f: self.read_into(shard, a, out, f)))
 
-    def next(self) -> tuple[object, float, int, float]:
+    def next(self) -> tuple[Any, float, int, float]:
         t_io, req, parse = 0.0, 0, 0.0
         while not self.ready:
             piece = next(self.pieces, None)
@@ -589,7 +562,7 @@ class _ShardStream:
             self.ready = samples[::-1]
         return self.ready.pop(), t_io, req, parse
 
-    def next_piece(self) -> tuple[object, float, int, float]:
+    def next_piece(self) -> tuple[Any, float, int, float]:
         """The next whole piece (fixed-size records: a (rows, cols) array), with its read's cost."""
         while True:
             piece = next(self.pieces, None)
@@ -601,83 +574,16 @@ class _ShardStream:
 
     # -- reading -------------------------------------------------------------------------
 
-    def read(self, shard, start: int, length: int, first: bool) -> tuple[object, float, int]:
+    def read(self, shard, start: int, length: int, first: bool) -> tuple[Any, float, int]:
         t0 = now_ns()
-        if self.piecewise:
-            data = self.source.read_piece(shard, start, length, first)
-        elif first:
-            self._whole = self.source.read_shard(shard)
-            data = memoryview(self._whole)[start:start + length]
-        else:
-            data = memoryview(self._whole)[start:start + length]
+        data = self.source.read_piece(shard, start, length, first)
         return data, (now_ns() - t0) / 1e9, 1 if first else 0
 
     def read_into(self, shard, start: int, out, first: bool) -> tuple[float, int]:
         """``read`` into ``out`` (a byte buffer of the piece's length); (seconds, requests)."""
-        into = getattr(self.source, "read_piece_into", None) if self.piecewise else None
-        if into is None:
-            data, t, n = self.read(shard, start, len(out), first)
-            t0 = now_ns()
-            memoryview(out).cast("B")[:] = memoryview(data).cast("B")
-            return t + (now_ns() - t0) / 1e9, n
         t0 = now_ns()
-        into(shard, start, out, first)
+        self.source.read_piece_into(shard, start, out, first)
         return (now_ns() - t0) / 1e9, 1 if first else 0
-
-
-def _pieces(st: _ShardStream, shard):
-    """(samples, storage seconds, requests) per piece of one shard, in stored order."""
-    reader, size = st.reader, st.job.stream_read_size
-    first = True
-    if st.fixed is not None:
-        # fixed-size token rows: the same pieces, rows cut arithmetically (no per-sample decode)
-        off0, rec, dtype = st.fixed
-        per = max(1, size // rec)
-        for i in range(0, shard.samples, per):
-            k = min(per, shard.samples - i)
-            data, t, n = st.read(shard, off0 + i * rec, k * rec, first)
-            first = False
-            t1 = now_ns()
-            rows = np.frombuffer(data, dtype=dtype).reshape(k, -1)
-            yield rows, t, n, (now_ns() - t1) / 1e9
-        return
-    cut = getattr(reader, "array_pieces", None)
-    if st.arrays and cut is not None:
-        # the reader cuts pieces into (rows, seq_len) arrays itself (TFRecord: framing and CRCs checked with
-        # numpy over the piece), instead of one sample_from_range object per record
-        yield from cut(shard, lambda a, n, f: st.read(shard, a, n, f), size)
-        return
-    # (a reader without byte ranges, e.g. Parquet, says so for sample 0: no list of a shard's Nones)
-    ranges = [reader.sample_range(shard, i) for i in range(shard.samples)] \
-        if shard.samples and reader.sample_range(shard, 0) is not None else []
-    if ranges and all(r is not None for r in ranges):
-        i = 0
-        while i < shard.samples:
-            j = i
-            a = ranges[i][0]
-            end = ranges[i][0] + ranges[i][1]
-            while j + 1 < shard.samples and ranges[j + 1][0] + ranges[j + 1][1] - a <= size \
-                    and ranges[j + 1][0] >= end:
-                j += 1
-                end = ranges[j][0] + ranges[j][1]
-            data, t, n = st.read(shard, a, end - a, first)
-            first = False
-            t1 = now_ns()
-            mv = memoryview(data)
-            samples = [reader.sample_from_range(shard, x, mv[ranges[x][0] - a:ranges[x][0] - a + ranges[x][1]])
-                       for x in range(i, j + 1)]
-            yield samples, t, n, (now_ns() - t1) / 1e9
-            i = j + 1
-        return
-    rg = getattr(reader, "row_group_pieces", None)
-    if rg is not None:
-        yield from rg(shard, lambda a, n, f: st.read(shard, a, n, f), arrays=st.arrays,
-                      read_into=lambda a, out, f: st.read_into(shard, a, out, f))
-        return
-    data, t, n = st.read(shard, 0, shard.bytes, True)   # no record index (e.g. a zstd shard): one piece
-    t1 = now_ns()
-    samples = list(reader.iter_samples(data, shard))
-    yield samples, t, n, (now_ns() - t1) / 1e9
 
 
 class _Charge:
@@ -712,7 +618,11 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
         stream = _ShardStream(job, source, reader, wp.shards)
         held: dict[int, object] = {}
         ingested = out = 0
-        store = free = slot_of = at = None
+        # the row store (stream.arrays), made at the first piece: rows, free rows, store row of each sample, ids
+        store: Any = None
+        free: Any = None
+        slot_of: Any = None
+        at: Any = None
         top = 0
         for r, bs in enumerate(wp.batch_sizes):
             k = ks[r]
@@ -788,19 +698,8 @@ def _pack(meta: dict) -> None:
             meta[key] = np.ascontiguousarray(meta[key], dtype="<i8").tobytes()
 
 
-def _source_stats(source) -> dict:
-    fn = getattr(source, "stats", None)
+def _source_stats(source: ShardSource) -> dict:
     try:
-        return fn() if fn else {}
-    except Exception:  # noqa: BLE001
+        return source.stats()
+    except Exception:  # noqa: BLE001 — counters are best effort; the run's outcome is the message
         return {}
-
-
-def _picklable(e: BaseException) -> BaseException:
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(e))
-        return e
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"{type(e).__name__}: {e}")

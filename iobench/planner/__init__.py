@@ -1,1 +1,1 @@
-"""The planner: the seed's models as pure functions, fed by measured results."""
+"""The planner: the domain models' models as pure functions, fed by measured results."""

@@ -1,6 +1,6 @@
 """CPU cost of moving data to accelerators, host-mediated vs GPU-direct (seed ch. 4, GDS worked example).
 
-Lives in the planner, the one home of the seed's formulas (it was gds/model.py).
+Lives in the planner, the one home of the domain models' formulas (it was gds/model.py).
 CPU-seconds per wall-second = transfers per second × CPU time per transfer; the cores a
 GPU-direct path frees are the difference.  ``cores_needed`` applies the same arithmetic to a
 measured ``cpu_s_per_gb`` from ``iobench gds bench``.

@@ -1,6 +1,6 @@
 """A discrete-event model of the loader: W producers, bounded prefetch, one consumer.
 
-Ground truth for ``iobench load`` computed another way (design rule 10): given each
+Ground truth for ``iobench load`` computed another way (measurement rule 10, "ground truth", docs/design.md): given each
 batch's storage/preparation time at its worker (recorded by a run, or drawn from a
 distribution) and each step's compute time, the model replays the pipeline and predicts
 every step's wait, hence the stall ratio, without any of the loader's code.
@@ -25,6 +25,7 @@ real loader's stall is at or slightly above it.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import math
 import random
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ class SimResult:
     wall_s: float
 
     def as_dict(self) -> dict:
-        return {"stall_ratio": self.stall_ratio, "wall_s": self.wall_s, "steps": len(self.wait_s),
+        return {STALL_RATIO: self.stall_ratio, "wall_s": self.wall_s, "steps": len(self.wait_s),
                 "wait_s_total": sum(self.wait_s[1:])}
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ..config import nearest
 from ..errors import ConfigError
 from ..units import format_bytes, format_rate, parse_duration, parse_size
+from ..units import parse_rate as _parse_rate
 from ..units import format_duration as format_seconds
 
 REQUIRED = object()
@@ -52,20 +53,19 @@ _DAYS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(d|day|days)\s*
 
 
 def parse_rate(value, field: str) -> float:
-    """'7GB/s', '7GB' or a number of bytes per second."""
-    if isinstance(value, str):
-        value = value.strip()
-        if value.endswith("/s"):
-            value = value[:-2]
-    return float(parse_size(value, field))
+    """'7GB/s', '7GB' or a number value of bytes per second (``iobench.units.parse_rate``)."""
+    return _parse_rate(value, field)
+
+
+PLAN_MAX_S = 3650 * 86400.0   # a plan may span a long training run (days); ten years is a typo
 
 
 def _parse_duration(value, field: str) -> float:
     if isinstance(value, str):
         m = _DAYS.match(value)
         if m:
-            return float(m.group(1)) * 86400
-    return parse_duration(value, field)
+            value = f"{float(m.group(1)) * 86400!r}s"
+    return parse_duration(value, field, max_s=PLAN_MAX_S)
 
 
 def _parse_ratio(value, field: str) -> float:

@@ -1,4 +1,4 @@
-"""Data-pipeline models (seed chapter 4, Eq. 4.1–4.3) and the loader's CPU and memory sizing.
+"""Data-pipeline models (the domain models' chapter 4, Eq. 4.1–4.3: docs/design.md) and the loader's CPU and memory sizing.
 
 Every function is pure and takes SI units: bytes, seconds, bytes/s, ratios 0–1.
 """
@@ -184,7 +184,7 @@ def loader_plan(mean_service_s: float, p99_service_s: float, compute_s: float, b
       W = ceil(E[S] / (rho_max · C)).  Below E[S] / C the stall is at least 1 − W·C / E[S],
       whatever the depth.
     - **depth** — the tail: a batch whose index arrives W·Q steps before it is needed has
-      W·Q·C seconds; to hide a P99 batch, W·Q ≥ ceil(P99[S] / C) — the seed's Eq. 4.3 for
+      W·Q·C seconds; to hide a P99 batch, W·Q ≥ ceil(P99[S] / C) — the domain models' Eq. 4.3 for
       one producer (W = 1: Q = ceil(P99 / C)); W producers divide it: Q = ceil(that / W).
     - **memory** — (W·Q + 1) batches of host memory (in flight plus the one in use).
 

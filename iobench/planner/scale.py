@@ -9,7 +9,7 @@ Model (every term is measured or given; nothing fitted beyond a median):
   accelerators-per-node any measured point sustained;
 - shared storage: n nodes x a accelerators x d <= B (the probe's aggregate bandwidth), and
   n x a x m <= M (aggregate metadata ops/s, m = opens/s one accelerator needs);
-- stragglers, if steps are synchronous (the seed's tail at scale): a step is slow when any of
+- stragglers, if steps are synchronous (the domain models' tail at scale): a step is slow when any of
   the N = n x a ranks waits, P(N) = 1 - (1 - p)^N, so AU = c / (c + P(N) w) with c the
   compute per step, p the share of one rank's steps that wait and w their mean wait; AU >= the
   threshold caps N.
@@ -54,7 +54,7 @@ def straggler_cap(p_slow: float, slow_wait_s: float, compute_s: float, threshold
     if p_slow >= 1:
         return 0
     n = math.floor(math.log(1 - q) / math.log(1 - p_slow))
-    # check with the seed's formula itself (one home): P(n) <= q < P(n + 1)
+    # check with the domain models' formula itself (one home): P(n) <= q < P(n + 1)
     while n > 0 and tail_amplification(p_slow, n).p_step_slow > q:
         n -= 1
     return n

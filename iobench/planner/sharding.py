@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Collision:
-    p_collision: float            # the seed's birthday approximation 1 − exp(−n²/2k)
+    p_collision: float            # the domain models' birthday approximation 1 − exp(−n²/2k)
     p_collision_exact: float      # 1 − ∏(1 − i/k), i < n
     p_collision_pairs: float      # 1 − exp(−n(n−1)/2k)
 

@@ -33,12 +33,13 @@ class MetadataConfig:
     file_size: str = "4KiB"   # bytes written into each file / object
 
     def __post_init__(self) -> None:
-        if self.files < 1:
-            raise ConfigError("probe.files", f"must be at least 1, got {self.files}", "e.g. --files 10000")
+        if not 1 <= self.files <= 10**8:   # each file's name is held in memory before the first is made
+            raise ConfigError("probe.files", f"{self.files} is out of range", "use 1 to 100000000, e.g. --files 10000")
         if not 1 <= self.workers <= 1024:
             raise ConfigError("probe.workers", f"{self.workers} is out of range", "use 1 to 1024")
-        if self.dirs < 1:
-            raise ConfigError("probe.dirs", f"must be at least 1, got {self.dirs}", "e.g. --dirs 10")
+        if not 1 <= self.dirs <= max(1, self.files // self.workers):   # a directory holds at least one file
+            raise ConfigError("probe.dirs", f"{self.dirs} directories per worker for {self.files // self.workers} "
+                              "files each", "give 1 to the files per worker, e.g. --dirs 10")
         if self.file_bytes < 0:
             raise ConfigError("probe.file_size", "must not be negative", "e.g. 4KiB")
 
@@ -71,8 +72,8 @@ def _footprint(cfg: MetadataConfig) -> int:
 
 
 def run_local(area: ProbeArea, cfg: MetadataConfig) -> dict:
+    area.reserve(_footprint(cfg), "the metadata probe's files")   # before the names: refused at once
     names = _names(cfg)
-    area.reserve(_footprint(cfg), "the metadata probe's files")
     for w in range(cfg.workers):
         for d in range(min(cfg.dirs, len(names[w]))):
             area.makedirs(f"md/w{w:03d}/d{d:04d}")

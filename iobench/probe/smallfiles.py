@@ -1,7 +1,7 @@
 """`iobench probe smallfiles`: the same N samples as one file each and as a few shards.
 
 The probe generates one dataset per format from the same seed (so the samples are the
-same bytes: ``files`` = one file per sample, the baseline the seed warns about; ``tar`` and
+same bytes: ``files`` = one file per sample, the baseline the domain models warn about; ``tar`` and
 ``raw`` = shards), then reads each back cold with W workers in shuffled shard order,
 through the loader's shard source (``iobench.loader.source.BackendSource``, which counts
 bytes at the backend) and the format's reader.  Reported per format: samples/s, bytes/s,
@@ -110,7 +110,7 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
                  endpoint_url=None) -> dict:
     """Read every sample once with ``workers`` threads, each with its own shard source."""
     from ..formats import get_format
-    from ..loader.source import BackendSource
+    from ..loader.source import backend_source
 
     reader = get_format(manifest.format).reader(manifest)
     order = np.random.default_rng(seed).permutation(len(manifest.shards)).tolist()
@@ -123,7 +123,7 @@ def read_dataset(url: str, manifest: Manifest, workers: int, seed: int, storage_
     now_ns = time.perf_counter_ns
 
     def work(w: int) -> None:
-        src = BackendSource(url=url, endpoint_url=endpoint_url, storage_options=storage_options or {})
+        src = backend_source(url, endpoint_url=endpoint_url, storage_options=storage_options or {})
         try:
             src.open(worker_id=w)
             pool.go(w)
@@ -211,8 +211,10 @@ def run_smallfiles_probe(area: ProbeArea, cfg: SmallFilesConfig, progress=None, 
                   "residency_before": residency, "samples_per_open": m.total_samples / len(m.shards)})
         per_format[fmt] = r
         if r["samples"] != cfg.samples:
-            raise ConfigError("probe", f"{fmt}: read {r['samples']} samples, generated {cfg.samples}",
-                              "report this as a bug")
+            from ..errors import IntegrityError
+
+            raise IntegrityError(f"{fmt}: read {r['samples']} samples of the {cfg.samples} written "
+                                 "(the storage returned a different dataset than was written)")
         if task is not None:
             progress.advance(task)
     best = max(cfg.shard_formats, key=lambda f: per_format[f]["samples_per_s"] or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from . import data
 # Threshold flags: name -> (metric path suffix, comparison, label)
 THRESHOLDS = {
     "min_au": ("accelerator_utilization", ">=", "accelerator utilization ≥"),
-    "max_stall": ("stall_ratio", "<=", "data stall ≤"),
+    "max_stall": (STALL_RATIO, "<=", "data stall ≤"),
     "min_throughput": ("throughput.bytes_per_s", ">=", "throughput ≥"),
     "max_wait_p99": ("batch_wait_s.p99", "<=", "batch wait P99 ≤"),
 }
@@ -23,6 +24,7 @@ class Report:
     markdown: Path
     checks: list[dict] = field(default_factory=list)
     verdict: str = ""       # the line a reader acts on: printed first by the commands, atop both pages
+    plots: bool = True      # False: matplotlib is not installed (or --no-plots), the pages have no plots
 
     @property
     def ok(self) -> bool:
@@ -104,22 +106,35 @@ def where(name: str, doc: dict, path: str) -> str:
 
 
 def build_report(inputs, out_dir: str | os.PathLike, title: str = "iobench report",
-                 limits: dict[str, float | None] | None = None) -> Report:
+                 limits: dict[str, float | None] | None = None, plots: bool | None = None) -> Report:
+    """report.html and report.md in ``out_dir``; ``plots`` None: drawn where matplotlib is installed."""
     from ..extras import require
     from ..io.atomic import atomic_write_bytes
     from ..results import now_iso
     from . import html, markdown
 
-    require("matplotlib", "report plots")  # before any work, not as a per-plot failure in the page
+    if plots is None:
+        plots = has_plots()
+    elif plots:
+        require("matplotlib", "report plots")  # asked for: before any work, not as a per-plot failure
     docs = load(inputs)
     checks = check(docs, limits or {})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     when = now_iso()
-    page = html.render(docs, title, checks, when)
+    page = html.render(docs, title, checks, when, plots=plots)
     md = markdown.render(docs, title, checks, when)
     text, _ = html.verdict(docs, checks)
     hp, mp = out / "report.html", out / "report.md"
     atomic_write_bytes(hp, page.encode("utf-8"), fsync=False)
     atomic_write_bytes(mp, md.encode("utf-8"), fsync=False)
-    return Report(hp, mp, checks, text)
+    return Report(hp, mp, checks, text, plots)
+
+
+def has_plots() -> bool:
+    """matplotlib is installed (the `report` extra): without it the report has its tables, no plots."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True

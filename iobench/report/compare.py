@@ -1,15 +1,40 @@
-"""Two runs side by side: every number of A and B by metric path, with the difference and ratio."""
+"""Two runs side by side: every measured number of A and B by metric path, with the difference.
+
+What a person reads (``iobench compare``): the verdict first, then only the metrics whose
+difference is beyond both runs' intervals (``Row.beyond_noise``), then the headline metrics
+that carry no interval and changed by more than 5% (``Row.unjudged_change``).  Identifiers
+(pids, worker and rank numbers), settings and raw series are never compared (``is_measurement``);
+two runs of different setups (format, access, cache, step time) are refused (``setup_differences``).
+"""
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import math
+import re
 from dataclasses import dataclass
 
 from . import data
+from ..schema import ACCELERATOR_UTILIZATION, BYTES_PER_S, SAMPLES_PER_S
 
 # Metric path suffixes where a larger value is better / worse, for regression checks.
-HIGHER_IS_BETTER = ("bytes_per_s", "samples_per_s", "accelerator_utilization")
-LOWER_IS_BETTER = ("stall_ratio",)
+HIGHER_IS_BETTER = (BYTES_PER_S, SAMPLES_PER_S, ACCELERATOR_UTILIZATION)
+LOWER_IS_BETTER = (STALL_RATIO,)
+UNJUDGED_SHOWN = 0.05     # a headline number without an interval is shown when it moved by more than this
+
+# Names of numbers that identify or configure, not measure: never compared (a pid differs every run).
+_IDENTIFIER = re.compile(r"pid|worker|rank|pass|server_instance|seed|port|id|\w+_id|from_step|to_step|slots|slot_bytes"
+                         r"|steps_planned|epochs_planned|first_step_excluded|shards|cpu_count|memory_bytes")
+# Containers of raw samples or settings: their numbers are inputs, not results.
+_CONTAINERS = {"series", "steady_window", "stability", "config", "mlperf_steps", "intervals"}
+
+
+def is_measurement(path: str) -> bool:
+    """True for a number a run measured; False for ids, settings and raw series."""
+    parts = re.sub(r"\[\d+\]", "", path).split(".")
+    if len(parts) > 1 and parts[-1] in data.HDR_KEYS:      # batch_wait_s.p99: judged by batch_wait_s
+        parts = parts[:-1]
+    return not _CONTAINERS.intersection(parts) and not _IDENTIFIER.fullmatch(parts[-1])
 
 
 @dataclass(frozen=True)
@@ -32,6 +57,25 @@ class Row:
         if self.ci_a is None and self.ci_b is None:
             return False
         return lo_a <= hi_b and lo_b <= hi_a
+
+    @property
+    def beyond_noise(self) -> bool:
+        """Both runs carry an interval and the intervals do not overlap: a real difference."""
+        return self.ci_a is not None and self.ci_b is not None and self.a is not None and self.b is not None \
+            and not self.within_noise
+
+    @property
+    def judged(self) -> bool:
+        """A number whose direction is good or bad (a rate, the stall, AU, a P99)."""
+        return self.path.endswith((*HIGHER_IS_BETTER, *LOWER_IS_BETTER, ".p99"))
+
+    @property
+    def unjudged_change(self) -> bool:
+        """A judged number without an interval on both sides that moved by more than UNJUDGED_SHOWN."""
+        if self.ci_a is not None and self.ci_b is not None or not self.judged or self.a is None or self.b is None:
+            return False
+        scale = max(abs(self.a), abs(self.b))
+        return scale > 0 and abs(self.b - self.a) / scale > UNJUDGED_SHOWN
 
     @property
     def diff(self) -> float | None:
@@ -68,7 +112,7 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
             high = iv["high"] if data.is_number(iv.get("high")) else float("inf")  # no upper bound yet
             base = f"{name[: -len('_p99_s')]}_s.p99" if name.endswith("_p99_s") else name
             out[f"{prefix}{base}"] = (float(iv["low"]), float(high))
-            if name == "stall_ratio" and data.is_number(metrics.get("accelerator_utilization")):
+            if name == STALL_RATIO and data.is_number(metrics.get("accelerator_utilization")):
                 # the loader's steady AU is 1 − its steady stall (same window), so the stall's interval bounds it
                 out[f"{prefix}accelerator_utilization"] = (1.0 - float(high), 1.0 - float(iv["low"]))
     for k, v in metrics.items():
@@ -94,9 +138,38 @@ def compare(a: dict, b: dict) -> list[Row]:
     fa, fb = data.flat_numbers(ma), data.flat_numbers(mb)
     ia, ib = intervals(ma), intervals(mb)
     # the intervals are shown beside the numbers they bound, not as rows of their own
-    paths = [p for p in dict.fromkeys([*fa, *fb]) if not p.startswith("intervals.") and not any(p.startswith(c) for c in
-                                                           (*(f"{k}_ci" for k in ia), *(f"{k}_ci" for k in ib)))]
+    paths = [p for p in dict.fromkeys([*fa, *fb]) if is_measurement(p)
+             and not any(p.startswith(c) for c in (*(f"{k}_ci" for k in ia), *(f"{k}_ci" for k in ib)))]
     return [Row(p, fa.get(p), fb.get(p), ia.get(p), ib.get(p)) for p in paths]
+
+
+def setup(doc: dict) -> dict[str, str]:
+    """What must match for two results to be compared: dataset format, access, cache, step time."""
+    env, cfg, m = doc.get("environment") or {}, doc.get("config") or {}, doc.get("metrics") or {}
+    loader = env.get("loader") or {}
+    cache = env.get("cache")
+    compute = loader.get("compute") or {}
+    out = {"format": (env.get("dataset") or {}).get("format") or cfg.get("format"),
+           "access": loader.get("access") or m.get("access"),
+           "cache": (cache.get("declared") if isinstance(cache, dict) else cache) or cfg.get("cache"),
+           "step time": compute.get("nominal_s") if isinstance(compute, dict) and compute.get("nominal_s") is not None
+           else cfg.get("compute", cfg.get("step_s"))}
+    return {k: str(v) for k, v in out.items() if v not in (None, "")}
+
+
+def setup_differences(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, dict]]) -> list[str]:
+    """'name: format webdataset vs parquet' for each paired file whose setups differ."""
+    single = len(docs_a) == 1 and len(docs_b) == 1
+    by_name = {n: d for n, d in docs_b[1:]} if not single else {}
+    pairs = [(docs_a[0][0], docs_a[0][1], docs_b[0][1])] if single else \
+        [(n, d, by_name[n]) for n, d in docs_a[1:] if n in by_name]
+    out = []
+    for name, a, b in pairs:
+        sa, sb = setup(a), setup(b)
+        diffs = [f"{k} {sa[k]} vs {sb[k]}" for k in sa if k in sb and sa[k] != sb[k]]
+        if diffs:
+            out.append(f"{name}: {', '.join(diffs)}")
+    return out
 
 
 def compare_runs(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, dict]]) -> list[Row]:
@@ -113,16 +186,6 @@ def compare_runs(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, dict]])
     return compare(merged(docs_a), merged(docs_b))
 
 
-def _interval(by_path: dict, path: str, side: str) -> tuple[float, float] | None:
-    """The 95% interval a load recorded for ``...stall_ratio`` (``...intervals.stall_ratio.low/high``)."""
-    stem = path[: -len("stall_ratio")]
-    lo, hi = by_path.get(f"{stem}intervals.stall_ratio.low"), by_path.get(f"{stem}intervals.stall_ratio.high")
-    if lo is None or hi is None:
-        return None
-    lo, hi = getattr(lo, side), getattr(hi, side)
-    return None if lo is None or hi is None else (lo, hi)
-
-
 def regressions(rows: list[Row], max_regression: float) -> list[dict]:
     """Checks on metrics where B is worse than A by more than ``max_regression`` (a fraction).
 
@@ -130,7 +193,6 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
     ``intervals.stall_ratio``) is a regression only when B's interval lies wholly above A's
     by more than ``max_regression`` points: two runs that agree within their intervals agree.
     """
-    by_path = {r.path: r for r in rows}
     out = []
     for r in rows:
         if r.a is None or r.b is None or r.within_noise:
@@ -140,7 +202,7 @@ def regressions(rows: list[Row], max_regression: float) -> list[dict]:
             out.append({"check": f"no drop > {max_regression:.0%}", "path": r.path, "value": r.b, "ok": ok,
                         "results": "B"})
         elif r.path.endswith(LOWER_IS_BETTER):
-            ia, ib = _interval(by_path, r.path, "a"), _interval(by_path, r.path, "b")
+            ia, ib = r.ci_a, r.ci_b
             if ia is not None and ib is not None:
                 ok = ib[0] <= ia[1] + max_regression
                 out.append({"check": f"95% intervals overlap, or rise <= {max_regression:.0%} points", "path": r.path,
@@ -177,14 +239,54 @@ def change(r: Row) -> str:
     return text + (" (within noise)" if r.within_noise else "")
 
 
-def markdown(rows: list[Row], name_a: str, name_b: str, checks: list[dict]) -> str:
+def markdown(rows: list[Row], name_a: str, name_b: str, checks: list[dict], gated: bool = False) -> str:
     from .format import check_line
 
-    lines = [f"# iobench compare: {name_a} vs {name_b}", "",
+    lines = [f"# iobench compare: {name_a} vs {name_b}", "", f"**{verdict(rows, checks, gated)}**", "",
              f"| metric | A: {name_a} | B: {name_b} | change (B − A) | B / A |", "|---|---|---|---|---|"]
-    for r in rows:
+    for r in shown(rows):
         lines.append(f"| {r.path} | {with_ci(r.path, r.a, r.ci_a)} | {with_ci(r.path, r.b, r.ci_b)} | "
-                     f"{change(r)} | {'-' if r.ratio is None else f'{r.ratio:.3f}×'} |")
+                     f"{change(r)} | {ratio_text(r)} |")
     if checks:
         lines += ["", *(f"- {check_line(c)}" for c in checks)]
     return "\n".join(lines) + "\n"
+
+
+def shown(rows: list[Row], everything: bool = False) -> list[Row]:
+    """The rows a person reads: beyond both intervals first, then judged numbers without one that moved."""
+    if everything:
+        return rows
+    return [r for r in rows if r.beyond_noise] + [r for r in rows if r.unjudged_change]
+
+
+def ratio_text(r: Row) -> str:
+    """B / A where it means something (a ratio of a number near zero, 5111807×, does not)."""
+    ratio = r.ratio
+    if ratio is None or not 0.01 <= abs(ratio) <= 100:
+        return "-"
+    return f"{ratio:.3f}×"
+
+
+def verdict(rows: list[Row], checks: list[dict], gated: bool = False) -> str:
+    """The line a person acts on: the checks' result (``gated``: thresholds or --max-regression were
+    given, so no check made is a pass), then what differs beyond the runs' noise."""
+    from .format import fmt
+
+    failed = [c for c in checks if not c["ok"]]
+    beyond = [r for r in rows if r.beyond_noise]
+    judged = sum(1 for r in rows if r.ci_a is not None and r.ci_b is not None)
+    if failed:
+        worst = failed[0]
+        head = f"REGRESSION: {len(failed)} of {len(checks)} checks failed (first: {worst['path']} = " \
+               f"{fmt(worst['path'], worst['value'])})"
+    elif checks or gated:
+        head = f"PASS: {len(checks)} of {len(checks)} checks passed"
+    else:
+        head = "B differs from A" if beyond else "B matches A"
+    if beyond:
+        names = ", ".join(f"{r.path} {change(r)}" for r in beyond[:3])
+        tail = f"{len(beyond)} of {judged} metrics with intervals differ beyond both runs' noise ({names}" \
+               + (", ..." if len(beyond) > 3 else "") + ")"
+    else:
+        tail = f"no metric differs beyond both runs' intervals ({judged} with intervals)"
+    return f"{head}; {tail}."

@@ -2,8 +2,9 @@
 
 The report never needs to know every command: it walks ``metrics`` and recognises shapes.
 An HDR summary is a dict with ``count`` and ``p50``/``p99``; a time series is a dict of
-equal-length lists with a time key (``t``, ``t_s``, ``time_s``, ...), a list of records
-with such a key, or a list of numbers; a table is a list of flat dicts.
+equal-length lists with a time key (``t``, ``t_s``, ``time_s``, ...) or a list of records
+with such a key (a bare list of numbers, such as the times repeats ran at, is not one: it
+would plot as filler); a table is a list of flat dicts.
 """
 
 from __future__ import annotations
@@ -52,17 +53,14 @@ def as_series(v: Any) -> tuple[list[float], dict[str, list[float]], str] | None:
             if ys:
                 return [float(x) for x in v[tk]], ys, tk
         return None
-    if isinstance(v, list) and len(v) >= 2:
-        if all(isinstance(r, dict) for r in v):
-            tk = _time_key(v[0])
-            if tk and all(is_number(r.get(tk)) for r in v):
-                names = [k for k in v[0] if k != tk and is_number(v[0][k])]
-                if names:
-                    return ([float(r[tk]) for r in v],
-                            {k: [float(r[k]) if is_number(r.get(k)) else math.nan for r in v] for k in names}, tk)
-            return None
-        if all(is_number(x) for x in v) and len(v) >= 3:
-            return list(range(len(v))), {"value": [float(x) for x in v]}, "index"
+    if isinstance(v, list) and len(v) >= 2 and all(isinstance(r, dict) for r in v):
+        tk = _time_key(v[0])
+        if tk and all(is_number(r.get(tk)) for r in v):
+            names = [k for k in v[0] if k != tk and is_number(v[0][k])]
+            if names:
+                return ([float(r[tk]) for r in v],
+                        {k: [float(r[k]) if is_number(r.get(k)) else math.nan for r in v] for k in names}, tk)
+        return None
     return None
 
 

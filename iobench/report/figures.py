@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 from dataclasses import dataclass
 
 from . import data, plots
+from ..schema import LoadMetrics, is_load_metrics
 
 _START_END = (("start_s", "end_s"), ("t_start", "t_end"), ("start", "end"), ("t0_s", "t1_s"), ("t0", "t1"),
               ("begin_s", "end_s"))
@@ -19,7 +21,7 @@ class Figure:
     kind: str          # latency-cdf | series | throughput | timeline | overhead
 
 
-_WORDS = {"bytes_per_s": "throughput", "samples_per_s": "samples per second", "stall_ratio": "data stall",
+_WORDS = {"bytes_per_s": "throughput", "samples_per_s": "samples per second", STALL_RATIO: "data stall",
           "batch_wait_s": "batch wait", "batch_io_s": "batch I/O time", "read_latency_s": "read latency",
           "accelerator_utilization": "accelerator utilization", "commit_latency_s": "commit latency",
           "blocking_s": "blocking pause", "points": "", "file": "", "metrics": ""}
@@ -88,10 +90,39 @@ def gds_bars(cells: list[dict]) -> tuple[list[str], list[float]] | None:
     return (labels, values) if labels else None
 
 
-def figures(doc: dict) -> list[Figure]:
-    metrics = doc.get("metrics", {}) or {}
+def load_figures(name: str, m: LoadMetrics) -> list[Figure]:
+    """Where a load's time went: stall over time (warm-up marked), service times with the P99, bytes read."""
     out: list[Figure] = []
+    s = m.series
+    png = plots.stall_over_time(f"{name}: data stall over time", s.get("t_s") or [], s.get("wait_s") or [],
+                                s.get("step_s") or [], (m.steady_window["from_step"], m.steady_window["to_step"]))
+    if png:
+        out.append(Figure(f"data stall over time (headline {m.stall_ratio:.2%}, over the unshaded steady window)",
+                          png, "series"))
+    if m.batch_service_hist:
+        compute = m.compute_s.get("mean")
+        png = plots.service_distribution(f"{name}: batch service time", plots.histogram_cdf(m.batch_service_hist),
+                                         m.batch_service_s.get("p99"), compute)
+        if png:
+            out.append(Figure("batch service time: a batch slower than the step time × prefetch depth stalls the "
+                              "step", png, "latency-cdf"))
+    dev = m.device_io or {}
+    delivered = dev.get("delivered_bytes") or (m.batch_bytes * m.steps if m.batch_bytes else None)
+    parts = [("handed to the step", delivered), ("asked of storage", m.bytes_read),
+             ("read by the device", dev.get("device_bytes_read"))]
+    png = plots.read_amplification(f"{name}: read amplification", [(k, float(v)) for k, v in parts if v])
+    if png:
+        out.append(Figure("read amplification: bytes read per byte delivered", png, "throughput"))
+    return out
+
+
+def figures(doc: dict, name: str = "") -> list[Figure]:
+    metrics = doc.get("metrics", {}) or {}
     cmd = doc.get("command", "?")
+    if is_load_metrics(metrics):
+        # a load's own plots; its other numbers are in its tables
+        return load_figures(name or cmd, LoadMetrics.from_dict(metrics))
+    out: list[Figure] = []
 
     # HDR summaries are in seconds (results schema), so one plot holds them all, eight per plot.
     curves = [(_label(p), plots.summary_cdf(v)) for p, v in data.hdrs(metrics) if v.get("count")]
@@ -197,7 +228,7 @@ def group_figures(command: str, docs: list[tuple[str, dict]]) -> list[Figure]:
     """Overview plots for many results of one command: one bar per file, one overlaid latency plot."""
     out: list[Figure] = []
     for suffix, unit, scale, words in (("throughput.bytes_per_s", "throughput (MiB/s)", 2**20, "throughput"),
-                                       ("stall_ratio", "data stall (%)", 0.01, "data stall"),
+                                       (STALL_RATIO, "data stall (%)", 0.01, "data stall"),
                                        ("batch_wait_s.p99", "P99 batch wait (ms)", 1e-3, "P99 batch wait")):
         labels, values = [], []
         for name, d in docs:

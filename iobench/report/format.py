@@ -81,3 +81,13 @@ def check_line(c: dict) -> str:
     value = "-" if c.get("value") is None else fmt(c["path"], c["value"])
     subject = c.get("where") or c.get("results") or ""
     return f"{'pass' if c['ok'] else 'FAIL'}: {c['check']} — {subject + ': ' if subject else ''}{c['path']} = {value}"
+
+
+def prefetch_advice(rec: dict) -> str:
+    """A load's prefetch recommendation (``metrics.prefetch_recommendation``) in the one wording the
+    terminal, the report and the run's table share: "num_workers 4, prefetch_factor 3 (12 batches in
+    flight)"; "" when there is none (zero compute time, or no bound on the P99 yet)."""
+    w, q, total = rec.get("workers_recommended"), rec.get("prefetch_factor_recommended"), rec.get("depth_total")
+    if not w or not q:   # a one-producer recommendation (older results): its depth alone
+        return f"prefetch depth {rec['depth_recommended']}" if rec.get("depth_recommended") else ""
+    return f"num_workers {w}, prefetch_factor {q}" + (f" ({total} batches in flight)" if total else "")

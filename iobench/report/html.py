@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import base64
 import html
 import json
@@ -9,12 +10,12 @@ import json
 from . import data
 from .format import fmt, plain  # noqa: F401  (fmt: other report modules import it from .format)
 from .figures import figures
-from .headline import headline_rows
+from .headline import Loads, headline_rows, stall_text
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222;
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:1.5em auto;max-width:1300px;color:#222;
 line-height:1.4;padding:0 1em}
-h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin:1.4em 0 .5em}
 h3{margin-top:1.4em}table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
 th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -24,6 +25,7 @@ figure{margin:1em 0}figcaption{font-size:.85em;color:#555}img{max-width:100%;hei
 details pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em}.muted{color:#777;font-size:.85em}
 table{display:block;max-width:100%;overflow-x:auto}td,th{overflow-wrap:anywhere;max-width:40em}
 td.num{white-space:nowrap}
+.figs{display:flex;gap:1em;flex-wrap:wrap}.figs figure{flex:1 1 600px;margin:.4em 0}
 pre{white-space:pre-wrap;overflow-wrap:anywhere}
 .verdict{font-size:1.1em;background:#f4f8f4;border-left:5px solid #16794c;padding:.6em 1em}
 .verdict.bad{background:#fdf1f0;border-left-color:#b3261e}
@@ -107,15 +109,15 @@ def describe_recommendation(v) -> str:
     if not isinstance(v, dict):
         return str(v)
     if "depth_recommended" in v:
-        if v.get("depth_recommended") is None:
-            return v.get("note") or "no prefetch depth (compute time is zero)"
-        line = f"prefetch depth {v['depth_recommended']} (minimum {v.get('depth_min')}"
-        if data.is_number(v.get("p99_batch_io_s")) and data.is_number(v.get("compute_s")):
-            line += (f" from P99 batch I/O {format_seconds(v['p99_batch_io_s'])} / compute "
-                     f"{format_seconds(v['compute_s'])}")
-        line += ")"
-        if data.is_number(v.get("host_bytes_total")) and v["host_bytes_total"]:
-            line += f", {format_bytes(v['host_bytes_total'])} of host memory"
+        from .format import prefetch_advice
+
+        line = prefetch_advice(v) or v.get("note") or "no prefetch depth (compute time is zero)"
+        if data.is_number(v.get("p99_batch_service_s", v.get("p99_batch_io_s"))) and data.is_number(v.get("compute_s")):
+            line += (f"; one producer needs depth {v.get('depth_min')} (P99 batch time "
+                     f"{format_seconds(v.get('p99_batch_service_s', v.get('p99_batch_io_s')))} / compute "
+                     f"{format_seconds(v['compute_s'])})")
+        if data.is_number(v.get("host_bytes_loader")) and v["host_bytes_loader"]:
+            line += f", {format_bytes(v['host_bytes_loader'])} of host memory"
         return line
     return ", ".join(f"{k}={x}" for k, x in v.items() if not isinstance(x, (dict, list)))
 
@@ -176,7 +178,7 @@ def _doc_section(i: int, name: str, doc: dict, plots: bool = True) -> str:
     parts.append(_gds_tables(doc.get("environment") or {}))
     if plots:
         try:
-            figs = figures(doc)
+            figs = figures(doc, name)
         except Exception as e:  # noqa: BLE001 - one odd results file must not cost the whole report
             figs = []
             parts.append(f'<p class="warn">⚠ plots for this file failed: {esc(type(e).__name__)}: {esc(e)}</p>')
@@ -221,7 +223,7 @@ def plotted(docs: list[tuple[str, dict]], per_group: int = 3) -> set[int]:
             found = data.find(docs[i][1].get("metrics", {}) or {}, suffix)
             return found[0][1] if found else None
 
-        stalls = [(metric(i, "stall_ratio"), i) for i in idx if metric(i, "stall_ratio") is not None]
+        stalls = [(metric(i, STALL_RATIO), i) for i in idx if metric(i, STALL_RATIO) is not None]
         rates = [(metric(i, "throughput.bytes_per_s"), i) for i in idx if metric(i, "throughput.bytes_per_s")]
         if stalls:
             keep.add(max(stalls)[1])
@@ -257,72 +259,87 @@ def group_tables(docs: list[tuple[str, dict]], per_group: int = 3) -> list[tuple
     return out
 
 
-def _group_overview(docs: list[tuple[str, dict]]) -> str:
+def _group_overview(docs: list[tuple[str, dict]], plots: bool = True) -> str:
     from .figures import group_figures
 
     parts = []
     for cmd, members, headers, rows in group_tables(docs):
         parts.append(f"<h2>{esc(cmd)}: {len(members)} results files</h2>"
                      + _table(headers, rows, set(range(1, len(headers) - 1))))
-        parts.extend(_img(f) for f in group_figures(cmd, members))
+        if plots:
+            parts.extend(_img(f) for f in group_figures(cmd, members))
     return "\n".join(parts)
 
 
-def _is_load(doc: dict) -> bool:
-    m = doc.get("metrics") or {}
-    return doc.get("command") == "load" and data.is_number(m.get("stall_ratio"))
-
-
-def _ci(m: dict, key: str) -> tuple[float, float] | None:
-    iv = (m.get("intervals") or {}).get(key) if isinstance(m.get("intervals"), dict) else None
-    if isinstance(iv, dict) and data.is_number(iv.get("low")) and data.is_number(iv.get("high")):
-        return float(iv["low"]), float(iv["high"])
-    return data.ci_pair(m.get(f"{key}_ci95")) or data.ci_pair(m.get(f"{key}_ci"))
-
-
-def stall_text(m: dict) -> str:
-    """"0.40% (±0.20 pp)" from a load's stall and its interval, when it has one."""
-    s = fmt("stall_ratio", m["stall_ratio"])
-    ci = _ci(m, "stall_ratio")
-    if ci:
-        s += f" (±{max(ci[1] - m['stall_ratio'], m['stall_ratio'] - ci[0]) * 100:.2f} pp)"
-    return s
-
-
 def load_advice(m: dict) -> str:
-    """A load's workers / prefetch advice in a few words ("18 workers, depth 39"), or ""."""
-    rec = m.get("prefetch_recommendation") or {}
-    advice = []
-    if rec.get("workers_recommended"):
-        advice.append(f"{rec['workers_recommended']} workers")
-    if rec.get("depth_recommended"):
-        advice.append(f"depth {rec['depth_recommended']}")
-    return ", ".join(advice)
+    """A load's workers / prefetch advice, in the words the terminal uses (``format.prefetch_advice``)."""
+    from .format import prefetch_advice
+
+    return prefetch_advice(m.get("prefetch_recommendation") or {})
+
+
+def _short_dataset(url: str) -> str:
+    """"s3 · raw-tokens" for s3://bucket/run/datasets/raw-tokens: where, and the dataset's own name."""
+    if not url:
+        return ""
+    scheme, sep, rest = url.partition("://")
+    where = scheme if sep else "local"
+    name = (rest if sep else url).rstrip("/").rsplit("/", 1)[-1]
+    return f"{where} · {name}"[:48]
+
+
+def _advice_cell(rec: dict) -> str:
+    """The recommendation in the loads table: "18 × 3 (54 in flight)" under "num_workers × prefetch_factor"."""
+    w, q, total = rec.get("workers_recommended"), rec.get("prefetch_factor_recommended"), rec.get("depth_total")
+    if w and q:
+        return f"{w} × {q}" + (f" ({total} in flight)" if total else "")
+    return f"depth {rec['depth_recommended']}" if rec.get("depth_recommended") else "-"
+
+
+LOAD_COLUMNS = ["results", "dataset", "data stall", "storage delivered", "P99 batch wait",
+                "num_workers × prefetch_factor", "validated"]
 
 
 def load_rows(docs: list[tuple[str, dict]]) -> list[list[str]]:
-    """The headline table: one row per load, worst stall first."""
+    """The headline table: one row per load, worst stall first (``headline.Loads``'s order)."""
     from ..units import format_rate, format_seconds
 
     rows = []
-    for name, d in docs:
-        if not _is_load(d):
-            continue
+    for name, d in Loads.of(docs).docs:
         m = d.get("metrics") or {}
         rec = m.get("prefetch_recommendation") or {}
         wait = (m.get("batch_wait_s") or {}).get("p99")
         bps = (m.get("throughput") or {}).get("bytes_per_s")
         val = rec.get("validation")
-        validated = (f"yes: {val['stall_ratio_at_depth']:.1%} at depth {val['depth']} vs "
+        validated = (f"{val['stall_ratio_at_depth']:.1%} at depth {val['depth']}, "
                      f"{val['stall_ratio_at_depth_1']:.1%} at 1" if isinstance(val, dict) and
                      data.is_number(val.get("stall_ratio_at_depth")) else "no")
-        dataset = str((d.get("config") or {}).get("dataset") or "")
-        dataset = dataset if len(dataset) <= 40 else "…" + dataset[-39:]
-        rows.append((m["stall_ratio"], [name, dataset, stall_text(m), format_rate(bps) if data.is_number(bps) else "-",
-                                        format_seconds(wait) if data.is_number(wait) else "-",
-                                        load_advice(m) or "-", validated]))
-    rows.sort(key=lambda r: -r[0])
-    return [r for _, r in rows]
+        dataset = _short_dataset(str((d.get("config") or {}).get("dataset") or ""))
+        rows.append([name, dataset, stall_text(m), format_rate(bps) if data.is_number(bps) else "-",
+                     format_seconds(wait) if data.is_number(wait) else "-", _advice_cell(rec), validated])
+    if rows and all(r[-1] == "no" for r in rows):      # no load ran --validate: no column of "no"
+        rows = [r[:-1] for r in rows]
+    return rows
+
+
+def _loads_table(rows: list[list[str]]) -> str:
+    return _table(LOAD_COLUMNS[:len(rows[0])], rows, {2, 3, 4}) if rows else ""
+
+
+def _where_time_goes(docs: list[tuple[str, dict]]) -> str:
+    """The most stalled load's stall over time and service times, side by side: the first plots to read."""
+    from ..schema import LoadMetrics, is_load_metrics
+    from .figures import load_figures
+
+    loads = [(n, d) for n, d in Loads.of(docs).docs if is_load_metrics(d.get("metrics"))]
+    if not loads:
+        return ""
+    name, doc = loads[0]
+    figs = [f for f in load_figures(name, LoadMetrics.from_dict(doc["metrics"])) if f.kind != "throughput"][:2]
+    if not figs:
+        return ""
+    return (f"<h2>Where the time goes: {esc(name)}</h2><div class=\"figs\">" + "".join(_img(f) for f in figs)
+            + "</div>")
 
 
 def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[str, bool]:
@@ -334,24 +351,24 @@ def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[st
         failed = [c for c in checks if not c["ok"]]
         bad = bool(failed)
         bits.append(f"{len(failed)} of {len(checks)} checks failed." if failed else f"All {len(checks)} checks passed.")
-    loads = [(n, d["metrics"]) for n, d in docs if _is_load(d)]
-    if len(loads) == 1:
-        n, m = loads[0]
-        bps = (m.get("throughput") or {}).get("bytes_per_s")
-        bits.append(f"Data stall {stall_text(m)} in {n}"
-                    + (f", storage delivered {format_rate(bps)}" if data.is_number(bps) else "") + ".")
-    elif loads:
-        worst = max(loads, key=lambda x: x[1]["stall_ratio"])
-        best = min(loads, key=lambda x: x[1]["stall_ratio"])
-        bits.append(f"{len(loads)} loads: data stall from {stall_text(best[1])} ({best[0]}) to "
-                    f"{stall_text(worst[1])} ({worst[0]}).")
-        bad = bad or worst[1]["stall_ratio"] > 0.05
-        advice = load_advice(worst[1])
-        if worst[1]["stall_ratio"] > 0.05 and advice:
+    loads = Loads.of(docs)
+    if loads.docs:
+        n, worst = loads.worst
+        line = loads.stall_line()
+        bps = (worst.get("throughput") or {}).get("bytes_per_s")
+        if len(loads.docs) == 1:
+            bits.append(line[0].upper() + line[1:] + (f", storage delivered {format_rate(bps)}"
+                                                      if data.is_number(bps) else "") + ".")
+        else:
+            bits.append(f"{len(loads.docs)} loads: {line}.")
+        bad = bad or worst[STALL_RATIO] > 0.05
+        advice = load_advice(worst)
+        if worst[STALL_RATIO] > 0.05 and advice:
             # the most stalled load's own advice is what to act on first; its caveat (e.g. more
             # workers than cores) comes with it
-            note = (worst[1].get("prefetch_recommendation") or {}).get("note")
-            bits.append(f"To feed it: {advice}" + (f" ({note})" if note else "") + ".")
+            note = (worst.get("prefetch_recommendation") or {}).get("note")
+            bits.append(f"To feed {'it' if len(loads.docs) == 1 else n}: {advice}" + (f"; {note}" if note else "")
+                        + ".")
     recs = recommendations(docs)
     if recs:
         bits.append(f"First recommendation: {recs[0][2]} ({recs[0][0]}).")
@@ -361,7 +378,7 @@ def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[st
 
 
 def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: list[dict] | None = None,
-           generated_at: str = "") -> str:
+           generated_at: str = "", plots: bool = True) -> str:
     """Verdict, headline table, checks and contents first; every long section collapsed below."""
     text, bad = verdict(docs, checks)
     body = [f"<h1>{esc(title)}</h1>",
@@ -369,18 +386,18 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
             f'<p class="verdict{" bad" if bad else ""}">{esc(text)}</p>']
     loads = load_rows(docs)
     if loads:
-        shown = loads[:10]
-        body.append("<h2>Loads</h2>" + _table(["results", "dataset", "data stall", "throughput", "P99 batch wait",
-                                              "recommended", "validated"], shown, {2, 3, 4}))
+        shown = loads[:6]
+        body.append("<h2>Loads</h2>" + _loads_table(shown))
         if len(loads) > len(shown):
             body.append(f"<details><summary>{len(loads) - len(shown)} more loads</summary>"
-                        + _table(["results", "dataset", "data stall", "throughput", "P99 batch wait", "recommended",
-                                  "validated"], loads[len(shown):], {2, 3, 4}) + "</details>")
+                        + _loads_table(loads[len(shown):]) + "</details>")
+        if plots:
+            body.append(_where_time_goes(docs))
     # loads are in their own table above: the headline keeps the other commands' numbers
     head = [r for r in headline_rows(docs) if not (loads and (any(r[0] == lr[0] for lr in loads)
                                                                or r[0].startswith("load (")))]
     if head:
-        body.append("<h2>Headline</h2>" + _table(["results", "metric", "value"], head[:12], {2}))
+        body.append("<h2>Other commands</h2>" + _table(["results", "metric", "value"], head[:6], {2}))
     if checks:
         rows = [[c["check"], c.get("where") or c.get("results") or "", c["path"],
                  "-" if c["value"] is None else fmt(c["path"], c["value"]), "pass" if c["ok"] else "FAIL"]
@@ -396,16 +413,20 @@ def render(docs: list[tuple[str, dict]], title: str = "iobench report", checks: 
         body.append(f"<h2>Recommendations</h2><ul>{items}</ul>" if len(recs) <= 5 else
                     f"<h2>Recommendations</h2><details><summary>{len(recs)} recommendations</summary>"
                     f"<ul>{items}</ul></details>")
-    toc = "".join(f'<li><a href="#r{i}">{esc(d.get("command", "?"))}: {esc(n)}</a></li>' for i, (n, d) in enumerate(docs))
-    body.append(f"<h2>Contents</h2><details{' open' if len(docs) <= 8 else ''}><summary>{len(docs)} results "
-                f"file(s), each in a collapsed section below</summary><ol>{toc}</ol></details>")
-    overview = _group_overview(docs)
-    if overview:
-        body.append(f'<details class="section"><summary>Overview by command</summary>{overview}</details>')
+    if not plots:
+        body.append('<p class="warn">No plots: matplotlib is not installed (pip install \'iobench[report]\'); '
+                    "the tables below hold every number.</p>")
+    # the detail: one collapsed block, so the page above stays a screen or two however many files there are
+    overview = _group_overview(docs, plots)
     keep = plotted(docs)
-    for i, (name, doc) in enumerate(docs):
-        body.append(f'<details class="section" id="r{i}"><summary>{esc(doc.get("command", "?"))}: {esc(name)}'
-                    f'</summary>{_doc_section(i, name, doc, plots=i in keep)}</details>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    sections = "".join(f'<details class="section" id="r{i}"><summary>{esc(doc.get("command", "?"))}: {esc(name)}'
+                       f'</summary>{_doc_section(i, name, doc, plots=plots and i in keep)}</details>'
+                       for i, (name, doc) in enumerate(docs))
+    body.append(f'<h2>Detail</h2><details class="section"{" open" if len(docs) <= 2 else ""}><summary>{len(docs)} '
+                f'results file(s), each in its own section{" (and an overview by command)" if overview else ""}'
+                f'</summary>'
+                + (f'<details class="section"><summary>Overview by command</summary>{overview}</details>'
+                   if overview else "") + sections + "</details>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"generator\" content=\"iobench\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -20,6 +20,9 @@ def _plt():
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9,
+                         "xtick.labelsize": 9, "ytick.labelsize": 9})   # legible at the page's width
+
     return plt
 
 
@@ -27,7 +30,7 @@ def to_png(fig) -> bytes:
     plt = _plt()
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=80)
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
@@ -73,12 +76,12 @@ def latency_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]])
     lo, hi = ax.get_ylim()
     # Label minor ticks only when the plot spans less than a decade (otherwise they crowd).
     ax.yaxis.set_minor_formatter(plain if hi / max(lo, 1e-12) < 10 else NullFormatter())
-    ax.tick_params(axis="y", which="minor", labelsize=6)
+    ax.tick_params(axis="y", which="minor", labelsize=8)
     ax.set_ylabel("latency (ms)")
     ax.set_xlabel("percentile")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=9, loc="upper left")
     return to_png(fig)
 
 
@@ -105,7 +108,7 @@ def cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]]) -> byte
     ax.set_ylabel("fraction ≤")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=9, loc="lower right")
     return to_png(fig)
 
 
@@ -135,13 +138,13 @@ def bars(title: str, labels: list[str], values: list[float], unit: str = "", sca
         ax.set_xscale("log")  # e.g. probe GB/s beside load MB/s: a linear axis would hide the small bars
     ax.barh(range(len(labels)), vals, color=[_COLORS[i % len(_COLORS)] for i in range(len(labels))])
     ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_yticklabels(labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel(unit)
     ax.set_title(title, fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     for i, v in enumerate(vals):
-        ax.text(v, i, f" {v:.3g}", va="center", fontsize=7)
+        ax.text(v, i, f" {v:.3g}", va="center", fontsize=9)
     return to_png(fig)
 
 
@@ -160,15 +163,15 @@ def timeline(title: str, rows: list[tuple[str, float, float, str]], marks: dict[
         ax.barh(lanes.index(lane), max(end - start, 1e-6), left=start, color=c, alpha=0.85,
                 label=kind if kind not in ax.get_legend_handles_labels()[1] else None)
     ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels(lanes, fontsize=7)
+    ax.set_yticklabels(lanes, fontsize=9)
     ax.invert_yaxis()
     for label, x in (marks or {}).items():
         ax.axvline(x, color="black", ls="--", lw=1.2)
-        ax.text(x, -0.5, f" {label}", fontsize=7, va="top")
+        ax.text(x, -0.5, f" {label}", fontsize=9, va="top")
     ax.set_xlabel("t (s)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=9, loc="lower right")
     return to_png(fig)
 
 
@@ -189,7 +192,7 @@ def overhead_curve(title: str, table: list[dict], optimum_s: float | None = None
     ax.set_ylabel("overhead (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     return to_png(fig)
 
 
@@ -254,5 +257,86 @@ def spec_plot(spec: dict, title_prefix: str = "") -> bytes | None:
     ax.set_ylabel(yl)
     ax.set_title(f"{title_prefix}{spec.get('title', '')}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6, loc="best")
+    ax.legend(fontsize=9, loc="best")
+    return to_png(fig)
+
+
+def stall_over_time(title: str, t_s: list[float], wait_s: list[float], step_s: list[float],
+                    steady: tuple[int, int] | None) -> bytes | None:
+    """Data stall per window of steps against time, the warm-up and the drain shaded: where the time went."""
+    n = min(len(t_s), len(wait_s), len(step_s))
+    if n < 4:
+        return None
+    plt = _plt()
+    k = max(1, n // 30)                       # about 30 windows whatever the run's length
+    xs, ys = [], []
+    for i in range(0, n, k):
+        w, st = sum(wait_s[i:i + k]), sum(step_s[i:i + k])
+        xs.append(t_s[min(i + k, n) - 1])
+        ys.append(100.0 * w / st if st > 0 else 0.0)
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    ax.plot(xs, ys, color=_COLORS[1], lw=1.6, marker="o", ms=3, label=f"stall per {k} steps")
+    if steady is not None:
+        k0, k1 = steady
+        if 0 < k0 < n:
+            ax.axvspan(t_s[0], t_s[k0], color="#999999", alpha=0.25, label=f"warm-up (steps 0–{k0 - 1}, not counted)")
+        if 0 < k1 < n:
+            ax.axvspan(t_s[k1], t_s[n - 1], color="#cccccc", alpha=0.3, label="drain (not counted)")
+    ax.set_ylim(0, min(100.0, max(5.0, max(ys) * 1.1)))
+    ax.set_xlabel("time since the first step (s)")
+    ax.set_ylabel("data stall (%)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    return to_png(fig)
+
+
+def service_distribution(title: str, pts: list[tuple[float, float]], p99_s: float | None,
+                         step_s: float | None) -> bytes | None:
+    """CDF of per-batch service time with its P99 and the step time marked."""
+    if len({x for x, _ in pts}) < 2:
+        return None
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    ax.plot([x * 1e3 for x, _ in pts], [q for _, q in pts], drawstyle="steps-post", color=_COLORS[0], lw=1.4,
+            label="batches ≤ this time")
+    if p99_s:
+        ax.axvline(p99_s * 1e3, color=_COLORS[1], ls="--", lw=1.2, label=f"P99 {p99_s * 1e3:.3g} ms")
+    if step_s:
+        ax.axvline(step_s * 1e3, color="black", ls=":", lw=1.2, label=f"step (compute) {step_s * 1e3:.3g} ms")
+    xs = [x * 1e3 for x, _ in pts if x > 0]
+    if spans_decades(xs, 1.5):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("batch service time: storage + preparation at a worker (ms)")
+    ax.set_ylabel("fraction of batches")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    return to_png(fig)
+
+
+def read_amplification(title: str, parts: list[tuple[str, float]]) -> bytes | None:
+    """Bytes the loader handed on, asked storage for and the device read (MiB), with the ratios."""
+    parts = [(label, v) for label, v in parts if v and v > 0]
+    if len(parts) < 2:
+        return None
+    plt = _plt()
+    base = parts[0][1]
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(parts)))
+    vals = [v / 2**20 for _, v in parts]
+    ax.barh(range(len(parts)), vals, color=[_COLORS[i] for i in range(len(parts))])
+    ax.set_yticks(range(len(parts)))
+    ax.set_yticklabels([label for label, _ in parts])
+    ax.invert_yaxis()
+    for i, (_, v) in enumerate(parts):
+        ax.text(v / 2**20, i, f" {v / 2**20:.4g} MiB ({v / base:.2f}×)", va="center")
+    ax.set_xlim(0, max(vals) * 1.35)
+    ax.set_xlabel("MiB")
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
     return to_png(fig)

@@ -105,8 +105,11 @@ class SuiteContext:
     spread: list = field(default_factory=list)   # SpreadRepeats still owed repeats (run_suite merges them)
     t0: float = field(default_factory=time.perf_counter)   # the run's start
 
-    def row(self, stage: str, what: str, value: str) -> None:
-        self.rows.append((stage, what, value))
+    def row(self, stage: str, what: str, value: str, notes: tuple[str, ...] = ()) -> None:
+        """One line of the run's table; ``notes``: caveats, printed once each as footnotes under it."""
+        from .report import Row
+
+        self.rows.append(Row(stage, what, value, notes))
 
     def repeated(self, name: str, measure: Callable[[], object], finish: Callable[[list], dict],
                  repeats: int | None = None, points: tuple[int, ...] | None = None) -> dict | None:
@@ -141,8 +144,6 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
               keep_data: bool = False, progress: bool = True) -> Path:
     """Run the suite; returns the path of run.json."""
     from rich.console import Console
-    from rich.table import Table
-
     from ..s3server import S3Server
 
     console = Console(stderr=True, quiet=not progress)  # stage rules and spinners are the run's progress
@@ -214,15 +215,9 @@ def run_suite(out_dir: Path, config: dict | None = None, stages: list[str] | Non
         # relative to out_dir: the run's folder can be moved or copied and still compared as a whole
         results.environment["results_files"] = [_relative(p, out_dir) for p in ctx.results_files]
         path = results.write(out_dir / "run.json")
-        table = Table(title="iobench run — summary")
-        for col in ("stage", "what", "value"):
-            table.add_column(col)
-        for r in ctx.rows:
-            table.add_row(*r)
-        out = Console()
-        if ctx.verdict:   # the answer first, then the detail
-            out.print(ctx.verdict, markup=False, highlight=False, soft_wrap=True)
-        out.print(table)
+        from .report import print_summary
+
+        print_summary(Console(), ctx.verdict, ctx.rows)   # the answer first, then the table and its footnotes
         return path
     finally:
         if created_s3 is not None and not keep_data:

@@ -48,7 +48,8 @@ def _finish(ctx, cfg, pr, runs: list) -> dict:
     ctx.results_files.append(path)
     caps = pr.capabilities
     for name, cap in caps.items():
-        ctx.row("gds", f"path {name}", "available" if cap.available else f"unavailable: {cap.reasons[0]}")
+        ctx.row("gds", f"path {name}", "available" if cap.available else "unavailable",
+                notes=() if cap.available else (f"unavailable: {cap.reasons[0]}",))   # one footnote for many paths
     cells = out["metrics"]["cells"]
     metrics: dict = {"paths_available": [n for n, c in caps.items() if c.available], "best_path": pr.best(),
                      "all_verified": out["metrics"]["all_verified"], "cpu": {}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import time
 from dataclasses import replace
 
@@ -37,8 +38,13 @@ _EMBEDDED_LOCAL_WARM = ("skipped: on the embedded run's few-MiB local datasets w
 def suite_stage(ctx) -> dict:
     from ..config import to_dict
     from ..results import Results
+    from iobench.driver import Dataset, DriveConfig, default_host_ceiling, measure
     from iobench.loader.analysis import recommend
-    from iobench.loader.core import LoadConfig, run_load
+    from iobench.loader.core import LoadConfig
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+
+    from iobench.report.format import prefetch_advice
 
     from .intervals import merge_passes
 
@@ -60,6 +66,10 @@ def suite_stage(ctx) -> dict:
                 summary[d.key][cache] = {"skipped": _EMBEDDED_S3_WARM if d.location == "s3" else _EMBEDDED_LOCAL_WARM}
             else:
                 plan.append((d, replace(base, cache=cache)))
+    manifests = {d.key: read_manifest(open_backend(d.url, endpoint_url=d.endpoint_url,
+                                                   storage_options=d.storage_options)) for d in datasets}
+    mode = default_host_ceiling()
+    outcomes: dict = {}        # (dataset key, cache) -> [driver outcome, ...]
     passes: dict = {}          # (dataset key, cache) -> [run, ...]
     instances: list = []       # per pass: the embedded S3 server instance it ran on (None: not embedded)
     skipped = []
@@ -73,7 +83,13 @@ def suite_stage(ctx) -> dict:
             ctx.spread_point(p)  # the spread stages' repeats between passes (SuiteContext.repeated)
         instances.append(p if ctx.restart_object_store is not None else None)
         for d, cfg in plan:
-            passes.setdefault((d.key, cfg.cache), []).append(run_load(cfg, storage_options=d.storage_options))
+            # the one measurement driver: residency before/after, the host's ceiling (calibrated on the first
+            # pass, cached), what storage delivered counting fills, and the bound
+            o = measure(DriveConfig(load=cfg, host_ceiling=mode if p == 0 else "cached" if mode != "off" else "off",
+                                    one_pass_when_cold=False, ceiling_time_s=1.0),
+                        Dataset(url=d.url, format=manifests[d.key].format), manifests[d.key], d.storage_options)
+            outcomes.setdefault((d.key, cfg.cache), []).append(o)
+            passes.setdefault((d.key, cfg.cache), []).append(o.run)
     for d, cfg in plan:
         runs = passes[(d.key, cfg.cache)]
         m = merge_passes([r.metrics for r in runs], runs[0].metrics["stability"]["rule"],
@@ -81,6 +97,7 @@ def suite_stage(ctx) -> dict:
         if cfg.cache == "cold":
             m["prefetch_recommendation"] = recommend(m, cfg.compute_model().nominal_s)
         run = runs[0]
+        m["drive"] = _drive_summary(outcomes[(d.key, cfg.cache)])
         res = Results(command="load", config=to_dict(cfg) | {"passes": len(runs)}, environment=run.environment,
                       metrics=m)
         for w in sorted({w for r in runs for w in r.warnings}):
@@ -88,11 +105,11 @@ def suite_stage(ctx) -> dict:
         path = out_dir / f"{d.location}-{d.name}-{cfg.cache}.json"
         res.write(path)
         ctx.results_files.append(path)
-        ci = m["intervals"]["stall_ratio"]
+        ci = m["intervals"][STALL_RATIO]
         entry = summary[d.key]
-        entry[cfg.cache] = {"stall_ratio": m["stall_ratio"],
+        entry[cfg.cache] = {STALL_RATIO: m[STALL_RATIO],
                             # read by `iobench compare`: runs whose intervals overlap agree
-                            "intervals": {"stall_ratio": {"low": ci["low"], "high": ci["high"]}},
+                            "intervals": {STALL_RATIO: {"low": ci["low"], "high": ci["high"]}},
                             "stable": m["stable"], "steps": m["steps"], "passes": len(runs),
                             "not_stable_because": m["stability"]["not_stable_because"],
                             "stopped": m["stability"]["stopped"],
@@ -100,14 +117,21 @@ def suite_stage(ctx) -> dict:
                                                                 "bytes_per_s", "bytes_per_s_ci95")
                                if k in m["throughput"]},
                             "batch_io_p99_s": m["batch_io_s"]["p99"],
-                            "residency": run.environment["cache"].get("measured_residency")}
+                            "residency": run.environment["cache"].get("measured_residency"),
+                            "residency_after": run.environment["cache"].get("residency_after"),
+                            "bound": m["drive"]["bound"], "cause": m["drive"]["cause"],
+                            "capacity_bytes_per_s": m["drive"]["capacity_bytes_per_s"],
+                            "host_ceiling_bytes_per_s": m["drive"]["host_ceiling_bytes_per_s"]}
         if cfg.cache == "cold":
             rec = m["prefetch_recommendation"]
-            entry["prefetch"] = {"depth_min": rec["depth_min"], "depth_recommended": rec["depth_recommended"],
-                                 "host_bytes_total": rec.get("host_bytes_total")}
+            entry["prefetch"] = {k: rec.get(k) for k in ("depth_min", "depth_recommended", "host_bytes_total",
+                                                         "workers_recommended", "prefetch_factor_recommended",
+                                                         "depth_total")}
     for key, entry in summary.items():
-        ctx.row("load", key, " | ".join(_cell(cache, entry[cache]) for cache in ("cold", "warm"))
-                + f" | prefetch depth {entry['prefetch']['depth_recommended']}")
+        cells = [_cell(cache, entry[cache]) for cache in ("cold", "warm")]
+        advice = prefetch_advice(entry.get("prefetch") or {})
+        ctx.row("load", key, "; ".join([t for t, _ in cells if t] + ([advice] if advice else [])),
+                notes=tuple(n for _, ns in cells for n in ns))
     if skipped:
         ctx.warnings.append(f"load: time budget ({_BUDGET_S:.0f} s) spent; skipped {', '.join(skipped)}")
     tiered = _tiered_load(ctx, datasets, out_dir) if ctx.state.tiers_file else None
@@ -116,19 +140,43 @@ def suite_stage(ctx) -> dict:
             "per_dataset": summary, "tiered": tiered}
 
 
-def _cell(cache: str, e: dict) -> str:
+def _drive_summary(outcomes: list) -> dict:
+    """The driver's judgement over a load's passes: the median capacity, the host's ceiling, the
+    bound most passes found (host-bound when storage delivered within 20% of what the host reads)."""
+    import statistics
+
+    caps = [o.rates.capacity_bytes_per_s for o in outcomes if o.rates.capacity_bytes_per_s]
+    bounds = [o.judgement.bound for o in outcomes]
+    bound = max(set(bounds), key=bounds.count)
+    pick = next(o for o in outcomes if o.judgement.bound == bound)
+    ceiling = next((o.ceiling for o in outcomes if o.ceiling is not None), None)
+    return {"capacity_bytes_per_s": statistics.median(caps) if caps else None,
+            "host_ceiling_bytes_per_s": ceiling.bytes_per_s if ceiling else None,
+            "bound": bound, "bounds": bounds, "cause": pick.judgement.cause, "advice": pick.judgement.advice,
+            "warmup_share": statistics.median(o.warmup.share for o in outcomes),
+            "passes": [o.to_dict() for o in outcomes]}
+
+
+# Caveats the run's table prints once each as a footnote (iobench.suite.report.print_summary).
+_NOT_STABLE = (f"not stable: after the {PASSES} passes the stall's interval is wider than ±2 pp or the P99's than "
+               "±25%; each load's reasons are its results' stability.not_stable_because")
+_HOST_BOUND = "host-bound: storage delivered within 20% of what this host's read path reaches: a lower bound"
+
+
+def _cell(cache: str, e: dict) -> tuple[str, list[str]]:
+    """A load's part of its table row, and the caveats it needs."""
     if "skipped" in e:
-        return f"{cache}: {e['skipped']}"
-    return f"{cache} {e['steady_samples_per_s'] or 0:,.0f} samples/s stall {_ci(e)}"
-
-
-def _ci(e: dict) -> str:
-    ci = (e.get("intervals") or {}).get("stall_ratio") or {}
+        return "", [f"{cache} not measured: {e['skipped']}"]
+    ci = (e.get("intervals") or {}).get(STALL_RATIO) or {}
     lo, hi = ci.get("low"), ci.get("high")
-    txt = f"{e['stall_ratio']:.0%}" + (f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else "")
-    if e.get("stable", True):
-        return txt
-    return txt + f" (not stable after {e['steps']} steps, {e['stopped']}: {'; '.join(e['not_stable_because'])})"
+    text = f"{cache} {e['steady_samples_per_s'] or 0:,.0f} samples/s, stall {e[STALL_RATIO]:.0%}" + \
+        (f" [{lo:.0%}–{hi:.0%}]" if lo is not None and hi is not None else "")
+    notes = []
+    if not e.get("stable", True):
+        notes.append(_NOT_STABLE)
+    if e.get("bound") == "host":
+        notes.append(_HOST_BOUND)
+    return text, notes
 
 
 def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
@@ -161,5 +209,5 @@ def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
     ctx.results_files.append(path)
     hit = m["tiers"].get("hit_ratio", 0.0)
     ctx.row("load", f"tiered/{d.name} (ondemand after prestage, 2 epochs)",
-            f"stall {m['stall_ratio']:.0%}, hot-tier hit ratio {hit:.0%}")
-    return {"dataset": d.url, "stall_ratio": m["stall_ratio"], "hit_ratio": hit}
+            f"stall {m[STALL_RATIO]:.0%}, hot-tier hit ratio {hit:.0%}")
+    return {"dataset": d.url, STALL_RATIO: m[STALL_RATIO], "hit_ratio": hit}

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..errors import ConfigError
 from .policies import Policy
 
 _SCHEMA = """
@@ -132,16 +133,23 @@ class Catalog:
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None or getattr(self._local, "pid", None) != os.getpid():
+            from ..io.inputs import check_sqlite
+
+            check_sqlite(self.path, "catalog")   # a FIFO would block connect; a non-SQLite file fails late
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            c = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
-                                check_same_thread=True)
-            self._use_wal(c)
-            # NORMAL in WAL mode survives process crashes; a power loss can only lose a
-            # recent transaction, whose orphaned files `reconcile` removes.
-            c.execute("PRAGMA synchronous=NORMAL")
-            c.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            try:
+                c = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                                    check_same_thread=True)
+                self._use_wal(c)
+                # NORMAL in WAL mode survives process crashes; a power loss can only lose a
+                # recent transaction, whose orphaned files `reconcile` removes.
+                c.execute("PRAGMA synchronous=NORMAL")
+                c.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+                self._init_schema(c)
+            except sqlite3.DatabaseError as e:
+                raise ConfigError("catalog", f"{self.path} cannot be used as a catalog ({e})",
+                                  "give the path of an iobench catalog, or a new file") from None
             self._local.conn, self._local.pid = c, os.getpid()
-            self._init_schema(c)
         return c
 
     def _use_wal(self, c: sqlite3.Connection) -> None:

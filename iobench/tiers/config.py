@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..units import parse_duration, parse_size
 
 POLICIES = ("lru", "fifo", "pin-once-full")
+TIERS_FILE_MARK = "# iobench tiers file"   # first line of what `tiers init` writes (the output guard knows it)
 EMULATION_PROFILES = ("none", "nvme", "pfs", "object")
 
 
@@ -96,6 +97,11 @@ class TiersConfig:
             raise ConfigError("tiers", f"tier name {sorted(dup)[0]!r} is used twice", "give each tier its own name")
         if self.concurrency < 0:
             raise ConfigError("concurrency", f"must be 0 (one per core) or more, got {self.concurrency}", "use e.g. 4")
+        from ..paths import Held, check_disjoint, root_key
+
+        # One root per tier: an evict of one of two overlapping tiers would delete the other's copies.
+        check_disjoint((Held(f"tiers.{t.name}.url", "tiers", root_key(t.url), t.url) for t in self.tiers),
+                       "give each tier its own directory or prefix, neither inside another")
         if self.retries < 1:
             raise ConfigError("retries", f"must be at least 1, got {self.retries}", "use e.g. 3")
         object.__setattr__(self, "retry_backoff", parse_duration(self.retry_backoff, "retry_backoff"))
@@ -205,7 +211,9 @@ def write_tiers_file(cfg: TiersConfig, path: str, with_secrets: bool = False) ->
 
     from ..io.atomic import atomic_write_bytes
 
-    atomic_write_bytes(path, yaml.safe_dump(tiers_to_yaml_dict(cfg, with_secrets), sort_keys=False).encode())
+    text = f"{TIERS_FILE_MARK} (written by `iobench tiers init`; edit freely)\n" + \
+        yaml.safe_dump(tiers_to_yaml_dict(cfg, with_secrets), sort_keys=False)
+    atomic_write_bytes(path, text.encode())
     if with_secrets:
         os.chmod(path, 0o600)
     return path

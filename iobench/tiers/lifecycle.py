@@ -3,7 +3,9 @@ copy every N-th to an archive tier (``object``), expire the rest.
 
 ``plan_lifecycle`` is pure (names in, plan out) so retention can be reasoned about and
 tested without storage; ``apply_lifecycle`` carries a plan out over a TierManager's
-backends.  An item (a file or a directory of files, e.g. one checkpoint) leaves the hot
+backends.  Ownership is by record, not by place: an item is a checkpoint step whose own
+manifest says iobench committed it (``is_iobench_checkpoint``); the user's files on the hot
+tier, whatever ``--prefix``, are never items and are never deleted.  An item (a file or a directory of files, e.g. one checkpoint) leaves the hot
 tier only after its archive copy is complete and verified, and a directory's manifest is
 copied last, so the archive never shows a checkpoint as committed before all its files are.
 """
@@ -107,19 +109,46 @@ def check_lifecycle_tiers(config, hot: str, archive: str) -> None:
                           "give an archive tier stored somewhere else")
 
 
+CHECKPOINT_FORMAT = "iobench-checkpoint"   # checkpointing.commit_point.FORMAT, the record an item carries
+
+
+def is_iobench_checkpoint(backend, rel: str) -> bool:
+    """Whether ``rel`` on ``backend`` is a checkpoint step iobench committed: a directory whose
+    ``manifest.json`` says ``format: iobench-checkpoint``.  That manifest is the record that
+    makes an item lifecycle's to move or expire; anything else on a tier is the user's."""
+    import json
+
+    man = f"{rel.strip('/')}/manifest.json"
+    try:
+        if backend.is_local:
+            from ..io.inputs import read_bytes
+
+            raw = read_bytes(backend.path(man), "lifecycle item", 64 << 20, "checkpoint manifest")
+        else:
+            raw = backend.cat(man)
+        data = json.loads(raw)
+    except (OSError, ValueError, ConfigError):
+        return False
+    return isinstance(data, dict) and data.get("format") == CHECKPOINT_FORMAT
+
+
 def lifecycle_items(manager, hot: str, prefix: str, names: Sequence[str]) -> list[str]:
-    """``names`` (listed under ``prefix`` on ``hot``) less what belongs to others: the catalog's copy
-    directories and any item holding, or inside, a registered dataset's origin."""
+    """``names`` (listed under ``prefix`` on ``hot``) that are lifecycle's to manage: checkpoint
+    steps iobench committed (``is_iobench_checkpoint``), never the catalog's copy directories,
+    an item holding or inside a registered dataset's origin, or any file of the user's."""
     from .manager import _norm_url
 
     ids, origins = manager.owned_paths(hot)
     base = _norm_url(manager.spec(hot).url)
+    src = manager.backend(hot)
     out = []
     for n in names:
         if n in ids and not prefix:
             continue
         full = _norm_url(f"{base}/{prefix.strip('/')}/{n}" if prefix.strip("/") else f"{base}/{n}")
         if any(o == full or o.startswith(full + "/") or full.startswith(o + "/") for o in origins):
+            continue
+        if not is_iobench_checkpoint(src, f"{prefix.strip('/')}/{n}" if prefix.strip("/") else n):
             continue
         out.append(n)
     return out
@@ -146,6 +175,9 @@ def apply_lifecycle(manager, plan: LifecyclePlan, hot: str = "pfs", archive: str
     if rep.errors:
         return rep   # an archive copy is not verified: expire nothing, drop nothing
     for name in plan.drop:
+        if not is_iobench_checkpoint(src, rel(name)):
+            rep.errors[name] = "not a checkpoint iobench committed: left in place"
+            continue
         try:
             src.rm(rel(name), recursive=True)
         except FileNotFoundError:

@@ -26,7 +26,7 @@ from ..storage import Backend, open_backend
 from .catalog import Catalog
 from .config import TiersConfig, TierSpec
 from .policies import get_policy
-from ..io.atomic import final_name_of
+from ..io.atomic import final_name_of, writer_alive
 from ..io.copy import copy_verified, fetch_verified, write_copy
 
 SOURCE_TIER = "source"   # the pseudo-tier of a dataset that lives outside every configured tier
@@ -318,6 +318,7 @@ class TierManager:
         """
         sel = list(shards if shards is not None else ds.manifest.shards)
         self.check_fits(ds, to, sel, whole=True)
+        self.remove_dead_temps(ds, to)
         rep = StageReport(dataset=ds.id, to=to, shards=len(sel))
         from ..dist.world import default_parallelism
 
@@ -509,6 +510,23 @@ class TierManager:
     def unpin(self, ds: DatasetRef, shard: str, tier: str) -> int:
         return self.catalog.unpin_copy(ds.id, shard, tier)
 
+    def remove_dead_temps(self, ds: DatasetRef, tier: str) -> int:
+        """Temp files a killed stage left in this dataset's copy directory on a local tier (their
+        writers are dead: ``iobench.io.atomic.writer_alive``); a live stager's stay."""
+        base = self.backend(tier).base
+        if not base.is_local:
+            return 0
+        removed = 0
+        for dirpath, _dirs, files in os.walk(os.path.join(base.root, ds.id)):
+            for name in files:
+                if final_name_of(name) is not None and not writer_alive(name):
+                    try:
+                        os.unlink(os.path.join(dirpath, name))
+                        removed += 1
+                    except OSError:
+                        pass
+        return removed
+
     def reconcile(self, tier: str) -> dict:
         """Clean up after crashed stagers on a local tier: forget their reservations and remove
         files the catalog does not know (orphans, temp files) — but only inside the copy
@@ -543,9 +561,10 @@ class TierManager:
             head, name = os.path.split(rel)
             final = rel
             stands_for = final_name_of(name)
-            if stands_for is not None:   # a stager's temp file: kept while that copy is wanted
-                final = os.path.join(head, stands_for)
-            if final in keep:
+            if stands_for is not None:   # a stager's temp file: kept while its writer runs, else a leftover
+                if writer_alive(name):
+                    continue
+            elif final in keep:
                 continue
             try:
                 b.rm(rel)   # Backend.rm: refuses a path that a symlink leads out of the tier

@@ -29,6 +29,7 @@ from collections import Counter
 from ..errors import ConfigError
 from ..manifest import Manifest, ShardEntry
 from ..metrics import LatencyHistogram, now_ns
+from ..loader.source import ShardSource
 from ..storage import Backend
 from .config import load_tiers
 
@@ -36,8 +37,9 @@ TRACE_VERSION = 1
 _ACCOUNT_LOCK = threading.Lock()
 
 
-class TierSource:
-    """A ``ShardSource`` that reads through the tiers; picklable, opens the catalog lazily."""
+class TierSource(ShardSource):
+    """A ``ShardSource`` that reads whole shards through the tiers (the base class's defaults
+    slice them for ranges and pieces); picklable, opens the catalog in ``open``."""
 
     def __init__(self, tiers_file: str, staging: str, manifest: Manifest, dataset_backend: Backend, *,
                  to: str | None = None, dataset_url: str | None = None, trace_path: str | None = None,
@@ -79,22 +81,19 @@ class TierSource:
             self.stage_report = rep.metrics()
         mgr.close()
         self._mgr = None
-        self._trace_fd = None
-        self._hist = None
+        self._trace_fd: int | None = None
+        self._hist: dict[str, LatencyHistogram] = {}
+        self._calls: dict[str, int] = {}
+        self._bytes = {"read": 0, "written": 0}
 
     def __getstate__(self) -> dict:
         d = dict(self.__dict__)
         d["_mgr"] = None
         d["_trace_fd"] = None
-        d["_hist"] = None
         return d
 
     def _account(self, info) -> None:
         with _ACCOUNT_LOCK:  # `iobench stage --readers N` reads from threads
-            if self._hist is None:
-                self._hist = {}
-                self._calls: dict[str, int] = {}
-                self._bytes = {"read": 0, "written": 0}
             for op in ("read", f"read_{info.result}"):
                 self._hist.setdefault(op, LatencyHistogram()).record_s(info.seconds)
                 self._calls[op] = self._calls.get(op, 0) + 1
@@ -104,13 +103,11 @@ class TierSource:
 
     def stats(self) -> dict:
         """This worker's counters in the loader's form (bytes read, mergeable HDR histograms per op)."""
-        if not getattr(self, "_hist", None):
-            return {"bytes_read": 0, "bytes_written": 0, "calls": {}, "hist": {}}
         return {"bytes_read": self._bytes["read"], "bytes_written": self._bytes["written"],
                 "calls": dict(self._calls), "hist": {op: h.encode() for op, h in self._hist.items() if h.count}}
 
     # ---- ShardSource ---------------------------------------------------------------------
-    def open(self) -> None:
+    def open(self, worker_id: int = 0) -> None:
         from .manager import TierManager
 
         if self._mgr is None:
@@ -120,8 +117,6 @@ class TierSource:
             self._trace_fd = os.open(self.trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def read_shard(self, shard: ShardEntry) -> bytes:
-        if self._mgr is None:
-            self.open()
         data, info = self._mgr.read(self.dataset, shard, self.to, self.staging)
         rec = {"type": "read", "t": (now_ns() - self.t0_ns) / 1e9, "pid": os.getpid(), "shard": shard.path,
                "bytes": info.bytes, "result": info.result, "tier": info.tier, "from": info.source,

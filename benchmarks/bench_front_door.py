@@ -1,0 +1,340 @@
+"""The front door tells the storage's truth: `iobench check` with no flag but the user's own, against ground truth.
+
+    flock -w 1800 /work/heavy.lock nice .venv/bin/python benchmarks/bench_front_door.py \
+        [--rounds 3] [--rows tar,parquet,tfrecord,wds,s3,host] [--quick] [--out reports/reference/front_door]
+
+Each row generates a dataset, leaves it in the page cache (as a user who just wrote it would),
+then runs exactly
+
+    iobench check --dataset D --step-time 64ms --batch-size 32 --workers 1
+
+(plus ``--endpoint-url`` and ``--emulate`` on S3) and compares its answer with the truth:
+
+- ``tar``, ``parquet``, ``tfrecord``: the dataset's disk throttled by the kernel to 50 MiB/s
+  (cgroup blkio, ``iobench.throttle.ReadThrottle``; the check runs inside the cgroup).  Truth:
+  the stall bandwidth alone allows, ``1 - step / (device bytes per batch / 50 MiB/s)`` with the
+  step the run actually slept and the device bytes it actually read per batch (read
+  amplification is part of the truth).  Targets: stall within 3 pp; "storage delivers" within
+  ±20% of the throttle.
+- ``wds``: tars written by ``webdataset.TarWriter`` (a ``.bin`` and a ``.cls`` per key, no
+  manifest): the check indexes them itself; the same throttle and targets.
+- ``s3``: the embedded S3 server, ``--emulate const:5ms+bw:50MiB/s``: truth from the emulated
+  bandwidth plus 5 ms per request; the same targets.
+- ``host``: the unthrottled disk, 1 KiB samples at a 1 ms step: fio (O_DIRECT sequential reads
+  of the same files) shows the disk faster than the loader; the verdict must say host-bound.
+
+Rounds alternate the rows (row 1 round 1, row 2 round 1, ..., row 1 round 2, ...); each row
+reports the median of its rounds and every round.  Writes NAME.json, NAME.md and
+``NAME.rows.json`` (``benchmarks/summary.py``).
+"""
+
+from __future__ import annotations
+
+from iobench.schema import STALL_RATIO
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MiB = 2**20
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from harness import machine  # noqa: E402  (benchmarks/ is not a package)
+from summary import write_rows  # noqa: E402
+
+THROTTLE = 50 * MiB
+STEP, BATCH, WORKERS = "64ms", 32, 1
+SAMPLE = 128 * 1024
+WDS_PY = "/work/venvs/torch/bin/python"
+S3_EMULATE = "const:5ms+bw:50MiB/s"
+
+
+def _iobench() -> str:
+    return str(Path(sys.executable).parent / "iobench")
+
+
+def gen(url: str, fmt: str, samples: int, seq_len: int, env: dict | None = None, endpoint: str | None = None) -> None:
+    cmd = [_iobench(), "gen", "--out", url, "--format", fmt, "--num-samples", str(samples), "--seq-len",
+           str(seq_len), "--shard-size", "64MiB", "--no-progress"]
+    if endpoint:
+        cmd += ["--endpoint-url", endpoint]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=1200)
+
+
+def gen_wds(out: Path, samples: int) -> None:
+    """Tars written by webdataset's own writer: keys of their own, no iobench manifest."""
+    code = f"""
+import os, webdataset as wds
+os.makedirs({str(out)!r}, exist_ok=True)
+payload = bytes(range(256)) * ({SAMPLE} // 256)
+with wds.ShardWriter(os.path.join({str(out)!r}, "shard-%04d.tar"), maxsize=64 * 2**20, verbose=0) as w:
+    for i in range({samples}):
+        w.write({{"__key__": "%08d" % i, "bin": payload, "cls": str(i % 10).encode()}})
+"""
+    subprocess.run([WDS_PY, "-c", code], check=True, capture_output=True, text=True, timeout=1200)
+
+
+def warm(path: Path) -> None:
+    """Leave the dataset in the page cache, as a user who just wrote it would."""
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                while f.read(8 << 20):
+                    pass
+
+
+def check(dataset: str, cache_dir: str, extra: list[str] | None = None, env: dict | None = None,
+          step: str = STEP) -> dict:
+    """`iobench check --dataset D --step-time 64ms --batch-size 32 --workers 1`, nothing else (bar S3's own)."""
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    cmd = [_iobench(), "check", "--dataset", dataset, "--step-time", step, "--batch-size", str(BATCH),
+           "--workers", str(WORKERS), *(extra or []), "--no-progress", "--json", str(out)]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**(env or os.environ), "IOBENCH_CACHE_DIR": cache_dir},
+                       timeout=900)
+    if p.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+    doc = json.loads(out.read_text())
+    out.unlink()
+    doc["_seconds"] = time.perf_counter() - t0
+    doc["_command"] = " ".join(cmd[1:]).replace(str(out), "OUT.json")
+    doc["_verdict"] = p.stdout.splitlines()[0]
+    doc["_stderr"] = p.stderr[-2000:]
+    return doc
+
+
+def truth_stall(doc: dict, bytes_per_s: float, per_request_s: float = 0.0) -> dict:
+    """The stall bandwidth alone allows: 1 - step / (the bytes storage moved per batch / bandwidth
+    + per-request latency).  Bytes per batch: what the device read (the cgroup's own counter; on S3
+    the bytes over the wire) per sample the workers read — produced, or still in a shuffle buffer
+    (the run stops before the buffers drain) — times the batch size: read amplification (headers,
+    read-ahead, a format that reads a sample's bytes twice) is part of the truth."""
+    from iobench.loader.core import LoadConfig
+
+    m = doc["metrics"]["load"]
+    compute = m["compute_s"]["mean"]
+    dev = m.get("device_io") or {}
+    moved = dev.get("device_bytes_read") if dev.get("scope") == "cgroup" else None
+    moved = moved if moved else m["bytes_read"]
+    total = doc["environment"]["dataset"]["samples"]
+    workers = len(m["per_worker"]) or 1
+    buffered = LoadConfig.shuffle_buffer if m["access"] == "stream" else 0   # the check's default
+    share = -(-total // workers)
+    samples_read = sum(max(w["samples"], min(w["samples"] + buffered, share)) for w in m["per_worker"])
+    per_batch = moved / max(1, samples_read) * BATCH
+    requests_per_batch = (m.get("requests") or 0) / max(1, samples_read / BATCH)
+    t_batch = per_batch / bytes_per_s + requests_per_batch * per_request_s
+    return {"stall": max(0.0, 1.0 - compute / t_batch), "compute_s": compute, "bytes_per_batch": per_batch,
+            "moved_bytes": moved, "moved_counter": "cgroup device bytes" if dev.get("scope") == "cgroup" else
+            "bytes read", "samples_read": samples_read, "requests_per_batch": requests_per_batch,
+            "amplification": per_batch / m["batch_bytes"] if m["batch_bytes"] else None}
+
+
+def judge_row(name: str, doc: dict, truth: dict, bytes_per_s: float) -> dict:
+    m = doc["metrics"]
+    cap = m["capacity_bytes_per_s"] or 0.0
+    diff_pp = (m[STALL_RATIO] - truth["stall"]) * 100
+    return {"row": name, "verdict": doc["_verdict"], "stall": m[STALL_RATIO], "truth_stall": truth["stall"],
+            "diff_pp": diff_pp, "capacity_bytes_per_s": cap, "capacity_over_truth": cap / bytes_per_s,
+            "bound": m["bound"], "cause": m["cause"], "steps": m["load"]["steps"],
+            "stable": m["load"].get("stable"), "cache": doc["environment"].get("cache"),
+            "host_ceiling_bytes_per_s": m.get("host_ceiling_bytes_per_s"), "truth": truth,
+            "fill_s_per_worker": m["drive"]["warmup"]["fill_s_per_worker"], "seconds": doc["_seconds"],
+            "command": doc["_command"],
+            "met": abs(diff_pp) <= 3.0 and 0.8 <= cap / bytes_per_s <= 1.2}
+
+
+def fio_read(files: list[str]) -> float:
+    """O_DIRECT sequential 1 MiB reads of the files, one job, queue depth 4: the disk's rate."""
+    if not shutil.which("fio"):
+        return float("nan")
+    out = subprocess.run(["fio", "--name=seq", "--rw=read", "--bs=1M", "--direct=1", "--ioengine=psync",
+                          "--numjobs=1", "--output-format=json", "--filename=" + ":".join(files)],
+                         capture_output=True, text=True, timeout=600)
+    return json.loads(out.stdout)["jobs"][0]["read"]["bw_bytes"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rows", default="tar,parquet,tfrecord,wds,s3,host")
+    ap.add_argument("--quick", action="store_true", help="small datasets, one round")
+    ap.add_argument("--out", default=str(ROOT / "reports" / "reference" / "front_door"))
+    ap.add_argument("--work", default="/var/tmp", help="where the datasets go (a real disk, not tmpfs)")
+    a = ap.parse_args(argv)
+    rows = a.rows.split(",")
+    rounds = 1 if a.quick else a.rounds
+    # 768 MiB of 128 KiB samples: one cold pass, less the shuffle buffer's drain, is 160 batches
+    samples = 2048 if a.quick else 6144
+    work = Path(tempfile.mkdtemp(prefix="iobench-front-door-", dir=a.work))
+    cache_dir = str(work / "cache")
+    from iobench.blockdev import device_of
+    from iobench.throttle import ReadThrottle, available
+
+    ok, why = available()
+    dev = device_of(str(work))
+    if not ok or dev is None:
+        print(f"no kernel throttle here ({why if not ok else 'not a block device'}): throttled rows skipped")
+    results: dict[str, list[dict]] = {r: [] for r in rows}
+    srv = None
+    t_start = time.time()
+    try:
+        data: dict[str, str] = {}
+        for fmt in ("tar", "parquet", "tfrecord"):
+            if fmt in rows:
+                gen(str(work / fmt), fmt, samples, SAMPLE // 2)
+                data[fmt] = str(work / fmt)
+        if "wds" in rows:
+            gen_wds(work / "wds", samples)
+            data["wds"] = str(work / "wds")
+        if "host" in rows:
+            gen(str(work / "small"), "tar", 131072 if not a.quick else 65536, 512)   # 1 KiB samples
+            data["host"] = str(work / "small")
+        env = dict(os.environ)
+        if "s3" in rows:
+            from iobench.s3server import S3Server
+
+            srv = S3Server(bucket="iobench").start()     # outside the throttle: its files are its own
+            env.update(srv.env())
+            gen("s3://iobench/front-door/tar", "tar", samples, SAMPLE // 2, env=env, endpoint=srv.endpoint_url)
+            data["s3"] = "s3://iobench/front-door/tar"
+        fio_bps = None
+        if "host" in rows:
+            files = sorted(str(p) for p in Path(data["host"]).glob("*.tar"))
+            fio_bps = fio_read(files)
+        for k in range(rounds):
+            for row in rows:
+                if row == "s3":
+                    doc = check(data["s3"], cache_dir, ["--endpoint-url", srv.endpoint_url, "--emulate", S3_EMULATE],
+                                env=env)
+                    r = judge_row(row, doc, truth_stall(doc, THROTTLE, 0.005), THROTTLE)
+                elif row == "host":
+                    warm(Path(data["host"]))
+                    doc = check(data["host"], cache_dir, step="1ms")
+                    m = doc["metrics"]
+                    cap = m["capacity_bytes_per_s"] or 0.0
+                    r = {"row": row, "verdict": doc["_verdict"], "stall": m[STALL_RATIO], "bound": m["bound"],
+                         "cause": m["cause"], "capacity_bytes_per_s": cap, "fio_bytes_per_s": fio_bps,
+                         "host_ceiling_bytes_per_s": m.get("host_ceiling_bytes_per_s"),
+                         "disk_over_loader": fio_bps / cap if cap else None, "cache": doc["environment"].get("cache"),
+                         "steps": m["load"]["steps"], "seconds": doc["_seconds"], "command": doc["_command"],
+                         "met": (m["bound"] == "host") == bool(fio_bps and fio_bps > cap)
+                         and "host-bound" in doc["_verdict"]}
+                else:
+                    if not ok or dev is None:
+                        continue
+                    warm(Path(data[row]))     # generated, then left in the page cache
+                    with ReadThrottle(dev, THROTTLE, tag="front-door"):
+                        doc = check(data[row], cache_dir)
+                    r = judge_row(row, doc, truth_stall(doc, THROTTLE), THROTTLE)
+                r["round"] = k + 1
+                results[row].append(r)
+                print(f"[{row} r{k + 1}] {r['verdict']}", flush=True)
+                if "truth_stall" in r:
+                    print(f"    truth {r['truth_stall']:.1%}  diff {r['diff_pp']:+.2f} pp  storage delivers "
+                          f"{r['capacity_over_truth']:.2f}x the truth  {'MET' if r['met'] else 'MISSED'}", flush=True)
+                else:
+                    print(f"    fio {r['fio_bytes_per_s'] / MiB:.0f} MiB/s, loader {r['capacity_bytes_per_s'] / MiB:.0f}"
+                          f" MiB/s, bound {r['bound']}  {'MET' if r['met'] else 'MISSED'}", flush=True)
+    finally:
+        if srv is not None:
+            srv.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    summary = []
+    for row, rs in results.items():
+        if not rs:
+            continue
+        s = {"row": row, "rounds": rs, "met_rounds": sum(r["met"] for r in rs), "n": len(rs)}
+        if "diff_pp" in rs[0]:
+            s["median_diff_pp"] = statistics.median(r["diff_pp"] for r in rs)
+            s["median_capacity_over_truth"] = statistics.median(r["capacity_over_truth"] for r in rs)
+            s["met"] = abs(s["median_diff_pp"]) <= 3.0 and 0.8 <= s["median_capacity_over_truth"] <= 1.2
+        else:
+            s["met"] = s["met_rounds"] * 2 > len(rs)
+        summary.append(s)
+    meta = {"command": " ".join(["python", "benchmarks/bench_front_door.py", *(argv or sys.argv[1:])]),
+            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
+            "seconds": time.time() - t_start, "throttle_bytes_per_s": THROTTLE, "step": STEP, "batch": BATCH,
+            "workers": WORKERS, "sample_bytes": SAMPLE, "samples": samples, "s3_emulate": S3_EMULATE}
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": summary}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(to_markdown(meta, summary))
+    write_rows(out.name, _rows(summary), ref=out.parent, command=meta["command"])
+    print(out.with_suffix(".md").read_text())
+    return 0
+
+
+def _rows(summary: list[dict]) -> list[dict]:
+    rows = []
+    for s in summary:
+        if "median_diff_pp" in s:
+            rows.append({"comparison": f"check --dataset ({s['row']}): |stall - bandwidth truth| in pp (median of "
+                                       f"{s['n']})", "ratio": abs(s["median_diff_pp"]), "target": 3.0,
+                         "direction": "<=", "met": abs(s["median_diff_pp"]) <= 3.0, "detail": "pp"})
+            rows.append({"comparison": f"check --dataset ({s['row']}): storage delivers / truth (median of {s['n']})",
+                         "ratio": s["median_capacity_over_truth"], "target": 0.8, "direction": ">=",
+                         "met": 0.8 <= s["median_capacity_over_truth"] <= 1.2, "detail": "within 0.8-1.2"})
+        else:
+            rows.append({"comparison": f"check unthrottled, 1 KiB samples: verdict host-bound where fio > loader "
+                                       f"({s['met_rounds']}/{s['n']} rounds)", "ratio": s["met_rounds"] / s["n"],
+                         "target": 1.0, "direction": ">=", "met": s["met"], "detail": "share of rounds"})
+    return rows
+
+
+def to_markdown(meta: dict, summary: list[dict]) -> str:
+    L = ["# The front door: `iobench check` against ground truth", "",
+         f"`{meta['command']}` — {meta['started']}, {meta['seconds']:.0f} s; {meta['machine']['cpu_count']} cores, "
+         f"load average {', '.join(f'{x:.1f}' for x in meta['machine']['load_avg_at_start'])}.", "",
+         f"Each row: `iobench check --dataset D --step-time {meta['step']} --batch-size {meta['batch']} --workers "
+         f"{meta['workers']}` and nothing else (S3: `--endpoint-url`, `--emulate {meta['s3_emulate']}`), on a "
+         f"dataset of {meta['samples']} samples of {meta['sample_bytes'] // 1024} KiB generated and left in the page "
+         f"cache; the disk throttled by the kernel to {meta['throttle_bytes_per_s'] // MiB} MiB/s (cgroup blkio). "
+         "Truth: the stall the bandwidth allows (the step the run slept, the device bytes it read per batch). "
+         "Targets: stall within 3 pp, storage delivers within ±20% of the throttle.", "",
+         "| row | stall (median) | truth | diff pp | storage delivers / truth | bound, cause | rounds met |",
+         "|---|---|---|---|---|---|---|"]
+    for s in summary:
+        rs = s["rounds"]
+        if "median_diff_pp" in s:
+            L.append(f"| {s['row']} | {statistics.median(r['stall'] for r in rs):.1%} | "
+                     f"{statistics.median(r['truth_stall'] for r in rs):.1%} | {s['median_diff_pp']:+.2f} | "
+                     f"{s['median_capacity_over_truth']:.2f} | {rs[0]['bound']}, {rs[0]['cause']} | "
+                     f"{s['met_rounds']}/{s['n']} |")
+        else:
+            L.append(f"| {s['row']} (unthrottled, 1 KiB samples, 1 ms step) | "
+                     f"{statistics.median(r['stall'] for r in rs):.1%} | fio {rs[0]['fio_bytes_per_s'] / MiB:.0f} MiB/s"
+                     f" vs loader {statistics.median(r['capacity_bytes_per_s'] for r in rs) / MiB:.0f} MiB/s | | | "
+                     f"{rs[0]['bound']}, {rs[0]['cause']} | {s['met_rounds']}/{s['n']} |")
+    L += ["", "## Verdicts as printed (first round)", ""]
+    for s in summary:
+        L += [f"- **{s['row']}**: `{s['rounds'][0]['verdict']}`"]
+    L += ["", "## Every round", "", "| row | round | stall | truth | diff pp | delivers / truth | steps | cache found → "
+          "start → after | fill per worker | s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        for r in s["rounds"]:
+            c = r.get("cache") or {}
+
+            def pct(v):
+                return "n/a" if v is None else f"{v:.1%}"
+            cache = f"{pct(c.get('residency_found'))} → {pct(c.get('measured_residency'))} → {pct(c.get('residency_after'))}"
+            if "truth_stall" in r:
+                L.append(f"| {r['row']} | {r['round']} | {r['stall']:.1%} | {r['truth_stall']:.1%} | {r['diff_pp']:+.2f} | "
+                         f"{r['capacity_over_truth']:.2f} | {r['steps']} | {cache} | {r['fill_s_per_worker']:.2f} s | "
+                         f"{r['seconds']:.0f} |")
+            else:
+                L.append(f"| {r['row']} | {r['round']} | {r['stall']:.1%} | | | loader {r['capacity_bytes_per_s'] / MiB:.0f}"
+                         f" MiB/s, ceiling {(r['host_ceiling_bytes_per_s'] or 0) / MiB:.0f} MiB/s | {r['steps']} | "
+                         f"{cache} | | {r['seconds']:.0f} |")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

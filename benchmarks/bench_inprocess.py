@@ -1,0 +1,402 @@
+"""In-process loading (``--workers 0``), ``--access memmap`` and ``iobench.watch``, against peers.
+
+    .venv/bin/python benchmarks/bench_inprocess.py [--sections w0,memmap,watch] [--out reports/reference/inprocess]
+                                                   [--scale 1.0] [--rounds 7] [--work DIR] [--torch-python PY]
+
+- ``w0``: raw token shards (1 GiB, 8 MiB shards, 1 KiB samples) read by ``iobench load --workers 0``
+  (block access: each shard read whole and shuffled into batches, in the consumer process) against
+  fio on the same files: warm (page cache, fio ``--invalidate=0`` after a pre-read; target 0.7) and
+  cold (iobench ``--odirect`` vs fio ``--direct=1``; target 0.9).  fio, its job layout and the row
+  format are ``bench_load.py``'s (imported, not copied).
+- ``memmap``: ``iobench load --access memmap --workers 0`` against a nanoGPT-style ``get_batch``
+  loop on the same shard files (target 1.0): each shard an ``np.memmap`` (made once, as Megatron's
+  reader does; nanoGPT remakes it per call, which only costs the peer more), random windows of
+  ``seq_len`` tokens, ``np.stack`` into a batch.  Warm (target) and cold (diagnostic: device bytes and
+  read amplification of both, as each reads the pages it faults).
+- ``watch``: ground truth on a kernel-throttled disk (``iobench.throttle.ReadThrottle``, cold cache
+  before every run): a real torch DataLoader (map-style Dataset, one pread per sample) run unchanged
+  under ``iobench measure`` (so ``iobench.watch`` wraps it), ``iobench load --access map`` on the same
+  bytes, and the bandwidth truth 1 - step time / (device bytes per step / bandwidth).  Targets: watch
+  within 2 pp of load, both within 3 pp of the truth.
+
+Ratios are iobench / peer from alternating rounds (sides swap order every round), the median of
+the per-round ratios; the machine is shared, so the load average is recorded with every row.
+Writes OUT.json, OUT.rows.json (for ``benchmarks/summary.py``) and OUT.md.
+"""
+
+from __future__ import annotations
+
+from iobench.schema import STALL_RATIO
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_load
+from bench_load import MiB, _fio, load_rate, machine, median_run, paired_result
+from summary import DERIVE, merge_results, write_rows
+
+from iobench.generate import GenSpec, generate
+from iobench.loader.core import LoadConfig, run_load
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARD = 8 * MiB
+
+
+def _tokens(work: Path, scale: float):
+    """The raw token dataset of bench_load's fio rows: 1 GiB in 8 MiB shards of 1 KiB samples."""
+    url = str(work / "raw-tokens")
+    m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(1048576 * scale), seq_len=512,
+                         vocab_size=32000, shard_size=f"{SHARD}B", fsync=True), url, progress=False)
+    return url, m, [os.path.join(url, s.path) for s in m.shards]
+
+
+def _loadavg() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _rounds(n: int, ours, theirs, extra=None) -> None:
+    for r in range(n):
+        for side in ((ours, theirs) if r % 2 == 0 else (theirs, ours)):
+            side(r)
+        if extra is not None:
+            extra(r)
+
+
+def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
+    from iobench.io.pagecache import drop_pages, warm_file
+
+    if not shutil.which("fio"):
+        return [{"section": "w0", "skipped": "fio not installed"}]
+    url, m, files = _tokens(work, scale)
+    out = []
+    for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
+        # --read-ahead 1: the next shard's read (cold: an O_DIRECT pread; warm: its mapping) on a thread
+        # of this process while the consumer gathers this one's batches -- still no worker process
+        cfg = LoadConfig(dataset=url, access="block", workers=0, batch_size=batch, shuffle_buffer=8192,
+                         monitor_interval_s=1.0, read_ahead=1, cache=state, odirect=state == "cold",
+                         s3_block_size=f"{SHARD}B")
+        iob: list[dict] = []
+        peer: list[dict] = []
+
+        def ours(r, cfg=cfg, iob=iob):
+            iob.append(load_rate(cfg) | {"load_avg": _loadavg()})
+
+        def theirs(r, state=state, peer=peer):
+            for f in files:
+                (warm_file if state == "warm" else drop_pages)(f)
+            peer.append(_fio(files, SHARD, 1, direct=(state == "cold"), out_json=work / "fio.json")
+                        | {"load_avg": _loadavg()})
+
+        _rounds(rounds, ours, theirs)
+        row = paired_result(
+            f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs fio 1 job" +
+            (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
+            iob, peer, "bytes_per_s", 0.7 if state == "warm" else 0.9,
+            f"{len(files)} shards of {SHARD // MiB} MiB; iobench --workers 0 --access block --read-ahead 1: the "
+            "consumer process reads each shard (warm: mapped from the page cache, MAP_POPULATE; cold: --odirect "
+            "preads of the shard size) on a read-ahead thread and gathers every shuffled batch itself -- no worker "
+            "process, no hand-off; fio reads the same files, one shard-sized request each, and drops the bytes")
+        row["bytes_checked"] = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
+                                "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
+        row["load_avg"] = [x["load_avg"] for x in iob + peer]
+        out.append(row)
+    return out
+
+
+def _nanogpt_loop(files: list[str], fixed, batch: int, batches: int, seed: int) -> dict:
+    """nanoGPT's ``get_batch`` on these shards: random windows of seq_len tokens stacked into a batch
+    (without the int64 cast, the shifted targets and the device copy it adds: the peer's cheapest form)."""
+    off0, rec, dtype = fixed
+    seq = rec // dtype.itemsize
+    maps = [np.memmap(f, dtype=dtype, mode="r", offset=off0) for f in files]
+    lens = np.array([len(x) for x in maps])
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter_ns()
+    n = 0
+    for _ in range(batches):
+        s = rng.integers(len(maps), size=batch)
+        ix = (rng.random(batch) * (lens[s] - seq)).astype(np.int64)
+        x = np.stack([maps[a][i:i + seq] for a, i in zip(s.tolist(), ix.tolist())])
+        n += x.nbytes
+    t = (time.perf_counter_ns() - t0) / 1e9
+    del maps
+    return {"bytes_per_s": n / t, "bytes": n, "wall_s": t, "batch": batch}
+
+
+def bench_memmap(work: Path, scale: float, rounds: int) -> list[dict]:
+    from iobench.blockdev import DeviceCounter
+    from iobench.formats import get_format
+    from iobench.io.pagecache import drop_pages, warm_file
+
+    url, m, files = _tokens(work, scale)
+    fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
+    batch = 256
+    batches = m.total_samples // batch
+    out = []
+    for state in ("warm", "cold"):
+        cfg = LoadConfig(dataset=url, access="memmap", workers=0, batch_size=batch, monitor_interval_s=1.0,
+                         cache=state, steps=batches)
+        iob: list[dict] = []
+        peer: list[dict] = []
+
+        def ours(r, cfg=cfg, iob=iob):
+            res = run_load(cfg)
+            mm = res.metrics
+            iob.append({"bytes_per_s": mm["throughput"]["bytes_per_s"], "bytes_read": mm["bytes_read"],
+                        "device_io": mm["device_io"], "faults": mm["requests"], "load_avg": _loadavg(),
+                        "residency": res.environment["cache"].get("measured_residency")})
+
+        def theirs(r, state=state, peer=peer):
+            for f in files:
+                (warm_file if state == "warm" else drop_pages)(f)
+            dc = DeviceCounter(files[0])
+            p = _nanogpt_loop(files, fixed, batch, batches, seed=r)
+            p["device_io"] = dc.stop(p["bytes"], p["bytes"])
+            peer.append(p | {"load_avg": _loadavg()})
+
+        _rounds(rounds if state == "warm" else max(3, rounds // 2), ours, theirs)
+        row = paired_result(
+            f"raw tokens, {state}, batch {batch} x 1 KiB: iobench --access memmap W=0 vs nanoGPT-style get_batch "
+            "(np.memmap windows + np.stack)", iob, peer, "bytes_per_s", 1.0 if state == "warm" else None,
+            f"{len(files)} shards of {SHARD // MiB} MiB, {batches} batches a side; iobench: map's order (every sample "
+            "once), each shard mapped once, one gather of a batch's rows from the mappings; peer: random windows "
+            "(any token offset) from per-shard np.memmap views, np.stack per batch, one process" +
+            ("" if state == "warm" else "; diagnostic, no target: cold pages come in by page faults and the "
+             "kernel's read-around, and the device_io blocks say how much each side read"))
+        amp = [((x.get("device_io") or {}).get("read_amplification")) for x in iob]
+        pamp = [((x.get("device_io") or {}).get("read_amplification")) for x in peer]
+        row["read_amplification"] = {"iobench": amp, "peer": pamp}
+        row["load_avg"] = [x["load_avg"] for x in iob + peer]
+        out.append(row)
+    return out
+
+
+# -- watch: a real torch DataLoader under `iobench measure`, on a kernel-throttled disk ---------------
+
+_PEER = '''
+import bisect, json, os, sys, time
+import numpy as np, torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+spec = json.loads(sys.argv[1])
+class Shards(Dataset):
+    def __init__(self):
+        self.paths = [s["path"] for s in spec["shards"]]
+        self.first = [s["first_sample"] for s in spec["shards"]]
+        self.fds = {}
+    def __len__(self):
+        return sum(s["samples"] for s in spec["shards"])
+    def __getitem__(self, i):
+        s = bisect.bisect_right(self.first, i) - 1
+        fd = self.fds.get(s)
+        if fd is None:
+            fd = self.fds[s] = os.open(self.paths[s], os.O_RDONLY)
+        b = os.pread(fd, spec["sample_bytes"], spec["header"] + (i - self.first[s]) * spec["sample_bytes"])
+        return torch.from_numpy(np.frombuffer(b, dtype="<u2").copy())
+class Order(Sampler):
+    def __iter__(self):
+        return iter(spec["indices"])
+    def __len__(self):
+        return len(spec["indices"])
+dl = DataLoader(Shards(), batch_size=spec["batch"], sampler=Order(), num_workers=spec["workers"],
+                prefetch_factor=spec["prefetch"])
+for k, batch in enumerate(dl):
+    time.sleep(spec["compute_s"])
+    if k + 1 == spec["steps"]:
+        break
+'''
+
+
+def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None) -> list[dict]:
+    from iobench.blockdev import device_of
+    from iobench.cli import main as measure
+    from iobench.io.pagecache import drop_pages
+    from iobench.loader.sampler import delivery_order
+    from iobench.manifest import read_manifest
+    from iobench.storage import open_backend
+    from iobench.throttle import ReadThrottle, available
+
+    if not torch_python or not os.path.exists(torch_python):
+        return [{"section": "watch", "skipped": "no torch interpreter (--torch-python)"}]
+    ok, why = available()
+    if not ok:
+        return [{"section": "watch", "skipped": why}]
+    # bench_fidelity's throttled map case: 64 KiB samples (one pread each), 16-sample (1 MiB) batches,
+    # 50 MiB/s cap (20 ms of transfer a batch), 14 ms compute, W=2 Q=2
+    url = str(work / "raw64k")
+    W, Q, batch, steps, compute_s, bw = 2, 2, 16, 64, 0.014, 50 * MiB
+    generate(GenSpec(format="raw", modality="tokens", num_samples=32 * 80, shard_size="32 samples", seq_len=32768,
+                     vocab_size=50000, fsync=True), url, progress=False)
+    backend = open_backend(url)
+    man = read_manifest(backend)
+    paths = [backend.local_path(s.path) for s in man.shards]
+    dev = device_of(paths[0])
+    if dev is None:
+        return [{"section": "watch", "skipped": f"{url} is not on a block device"}]
+    thr = ReadThrottle(dev, bw, tag="bench-watch")
+    cfg = LoadConfig(dataset=url, workers=W, prefetch=Q, batch_size=batch, steps=steps, cache="cold", seed=1,
+                     compute=f"{compute_s * 1000:.3f}ms", monitor_interval_s=1.0, access="map")
+    order = delivery_order("map", [s.samples for s in man.shards], batch, cfg.seed, 0)[:steps * batch]
+    spec = {"shards": [{"path": p, "first_sample": s.first_sample, "samples": s.samples}
+                       for p, s in zip(paths, man.shards)], "sample_bytes": 32768 * 2, "header": 64,
+            "indices": order.tolist(), "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
+            "compute_s": compute_s}
+    script = work / "torch_peer.py"
+    script.write_text(_PEER)
+
+    def truth(m: dict) -> float | None:
+        """1 - step compute / (device bytes per step / bandwidth), over the steady window's compute."""
+        d = (m.get("device_io") or {}).get("device_bytes_read")
+        if not d:
+            return None
+        per_step = d / m["steps"] / bw
+        c = m["compute_s"]["mean"]
+        return max(0.0, 1 - c / per_step) if per_step > c else 0.0
+
+    iob: list[dict] = []
+    peer: list[dict] = []
+
+    def ours(r):
+        with thr:
+            res = run_load(cfg)
+        mm = res.metrics
+        iob.append({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"],
+                    "load_avg": _loadavg()})
+
+    def theirs(r):
+        for p in paths:
+            drop_pages(p)
+        out = work / f"watch-{r}.json"
+        with thr:
+            # the peer runs unchanged; `iobench measure` wraps its DataLoader in iobench.watch
+            rc = measure(["measure", "--json", str(out), "--path", url, "--", torch_python, str(script),
+                          json.dumps(spec)])
+        if rc != 0:
+            raise RuntimeError(f"iobench measure of the torch peer exited {rc}")
+        mm = json.loads(out.read_text())["metrics"]
+        peer.append({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"],
+                     "load_avg": _loadavg(), "steps": mm["steps"]})
+
+    _rounds(rounds, ours, theirs)
+
+    def med(rows, k):
+        v = [x[k] for x in rows if x.get(k) is not None]
+        return statistics.median(v) if v else None
+
+    def pp(pairs) -> tuple[float | None, list[float]]:
+        """Median of the per-round |a - b| in percentage points (each round's pair is the comparison)."""
+        d = sorted(abs(a - b) * 100 for a, b in pairs if a is not None and b is not None)
+        return (d[len(d) // 2] if d else None), d
+
+    lw, li = med(peer, STALL_RATIO), med(iob, STALL_RATIO)
+    setup = (f"{bw // MiB} MiB/s read cap (cgroup), cold cache every run, {steps} steps of {batch} x 64 KiB, W={W} "
+             f"Q={Q}, {compute_s * 1000:.0f} ms compute, the same sample order on both sides; 'ratio' is the median "
+             "over rounds of |a - b| in percentage points")
+    truth_note = ("truth = 1 - mean step compute / (device bytes per step / bandwidth), each run against its own "
+                  "compute and device bytes (read-ahead included)")
+    rows = []
+    for name, pairs, target, note in (
+            ("watch around a torch DataLoader vs iobench load --access map, throttled disk (pp)",
+             [(w[STALL_RATIO], i[STALL_RATIO]) for w, i in zip(peer, iob)], 2, setup),
+            ("watch stall vs the bandwidth truth, throttled disk (pp)",
+             [(w[STALL_RATIO], w["truth"]) for w in peer], 3, truth_note + "; watch's runs"),
+            ("iobench load --access map stall vs the bandwidth truth, throttled disk (pp)",
+             [(i[STALL_RATIO], i["truth"]) for i in iob], 3, truth_note + "; iobench load's runs")):
+        v, d = pp(pairs)
+        rows.append({"section": name, "metric": "percentage points", "iobench": {STALL_RATIO: lw},
+                     "peer": {STALL_RATIO: li}, "ratio": v, "target": f"<= {target}", "direction": "<=",
+                     "met": v is not None and v <= target, "note": note,
+                     "rounds": {"per_round_ratios": d, "iobench_load": iob, "watch": peer},
+                     "load_avg": [x["load_avg"] for x in iob + peer]})
+    return rows
+
+
+SECTIONS = ("w0", "memmap", "watch")
+
+
+def to_markdown(results: list[dict], meta: dict) -> str:
+    mc = meta["machine"]
+    lines = ["# In-process loading, memmap access and iobench.watch vs peers (reference run)", "",
+             f"Command: `{meta['command']}`  ",
+             f"Machine: {mc['cpu_count']} cores, {mc['memory_bytes'] / 2**30:.0f} GiB, {mc['os']}, Python {mc['python']}; "
+             f"{mc['note']}; load average {meta['load_avg_start']:.1f} at start, {meta['load_avg_end']:.1f} at end.  ",
+             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", "",
+             "| comparison | ratio | per-round ratios | target | met | load avg (min-max) |", "|---|---|---|---|---|---|"]
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['section']} | skipped: {r['skipped']} | | | | |")
+            continue
+        rr = (r.get("rounds") or {}).get("per_round_ratios")
+        la = r.get("load_avg") or []
+        ratio = f"{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float)) else "—"
+        lines.append(f"| {r['section']} | {ratio} | {', '.join(f'{x:.2f}' for x in rr) if rr else ''} | "
+                     f"{r.get('target')} | {'yes' if r.get('met') else 'no' if r.get('met') is not None else '—'} | "
+                     + (f"{min(la):.1f}-{max(la):.1f}" if la else "") + " |")
+    lines += ["", "Notes:", ""]
+    for r in results:
+        if r.get("note"):
+            lines.append(f"- {r['section']}: {r['note']}")
+        if r.get("read_amplification"):
+            a = r["read_amplification"]
+            lines.append(f"  - read amplification (device bytes / bytes asked for), iobench: "
+                         f"{', '.join(f'{x:.2f}' for x in a['iobench'] if x is not None)}; peer: "
+                         f"{', '.join(f'{x:.2f}' for x in a['peer'] if x is not None)}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--out", default=str(ROOT / "reports" / "reference" / "inprocess"))
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=bench_load.FIO_ROUNDS)
+    ap.add_argument("--work", help="scratch directory (default: a temp dir under /tmp)")
+    ap.add_argument("--merge", action="store_true", help="replace only these sections' rows in an existing OUT.json")
+    ap.add_argument("--torch-python", default=os.environ.get("IOBENCH_TORCH_PYTHON", "/work/venvs/torch/bin/python"))
+    args = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="iobench-bench-inproc-", dir=args.work))
+    t0 = time.perf_counter()
+    la0 = os.getloadavg()[0]
+    results: list[dict] = []
+    try:
+        for s in [x.strip() for x in args.sections.split(",") if x.strip()]:
+            if s == "w0":
+                res = bench_w0(work, args.scale, args.rounds)
+            elif s == "memmap":
+                res = bench_memmap(work, args.scale, args.rounds)
+            elif s == "watch":
+                res = bench_watch(work, args.scale, args.rounds, args.torch_python)
+            else:
+                raise SystemExit(f"unknown section {s!r}: choose from {', '.join(SECTIONS)}")
+            for r in res:
+                r["bench_section"] = s
+                print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) met={r.get('met')} "
+                      f"rounds {(r.get('rounds') or {}).get('per_round_ratios')}", flush=True)
+            results.extend(res)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    meta = {"command": "python benchmarks/bench_inprocess.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": machine(), "seconds": time.perf_counter() - t0, "rounds": args.rounds,
+            "load_avg_start": la0, "load_avg_end": os.getloadavg()[0]}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.merge and out.with_suffix(".json").exists():
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results)
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
+    write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
+    md = to_markdown(results, meta)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
