@@ -146,6 +146,7 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp/iobench-bench-dlio")
     ap.add_argument("--keep", action="store_true", help="keep the datasets for a rerun")
     ap.add_argument("--no-dlio", action="store_true", help="iobench only (no DLIO venv)")
+    ap.add_argument("--gen-only", action="store_true", help="make the datasets and stop (kept; not a measurement)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     a = ap.parse_args()
     from iobench.blockdev import device_of
@@ -176,6 +177,8 @@ def main() -> int:
                 gen_dlio(name, dl, venv, record, log)
                 dl_files = _files(dl / "train")
                 dl_sample = sum(p.stat().st_size for p in dl_files) / (len(dl_files) * SHAPES[name][3])
+            if a.gen_only:
+                continue
             modes = [("throttled", bw)] + ([("unthrottled", None)] if a.unthrottled else [])
             for mode, cap in modes:
                 per: dict[str, list[dict]] = {"iobench": [], "dlio": []}
@@ -217,7 +220,8 @@ def main() -> int:
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
-    write(a, rows, raw, bw)
+    if not a.gen_only:
+        write(a, rows, raw, bw)
     return 0
 
 

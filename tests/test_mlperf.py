@@ -139,6 +139,9 @@ def test_slow_storage_fails_and_is_diagnosed_fetch_bound(unet3d):
     assert out["max_accelerators_per_node"] == 0
     assert out["next_step"]["au"] < 0.2
     assert out["next_step"]["bound"] == "storage-bound"
+    # the host's read ceiling stands beside it: 300 ms a read delivers far under it
+    ceiling = out["next_step"]["host_ceiling"]
+    assert ceiling["bytes_per_s"] > out["next_step"]["delivered_bytes_per_s"]
     assert out["headline"].startswith("this storage cannot keep even 1 simulated H100")
 
 
