@@ -68,11 +68,11 @@ def gen_iobench(name: str, out: Path) -> None:
 def _dlio_overrides(name: str, data: Path, record_bytes: int) -> list[str]:
     _, _, files, per_file, _, _, fmt = SHAPES[name]
     o = [f"++workload.dataset.num_files_train={files}", f"++workload.dataset.num_samples_per_file={per_file}",
-         f"++workload.dataset.data_folder={data}", f"++workload.dataset.record_length_bytes={record_bytes}",
+         f"++workload.dataset.data_folder={data}", f"++workload.dataset.record_length={record_bytes}",
          f"++workload.dataset.format={fmt}"]
     if name == "unet3d":
-        o += ["++workload.dataset.record_length_bytes_stdev=0",
-              f"++workload.dataset.record_length_bytes_resize={record_bytes}"]
+        o += ["++workload.dataset.record_length_stdev=0",
+              f"++workload.dataset.record_length_resize={record_bytes}"]
     return o
 
 
