@@ -112,7 +112,7 @@ class Checkpointer:
         if local is None and durable is None:
             raise ConfigError("--durable", "no tier to save to", "give --local and/or --durable")
         if local is not None and durable is not None:
-            from iobench.guard import Held, check_disjoint, root_key
+            from iobench.paths import Held, check_disjoint, root_key
 
             # Nested tiers: rotation on one deletes the other's committed steps.
             check_disjoint([Held("--durable", "durable", root_key(durable.base.url), durable.base.url),

@@ -36,9 +36,9 @@ import enum
 import json
 import os
 from dataclasses import dataclass
-from typing import Iterable
 
 from .errors import ConfigError
+from .paths import Held, check_disjoint, is_local, real, within
 
 FORCE_HELP = ("replace an existing output file that iobench did not write (its own results, reports and "
               "traces are recognised and replaced without it); never an input of the command")
@@ -184,10 +184,9 @@ def _is_trace(path: str) -> bool:
     return isinstance(rec, dict) and rec.get("type") == "header" and "version" in rec
 
 
-TIERS_FILE_MARK = "# iobench tiers file"
-
-
 def _is_tiers_file(path: str) -> bool:
+    from .tiers.config import TIERS_FILE_MARK
+
     return _first_line(path).startswith(TIERS_FILE_MARK)
 
 
@@ -246,53 +245,6 @@ DIR_OWNERS = {"dataset": _dataset_dir_ok, "report": _report_dir_ok}
 
 
 # ---- relations between paths -----------------------------------------------------------
-
-def is_local(path: str) -> bool:
-    return "://" not in str(path) or str(path).startswith("file://")
-
-
-def real(path: str) -> str:
-    p = str(path)
-    p = p[len("file://"):] if p.startswith("file://") else p
-    return os.path.realpath(os.path.abspath(p))
-
-
-def root_key(url: str) -> str:
-    """A place as compared for overlap: a local path's real path; a URL without its trailing '/'."""
-    return real(url) if is_local(url) else str(url).rstrip("/")
-
-
-def within(inner: str, outer: str) -> bool:
-    """``inner`` is ``outer`` or below it (both real paths)."""
-    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
-
-
-def overlap(a: str, b: str) -> bool:
-    return within(a, b) or within(b, a)
-
-
-@dataclass(frozen=True)
-class Held:
-    """One path a command holds: where it came from (for the message) and its real path."""
-
-    label: str
-    dest: str
-    path: str
-    given: str
-    tree: bool = True    # outputs may not lie below it either (a root); False: only the path itself
-
-
-def check_disjoint(roots: Iterable[Held], fix: str = "give each its own directory, neither inside the other") -> None:
-    """Every pair of ``roots`` is neither the same place nor nested: else ConfigError naming both."""
-    seen: list[Held] = []
-    for r in roots:
-        for s in seen:
-            if overlap(r.path, s.path):
-                how = "is the same directory as" if r.path == s.path else (
-                    "lies inside" if within(r.path, s.path) else "contains")
-                raise ConfigError(r.label, f"{r.given} {how} {s.label} ({s.given})", fix)
-        seen.append(r)
-
 
 def _tier_inputs(path: str, flag: str) -> list[Held]:
     from .tiers.config import load_tiers

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from typing import Iterable
 from urllib.parse import unquote
 
 from .errors import ConfigError
@@ -68,3 +70,55 @@ def check_inside(root: str, rel: str, field: str) -> str:
         raise ConfigError(field, f"{rel!r} resolves through a symlink to {full}, outside {root}",
                           "replace the symlink with the file itself, or remove the entry")
     return full
+
+
+# ---- roots that must not overlap -----------------------------------------------------------
+# One rule for every set of roots a command holds (tiers, checkpoint local/durable, dataset and
+# output directories): neither the same place nor nested.  iobench.guard applies it to a
+# command's flags, TiersConfig to its tiers, the checkpointer to its two tiers.
+
+def is_local(path: str) -> bool:
+    return "://" not in str(path) or str(path).startswith("file://")
+
+
+def real(path: str) -> str:
+    p = str(path)
+    p = p[len("file://"):] if p.startswith("file://") else p
+    return os.path.realpath(os.path.abspath(p))
+
+
+def root_key(url: str) -> str:
+    """A place as compared for overlap: a local path's real path; a URL without its trailing '/'."""
+    return real(url) if is_local(url) else str(url).rstrip("/")
+
+
+def within(inner: str, outer: str) -> bool:
+    """``inner`` is ``outer`` or below it (both real paths)."""
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)
+
+
+def overlap(a: str, b: str) -> bool:
+    return within(a, b) or within(b, a)
+
+
+@dataclass(frozen=True)
+class Held:
+    """One path a command holds: where it came from (for the message) and its real path."""
+
+    label: str
+    dest: str
+    path: str
+    given: str
+    tree: bool = True    # outputs may not lie below it either (a root); False: only the path itself
+
+
+def check_disjoint(roots: Iterable[Held], fix: str = "give each its own directory, neither inside the other") -> None:
+    """Every pair of ``roots`` is neither the same place nor nested: else ConfigError naming both."""
+    seen: list[Held] = []
+    for r in roots:
+        for s in seen:
+            if overlap(r.path, s.path):
+                how = "is the same directory as" if r.path == s.path else (
+                    "lies inside" if within(r.path, s.path) else "contains")
+                raise ConfigError(r.label, f"{r.given} {how} {s.label} ({s.given})", fix)
+        seen.append(r)

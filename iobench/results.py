@@ -238,4 +238,6 @@ def read_results(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
     check_version(data, where=f"results {path}")
-    return data
+    # masked as it comes in: a file written by hand, by an older iobench or elsewhere may hold a
+    # URL's credentials, and every report, comparison and plan made from it would repeat them
+    return redact_urls(data)

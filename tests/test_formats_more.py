@@ -406,6 +406,19 @@ def test_hf_save_to_disk_text_and_images(tmp_path):
     assert all(got[i][0][:3] == b"\xff\xd8\xff" for i in range(6))
 
 
+def test_hf_dataset_dict_asks_for_one_split(tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "dd"
+    root.mkdir()
+    shutil.copytree(HF / "tok", root / "train")
+    shutil.copytree(HF / "txt", root / "test")
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')   # as DatasetDict.save_to_disk writes
+    assert main(["index", str(root)]) == 2
+    assert f"iobench index {root}/train" in capsys.readouterr().err
+    assert main(["index", str(root / "train")]) == 0
+
+
 @pytest.mark.parametrize("modality", ["tokens", "records"])
 def test_gen_arrow_is_save_to_disk_layout_pyarrow_reads(tmp_path, modality):
     import pyarrow as pa

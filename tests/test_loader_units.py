@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import random
 import time
 
@@ -171,23 +172,10 @@ def test_receiver_polls_sent_counter_then_falls_back_to_the_pipe():
         w.close()
 
 
-def test_collate_gathers_rows_in_block_order():
-    import numpy as np
-
-    from iobench.loader.worker import WorkerJob, _BlockData, _collate
-
-    bd = _BlockData(np.arange(8, dtype=np.uint16).reshape(4, 2), None, np.arange(4))
-    job = WorkerJob(wid=0, workers=1, manifest=None, plans=[], total_batches=1, decode=False)
-    meta, write = _collate(job, bd, np.array([3, 0]), 4)
-    out = bytearray(meta["nbytes"])
-    write(memoryview(out))
-    assert np.frombuffer(out, dtype=np.uint16).tolist() == [6, 7, 0, 1]
-
-
 def test_emitter_array_fast_path_delivers_the_rows_and_ids_of_the_order():
     """The block path's fixed-row batches (gathered straight into the slot, ids sliced from the block's
     delivery order) carry the same bytes, ids and sizes as the general collate path, in the slot and,
-    for a batch larger than a slot, pickled inline."""
+    for a batch larger than a slot, pickled inline (the one path for rows in an array: _collate takes samples)."""
     import multiprocessing as mp
     from types import SimpleNamespace
 
@@ -273,11 +261,11 @@ def test_merge_ranks_takes_max_durations_sums_bytes_merges_histograms():
         h = LatencyHistogram()
         for w in waits:
             h.record_s(w)
-        return {"stall_ratio": stall, "wall_s": wall, "samples": n, "bytes_read": n * 10, "steps": 5,
+        return {STALL_RATIO: stall, "wall_s": wall, "samples": n, "bytes_read": n * 10, "steps": 5,
                 "batch_bytes": 100.0, "batch_wait_hist": h.encode()}
 
     m = merge_ranks([rank(0.1, 2.0, 100, [0.01] * 10), rank(0.3, 4.0, 100, [0.5] * 10)])
-    assert m["stall_ratio"] == 0.3 and m["wall_s"] == 4.0 and m["samples"] == 200
+    assert m[STALL_RATIO] == 0.3 and m["wall_s"] == 4.0 and m["samples"] == 200
     assert m["throughput"]["bytes_per_s"] == pytest.approx(2000 / 4.0)
     assert m["batch_wait_s"]["count"] == 20
     assert m["batch_wait_s"]["p50"] == pytest.approx(0.01, rel=0.01) and m["batch_wait_s"]["max"] == pytest.approx(0.5, rel=0.01)

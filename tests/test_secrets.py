@@ -129,3 +129,24 @@ def test_junit_xml_is_masked_in_properties_and_messages(monkeypatch):
     xml = junit_xml(rep).decode()
     assert "SUPERSECRET" not in xml and "AKIAEXAMPLEKEY" not in xml and ENV_SECRET not in xml
     assert "***@127.0.0.1:1" in xml and xml.startswith("<?xml")
+
+
+def test_a_results_file_holding_a_secret_is_masked_in_reports_and_comparisons(tmp_path):
+    """Reports and comparisons read results through one reader, which masks what it reads: a file
+    edited by hand (or written elsewhere) with a URL's credentials never repeats them."""
+    from iobench.cli import main
+
+    ds = tmp_path / "ds"
+    assert main(["gen", "--num-samples", "8", "--seq-len", "8", "--out", str(ds), "--no-progress"]) == 0
+    a = tmp_path / "a.json"
+    assert main(["verify", str(ds), "--json", str(a)]) == 0
+    d = json.loads(a.read_text())
+    d["config"]["note"] = f"copied from {SECRET_URL}"
+    d.setdefault("warnings", []).append(f"slow {SECRET_URL}")
+    a.write_text(json.dumps(d))
+    assert main(["report", str(a), "-o", str(tmp_path / "rep")]) in (0, 1)
+    assert main(["compare", str(a), str(a), "--markdown", str(tmp_path / "c.md"),
+                 "--json", str(tmp_path / "c.json")]) in (0, 1)
+    for p in [*(tmp_path / "rep").iterdir(), tmp_path / "c.md", tmp_path / "c.json"]:
+        text = p.read_text(errors="replace")
+        assert "SUPERSECRET" not in text and "AKIAEXAMPLEKEY" not in text, p

@@ -528,7 +528,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                            "run_delay_s": rec.run_delay_s.get(d["pid"]),
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
-    # Rule 4: the first step includes the first reads (and a stream's buffer fill); it is excluded.
+    # Measurement rule 4 ("first step excluded", docs/design.md): the first step includes the first reads (and a stream's buffer fill); it is excluded.
     w, s = rec.waits[1:], rec.steps_s[1:]
     stall_mlperf = sum(w) / sum(s) if s and sum(s) > 0 else 0.0
     # The headline: the steady window also leaves out the drain of the workers' head start
@@ -640,7 +640,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
 
 def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
            warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
-    """Intervals (rule 9), and the warnings that keep the headline honest (too short, idle workers...)."""
+    """Intervals (measurement rule 9, "enough samples", docs/design.md), and the warnings that keep the headline honest (too short, idle workers...)."""
     from .stability import StopRule, steady_verdict
 
     cfg = st.cfg

@@ -258,7 +258,7 @@ class BackendSource(ShardSource):
 
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
         data = self._get(shard.path, None, None)
-        if len(data) != shard.bytes:
+        if len(data) < shard.bytes:
             raise short_read(shard.path, len(data), shard.bytes)
         return data
 
@@ -385,8 +385,14 @@ class LocalFileSource(BackendSource):
     _head: Any = field(default=None, init=False, repr=False, compare=False)
 
     supports_pread = True
-    supports_mmap = hasattr(mmap, "MAP_POPULATE")
-    supports_odirect = hasattr(os, "O_DIRECT")
+
+    @property
+    def supports_odirect(self) -> bool:   # type: ignore[override]
+        return self.odirect and hasattr(os, "O_DIRECT")
+
+    @property
+    def supports_mmap(self) -> bool:   # type: ignore[override]
+        return not self.odirect and hasattr(mmap, "MAP_POPULATE")
 
     def read_shard(self, shard: ShardEntry) -> memoryview:
         return self._read_direct(shard) if self.odirect else self._read_into_pool(shard)

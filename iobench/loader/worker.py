@@ -109,23 +109,11 @@ def _parse_block(job: WorkerJob, reader, block, datas, ids) -> _BlockData:
 
 
 def _collate(job: WorkerJob, bd: _BlockData, sel: np.ndarray, nominal: int) -> tuple[dict, Callable[[Any], None]]:
-    """(metadata, writer) where writer(buf) copies the payload into a slot buffer."""
+    """(metadata, writer) where writer(buf) copies the samples' payload into a slot buffer."""
     if job.synthetic:
         meta = {"layout": "ragged", "nbytes": nominal, "offsets": None}
         return meta, lambda buf: None
-    arr = bd.array
-    if arr is not None:
-        shape = (len(sel),) + arr.shape[1:]
-        nbytes = math.prod(shape) * arr.dtype.itemsize  # np.prod costs ~10 us a call
-        meta = {"layout": "array", "dtype": arr.dtype.str, "shape": shape, "nbytes": nbytes}
-
-        def write_rows(buf) -> None:
-            out = np.ndarray(shape, dtype=arr.dtype, buffer=buf)
-            # mode="clip": with the default "raise", take() gathers into a temporary and copies
-            # that into ``out`` (2-3x the time).  The block's order was bounds-checked once.
-            np.take(arr, sel, axis=0, out=out, mode="clip")
-        return meta, write_rows
-    assert bd.samples is not None   # no array: the block's samples, one by one
+    assert bd.samples is not None   # rows in one array take the emitter's own fast path
     picked = [bd.samples[i] for i in sel]
     labels = None
     if any(s.label is not None for s in picked):

@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..units import parse_duration, parse_size
 
 POLICIES = ("lru", "fifo", "pin-once-full")
+TIERS_FILE_MARK = "# iobench tiers file"   # first line of what `tiers init` writes (the output guard knows it)
 EMULATION_PROFILES = ("none", "nvme", "pfs", "object")
 
 
@@ -96,7 +97,7 @@ class TiersConfig:
             raise ConfigError("tiers", f"tier name {sorted(dup)[0]!r} is used twice", "give each tier its own name")
         if self.concurrency < 0:
             raise ConfigError("concurrency", f"must be 0 (one per core) or more, got {self.concurrency}", "use e.g. 4")
-        from ..guard import Held, check_disjoint, root_key
+        from ..paths import Held, check_disjoint, root_key
 
         # One root per tier: an evict of one of two overlapping tiers would delete the other's copies.
         check_disjoint((Held(f"tiers.{t.name}.url", "tiers", root_key(t.url), t.url) for t in self.tiers),
@@ -209,8 +210,6 @@ def write_tiers_file(cfg: TiersConfig, path: str, with_secrets: bool = False) ->
     import yaml
 
     from ..io.atomic import atomic_write_bytes
-
-    from ..guard import TIERS_FILE_MARK
 
     text = f"{TIERS_FILE_MARK} (written by `iobench tiers init`; edit freely)\n" + \
         yaml.safe_dump(tiers_to_yaml_dict(cfg, with_secrets), sort_keys=False)
