@@ -456,7 +456,7 @@ def rates(metrics: dict, step_s: float, load: LoadConfig | None = None, manifest
     batch_size = load.batch_size if load is not None else 1
     buffered, share = 0, None
     if load is not None and manifest is not None:
-        share = -(-manifest.total_samples // load.workers)
+        share = -(-manifest.total_samples // max(1, load.workers))   # W=0: the consumer is the one producer
         if metrics.get("access") == "stream" and load.shuffle:
             buffered = load.shuffle_buffer
     return Rates(capacity_bytes_per_s=capacity_bytes_per_s(metrics),

@@ -100,9 +100,13 @@ def load_figures(name: str, m: LoadMetrics) -> list[Figure]:
         out.append(Figure(f"data stall over time (headline {m.stall_ratio:.2%}, over the unshaded steady window)",
                           png, "series"))
     if m.batch_service_hist:
+        from ..metrics import LatencyHistogram
+
         compute = m.compute_s.get("mean")
+        # the P99 marked is the plotted histogram's own (results of older suites pooled one and not the other)
+        p99 = LatencyHistogram.decode(m.batch_service_hist).summary()["p99"]
         png = plots.service_distribution(f"{name}: batch service time", plots.histogram_cdf(m.batch_service_hist),
-                                         m.batch_service_s.get("p99"), compute)
+                                         p99, compute)
         if png:
             out.append(Figure("batch service time: a batch slower than the step time × prefetch depth stalls the "
                               "step", png, "latency-cdf"))

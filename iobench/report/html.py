@@ -367,6 +367,7 @@ def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[st
             # the most stalled load's own advice is what to act on first; its caveat (e.g. more
             # workers than cores) comes with it
             note = (worst.get("prefetch_recommendation") or {}).get("note")
+            note = note.split(":")[0] if note else note    # its first clause: the loads table has the rest
             bits.append(f"To feed {'it' if len(loads.docs) == 1 else n}: {advice}" + (f"; {note}" if note else "")
                         + ".")
     recs = recommendations(docs)
