@@ -273,6 +273,11 @@ def _rows():
     rows.append(pytest.param(COMMANDS["report"][0] + ["-o", "{rep2}"], "-o", id="foreign-file:report own report.md"))
     for d in ("{rep1}", "{rep2}"):
         rows.append(pytest.param(["run", "--out", d, "--stages", "probe"], "--out", id=f"foreign-file:run --out {d}"))
+    # 2b. --force replaces iobench's own files, never a data file of the command's input
+    rows.append(pytest.param(["index", "{ds2}", "--format", "files", "--modality", "records", "--out", "{ds2}/a.bin",
+                              "--force"], "--out", id="force-never-over-data:index --out a data file --force"))
+    rows.append(pytest.param(["verify", "{ds}", "--json", "{ds}/{shard}", "--force"], "--json",
+                             id="force-never-over-data:verify --json a shard --force"))
     # 3. two outputs at one path
     for name, (argv, outs, _) in COMMANDS.items():
         if len(outs) > 1 and "--checkpoint-folder" not in outs:
