@@ -26,6 +26,7 @@ compare within a row; the load average is recorded.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -91,7 +92,7 @@ def stalls(wait: list[float], t_s: list[float], busy: list[float]) -> dict:
     k0, k1, rule = steady_window(wait[:n])
     steady = window_stall(wait, steps, (k0, k1)) if k1 > k0 else None
     b = busy[k0:k1]
-    return {"stall_ratio": first, "steady_stall_ratio": steady, "steady_from_step": k0, "steady_to_step": k1,
+    return {STALL_RATIO: first, "steady_stall_ratio": steady, "steady_from_step": k0, "steady_to_step": k1,
             "steady_rule": rule, "steady_busy_s": sum(b) / len(b) if b else None}
 
 
@@ -206,7 +207,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
                     with thr:
                         r = run_load(cfg)
                     m = r.metrics
-                    row = {"stall_ratio_reported": m["stall_ratio"], **iobench_series(m),
+                    row = {"stall_ratio_reported": m[STALL_RATIO], **iobench_series(m),
                            "device_io": m.get("device_io"), "residency": r.environment["cache"].get(
                                "measured_residency"), "samples_per_s": m["throughput"]["samples_per_s"]}
                     iob.append(row)
@@ -230,7 +231,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
                 row["formula_stall_own_bytes"] = bandwidth_stall(row["steady_busy_s"], dbytes / steps, bw) \
                     if dbytes and row.get("steady_busy_s") else None
                 row["load_avg"] = os.getloadavg()[0]
-                print(f"[throttled] {pattern} {who} round {rnd}: stall {row['stall_ratio']} steady "
+                print(f"[throttled] {pattern} {who} round {rnd}: stall {row[STALL_RATIO]} steady "
                       f"{row['steady_stall_ratio']} amplification "
                       f"{(row['device_io'] or {}).get('read_amplification')}", flush=True)
 
@@ -246,9 +247,9 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
             "section": f"throttled {name}", "pattern": pattern, "peer": peer_kind, "bandwidth_bytes_per_s": bw,
             "batch_bytes": batch_bytes, "compute_s": compute_s, "workers": W, "prefetch": Q, "steps": steps,
             "rounds": rounds,
-            "iobench_stall": med(iob, "stall_ratio"), "peer_stall": med(peer, "stall_ratio"),
+            "iobench_stall": med(iob, STALL_RATIO), "peer_stall": med(peer, STALL_RATIO),
             "iobench_steady_stall": med(iob, "steady_stall_ratio"), "peer_steady_stall": med(peer, "steady_stall_ratio"),
-            "diff_pp": 100 * (med(iob, "stall_ratio") - med(peer, "stall_ratio")),
+            "diff_pp": 100 * (med(iob, STALL_RATIO) - med(peer, STALL_RATIO)),
             "steady_diff_pp": 100 * (med(iob, "steady_stall_ratio") - med(peer, "steady_stall_ratio")),
             "formula_stall": bandwidth_stall(busy, batch_bytes, bw),
             "formula_stall_amplified": bandwidth_stall(busy, batch_bytes * amp(iob), bw),

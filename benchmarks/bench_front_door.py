@@ -30,6 +30,7 @@ reports the median of its rounds and every round.  Writes NAME.json, NAME.md and
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -139,8 +140,8 @@ def truth_stall(doc: dict, bytes_per_s: float, per_request_s: float = 0.0) -> di
 def judge_row(name: str, doc: dict, truth: dict, bytes_per_s: float) -> dict:
     m = doc["metrics"]
     cap = m["capacity_bytes_per_s"] or 0.0
-    diff_pp = (m["stall_ratio"] - truth["stall"]) * 100
-    return {"row": name, "verdict": doc["_verdict"], "stall": m["stall_ratio"], "truth_stall": truth["stall"],
+    diff_pp = (m[STALL_RATIO] - truth["stall"]) * 100
+    return {"row": name, "verdict": doc["_verdict"], "stall": m[STALL_RATIO], "truth_stall": truth["stall"],
             "diff_pp": diff_pp, "capacity_bytes_per_s": cap, "capacity_over_truth": cap / bytes_per_s,
             "bound": m["bound"], "cause": m["cause"], "steps": m["load"]["steps"],
             "stable": m["load"].get("stable"), "cache": doc["environment"].get("cache"),
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
                     doc = check(data["host"], cache_dir, step="1ms")
                     m = doc["metrics"]
                     cap = m["capacity_bytes_per_s"] or 0.0
-                    r = {"row": row, "verdict": doc["_verdict"], "stall": m["stall_ratio"], "bound": m["bound"],
+                    r = {"row": row, "verdict": doc["_verdict"], "stall": m[STALL_RATIO], "bound": m["bound"],
                          "cause": m["cause"], "capacity_bytes_per_s": cap, "fio_bytes_per_s": fio_bps,
                          "host_ceiling_bytes_per_s": m.get("host_ceiling_bytes_per_s"),
                          "disk_over_loader": fio_bps / cap if cap else None, "cache": doc["environment"].get("cache"),

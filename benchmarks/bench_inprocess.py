@@ -26,6 +26,7 @@ Writes OUT.json, OUT.rows.json (for ``benchmarks/summary.py``) and OUT.md.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -267,7 +268,7 @@ def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None)
         with thr:
             res = run_load(cfg)
         mm = res.metrics
-        iob.append({"stall_ratio": mm["stall_ratio"], "truth": truth(mm), "device_io": mm["device_io"],
+        iob.append({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"],
                     "load_avg": _loadavg()})
 
     def theirs(r):
@@ -281,7 +282,7 @@ def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None)
         if rc != 0:
             raise RuntimeError(f"iobench measure of the torch peer exited {rc}")
         mm = json.loads(out.read_text())["metrics"]
-        peer.append({"stall_ratio": mm["stall_ratio"], "truth": truth(mm), "device_io": mm["device_io"],
+        peer.append({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"],
                      "load_avg": _loadavg(), "steps": mm["steps"]})
 
     _rounds(rounds, ours, theirs)
@@ -295,7 +296,7 @@ def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None)
         d = sorted(abs(a - b) * 100 for a, b in pairs if a is not None and b is not None)
         return (d[len(d) // 2] if d else None), d
 
-    lw, li = med(peer, "stall_ratio"), med(iob, "stall_ratio")
+    lw, li = med(peer, STALL_RATIO), med(iob, STALL_RATIO)
     setup = (f"{bw // MiB} MiB/s read cap (cgroup), cold cache every run, {steps} steps of {batch} x 64 KiB, W={W} "
              f"Q={Q}, {compute_s * 1000:.0f} ms compute, the same sample order on both sides; 'ratio' is the median "
              "over rounds of |a - b| in percentage points")
@@ -304,14 +305,14 @@ def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None)
     rows = []
     for name, pairs, target, note in (
             ("watch around a torch DataLoader vs iobench load --access map, throttled disk (pp)",
-             [(w["stall_ratio"], i["stall_ratio"]) for w, i in zip(peer, iob)], 2, setup),
+             [(w[STALL_RATIO], i[STALL_RATIO]) for w, i in zip(peer, iob)], 2, setup),
             ("watch stall vs the bandwidth truth, throttled disk (pp)",
-             [(w["stall_ratio"], w["truth"]) for w in peer], 3, truth_note + "; watch's runs"),
+             [(w[STALL_RATIO], w["truth"]) for w in peer], 3, truth_note + "; watch's runs"),
             ("iobench load --access map stall vs the bandwidth truth, throttled disk (pp)",
-             [(i["stall_ratio"], i["truth"]) for i in iob], 3, truth_note + "; iobench load's runs")):
+             [(i[STALL_RATIO], i["truth"]) for i in iob], 3, truth_note + "; iobench load's runs")):
         v, d = pp(pairs)
-        rows.append({"section": name, "metric": "percentage points", "iobench": {"stall_ratio": lw},
-                     "peer": {"stall_ratio": li}, "ratio": v, "target": f"<= {target}", "direction": "<=",
+        rows.append({"section": name, "metric": "percentage points", "iobench": {STALL_RATIO: lw},
+                     "peer": {STALL_RATIO: li}, "ratio": v, "target": f"<= {target}", "direction": "<=",
                      "met": v is not None and v <= target, "note": note,
                      "rounds": {"per_round_ratios": d, "iobench_load": iob, "watch": peer},
                      "load_avg": [x["load_avg"] for x in iob + peer]})

@@ -16,6 +16,7 @@ elsewhere (``--out``), so a branch's sections land on a report that changed in t
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -48,7 +49,7 @@ def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
     r = run_load(cfg, **kw)
     m = r.metrics
     return {"bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
-            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], "stall_ratio": m["stall_ratio"],
+            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], STALL_RATIO: m[STALL_RATIO],
             "accelerator_utilization": m["accelerator_utilization"], "bytes_read": m["bytes_read"],
             "wall_s": m["wall_s"], "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items()
                                                                             if k != "series"}}

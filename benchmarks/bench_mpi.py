@@ -19,6 +19,7 @@ printed with the results.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -61,7 +62,7 @@ def bench_load(ds: str, tmp: Path, rounds: int) -> dict:
             rows[n].append({"samples": m["samples"], "bytes": m["bytes_read"], "wall_s": m["wall_s"],
                             "bytes_per_s": m["throughput"]["bytes_per_s"],
                             "samples_per_s": m["throughput"]["samples_per_s"],
-                            "stall_ratio": m["stall_ratio"]})
+                            STALL_RATIO: m[STALL_RATIO]})
     base = rows[1]
     same = all(r["samples"] == base[0]["samples"] and r["bytes"] == base[0]["bytes"] for v in rows.values() for r in v)
     out = {"same_total_work": same, "samples": base[0]["samples"], "bytes": base[0]["bytes"], "per_world": {}}

@@ -18,6 +18,7 @@ model, not about this VM's disk.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -61,9 +62,9 @@ def main() -> int:
             io = m["batch_io_s"]["mean"]
             predicted = data_stall(compute_ms / 1e3, io, pipelined=True).stall_ratio
             res["stall"].append({"compute_ms": compute_ms, "io_ms_emulated": io_ms, "io_mean_s": io,
-                                 "predicted": predicted, "measured": m["stall_ratio"]})
+                                 "predicted": predicted, "measured": m[STALL_RATIO]})
             print(f"compute {compute_ms:.0f} ms, I/O {io * 1e3:.1f} ms: stall predicted {predicted:.1%}, "
-                  f"measured {m['stall_ratio']:.1%}", flush=True)
+                  f"measured {m[STALL_RATIO]:.1%}", flush=True)
 
         tail = "lognormal:p50=15ms,p99=150ms"
         compute_ms = 30.0
@@ -76,10 +77,10 @@ def main() -> int:
         mq = load(url, args.steps, compute_ms, tail, prefetch=depth)
         res["prefetch"] = {"emulation": tail, "compute_ms": compute_ms, "p99_io_s": m1["batch_io_s"]["p99"],
                            "depth_min": p["outputs"]["depth_min"], "depth_recommended": depth,
-                           "stall_depth_1": m1["stall_ratio"], "stall_recommended": mq["stall_ratio"],
+                           "stall_depth_1": m1[STALL_RATIO], "stall_recommended": mq[STALL_RATIO],
                            "mean_io_s": m1["batch_io_s"]["mean"]}
         print(f"prefetch: P99 batch I/O {m1['batch_io_s']['p99'] * 1e3:.0f} ms / compute {compute_ms:.0f} ms → depth "
-              f"{depth}; stall {m1['stall_ratio']:.1%} at depth 1 → {mq['stall_ratio']:.1%} at depth {depth}",
+              f"{depth}; stall {m1[STALL_RATIO]:.1%} at depth 1 → {mq[STALL_RATIO]:.1%} at depth {depth}",
               flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from iobench.errors import IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
 from .parquet import _rows
 
 BATCH_BYTES = 4 * 2**20
@@ -174,11 +174,7 @@ def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, Non
     table = read_table(backend.cat(rel), rel)
     modality = modality or detect_modality(table.schema)
     column = pick_column(table.schema, modality, rel)
-    if facts.setdefault("arrow_column", column) != column:
-        from iobench.errors import ConfigError
-
-        raise ConfigError("dataset", f"{rel} keeps its samples in column {column!r}, earlier files in "
-                          f"{facts['arrow_column']!r}", "index files of one schema together")
+    agree(facts, "arrow_column", column, rel)
     if modality == "tokens":
         vt = table.schema.field(column).type.value_type
         name = vt.to_pandas_dtype().__name__ if hasattr(vt, "to_pandas_dtype") else "int64"

@@ -197,6 +197,16 @@ class Reader(ABC):
                 and isinstance(seq_len, int) and seq_len > 0)
 
 
+def agree(facts: dict, key: str, value, where: str) -> None:
+    """For ``FormatSpec.scan``: record a dataset-wide fact (a dtype, a dataset name) that every file
+    must share, since the loader reads them all one way; a file that differs is a ConfigError."""
+    if facts.setdefault(key, value) != value:
+        from iobench.errors import ConfigError
+
+        raise ConfigError("dataset", f"{where} has {key} {value}, earlier files have {facts[key]}",
+                          "index files of one layout together (one dataset per directory)")
+
+
 @dataclass(frozen=True)
 class FormatSpec:
     name: str

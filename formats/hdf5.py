@@ -31,7 +31,7 @@ import numpy as np
 
 from iobench.errors import IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 PREFERRED = ("tokens", "input_ids", "records", "x", "data", "images")
@@ -95,19 +95,11 @@ def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tup
 
                 raise ConfigError("--modality", f"{rel}: dataset {name!r} is {d.dtype}{list(d.shape)}, not token rows",
                                   "index it as --modality records")
-            _agree(facts, "hdf5_dataset", name, rel)
+            agree(facts, "hdf5_dataset", name, rel)
             if modality == "tokens":
-                _agree(facts, "token_dtype", d.dtype.newbyteorder("=").name, rel)
-                _agree(facts, "hdf5_dtype", d.dtype.str, rel)
+                agree(facts, "token_dtype", d.dtype.newbyteorder("=").name, rel)
+                agree(facts, "hdf5_dtype", d.dtype.str, rel)
             return int(d.shape[0]), row_offsets(d), None, modality
-
-
-def _agree(facts: dict, key: str, value, where: str) -> None:
-    if facts.setdefault(key, value) != value:
-        from iobench.errors import ConfigError
-
-        raise ConfigError("dataset", f"{where} has {key} {value}, earlier files have {facts[key]}",
-                          "index files of one layout together (one dataset per directory)")
 
 
 class Hdf5Writer(Writer):

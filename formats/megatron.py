@@ -31,7 +31,7 @@ import numpy as np
 
 from iobench.errors import IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -99,6 +99,31 @@ def decode_index(buf, where: str) -> MegatronIndex:
 def storage_dtype(token_dtype: str) -> np.dtype:
     """What Megatron stores a vocabulary's ids as: uint16, or int32 for anything wider."""
     return np.dtype("<u2") if np.dtype(token_dtype).itemsize <= 2 else np.dtype("<i4")
+
+
+def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, str, str]:
+    """``iobench index``: the ``.idx`` only: sequence pointers become per-sample offsets, or with
+    ``facts["megatron_window"]`` (``--seq-len``) GPTDataset's windows are the samples."""
+    from iobench.errors import ConfigError
+
+    if modality not in (None, "tokens"):
+        raise ConfigError("--modality", f"Megatron datasets hold token sequences, not {modality}",
+                          "drop --modality (or give tokens)")
+    seq_len = int(facts.get("megatron_window") or 0)
+    idx_rel = rel[:-4] + ".idx"
+    idx = decode_index(backend.cat(idx_rel), idx_rel)
+    if idx.dtype.kind not in "ui" or idx.dtype.name not in ("uint16", "int32", "int64", "uint8", "int16"):
+        raise ConfigError("dataset", f"{idx_rel} stores {idx.dtype.name} values, not token ids",
+                          "index a token dataset (preprocess_data.py output)")
+    agree(facts, "megatron_dtype", idx.dtype.str, idx_rel)
+    agree(facts, "token_dtype", idx.dtype.name if idx.dtype.name in ("uint16", "int32", "int64") else "int64",
+           idx_rel)
+    offsets = idx.offsets(backend.size(rel), rel)
+    facts["documents"] = facts.get("documents", 0) + max(0, len(idx.documents) - 1)
+    if seq_len:
+        tokens = offsets[-1] // idx.dtype.itemsize
+        return max(0, (tokens - 1) // seq_len), None, idx_rel, "tokens"
+    return len(offsets) - 1, offsets, idx_rel, "tokens"
 
 
 class MegatronWriter(Writer):
@@ -239,4 +264,4 @@ class MegatronReader(Reader):
 
 
 FORMAT = FormatSpec(name="megatron", extension=".bin", writer=MegatronWriter, reader=MegatronReader,
-                    indexable=True, compressions=("none",), index_suffix=".idx", index_replaces_extension=True)
+                    indexable=True, compressions=("none",), index_suffix=".idx", index_replaces_extension=True, scan=scan)

@@ -26,7 +26,7 @@ import numpy as np
 
 from iobench.errors import ConfigError, IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer
+from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
 
 TOKEN_DTYPES = ("uint16", "uint32", "int32", "int64")
 MAGIC = b"\x93NUMPY"
@@ -108,6 +108,28 @@ def _header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     np.lib.format.write_array_header_1_0(
         buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
     return buf.getvalue()
+
+
+def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, None, str]:
+    """``iobench index``: the header only (one short ranged read): dtype and shape give the rows' offsets."""
+    head = backend.cat(rel, 0, HEAD_PROBE)
+    n = header_length(head[:12], rel)
+    if n > len(head):
+        head = backend.cat(rel, 0, n)
+    dtype, shape, fortran, hl = parse_header(head, rel)
+    size = backend.size(rel)
+    need = hl + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size != need:
+        raise IntegrityError(f"{rel}: offset {min(size, need)}: .npy header says {need} bytes, the file holds {size}")
+    seen = modality or ("tokens" if is_token_array(dtype, shape) else "records")
+    if seen == "tokens":
+        if not is_token_array(dtype, shape):
+            raise ConfigError("--modality", f"{rel} holds a {dtype.str}{list(shape)} array, not token rows",
+                              "index it as --modality records (one sample per file)")
+        agree(facts, "npy_dtype", dtype.str, rel)
+        agree(facts, "token_dtype", dtype.newbyteorder("=").name, rel)
+    samples, offsets = layout(dtype, shape, fortran, hl, seen)
+    return samples, offsets, None, seen
 
 
 class NpyWriter(Writer):
@@ -231,4 +253,4 @@ class NpyReader(Reader):
 
 
 FORMAT = FormatSpec(name="npy", extension=".npy", writer=NpyWriter, reader=NpyReader, indexable=True,
-                    compressions=("none",))
+                    compressions=("none",), scan=scan)

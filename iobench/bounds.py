@@ -87,6 +87,8 @@ FRACTION = Bound(0, 1)                        # a ratio, a probability, an AU th
 SCALE = Bound(0, 1, lo_open=True)             # shrink factors: 0 < F <= 1
 PROCS = Bound(1, process_cap, "the processes this host can run: 32 per core, within ulimit -u and -n")
 PROCS_OR_DEFAULT = Bound(0, process_cap, "the processes this host can run: 32 per core, within ulimit -u and -n")
+# load --workers 0: no worker process, the consumer makes its own batches (iobench.loader.inprocess)
+PROCS_OR_NONE = Bound(0, process_cap, "the processes this host can run: 32 per core, within ulimit -u and -n")
 THREADS = Bound(1, thread_cap, "the open-file limit (ulimit -n) allows no more in flight")
 SECONDS = Bound(0, MAX_DURATION_S, "7 days, the cap on any duration")
 MILLISECONDS = Bound(0, MAX_DURATION_S * 1000, "7 days, the cap on any duration")
@@ -108,7 +110,7 @@ FLAGS: dict[tuple[str, str], Bound] = {
     ("gds bench", "--qd1-samples"): Bound(0, 1e7),
     ("gen", "--scale"): SCALE,
     ("load", "--min-steps"): Bound(2, 1e9), ("load", "--max-time"): Bound(0, MAX_DURATION_S, "7 days", lo_open=True),
-    ("load", "--stall-ci"): Bound(0, 100, lo_open=True), ("load", "--repeat"): RUNS, ("load", "--workers"): PROCS,
+    ("load", "--stall-ci"): Bound(0, 100, lo_open=True), ("load", "--repeat"): RUNS, ("load", "--workers"): PROCS_OR_NONE,
     ("load", "--prefetch"): Bound(1, 1024), ("load", "--batch-size"): Bound(1, 1e7), ("load", "--epochs"): EPOCHS,
     ("load", "--steps"): COUNT, ("load", "--shuffle-buffer"): Bound(0, 1e8), ("load", "--seed"): SEED,
     ("load", "--s3-concurrency"): THREADS, ("load", "--retries"): Bound(1, 100),

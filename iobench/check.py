@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from .schema import STALL_RATIO
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -80,8 +81,8 @@ class CheckConfig:
 
 
 def _stall_text(metrics: dict) -> str:
-    stall = metrics["stall_ratio"]
-    hw = ((metrics.get("intervals") or {}).get("stall_ratio") or {}).get("half_width")
+    stall = metrics[STALL_RATIO]
+    hw = ((metrics.get("intervals") or {}).get(STALL_RATIO) or {}).get("half_width")
     return f"{stall:.1%}" + (f" (±{hw * 100:.1f} pp)" if isinstance(hw, (int, float)) else " (no interval: too few steps)")
 
 
@@ -115,7 +116,7 @@ def verdict_line(cfg: CheckConfig, outcome) -> str:
     from .driver import cache_phrase, ceiling_phrase, warmup_phrase
 
     m, r, j = outcome.metrics, outcome.rates, outcome.judgement
-    stall = m["stall_ratio"]
+    stall = m[STALL_RATIO]
     line = (f"at {format_seconds(cfg.step_s)}/step, batch {cfg.batch_size}, {cfg.workers} "
             f"worker{'s' if cfg.workers > 1 else ''}: stall {_stall_text(m)}")
     if r.capacity_bytes_per_s:
@@ -160,14 +161,14 @@ def run_check(cfg: CheckConfig, *, endpoint_url: str | None = None, storage_opti
     metrics["prefetch_recommendation"] = recommend(metrics, cfg.step_s)
     o = replace(o, run=replace(o.run, metrics=metrics))
     r = o.rates
-    out = {"verdict": verdict_line(cfg, o), "stall_ratio": metrics["stall_ratio"],
-           "stall_interval": (metrics.get("intervals") or {}).get("stall_ratio"),
+    out = {"verdict": verdict_line(cfg, o), STALL_RATIO: metrics[STALL_RATIO],
+           "stall_interval": (metrics.get("intervals") or {}).get(STALL_RATIO),
            "capacity_bytes_per_s": r.capacity_bytes_per_s, "need_bytes_per_s": r.need_bytes_per_s,
            "delivered_bytes_per_s": r.delivered_bytes_per_s, "payload_bytes_per_s": r.payload_bytes_per_s,
            "bound": o.judgement.bound, "cause": o.judgement.cause,
            "host_ceiling_bytes_per_s": o.ceiling.bytes_per_s if o.ceiling else None,
            "prefetch_recommendation": metrics["prefetch_recommendation"],
-           "passed": None if cfg.max_stall is None else metrics["stall_ratio"] <= cfg.max_stall,
+           "passed": None if cfg.max_stall is None else metrics[STALL_RATIO] <= cfg.max_stall,
            "drive": o.to_dict(),
            "load": {k: v for k, v in metrics.items() if k not in ("series", "system")},
            "dataset": {"url": o.dataset.url, "generated": o.dataset.generated, "format": o.dataset.format,

@@ -21,6 +21,7 @@ here, so the same question gets the same answer from each:
 
 from __future__ import annotations
 
+from .schema import STALL_RATIO
 import hashlib
 import json
 import os
@@ -455,7 +456,7 @@ def rates(metrics: dict, step_s: float, load: LoadConfig | None = None, manifest
     batch_size = load.batch_size if load is not None else 1
     buffered, share = 0, None
     if load is not None and manifest is not None:
-        share = -(-manifest.total_samples // load.workers)
+        share = -(-manifest.total_samples // max(1, load.workers))   # W=0: the consumer is the one producer
         if metrics.get("access") == "stream" and load.shuffle:
             buffered = load.shuffle_buffer
     return Rates(capacity_bytes_per_s=capacity_bytes_per_s(metrics),
@@ -477,7 +478,7 @@ def warmup(metrics: dict, workers: int) -> Warmup:
 
 def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | None, workers: int) -> Judgement:
     """The bound (keeps up / storage / host) and the cause a remedy must address."""
-    stall = metrics.get("stall_ratio") or 0.0
+    stall = metrics.get(STALL_RATIO) or 0.0
     cap = r.capacity_bytes_per_s
     host_bound = bool(ceiling and cap and ceiling.bytes_per_s > 0 and cap >= HOST_BOUND * ceiling.bytes_per_s)
     if stall <= 0.01:

@@ -281,59 +281,6 @@ def _scan_npz(backend: Backend, rel: str, data: bytes) -> tuple[int, None, None,
     return 1, None, None, "records"
 
 
-def _scan_npy(backend: Backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tuple | None, None, str]:
-    """The header only (one short ranged read): dtype and shape give the rows' byte offsets."""
-    import numpy as np
-
-    from .formats.npy import HEAD_PROBE, header_length, is_token_array, layout, parse_header
-
-    head = backend.cat(rel, 0, HEAD_PROBE)
-    n = header_length(head[:12], rel)
-    if n > len(head):
-        head = backend.cat(rel, 0, n)
-    dtype, shape, fortran, hl = parse_header(head, rel)
-    size = backend.size(rel)
-    need = hl + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if size != need:
-        raise IntegrityError(f"{rel}: offset {min(size, need)}: .npy header says {need} bytes, the file holds {size}")
-    seen = modality or ("tokens" if is_token_array(dtype, shape) else "records")
-    if seen == "tokens":
-        if not is_token_array(dtype, shape):
-            raise ConfigError("--modality", f"{rel} holds a {dtype.str}{list(shape)} array, not token rows",
-                              "index it as --modality records (one sample per file)")
-        _agree(facts, "npy_dtype", dtype.str, rel)
-        _agree(facts, "token_dtype", dtype.newbyteorder("=").name, rel)
-    samples, offsets = layout(dtype, shape, fortran, hl, seen)
-    return samples, offsets, None, seen
-
-
-def _scan_megatron(backend: Backend, rel: str, facts: dict, seq_len: int) -> tuple[int, tuple | None, str, str]:
-    """The ``.idx`` only: sequence pointers become per-sample offsets (or GPTDataset windows)."""
-    from .formats.megatron import decode_index
-
-    idx_rel = rel[:-4] + ".idx"
-    idx = decode_index(backend.cat(idx_rel), idx_rel)
-    if idx.dtype.kind not in "ui" or idx.dtype.name not in ("uint16", "int32", "int64", "uint8", "int16"):
-        raise ConfigError("dataset", f"{idx_rel} stores {idx.dtype.name} values, not token ids",
-                          "index a token dataset (preprocess_data.py output)")
-    _agree(facts, "megatron_dtype", idx.dtype.str, idx_rel)
-    _agree(facts, "token_dtype", idx.dtype.name if idx.dtype.name in ("uint16", "int32", "int64") else "int64",
-           idx_rel)
-    offsets = idx.offsets(backend.size(rel), rel)
-    facts["documents"] = facts.get("documents", 0) + max(0, len(idx.documents) - 1)
-    if seq_len:
-        tokens = offsets[-1] // idx.dtype.itemsize
-        return max(0, (tokens - 1) // seq_len), None, idx_rel, "tokens"
-    return len(offsets) - 1, offsets, idx_rel, "tokens"
-
-
-def _agree(facts: dict, key: str, value, where: str) -> None:
-    """A dataset-wide fact (a dtype) every file must share: the loader reads them all one way."""
-    if facts.setdefault(key, value) != value:
-        raise ConfigError("dataset", f"{where} has {key} {value}, earlier files have {facts[key]}",
-                          "index files of one dtype together (one dataset per directory)")
-
-
 def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tuple[str, ...] | None = None) -> Manifest:
     """Scan the dataset at ``backend`` and return its manifest (written by the caller).
 
@@ -341,11 +288,15 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
     from .io.checksum import new_tally
     from .results import now_iso
 
+    from .formats import get_format
+
     fmt = opts.format or detect_format(backend, only)
     files = list_files(backend, fmt, only)
+    scan = get_format(fmt).scan      # missing optional package (h5py) -> exit 2 with the install hint
     shards: list[ShardEntry] = []
     modality = opts.modality
-    facts: dict = {}
+    # dataset-wide facts the scans record (dtypes, dataset names) and read (megatron's window)
+    facts: dict = {"megatron_window": opts.seq_len} if opts.seq_len else {}
     first = 0
     for rel in files:
         size = backend.size(rel)
@@ -361,15 +312,7 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
             n, offsets, index_rel, seen = _scan_parquet(backend, rel)
         elif fmt == "npz":
             n, offsets, index_rel, seen = _scan_npz(backend, rel, data)
-        elif fmt == "npy":
-            n, offsets, index_rel, seen = _scan_npy(backend, rel, facts, modality)
-        elif fmt == "megatron":
-            n, offsets, index_rel, seen = _scan_megatron(backend, rel, facts, opts.seq_len)
-        elif fmt in ("hdf5", "arrow"):
-            from .formats import get_format
-
-            scan = get_format(fmt).scan
-            assert scan is not None
+        elif scan is not None:     # the format module's own scan (FormatSpec.scan)
             n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
         else:
             n, offsets, index_rel = 1, None, None
@@ -396,8 +339,6 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
     spec = {"indexed_from": backend.describe()["url"], "format": fmt, "modality": modality,
             "token_dtype": facts.pop("token_dtype", opts.token_dtype), "generator": "iobench index",
             "checksum": "xxh64" if opts.checksums else "none", **facts}
-    if opts.seq_len:
-        spec["megatron_window"] = opts.seq_len
     return Manifest(format=fmt, modality=modality, compression="none", seed=0, spec=spec,
                     shards=tuple(shards), created_at=now_iso(),
                     extra={"indexed": True, "checksums": opts.checksums})

@@ -11,6 +11,7 @@ Bad flags are bad input (exit 2); anything the store does wrong is a failed chec
 
 from __future__ import annotations
 
+from .schema import STALL_RATIO
 import re
 import secrets
 import signal
@@ -61,7 +62,7 @@ class SmokeReport:
                      "checks": [c.to_dict() for c in self.checks],
                      "failed": [c.name for c in self.checks if c.status == "failed"]}
         for c in self.checks:
-            for k in ("stall_ratio", "accelerator_utilization", "batch_wait_s", "throughput", "restore_s",
+            for k in (STALL_RATIO, "accelerator_utilization", "batch_wait_s", "throughput", "restore_s",
                       "blocking_s", "commit_latency_s"):
                 if k in c.detail:
                     out[k] = c.detail[k]
@@ -190,7 +191,7 @@ def run_smoke(endpoint_url: str | None, bucket: str, prefix: str | None = None, 
         o = measure(DriveConfig(load=cfg, host_ceiling="off", one_pass_when_cold=False),
                     Dataset(url=data_url, format=manifest.format), manifest, storage_options)
         m = o.metrics
-        c.detail.update(stall_ratio=m.get("stall_ratio"), stall_interval=(m.get("intervals") or {}).get("stall_ratio"),
+        c.detail.update(stall_ratio=m.get(STALL_RATIO), stall_interval=(m.get("intervals") or {}).get(STALL_RATIO),
                         accelerator_utilization=m.get("accelerator_utilization"),
                         batch_wait_s=m.get("batch_wait_s"), throughput=m.get("throughput"),
                         steps=m.get("steps"), step_s=step_s, bytes_read=m.get("bytes_read"),
@@ -198,8 +199,8 @@ def run_smoke(endpoint_url: str | None, bucket: str, prefix: str | None = None, 
                         cache=o.cache.get("note") or o.cache.get("declared"))
         if not m.get("bytes_read"):
             raise AssertionError("the loader read no bytes")
-        if max_stall is not None and m.get("stall_ratio", 0) > max_stall:
-            raise AssertionError(f"data stall {m['stall_ratio']:.1%} at a {step_s * 1e3:g} ms step exceeds "
+        if max_stall is not None and m.get(STALL_RATIO, 0) > max_stall:
+            raise AssertionError(f"data stall {m[STALL_RATIO]:.1%} at a {step_s * 1e3:g} ms step exceeds "
                                  f"--max-stall {max_stall:.1%} (limit: {o.judgement.cause})")
 
     def commit(c: Check):

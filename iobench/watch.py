@@ -34,6 +34,7 @@ and again after each further epoch over the same ``Watch`` (cumulative).
 
 from __future__ import annotations
 
+from .schema import STALL_RATIO
 import os
 import sys
 import threading
@@ -304,7 +305,7 @@ class Watch:
             "epochs": self._epoch + 1,
             "samples": sum(rec.lens[:n]),
             "first_step_excluded": True,
-            "stall_ratio": stall,
+            STALL_RATIO: stall,
             "accelerator_utilization": 1.0 - stall,
             "steady_window": {"from_step": k0, "to_step": k1, "rule": why},
             "stall_ratio_first_step_excluded": stall_mlperf,
@@ -345,7 +346,7 @@ class Watch:
             "loader": dict(self.settings),
             "process_io": io,
             "device_io": dev,
-            "intervals": {k: v[k] for k in ("stall_ratio", "batch_service_p99_s", "batch_wait_p99_s")},
+            "intervals": {k: v[k] for k in (STALL_RATIO, "batch_service_p99_s", "batch_wait_p99_s")},
             "stable": v["stable"],
             "stability": {"rule": StopRule().describe(), "not_stable_because": v["not_stable_because"]},
         }

@@ -4,6 +4,7 @@ verdict whose numbers agree with each other (stall vs delivered/needed bandwidth
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import re
 
@@ -69,7 +70,7 @@ def test_check_fails_ci_over_max_stall_and_numbers_agree(tmp_path, capsys, worke
     need = m["load"]["batch_bytes"] / m["load"]["compute_s"]["mean"]
     expect = max(0.0, 1 - m["capacity_bytes_per_s"] / need)
     assert expect > 0.4
-    assert abs(m["stall_ratio"] - expect) < 0.12, (m["stall_ratio"], expect)
+    assert abs(m[STALL_RATIO] - expect) < 0.12, (m[STALL_RATIO], expect)
     # what the loop received is what storage delivered (capacity spans the whole run, delivered the steady
     # window: on a host at load 8 they differed by up to 27%)
     assert abs(m["delivered_bytes_per_s"] / m["capacity_bytes_per_s"] - 1) < 0.35, m

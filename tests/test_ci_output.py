@@ -4,6 +4,7 @@ intervals as no change."""
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import re
 
@@ -13,7 +14,7 @@ from results_helpers import load_metrics
 
 
 def _load_doc(path, stall, bps, ci=None, dataset="s3://bkt/train", world=1):
-    m = {"stall_ratio": stall, "accelerator_utilization": 1 - stall,
+    m = {STALL_RATIO: stall, "accelerator_utilization": 1 - stall,
          "throughput": {"bytes_per_s": bps, "samples_per_s": 12345.6},
          "batch_wait_s": {"count": 100, "min": 0.001, "mean": 0.01, "p50": 0.01, "p90": 0.02, "p99": 0.05,
                           "p999": 0.06, "max": 0.07},
@@ -75,4 +76,4 @@ def test_overlapping_intervals_are_not_a_change(tmp_path, capsys):
     c = _load_doc(tmp_path / "c.json", 0.090, 5e8, ci=[0.080, 0.100])
     assert main(["compare", str(a), str(c), "--max-regression", "0.001"]) == 1
     out = capsys.readouterr().out
-    assert "stall_ratio" in out and "[3.00%, 5.00%]" in out
+    assert STALL_RATIO in out and "[3.00%, 5.00%]" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import re
 
@@ -139,7 +140,7 @@ def _load(path, stall, bps, pid, lo_hi=None, fmt="raw", access="map", cache="col
                      per_worker=[{"worker": 0, "pid": pid, "bytes_per_s": bps}],
                      batch_io_s={"count": 10, "min": tiny, "mean": tiny, "p50": tiny, "p90": tiny, "p99": tiny,
                                  "p999": tiny, "max": tiny},
-                     intervals={"stall_ratio": {"low": lo_hi[0], "high": lo_hi[1]}} if lo_hi else {})
+                     intervals={STALL_RATIO: {"low": lo_hi[0], "high": lo_hi[1]}} if lo_hi else {})
     env = {"dataset": {"format": fmt}, "loader": {"access": access, "compute": {"nominal_s": compute}},
            "cache": {"declared": cache}}
     return Results(command="load", metrics=m, environment=env).write(path)

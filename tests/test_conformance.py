@@ -45,8 +45,14 @@ SOURCES = {
     "s3": ("s3", {"s3_client": "s3fs", "block_size": 4096, "concurrency": 3}, False),
     "emulated": ("local", {"emulation": "const:0.1ms"}, False),
     "emulated-memory": ("memory", {"emulation": "const:0.1ms"}, False),
+    "emulated-s3": ("s3", {"s3_client": "s3fs", "block_size": 4096, "concurrency": 3, "emulation": "const:0.1ms"}, False),
     "verifying": ("local", {}, True),
 }
+
+
+# The loads below run every source but emulated S3, whose GETs are s3's through one more wrapper (the
+# contract tests above cover that wrapper): the suite stays under a minute.
+LOAD_SOURCES = [n for n in SOURCES if n != "emulated-s3"]
 
 
 def _spec(fmt: str) -> GenSpec:
@@ -384,7 +390,7 @@ def _load_options(name: str) -> tuple[dict, bool]:
 
 @pytest.mark.parametrize("access", ACCESSES)
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("name", LOAD_SOURCES)
 def test_every_sample_once_with_its_bytes(name, fmt, access, datasets):
     data = datasets(SOURCES[name][0], fmt)
     kw, _ = _load_options(name)
@@ -397,7 +403,7 @@ def test_every_sample_once_with_its_bytes(name, fmt, access, datasets):
     assert all(got[i] == data.samples[i] for i in got)
 
 
-@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("name", LOAD_SOURCES)
 def test_two_worker_processes_deliver_every_sample_once(name, datasets):
     data = datasets(SOURCES[name][0], "raw")
     kw, _ = _load_options(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import dataclasses
 import json
 import os
@@ -123,7 +124,7 @@ def test_fast_summary_equals_hdrh_own_scan():
 
 def test_results_schema_and_redaction(tmp_path):
     r = Results(command="demo", config={"s3": {"secret": "hunter2", "key": "AKIA", "endpoint_url": "http://x"}})
-    r.metrics["stall_ratio"] = 0.1
+    r.metrics[STALL_RATIO] = 0.1
     r.warn("first step excluded")
     path = r.write(tmp_path / "out.json")
     text = path.read_text()

@@ -3,6 +3,7 @@ the judgement names the cause a remedy must address, the host's ceiling is cache
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import pytest
 
 from iobench.driver import HostCeiling, Rates, capacity_bytes_per_s, judge, warmup
@@ -58,7 +59,7 @@ def test_judge_names_the_cause(case):
     _, stall, cap, need, delivered, ceil, (busy, io), reqs, kib, emu, want = case
     r = Rates(capacity_bytes_per_s=cap * MIB, need_bytes_per_s=need * MIB, delivered_bytes_per_s=delivered * MIB,
               compute_s=0.05, bytes_read=reqs * kib * 1024)
-    m = {"stall_ratio": stall, "requests": reqs, "per_worker": [_worker(r.bytes_read, busy, io)]}
+    m = {STALL_RATIO: stall, "requests": reqs, "per_worker": [_worker(r.bytes_read, busy, io)]}
     j = judge(m, {"emulation": emu or None}, r, _ceiling(ceil * MIB) if ceil else None, workers=1)
     assert (j.bound, j.cause) == want
     assert (j.advice == "") == (want[1] == "none")

@@ -202,3 +202,16 @@ def test_w0_until_stable_stops_the_producer_where_the_rule_says(tok):
     assert m["stopped_early"] is not None and m["steps"] < m["steps_planned"]
     assert len(m["series"]["wait_s"]) == m["steps"] == m["per_worker"][0]["batches"]
     assert m["samples"] == 4 * m["steps"]
+
+
+@pytest.mark.parametrize("flags", [["-W", "0"], ["-W", "0", "--access", "memmap"], ["--access", "memmap", "-W", "1"]])
+def test_the_cli_takes_w0_and_memmap(tok, tmp_path, flags, capsys):
+    import json
+
+    from iobench.cli import main
+
+    out = tmp_path / "r.json"
+    assert main(["load", tok, *flags, "-B", "8", "--steps", "6", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["environment"]["loader"]["workers"] == int(flags[flags.index("-W") + 1])
+    assert doc["metrics"]["steps"] == 6 and capsys.readouterr().out.startswith("stall ")

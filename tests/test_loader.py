@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import socket
 import time
@@ -112,7 +113,7 @@ def test_metrics_schema_and_bytes_counted_at_backend(tokens_ds, tmp_path):
     assert m["bytes_read"] == manifest.total_bytes          # each shard read exactly once, counted at the backend
     assert m["samples"] == 500 and m["steps"] == 20
     assert m["first_step_excluded"] is True
-    assert 0 <= m["stall_ratio"] <= 1 and m["accelerator_utilization"] == pytest.approx(1 - m["stall_ratio"])
+    assert 0 <= m[STALL_RATIO] <= 1 and m["accelerator_utilization"] == pytest.approx(1 - m[STALL_RATIO])
     for h in ("batch_wait_s", "batch_io_s", "compute_s", "step_s"):
         assert set(m[h]) == {"count", "min", "mean", "p50", "p90", "p99", "p999", "max"}
     assert m["batch_wait_s"]["count"] == 19
@@ -359,10 +360,10 @@ def test_analyze_separates_prep_and_fetch_stall(tokens_ds, tmp_path):
     assert main(["load", url, "-W", "1", "-B", "50", "--shuffle-buffer", "0", "--compute-ms", "2",
                  "--emulate", "const:5ms", "--analyze", "--json", str(out)]) == 0
     a = read_results(out)["metrics"]["analysis"]
-    assert set(a["stall_ratio"]) == {"synthetic", "warm", "cold"}
+    assert set(a[STALL_RATIO]) == {"synthetic", "warm", "cold"}
     assert a["prep_stall_ratio"] >= 0 and a["fetch_stall_ratio"] >= 0
     # emulated 5 ms per shard read against 2 ms compute: fetching is what stalls
-    assert a["stall_ratio"]["cold"] > a["stall_ratio"]["synthetic"]
+    assert a[STALL_RATIO]["cold"] > a[STALL_RATIO]["synthetic"]
     assert a["fetch_stall_ratio"] > a["prep_stall_ratio"]
 
 

@@ -3,6 +3,7 @@ pattern makes per batch (emulated storage, sleep compute: the numbers hold on a 
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import numpy as np
 import pytest
 
@@ -141,11 +142,11 @@ def test_map_reads_one_request_per_sample_and_stalls_as_its_batch_time_says(tok)
     assert m["access"] == "map" and m["requests"] == 12 * B
     assert 0.19 <= m["batch_io_s"]["p50"] <= 0.3          # 8 x 25 ms; sleeps only overshoot (loaded host)
     # against the batch time this run really had (sleeps overshoot on a loaded host): 1 - compute / batch time
-    assert m["stall_ratio"] == pytest.approx(_expected(m, 0.16), abs=0.04)
-    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.15)
+    assert m[STALL_RATIO] == pytest.approx(_expected(m, 0.16), abs=0.04)
+    assert m[STALL_RATIO] == pytest.approx(0.20, abs=0.15)
     # two workers make two batches per 200 ms: faster than the step, the stall goes
     r2 = run_load(_cfg(tok, access="map", workers=2, steps=12, compute="160ms", emulate="const:25ms"))
-    assert r2.metrics["stall_ratio"] < 0.05
+    assert r2.metrics[STALL_RATIO] < 0.05
 
 
 def test_stream_spreads_a_shards_bytes_over_its_batches(tok):
@@ -157,8 +158,8 @@ def test_stream_spreads_a_shards_bytes_over_its_batches(tok):
     assert m["access"] == "stream"
     assert 0.24 <= m["batch_io_s"]["p50"] <= 0.37         # 8 x 32 B at 1 KiB/s; sleeps only overshoot
     assert m["batch_io_s"]["max"] < 0.45                  # no batch carries a whole shard's read
-    assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.06)
-    assert m["stall_ratio"] == pytest.approx(0.23, abs=0.15)
+    assert m[STALL_RATIO] == pytest.approx(_expected(m, 0.2), abs=0.06)
+    assert m[STALL_RATIO] == pytest.approx(0.23, abs=0.15)
 
 
 def test_stream_buffer_fill_is_warmup_not_batch_io(tok):
@@ -173,8 +174,8 @@ def test_stream_buffer_fill_is_warmup_not_batch_io(tok):
     # 31 ms); one sleep overshooting by ~0.2 s on a busy 2-core host (0.435 s seen in CI) is not that
     assert m["batch_io_s"]["max"] < 0.6
     assert m["time_to_first_batch_s"] > 0.7               # fill + the first batch's own 8 samples
-    assert m["stall_ratio"] == pytest.approx(_expected(m, 0.2), abs=0.04)
-    assert m["stall_ratio"] == pytest.approx(0.20, abs=0.15)
+    assert m[STALL_RATIO] == pytest.approx(_expected(m, 0.2), abs=0.04)
+    assert m[STALL_RATIO] == pytest.approx(0.20, abs=0.15)
 
 
 def test_block_is_lumpy_by_design(tok):

@@ -7,6 +7,7 @@ batch's I/O.  Tolerances are the issue's, and generous elsewhere.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import random
 
 import pytest
@@ -31,13 +32,13 @@ def _cfg(url, **kw):
 def test_io_250ms_compute_200ms_depth_1_stalls_20_percent(ds):
     # G04: pipelined T_step = max(200, 250) = 250 ms -> stall = 50/250 = 20 %
     r = run_load(_cfg(ds, prefetch=1, steps=12, compute="200ms", emulate="const:250ms"))
-    assert r.metrics["stall_ratio"] == pytest.approx(0.20, abs=0.03)
+    assert r.metrics[STALL_RATIO] == pytest.approx(0.20, abs=0.03)
     assert r.environment["storage"] == "emulated"
 
 
 def test_io_150ms_compute_200ms_depth_2_hides_io(ds):
     r = run_load(_cfg(ds, prefetch=2, steps=10, compute="200ms", emulate="const:150ms"))
-    assert r.metrics["stall_ratio"] < 0.03
+    assert r.metrics[STALL_RATIO] < 0.03
 
 
 def _seed_with_tail(spec: str, draws: int) -> int:
@@ -60,4 +61,4 @@ def test_p99_500ms_recommends_depth_3_and_that_depth_stalls_less(ds):
     assert rec["depth_min"] >= 3 and rec["depth_recommended"] >= 5
     deep = run_load(_cfg(ds, prefetch=rec["depth_recommended"], steps=steps, compute="200ms", emulate=spec,
                          seed=seed))
-    assert deep.metrics["stall_ratio"] < shallow.metrics["stall_ratio"]
+    assert deep.metrics[STALL_RATIO] < shallow.metrics[STALL_RATIO]

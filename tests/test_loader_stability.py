@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import numpy as np
 import pytest
 
@@ -102,7 +103,7 @@ def test_until_stable_stops_with_its_intervals(ds):
     # the stall interval is over the steady window (every step but the first, or less where waits mark
     # the head start's drain: steady_window)
     win = m["steady_window"]
-    assert m["intervals"]["stall_ratio"]["n"] == win["to_step"] - win["from_step"] <= m["steps"] - 1
+    assert m["intervals"][STALL_RATIO]["n"] == win["to_step"] - win["from_step"] <= m["steps"] - 1
     assert m["stability"]["until_stable"] is True
     if m["stopped_early"] == "stable":
         assert m["stable"] and m["steps"] >= 382       # a P99 interval needs that many batches
@@ -140,11 +141,11 @@ def test_recommend_uses_service_times_and_divides_depth_over_workers(ds):
 def test_headline_says_warmup_and_stability():
     from iobench.commands.load import headline, repeat_spread
 
-    m = {"stall_ratio": 0.1, "accelerator_utilization": 0.9, "wall_clock_utilization": 0.5, "steps": 12,
+    m = {STALL_RATIO: 0.1, "accelerator_utilization": 0.9, "wall_clock_utilization": 0.5, "steps": 12,
          "throughput": {"samples_per_s": 10.0, "bytes_per_s": 100.0, "steady_samples_per_s": 10.0},
          "batch_service_s": {"p99": 0.2}, "batch_io_s": {"p99": 0.1}, "access": "map", "stable": False,
          "warmup_s": 4.2, "warmup_fraction": 0.57,
-         "intervals": {"stall_ratio": {"half_width": None}, "batch_service_p99_s": {"high": None}}}
+         "intervals": {STALL_RATIO: {"half_width": None}, "batch_service_p99_s": {"high": None}}}
     line = headline(m)
     assert "50.0% wall-clock" in line and "NOT stable" in line and "warm-up 4.20 s is 57%" in line
     assert "too few batches" in line and "no interval" in line
@@ -155,11 +156,11 @@ def test_headline_says_warmup_and_stability():
 def test_compare_passes_runs_whose_stall_intervals_overlap():
     from iobench.report.compare import compare, regressions
 
-    a = {"metrics": {"stall_ratio": 0.10, "intervals": {"stall_ratio": {"low": 0.05, "high": 0.15}}}}
-    b = {"metrics": {"stall_ratio": 0.19, "intervals": {"stall_ratio": {"low": 0.14, "high": 0.24}}}}
-    c = {"metrics": {"stall_ratio": 0.40, "intervals": {"stall_ratio": {"low": 0.35, "high": 0.45}}}}
+    a = {"metrics": {STALL_RATIO: 0.10, "intervals": {STALL_RATIO: {"low": 0.05, "high": 0.15}}}}
+    b = {"metrics": {STALL_RATIO: 0.19, "intervals": {STALL_RATIO: {"low": 0.14, "high": 0.24}}}}
+    c = {"metrics": {STALL_RATIO: 0.40, "intervals": {STALL_RATIO: {"low": 0.35, "high": 0.45}}}}
     assert all(x["ok"] for x in regressions(compare(a, b), 0.05))          # within noise: no failing check
-    assert [x["ok"] for x in regressions(compare(a, c), 0.05) if x["path"] == "stall_ratio"] == [False]
+    assert [x["ok"] for x in regressions(compare(a, c), 0.05) if x["path"] == STALL_RATIO] == [False]
 
 
 def test_world_intervals_from_every_rank_series():
@@ -174,7 +175,7 @@ def test_world_intervals_from_every_rank_series():
 
     ranks = [rank(0.10), rank(0.30), rank(0.12)]
     out = world_intervals(ranks)
-    st = out["intervals"]["stall_ratio"]
+    st = out["intervals"][STALL_RATIO]
     by = st["by_rank"]
     assert st["worst_rank"] == 1 and st["value"] == by[1]["value"]
     assert st["low"] == max(b["low"] for b in by) and st["high"] == max(b["high"] for b in by)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import random
 import time
 
@@ -260,11 +261,11 @@ def test_merge_ranks_takes_max_durations_sums_bytes_merges_histograms():
         h = LatencyHistogram()
         for w in waits:
             h.record_s(w)
-        return {"stall_ratio": stall, "wall_s": wall, "samples": n, "bytes_read": n * 10, "steps": 5,
+        return {STALL_RATIO: stall, "wall_s": wall, "samples": n, "bytes_read": n * 10, "steps": 5,
                 "batch_bytes": 100.0, "batch_wait_hist": h.encode()}
 
     m = merge_ranks([rank(0.1, 2.0, 100, [0.01] * 10), rank(0.3, 4.0, 100, [0.5] * 10)])
-    assert m["stall_ratio"] == 0.3 and m["wall_s"] == 4.0 and m["samples"] == 200
+    assert m[STALL_RATIO] == 0.3 and m["wall_s"] == 4.0 and m["samples"] == 200
     assert m["throughput"]["bytes_per_s"] == pytest.approx(2000 / 4.0)
     assert m["batch_wait_s"]["count"] == 20
     assert m["batch_wait_s"]["p50"] == pytest.approx(0.01, rel=0.01) and m["batch_wait_s"]["max"] == pytest.approx(0.5, rel=0.01)

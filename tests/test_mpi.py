@@ -7,6 +7,7 @@ rank consumed, and histograms rebuilt from every rank's own encoding.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import os
 import subprocess
@@ -124,17 +125,17 @@ def test_load_on_3_ranks_reads_every_sample_exactly_once_and_sums_to_the_dataset
     assert doc["world"]["ranks_per_node"] and sum(doc["world"]["ranks_per_node"].values()) == 3
     assert m["wall_s"] == max(r["wall_s"] for r in pr)
     assert m["throughput"]["bytes_per_s"] == pytest.approx(m["bytes_read"] / m["wall_s"])
-    assert m["stall_ratio"] == max(r["stall_ratio"] for r in pr)
-    sp = m["world"]["spread"]["stall_ratio"]
-    assert sp["min"] == min(r["stall_ratio"] for r in pr) and sp["max"] == m["stall_ratio"]
+    assert m[STALL_RATIO] == max(r[STALL_RATIO] for r in pr)
+    sp = m["world"]["spread"][STALL_RATIO]
+    assert sp["min"] == min(r[STALL_RATIO] for r in pr) and sp["max"] == m[STALL_RATIO]
     assert m["batch_wait_s"] == merge_hists([r["batch_wait_hist"] for r in pr]).summary()
     assert m["batch_wait_s"]["count"] == sum(r["batch_wait_s"]["count"] for r in pr)
     assert m["world"]["straggler"]["slowest_rank"] in (0, 1, 2)
     # the world's intervals come from every rank's per-batch series, not rank 0's
     iv = m["intervals"]
-    assert iv["stall_ratio"]["value"] == pytest.approx(m["stall_ratio"])
-    assert iv["stall_ratio"]["worst_rank"] == max(range(3), key=lambda r: pr[r]["stall_ratio"])
-    assert len(iv["stall_ratio"]["by_rank"]) == 3
+    assert iv[STALL_RATIO]["value"] == pytest.approx(m[STALL_RATIO])
+    assert iv[STALL_RATIO]["worst_rank"] == max(range(3), key=lambda r: pr[r][STALL_RATIO])
+    assert len(iv[STALL_RATIO]["by_rank"]) == 3
     assert iv["batch_service_p99_s"]["n"] == sum(r["steps"] - 1 for r in pr)
     assert all("series" not in r for r in pr)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import base64
 import json
 import re
@@ -116,8 +117,8 @@ def test_report_cli_thresholds_set_the_exit_code(tmp_path, capsys):
 
 
 def test_report_of_a_run_json_renders_its_stage_metrics(tmp_path):
-    run = Results(command="run", metrics={"load": {"cold": {"stall_ratio": 0.2, "batch_wait_s": _hdr([0.01, 0.02])},
-                                                   "warm": {"stall_ratio": 0.01, "batch_wait_s": _hdr([0.001])},
+    run = Results(command="run", metrics={"load": {"cold": {STALL_RATIO: 0.2, "batch_wait_s": _hdr([0.01, 0.02])},
+                                                   "warm": {STALL_RATIO: 0.01, "batch_wait_s": _hdr([0.001])},
                                                    "prefetch_recommendation": "prefetch depth 3"}})
     rep = build_report([run.write(tmp_path / "run.json")], tmp_path / "out")
     page = rep.html.read_text()
@@ -176,7 +177,7 @@ def test_verdict_gives_the_most_stalled_loads_own_advice():
     from iobench.report.html import verdict
 
     def load(stall, rec=None):
-        m = {"stall_ratio": stall, "accelerator_utilization": 1 - stall, "throughput": {"bytes_per_s": 1e8}}
+        m = {STALL_RATIO: stall, "accelerator_utilization": 1 - stall, "throughput": {"bytes_per_s": 1e8}}
         if rec:
             m["prefetch_recommendation"] = rec
         return {"command": "load", "metrics": m}

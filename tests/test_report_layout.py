@@ -7,6 +7,7 @@ Set IOBENCH_REPORT_SCREENSHOTS=DIR to also write report-top.png / report-expande
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import os
 import re
@@ -41,7 +42,7 @@ def _many_loads(tmp_path, n=33):
         stall = 0.003 + (0.66 - 0.003) * (i / (n - 1)) ** 3
         wait, enc = _hdr([0.001 * (1 + (i + k) % 9) * (1 + 40 * stall) for k in range(300)])
         io, _ = _hdr([0.004 * (1 + k % 5) * (1 + 10 * stall) for k in range(300)])
-        m = {"stall_ratio": stall, "stall_ratio_ci95": [max(0, stall - 0.002), stall + 0.002],
+        m = {STALL_RATIO: stall, "stall_ratio_ci95": [max(0, stall - 0.002), stall + 0.002],
              "accelerator_utilization": 1 - stall,
              "throughput": {"bytes_per_s": 2.1e9 / (1 + 300 * stall), "samples_per_s": 9000.0 / (1 + 300 * stall)},
              "batch_wait_s": wait, "batch_io_s": io, "batch_io_hist": enc,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import json
 import socket
 import time
@@ -39,7 +40,7 @@ def test_smoke_passes_and_cleans_up(s3_env, tmp_path, capsys):
     assert root.get("failures") == "0" and root.get("skipped") == "0"
     assert all(len(c) == 0 for c in cases.values())      # no <failure> or <skipped> children
     m = json.loads(out.read_text())["metrics"]
-    assert m["passed"] and 0 <= m["stall_ratio"] <= 1 and m["batch_wait_s"]["count"] > 0
+    assert m["passed"] and 0 <= m[STALL_RATIO] <= 1 and m["batch_wait_s"]["count"] > 0
     assert _objects(s3_env, "ci/smoke-ok") == []
     text = json.dumps(json.loads(out.read_text()))
     assert s3_env.secret_key not in text and s3_env.secret_key not in junit.read_text()

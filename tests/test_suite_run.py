@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import os
 
 import numpy as np
@@ -99,11 +100,11 @@ def test_load_rates_get_the_batch_means_interval():
 
 
 def _pass(stall: float, sps: float, rng, n: int = 150) -> dict:
-    return {"stall_ratio": stall, "accelerator_utilization": 1 - stall, "steps": n, "samples": n * 32,
+    return {STALL_RATIO: stall, "accelerator_utilization": 1 - stall, "steps": n, "samples": n * 32,
             "throughput": {"steady_samples_per_s": sps, "bytes_per_s": sps * 10},
             "per_worker": [{"samples_per_s": sps / 2}, {"samples_per_s": sps / 2}],
             "batch_service_s": {"p99": 0.0, "mean": 0.01}, "batch_wait_s": {"p99": 0.0},
-            "intervals": {"stall_ratio": {"low": stall - 0.01, "high": stall + 0.01, "half_width": 0.01}},
+            "intervals": {STALL_RATIO: {"low": stall - 0.01, "high": stall + 0.01, "half_width": 0.01}},
             "stability": {"stopped": "planned steps done"},
             "series": {"io_s": list(0.01 + rng.exponential(0.002, n)), "prep_s": [0.0] * n,
                        "wait_s": list(rng.exponential(0.001, n))}}
@@ -118,8 +119,8 @@ def test_merge_passes_interval_covers_the_spread_between_passes():
     passes = [_pass(s, r, rng) for s, r in ((0.10, 5000.0), (0.20, 4000.0), (0.15, 4500.0))]
     rule = {"stall_ci_half_width": 0.02, "p99_ci_relative_half_width": 0.25}
     m = merge_passes(passes, rule, instances=[0, 1, 2])
-    iv = m["intervals"]["stall_ratio"]
-    assert m["stall_ratio"] == pytest.approx(0.15) and m["accelerator_utilization"] == pytest.approx(0.85)
+    iv = m["intervals"][STALL_RATIO]
+    assert m[STALL_RATIO] == pytest.approx(0.15) and m["accelerator_utilization"] == pytest.approx(0.85)
     assert iv["low"] < 0.10 and iv["high"] > 0.20 and iv["n"] == 3          # t(2) · sd / √3 ≈ 12 pp
     lo, hi = m["throughput"]["steady_samples_per_s_ci95"]
     assert m["throughput"]["steady_samples_per_s"] == pytest.approx(4500.0) and lo < 4000.0 and hi > 5000.0
@@ -137,7 +138,7 @@ def test_merge_passes_interval_covers_the_spread_between_passes():
 
     assert not [k for p in m["passes"] for k in p if k.endswith(HIGHER_IS_BETTER + LOWER_IS_BETTER)]
     same = merge_passes([_pass(0.15, 4500.0, rng) for _ in range(3)], rule)
-    assert same["intervals"]["stall_ratio"]["half_width"] == 0.0 and same["passes"][0]["server_instance"] is None
+    assert same["intervals"][STALL_RATIO]["half_width"] == 0.0 and same["passes"][0]["server_instance"] is None
 
 
 def test_repeated_stages_spread_their_repeats_over_the_run(tmp_path):

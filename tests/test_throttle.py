@@ -9,6 +9,7 @@ for a few seconds); skipped with the reason elsewhere.
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import os
 import random
 
@@ -155,11 +156,11 @@ def test_map_on_a_throttled_disk_read_ahead_and_model(raw_tokens, read_throttle)
         stall, busy = steady_stall(m, late_half=True)
         bound = bandwidth_stall(busy, m["batch_bytes"] * amp, BW)
         pred = predict_from_run(m, "map", 2, 2)
-        tries.append({"late_stall": stall, "amplified_bound": bound, "stall_ratio": m["stall_ratio"],
+        tries.append({"late_stall": stall, "amplified_bound": bound, STALL_RATIO: m[STALL_RATIO],
                       "model": pred.stall_ratio, "amplification": amp, "load_avg": os.getloadavg()[0]})
         # an attempt counts when both hold; like the other checks here, a shared disk gets ATTEMPTS tries
         # (the kernel's read-ahead is partly asynchronous, so an attempt's amplification varies)
-        if stall >= bound - 0.03 and abs(m["stall_ratio"] - pred.stall_ratio) <= 0.03:
+        if stall >= bound - 0.03 and abs(m[STALL_RATIO] - pred.stall_ratio) <= 0.03:
             return
     raise AssertionError(f"map stall below the amplified bandwidth bound or beyond 3 pp of the model's replay "
                          f"in every attempt: {tries}")
@@ -178,5 +179,5 @@ def steady_stall(m: dict, late_half: bool = False) -> tuple[float, float]:
     s = m["series"]
     busy = consumer_busy_s(s)[k0:k1]
     steps = [w + b for w, b in zip(s["wait_s"], consumer_busy_s(s))]
-    stall = window_stall(s["wait_s"], steps, (k0, k1)) if late_half else m["stall_ratio"]
+    stall = window_stall(s["wait_s"], steps, (k0, k1)) if late_half else m[STALL_RATIO]
     return stall, sum(busy) / len(busy)

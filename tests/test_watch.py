@@ -3,6 +3,7 @@ truth, and results the report, the planner and compare read."""
 
 from __future__ import annotations
 
+from iobench.schema import STALL_RATIO
 import dataclasses
 import json
 import os
@@ -47,7 +48,7 @@ def test_a_generator_without_prefetch_stalls_as_its_production_time_says(tmp_pat
     # neither clock sees is the hand-over between them (microseconds, more when the host preempts)
     truth = sum(made[1:]) / (sum(made[1:]) + sum(steps[1:]))
     assert m["stall_ratio_first_step_excluded"] == pytest.approx(truth, abs=0.02)
-    assert m["stall_ratio"] == pytest.approx(0.6, abs=0.05)
+    assert m[STALL_RATIO] == pytest.approx(0.6, abs=0.05)
     # a loop that makes its own batches: the wait is the batch's production time, so the advice is
     # exact: 30 ms per batch over 0.8 x 20 ms -> 2 workers
     assert m["loader"]["num_workers"] == 0 and m["batch_service_basis"].startswith("exact")
@@ -76,8 +77,8 @@ def test_a_prefetching_pipeline_stalls_only_by_what_prefetch_cannot_hide(tmp_pat
     m = w.results.metrics
     period = sum(made[10:]) / len(made[10:])
     truth = 1 - (sum(steps[10:]) / len(steps[10:])) / period
-    assert m["stall_ratio"] == pytest.approx(truth, abs=0.04)
-    assert m["stall_ratio"] == pytest.approx(1 / 3, abs=0.07)
+    assert m[STALL_RATIO] == pytest.approx(truth, abs=0.04)
+    assert m[STALL_RATIO] == pytest.approx(1 / 3, abs=0.07)
     assert m["loader"]["num_workers"] == 1 and m["batch_service_basis"].startswith("estimate")
 
 

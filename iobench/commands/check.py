@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
+
 
 def register(sub) -> None:
     from .. import guard
@@ -85,7 +87,7 @@ def run(args) -> int:
     print(m["verdict"])
     if m["passed"] is not None:
         print(f"{'pass' if m['passed'] else 'FAIL'}: data stall ≤ {cfg.max_stall:.2%} — stall_ratio = "
-              f"{m['stall_ratio']:.2%}")
+              f"{m[STALL_RATIO]:.2%}")
     for w in warnings:
         say(f"warning: {w}")
     if args.json and args.json != "-":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
+
 # flag -> LoadConfig field, for flags that map one-to-one
 _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_size", "epochs": "epochs",
           "steps": "steps", "shuffle_buffer": "shuffle_buffer", "seed": "seed", "compute_mode": "compute_mode",
@@ -215,7 +217,7 @@ def run(args) -> int:
 
             results.metrics["prefetch_recommendation"] = recommend(results.metrics, cfg.compute_model().nominal_s,
                                                                    consumers=world.size)
-        results.metrics["rank0"] = {k: metrics[k] for k in ("stall_ratio", "samples", "wall_s")}
+        results.metrics["rank0"] = {k: metrics[k] for k in (STALL_RATIO, "samples", "wall_s")}
         metrics = results.metrics
     if args.json:
         results.write(args.json)
@@ -236,7 +238,7 @@ def run(args) -> int:
               f"{m['world']['straggler']['line']}")
     if m.get("repeats"):
         r = m["repeats"]
-        print(f"repeats: {r['n']} runs, stall {r['stall_ratio']['min']:.1%}..{r['stall_ratio']['max']:.1%}, "
+        print(f"repeats: {r['n']} runs, stall {r[STALL_RATIO]['min']:.1%}..{r[STALL_RATIO]['max']:.1%}, "
               f"samples/s spread {r['steady_samples_per_s']['relative_spread']:.1%} (MLPerf asks <= 5%); "
               "the median-stall run is reported")
     if analysis is not None:
@@ -253,7 +255,7 @@ def run(args) -> int:
             print(f"advice: {rec.get('note')}")
         if rec.get("validation"):
             v = rec["validation"]
-            runs = ", ".join(f"W{x['workers']}/Q{x['prefetch']} {x['stall_ratio']:.1%}" for x in v["runs"])
+            runs = ", ".join(f"W{x['workers']}/Q{x['prefetch']} {x[STALL_RATIO]:.1%}" for x in v["runs"])
             lm = v["least_memory_within_2pp"]
             print(f"validation: {runs}; recommended {'is' if v['within_2pp_of_best'] else 'is NOT'} within 2 pp "
                   f"of the best ({v['best_stall_ratio']:.1%}); least memory within 2 pp: W{lm['workers']}/"
@@ -318,9 +320,9 @@ def headline(m: dict) -> str:
     """The answer first: steady-state stall with its interval, wall-clock AU, and how much it rests on."""
     from ..units import format_rate, format_seconds
 
-    ci = (m.get("intervals") or {}).get("stall_ratio") or {}
+    ci = (m.get("intervals") or {}).get(STALL_RATIO) or {}
     hw = ci.get("half_width")
-    stall = f"stall {m['stall_ratio']:.1%}" + (f" ±{hw * 100:.1f} pp" if hw is not None else " (no interval)")
+    stall = f"stall {m[STALL_RATIO]:.1%}" + (f" ±{hw * 100:.1f} pp" if hw is not None else " (no interval)")
     p99 = (m.get("intervals") or {}).get("batch_service_p99_s") or {}
     p99_txt = format_seconds(m["batch_service_s"]["p99"] or 0) if m.get("batch_service_s") else \
         format_seconds(m["batch_io_s"]["p99"] or 0)
@@ -351,7 +353,7 @@ def _window_txt(m: dict) -> str:
 
 
 def _median_run(runs):
-    order = sorted(runs, key=lambda r: r.metrics["stall_ratio"])
+    order = sorted(runs, key=lambda r: r.metrics[STALL_RATIO])
     return order[(len(order) - 1) // 2]
 
 
@@ -366,7 +368,7 @@ def repeat_spread(ms: list[dict]) -> dict:
                 "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0,
                 "relative_spread": (max(vals) - min(vals)) / mean if vals and mean else 0.0}
 
-    return {"n": len(ms), "stall_ratio": spread([m["stall_ratio"] for m in ms]),
+    return {"n": len(ms), STALL_RATIO: spread([m[STALL_RATIO] for m in ms]),
             "steady_samples_per_s": spread([m["throughput"]["steady_samples_per_s"] for m in ms]),
             "batch_service_p99_s": spread([(m.get("batch_service_s") or {}).get("p99") for m in ms]),
             "within_5_percent": spread([m["throughput"]["steady_samples_per_s"] for m in ms])["relative_spread"]

@@ -17,6 +17,7 @@ prep stall = warm − synthetic, fetch stall = cold − warm.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import os
 from dataclasses import replace
 
@@ -82,22 +83,22 @@ def validate(cfg: LoadConfig, rec: dict, storage_options: dict | None = None, ac
         seen.add((ww, qq))
         r = run_load(replace(cfg, workers=ww, prefetch=qq, access=access), storage_options, **kw)
         m = r.metrics
-        runs.append({"workers": ww, "prefetch": qq, "stall_ratio": m["stall_ratio"],
-                     "stall_interval": (m.get("intervals") or {}).get("stall_ratio"),
+        runs.append({"workers": ww, "prefetch": qq, STALL_RATIO: m[STALL_RATIO],
+                     "stall_interval": (m.get("intervals") or {}).get(STALL_RATIO),
                      "host_bytes": slots_for(access, ww, qq) * m["batch_bytes"],
                      "recommended": (ww, qq) == (w, q)})
-    best = min(r["stall_ratio"] for r in runs)
+    best = min(r[STALL_RATIO] for r in runs)
     mine = next(r for r in runs if r["recommended"])
-    ok = [r for r in runs if r["stall_ratio"] <= best + WITHIN_PP]
-    least = min(ok, key=lambda r: (r["host_bytes"], r["stall_ratio"]))
-    return {"runs": runs, "access": access, "best_stall_ratio": best, "recommended_stall_ratio": mine["stall_ratio"],
-            "within_2pp_of_best": mine["stall_ratio"] <= best + WITHIN_PP,
-            "least_memory_within_2pp": {k: least[k] for k in ("workers", "prefetch", "host_bytes", "stall_ratio")},
+    ok = [r for r in runs if r[STALL_RATIO] <= best + WITHIN_PP]
+    least = min(ok, key=lambda r: (r["host_bytes"], r[STALL_RATIO]))
+    return {"runs": runs, "access": access, "best_stall_ratio": best, "recommended_stall_ratio": mine[STALL_RATIO],
+            "within_2pp_of_best": mine[STALL_RATIO] <= best + WITHIN_PP,
+            "least_memory_within_2pp": {k: least[k] for k in ("workers", "prefetch", "host_bytes", STALL_RATIO)},
             "recommended_is_least_memory_within_2pp": mine in ok and mine["host_bytes"] <= least["host_bytes"],
             # the earlier fields, for old readers
-            "depth": q, "stall_ratio_at_depth": mine["stall_ratio"],
-            "stall_ratio_at_depth_1": next(r["stall_ratio"] for r in runs if (r["workers"], r["prefetch"]) == (w, 1)),
-            "improved": mine["stall_ratio"] <= next(r["stall_ratio"] for r in runs
+            "depth": q, "stall_ratio_at_depth": mine[STALL_RATIO],
+            "stall_ratio_at_depth_1": next(r[STALL_RATIO] for r in runs if (r["workers"], r["prefetch"]) == (w, 1)),
+            "improved": mine[STALL_RATIO] <= next(r[STALL_RATIO] for r in runs
                                                      if (r["workers"], r["prefetch"]) == (w, 1))}
 
 
@@ -107,10 +108,10 @@ def analyze(cfg: LoadConfig, storage_options: dict | None = None, **kw) -> tuple
     # Cached data never reaches the (emulated) storage: the warm pass reads without emulation.
     warm = run_load(replace(cfg, cache="warm", emulate="none"), storage_options, **kw)
     cold = run_load(replace(cfg, cache="cold"), storage_options, **kw)
-    s, w, c = (r.metrics["stall_ratio"] for r in (synthetic, warm, cold))
+    s, w, c = (r.metrics[STALL_RATIO] for r in (synthetic, warm, cold))
     block = {
         "method": "DS-Analyzer: synthetic (no I/O) / warm (prep only) / cold (fetch + prep) passes",
-        "stall_ratio": {"synthetic": s, "warm": w, "cold": c},
+        STALL_RATIO: {"synthetic": s, "warm": w, "cold": c},
         "prep_stall_ratio": max(0.0, w - s),
         "fetch_stall_ratio": max(0.0, c - w),
         "samples_per_s": {name: r.metrics["throughput"]["samples_per_s"]

@@ -12,6 +12,7 @@ requests the pattern issues for one batch.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import dataclasses
 import itertools
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ def run_cell(url: str, cell: Cell, **kw) -> dict:
     cfg = load_config(url, cell, **kw)
     run = run_load(cfg)
     pred = predict_from_run(run.metrics, cell.pattern, cell.workers, cell.prefetch)
-    measured = run.metrics["stall_ratio"]
+    measured = run.metrics[STALL_RATIO]
     return {"cell": cell.name, "pattern": cell.pattern, "workers": cell.workers, "prefetch": cell.prefetch,
             "storage": cell.storage, "compute": cell.compute, "emulate": cfg.emulate, "compute_spec": cfg.compute,
             "steps": run.metrics["steps"], "measured_stall": measured, "predicted_stall": pred.stall_ratio,

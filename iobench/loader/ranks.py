@@ -11,13 +11,14 @@ are merged.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 from ..dist.aggregate import MergeSpec, merge
 
 LOAD_SPEC = MergeSpec(
     duration="wall_s",
     sums=("samples", "bytes_read", "wait_s_total", "compute_s_total", "read_calls"),
-    maxes=("steps", "stall_ratio", "stall_ratio_first_step_excluded", "batch_bytes_max", "startup_s", "first_step_s"),
-    spreads=("stall_ratio", "accelerator_utilization", "throughput.samples_per_s", "throughput.bytes_per_s",
+    maxes=("steps", STALL_RATIO, "stall_ratio_first_step_excluded", "batch_bytes_max", "startup_s", "first_step_s"),
+    spreads=(STALL_RATIO, "accelerator_utilization", "throughput.samples_per_s", "throughput.bytes_per_s",
              "throughput.steady_samples_per_s", "startup_s"),
     hists={"batch_wait_s": "batch_wait_hist", "batch_io_s": "batch_io_hist", "compute_s": "compute_hist"},
     rates={"throughput.samples_per_s": "samples", "throughput.bytes_per_s": "bytes_read"},
@@ -28,8 +29,8 @@ def merge_ranks(per_rank: list[dict], hosts: list[str] | None = None) -> dict:
     ranks = [m for m in per_rank if m]
     out = merge(ranks, LOAD_SPEC, hosts)
     out["ranks"] = len(ranks)
-    out["accelerator_utilization"] = 1.0 - out["stall_ratio"]
-    out["stall_ratio_by_rank"] = [m["stall_ratio"] for m in ranks]
+    out["accelerator_utilization"] = 1.0 - out[STALL_RATIO]
+    out["stall_ratio_by_rank"] = [m[STALL_RATIO] for m in ranks]
     out["first_step_excluded"] = True
     out["batch_bytes"] = sum(m["batch_bytes"] for m in ranks) / len(ranks)
     steady = [m.get("throughput", {}).get("steady_samples_per_s") for m in ranks]
@@ -74,7 +75,7 @@ def world_intervals(ranks: list[dict]) -> dict:
         reasons.append(p99["note"])
     elif p99["relative_half_width"] > rule.p99_ci:
         reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
-    return {"intervals": {"stall_ratio": stall, "batch_service_p99_s": p99, "batch_wait_p99_s": wait99},
+    return {"intervals": {STALL_RATIO: stall, "batch_service_p99_s": p99, "batch_wait_p99_s": wait99},
             "stable": not reasons,
             "stability": {"rule": rule.describe(), "not_stable_because": reasons,
                           "world": "stall per rank (its own steady window); P99 over every rank's batches"},

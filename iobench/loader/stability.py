@@ -29,6 +29,7 @@ first, as MLPerf counts.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import math
 from typing import Any
 from dataclasses import dataclass
@@ -195,5 +196,5 @@ def verdict(waits, steps, service_s, rule: StopRule) -> dict:
         reasons.append(p99["note"])
     elif p99["relative_half_width"] > rule.p99_ci:
         reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
-    return {"stable": not reasons, "not_stable_because": reasons, "stall_ratio": st,
+    return {"stable": not reasons, "not_stable_because": reasons, STALL_RATIO: st,
             "batch_service_p99_s": p99, "batch_wait_p99_s": wait99}

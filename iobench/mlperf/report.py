@@ -7,6 +7,7 @@ iobench's own SI names (``accelerator_utilization`` ratio, ``throughput.bytes_pe
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 from ..units import format_rate
 
 
@@ -88,7 +89,7 @@ def results_for(cfg, out: dict, find_max: bool = False):
     run = out["result_at_max"] if find_max else out
     metrics: dict = {}
     if run is not None:
-        metrics = {"accelerator_utilization": run["au"], "stall_ratio": 1 - run["au"],
+        metrics = {"accelerator_utilization": run["au"], STALL_RATIO: 1 - run["au"],
                    "first_step_excluded": True,
                    "throughput": {"samples_per_s": run["samples_per_s"], "bytes_per_s": run["throughput_bytes_per_s"]},
                    "mlperf_run": {k: v for k, v in run.items() if k not in ("per_rank", "warnings")}}

@@ -25,6 +25,7 @@ real loader's stall is at or slightly above it.
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import math
 import random
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ class SimResult:
     wall_s: float
 
     def as_dict(self) -> dict:
-        return {"stall_ratio": self.stall_ratio, "wall_s": self.wall_s, "steps": len(self.wait_s),
+        return {STALL_RATIO: self.stall_ratio, "wall_s": self.wall_s, "steps": len(self.wait_s),
                 "wait_s_total": sum(self.wait_s[1:])}
 
 

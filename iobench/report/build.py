@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from . import data
 # Threshold flags: name -> (metric path suffix, comparison, label)
 THRESHOLDS = {
     "min_au": ("accelerator_utilization", ">=", "accelerator utilization ≥"),
-    "max_stall": ("stall_ratio", "<=", "data stall ≤"),
+    "max_stall": (STALL_RATIO, "<=", "data stall ≤"),
     "min_throughput": ("throughput.bytes_per_s", ">=", "throughput ≥"),
     "max_wait_p99": ("batch_wait_s.p99", "<=", "batch wait P99 ≤"),
 }

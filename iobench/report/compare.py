@@ -9,12 +9,13 @@ two runs of different setups (format, access, cache, step time) are refused (``s
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import math
 import re
 from dataclasses import dataclass
 
 from . import data
-from ..schema import ACCELERATOR_UTILIZATION, BYTES_PER_S, SAMPLES_PER_S, STALL_RATIO
+from ..schema import ACCELERATOR_UTILIZATION, BYTES_PER_S, SAMPLES_PER_S
 
 # Metric path suffixes where a larger value is better / worse, for regression checks.
 HIGHER_IS_BETTER = (BYTES_PER_S, SAMPLES_PER_S, ACCELERATOR_UTILIZATION)
@@ -111,7 +112,7 @@ def intervals(metrics: dict, prefix: str = "") -> dict[str, tuple[float, float]]
             high = iv["high"] if data.is_number(iv.get("high")) else float("inf")  # no upper bound yet
             base = f"{name[: -len('_p99_s')]}_s.p99" if name.endswith("_p99_s") else name
             out[f"{prefix}{base}"] = (float(iv["low"]), float(high))
-            if name == "stall_ratio" and data.is_number(metrics.get("accelerator_utilization")):
+            if name == STALL_RATIO and data.is_number(metrics.get("accelerator_utilization")):
                 # the loader's steady AU is 1 − its steady stall (same window), so the stall's interval bounds it
                 out[f"{prefix}accelerator_utilization"] = (1.0 - float(high), 1.0 - float(iv["low"]))
     for k, v in metrics.items():

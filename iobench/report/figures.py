@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 from dataclasses import dataclass
 
 from . import data, plots
@@ -20,7 +21,7 @@ class Figure:
     kind: str          # latency-cdf | series | throughput | timeline | overhead
 
 
-_WORDS = {"bytes_per_s": "throughput", "samples_per_s": "samples per second", "stall_ratio": "data stall",
+_WORDS = {"bytes_per_s": "throughput", "samples_per_s": "samples per second", STALL_RATIO: "data stall",
           "batch_wait_s": "batch wait", "batch_io_s": "batch I/O time", "read_latency_s": "read latency",
           "accelerator_utilization": "accelerator utilization", "commit_latency_s": "commit latency",
           "blocking_s": "blocking pause", "points": "", "file": "", "metrics": ""}
@@ -99,9 +100,13 @@ def load_figures(name: str, m: LoadMetrics) -> list[Figure]:
         out.append(Figure(f"data stall over time (headline {m.stall_ratio:.2%}, over the unshaded steady window)",
                           png, "series"))
     if m.batch_service_hist:
+        from ..metrics import LatencyHistogram
+
         compute = m.compute_s.get("mean")
+        # the P99 marked is the plotted histogram's own (results of older suites pooled one and not the other)
+        p99 = LatencyHistogram.decode(m.batch_service_hist).summary()["p99"]
         png = plots.service_distribution(f"{name}: batch service time", plots.histogram_cdf(m.batch_service_hist),
-                                         m.batch_service_s.get("p99"), compute)
+                                         p99, compute)
         if png:
             out.append(Figure("batch service time: a batch slower than the step time × prefetch depth stalls the "
                               "step", png, "latency-cdf"))
@@ -227,7 +232,7 @@ def group_figures(command: str, docs: list[tuple[str, dict]]) -> list[Figure]:
     """Overview plots for many results of one command: one bar per file, one overlaid latency plot."""
     out: list[Figure] = []
     for suffix, unit, scale, words in (("throughput.bytes_per_s", "throughput (MiB/s)", 2**20, "throughput"),
-                                       ("stall_ratio", "data stall (%)", 0.01, "data stall"),
+                                       (STALL_RATIO, "data stall (%)", 0.01, "data stall"),
                                        ("batch_wait_s.p99", "P99 batch wait (ms)", 1e-3, "P99 batch wait")):
         labels, values = [], []
         for name, d in docs:

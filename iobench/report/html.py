@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import base64
 import html
 import json
 
 from . import data
-from ..schema import STALL_RATIO
 from .format import fmt, plain  # noqa: F401  (fmt: other report modules import it from .format)
 from .figures import figures
 from .headline import Loads, headline_rows, stall_text
@@ -223,7 +223,7 @@ def plotted(docs: list[tuple[str, dict]], per_group: int = 3) -> set[int]:
             found = data.find(docs[i][1].get("metrics", {}) or {}, suffix)
             return found[0][1] if found else None
 
-        stalls = [(metric(i, "stall_ratio"), i) for i in idx if metric(i, "stall_ratio") is not None]
+        stalls = [(metric(i, STALL_RATIO), i) for i in idx if metric(i, STALL_RATIO) is not None]
         rates = [(metric(i, "throughput.bytes_per_s"), i) for i in idx if metric(i, "throughput.bytes_per_s")]
         if stalls:
             keep.add(max(stalls)[1])
@@ -367,6 +367,7 @@ def verdict(docs: list[tuple[str, dict]], checks: list[dict] | None) -> tuple[st
             # the most stalled load's own advice is what to act on first; its caveat (e.g. more
             # workers than cores) comes with it
             note = (worst.get("prefetch_recommendation") or {}).get("note")
+            note = note.split(":")[0] if note else note    # its first clause: the loads table has the rest
             bits.append(f"To feed {'it' if len(loads.docs) == 1 else n}: {advice}" + (f"; {note}" if note else "")
                         + ".")
     recs = recommendations(docs)

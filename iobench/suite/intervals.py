@@ -16,6 +16,7 @@ threshold fails.  A rate measured once in 0.1 s has no interval, and two identic
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -153,16 +154,16 @@ def merge_passes(passes: list[dict], rule: dict, instances: list | None = None) 
 
     m = merge_repeats(passes)
     n = len(passes)
-    stalls = [p["stall_ratio"] for p in passes]
+    stalls = [p[STALL_RATIO] for p in passes]
     st = mean_interval(stalls)
     stall_iv = {"value": st["value"], "n": n, "method": f"mean of {n} passes, Student t 95% (between-pass spread)",
                 "low": None if st["low"] is None else max(0.0, st["low"]),
                 "high": None if st["high"] is None else min(1.0, st["high"]), "half_width": st["half_width"]}
-    m["stall_ratio"] = st["value"]
+    m[STALL_RATIO] = st["value"]
     m["accelerator_utilization"] = 1.0 - st["value"]     # the loader's AU is 1 − its steady stall
     m.pop("accelerator_utilization_ci95", None)          # compare bounds AU by the stall's interval
     ivs = dict(m.get("intervals") or {})
-    ivs["stall_ratio"] = stall_iv
+    ivs[STALL_RATIO] = stall_iv
     for name, block in (("batch_service_p99_s", "batch_service_s"), ("batch_wait_p99_s", "batch_wait_s")):
         pooled = [x for p in passes for x in _batch_times(p, block)]
         if pooled:
@@ -197,7 +198,7 @@ def merge_passes(passes: list[dict], rule: dict, instances: list | None = None) 
     # carry no interval: the merged numbers above, with theirs, are what two runs are compared on)
     m["passes"] = [{"pass": i, "server_instance": None if instances is None else instances[i],
                     "steps": p["steps"], "stopped": (p.get("stability") or {}).get("stopped"),
-                    "stall_of_pass": p["stall_ratio"],
+                    "stall_of_pass": p[STALL_RATIO],
                     "steady_samples_per_s_of_pass": (p.get("throughput") or {}).get("steady_samples_per_s")}
                    for i, p in enumerate(passes)]
     return m

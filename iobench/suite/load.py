@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import time
 from dataclasses import replace
 
@@ -104,11 +105,11 @@ def suite_stage(ctx) -> dict:
         path = out_dir / f"{d.location}-{d.name}-{cfg.cache}.json"
         res.write(path)
         ctx.results_files.append(path)
-        ci = m["intervals"]["stall_ratio"]
+        ci = m["intervals"][STALL_RATIO]
         entry = summary[d.key]
-        entry[cfg.cache] = {"stall_ratio": m["stall_ratio"],
+        entry[cfg.cache] = {STALL_RATIO: m[STALL_RATIO],
                             # read by `iobench compare`: runs whose intervals overlap agree
-                            "intervals": {"stall_ratio": {"low": ci["low"], "high": ci["high"]}},
+                            "intervals": {STALL_RATIO: {"low": ci["low"], "high": ci["high"]}},
                             "stable": m["stable"], "steps": m["steps"], "passes": len(runs),
                             "not_stable_because": m["stability"]["not_stable_because"],
                             "stopped": m["stability"]["stopped"],
@@ -166,9 +167,9 @@ def _cell(cache: str, e: dict) -> tuple[str, list[str]]:
     """A load's part of its table row, and the caveats it needs."""
     if "skipped" in e:
         return "", [f"{cache} not measured: {e['skipped']}"]
-    ci = (e.get("intervals") or {}).get("stall_ratio") or {}
+    ci = (e.get("intervals") or {}).get(STALL_RATIO) or {}
     lo, hi = ci.get("low"), ci.get("high")
-    text = f"{cache} {e['steady_samples_per_s'] or 0:,.0f} samples/s, stall {e['stall_ratio']:.0%}" + \
+    text = f"{cache} {e['steady_samples_per_s'] or 0:,.0f} samples/s, stall {e[STALL_RATIO]:.0%}" + \
         (f" [{lo:.0%}–{hi:.0%}]" if lo is not None and hi is not None else "")
     notes = []
     if not e.get("stable", True):
@@ -208,5 +209,5 @@ def _tiered_load(ctx, datasets: list, out_dir) -> dict | None:
     ctx.results_files.append(path)
     hit = m["tiers"].get("hit_ratio", 0.0)
     ctx.row("load", f"tiered/{d.name} (ondemand after prestage, 2 epochs)",
-            f"stall {m['stall_ratio']:.0%}, hot-tier hit ratio {hit:.0%}")
-    return {"dataset": d.url, "stall_ratio": m["stall_ratio"], "hit_ratio": hit}
+            f"stall {m[STALL_RATIO]:.0%}, hot-tier hit ratio {hit:.0%}")
+    return {"dataset": d.url, STALL_RATIO: m[STALL_RATIO], "hit_ratio": hit}

@@ -16,6 +16,7 @@ its share, rank 0 writes the stage's results file with world metrics and ``per_r
 
 from __future__ import annotations
 
+from ..schema import STALL_RATIO
 import os
 import secrets
 import shutil
@@ -167,9 +168,9 @@ def _load(world, base, local_tmp, out_dir, state, rows, files, config) -> dict:
     if m is None:
         return {}
     rows.append(("load", f"raw tokens, cold, {world.size} ranks",
-                 f"stall {m['stall_ratio']:.0%} (worst rank), {m['throughput']['samples_per_s'] or 0:,.0f} samples/s; "
+                 f"stall {m[STALL_RATIO]:.0%} (worst rank), {m['throughput']['samples_per_s'] or 0:,.0f} samples/s; "
                  f"{m['world']['straggler']['line']}"))
-    return {"stall_ratio": m["stall_ratio"], "samples_per_s": m["throughput"]["samples_per_s"],
+    return {STALL_RATIO: m[STALL_RATIO], "samples_per_s": m["throughput"]["samples_per_s"],
             "bytes_read": m["bytes_read"]}
 
 
