@@ -13,8 +13,8 @@ run on the same bytes:
 Then ``--find-max`` on the same dataset, and again with the disk's reads capped by the kernel
 (cgroup blkio throttle, iobench.throttle) at ``--throttle`` bytes/s: there storage is the limit by
 construction, and the count it can feed is known in advance -- N* = floor(B / (0.9 x d)), d = one
-accelerator's bytes per step / compute -- so find-max is checked against it.  DLIO/MLPerf's own tool is not installable here (its
-PyPI install fails on a placeholder package), so no peer runs.  Writes
+accelerator's bytes per step / compute -- so find-max is checked against it.  DLIO, MLPerf's own
+tool, runs beside iobench in benchmarks/bench_dlio.py (its own venv).  Writes
 reports/reference/mlperf.md and mlperf.json.
 
     .venv/bin/python benchmarks/bench_mlperf.py [--max 4] [--files 336] [--scale 0.001]
@@ -110,8 +110,8 @@ def main() -> int:
             "- **min AU, no I/O**: the same count with batches from memory: the harness's ceiling on this host. "
             "Where it falls too, the limit is the CPU (2 cores for N consumers x 4 workers), not storage.",
             "- Absolute numbers on this shared machine are noise; the per-count shape and the agreement with the "
-            "model are the result. MLPerf Storage's own tool (DLIO) does not install here, so there is no peer "
-            "column.",
+            "model are the result. MLPerf Storage's own tool (DLIO) runs beside iobench in "
+            "benchmarks/bench_dlio.py (reports/reference/dlio.md).",
             "",
             "find-max probes: " + ", ".join(f"{p['accelerators']}: {_pct(p['au_min'])}"
                                             f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])

@@ -19,9 +19,11 @@ old manifest listed are deleted.  Nothing that no iobench manifest listed is eve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import multiprocessing as mp
+import os
 import queue as queue_mod
 import re
 import time
@@ -598,12 +600,24 @@ def _remove_temp_files(backend: Backend, rels) -> int:
 _SHARD_NAME = re.compile(r"shard-\d{6}\.[A-Za-z0-9.]+")
 
 
-def _remove_shard_temp_files(backend: Backend) -> int:
+def _ours() -> set[int]:
+    """This process and its children: the writers whose temp files a failed run removes, live or not."""
+    import os
+
+    import psutil
+
+    try:
+        return {os.getpid()} | {c.pid for c in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {os.getpid()}
+
+
+def _remove_shard_temp_files(backend: Backend, ours: set[int] | None = None) -> int:
     """Local only: temp files of shards (``.shard-NNNNNN.EXT.<writer>.tmp``, the names only
     ``iobench gen`` writes) at the dataset root that a dead writer left; returns how many."""
     import os
 
-    from .io.atomic import final_name_of, writer_alive
+    from .io.atomic import final_name_of, writer_alive, writer_pid
 
     if not backend.is_local:
         return 0
@@ -614,7 +628,8 @@ def _remove_shard_temp_files(backend: Backend) -> int:
         return 0
     for e in entries:
         final = final_name_of(e)
-        if final is not None and _SHARD_NAME.fullmatch(final) and not writer_alive(e):
+        if final is not None and _SHARD_NAME.fullmatch(final) and \
+                (not writer_alive(e) or (ours is not None and writer_pid(e) in ours)):
             try:
                 os.unlink(os.path.join(backend.root, e))
                 removed += 1
@@ -741,6 +756,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     refuse_overwriting(backend, plans, force)
     if world is not None and world.size > 1:
         return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
+    created_root = backend.is_local and not os.path.exists(backend.base.root)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
     # Temp files a killed earlier run left beside the names this run writes (a first generation
     # killed midway has no superseded record): found, removed and reported.
@@ -776,7 +792,10 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
         except BaseException as e:
             # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
             _remove_quietly(backend, [p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
-            _remove_shard_temp_files(backend)   # a writer killed mid-shard leaves its temp file behind
+            _remove_shard_temp_files(backend, _ours())   # a writer killed mid-shard leaves its temp file behind
+            if created_root:   # the directory this run made, when nothing else is in it (rmdir: only if empty)
+                with contextlib.suppress(OSError):
+                    os.rmdir(backend.base.root)
             if previous:
                 _remove_temp_files(backend, previous)
                 if not _remove_files(backend, previous)[1]:

@@ -147,8 +147,9 @@ def test_disk_full_fails_clearly_and_leaves_nothing_verify_accepts(tiny_tmpfs, w
     with pytest.raises(StorageError, match="no space left"):
         generate(spec, str(out), progress=False)
     assert not (out / MANIFEST_NAME).exists()
-    assert [p.name for p in out.iterdir() if p.name.startswith("shard-")] == []   # no final-named partial shard
-    assert not verify_dataset(str(out)).ok
+    if out.exists():   # the directory this run made is removed when nothing is left in it
+        assert [p.name for p in out.iterdir() if p.name.startswith("shard-")] == []   # no final-named partial shard
+        assert not verify_dataset(str(out)).ok
 
 
 def test_generate_to_s3_with_parallel_writers(s3_server, s3_prefix):

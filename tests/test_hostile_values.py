@@ -270,6 +270,8 @@ def test_sigterm_is_handled_like_ctrl_c(name, big, tmp_path):
     last = err.strip().splitlines()[-1]
     assert "terminated" in last and "SIGTERM" in last, err[-2000:]
     assert _leftovers(tmp_path) == []
+    if name == "gen":
+        assert not (tmp_path / "out").exists()   # the directory it made, empty again: removed too
     deadline = time.monotonic() + 10
     import psutil
 

@@ -174,18 +174,52 @@ def test_bad_input_is_one_line_exit_2(unet3d, capsys, argv, field):
     assert len(err.splitlines()) == 1 and field in err
 
 
-def test_llama3_checkpoint_write_and_read(tmp_path):
+def test_llama3_checkpoint_write_then_read_max_and_min_over_ranks(tmp_path):
+    from iobench.checkpointing.state import preset, rank_bytes
     from iobench.mlperf.checkpoint import CkptWorkload, run_ckpt_workload
 
-    out = run_ckpt_workload(CkptWorkload(model="llama3-8b", out=str(tmp_path / "ck"), scale=0.0001),
-                            json_path=str(tmp_path / "ck.json"))
-    on_disk = sum(p.stat().st_size for p in (tmp_path / "ck").rglob("*") if p.is_file() and "manifest" not in p.name
-                  and not p.name.endswith(".json"))
-    assert out["checkpoint_bytes"] <= on_disk < out["checkpoint_bytes"] * 1.1
-    assert out["read"]["verified"] and out["read"]["bytes"] >= out["checkpoint_bytes"]
-    assert out["write"]["GB_per_s"] == pytest.approx(out["checkpoint_bytes"] / out["write"]["seconds_per_checkpoint_mean"]
-                                                     / 1e9)
-    assert json.loads((tmp_path / "ck.json").read_text())["metrics"]["mlperf"]["model"] == "llama3-8b"
+    w = CkptWorkload(model="llama3-70b", out=str(tmp_path / "ck"), scale=0.00002, checkpoints=3, interval_s=0.05,
+                     runs=2)
+    out = run_ckpt_workload(w, json_path=str(tmp_path / "ck.json"))
+    sizes = rank_bytes(preset("llama3-70b", scale=0.00002))
+    assert out["processes"] == 8 and out["ranks_in_model"] == 64               # subset mode: 8 of 8x1x8
+    assert out["bytes_written_per_checkpoint"] == sum(sizes[:8])
+    for run in out["per_run"]:
+        for phase in ("write", "read"):
+            ph = run[phase]
+            assert len(ph["duration_s_per_checkpoint"]) == 3
+            # the slowest rank took the duration, so the minimum per-rank rate is at most its bytes / duration
+            # (an aggregate -- all ranks' bytes over it -- would be about 8x that)
+            for d, thr in zip(ph["duration_s_per_checkpoint"], ph["throughput_min_rank_GB_per_s_per_checkpoint"]):
+                assert thr * 1e9 <= max(sizes[:8]) / d * 1.0001
+    assert out["write"]["duration_s"] == pytest.approx(
+        sum(r["write"]["duration_s_mean"] for r in out["per_run"]) / 2)
+    assert not (tmp_path / "ck").exists()                                        # what it wrote, it removed
+    c = out["compliance"]
+    assert not c["compliant"] and out["rule_verdict"].startswith("not rule-compliant: ")
+    broken = {x["rule"] for x in c["rules"] if not x["ok"]}
+    assert broken == {"checkpoint size", "checkpoints", "interval", "runs"}
+    assert json.loads((tmp_path / "ck.json").read_text())["metrics"]["mlperf"]["model"] == "llama3-70b"
+
+
+def test_ckpt_duration_is_max_and_throughput_min_over_ranks():
+    from iobench.mlperf.checkpoint import _summarize
+
+    s = _summarize([[1.0, 2.0], [4.0, 1.0]], [100, 200])
+    assert s["duration_s_per_checkpoint"] == [4.0, 2.0]
+    assert [x * 1e9 for x in s["throughput_min_rank_GB_per_s_per_checkpoint"]] == pytest.approx([50.0, 50.0])
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--model", "llama3-9b"], "--model"),
+    (["--processes", "9"], "--processes"),
+    (["--interval-s", "-1"], "--interval-s"),
+])
+def test_ckpt_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, field):
+    assert main(["mlperf", "ckpt", "--out", str(tmp_path / "c"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err
+    assert not (tmp_path / "c").exists()
 
 
 def _mpirun():

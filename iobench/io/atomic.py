@@ -57,6 +57,13 @@ def _writer_tag() -> str:
     return _ME[1]
 
 
+def writer_pid(name: str) -> int | None:
+    """The pid of the process on this host that made temp file ``name`` (None: another host, or no
+    writer recorded)."""
+    m = _TEMP.fullmatch(name)
+    return int(m.group("pid")) if m is not None and m.group("host") == _host() else None
+
+
 def writer_alive(name: str) -> bool:
     """Whether the process that made temp file ``name`` may still be writing it: True for a live
     process with the same start time, or one on another host (which this host cannot see); False for
