@@ -36,7 +36,8 @@ THROUGHPUT = "throughput"
 BYTES_PER_S = "bytes_per_s"
 SAMPLES_PER_S = "samples_per_s"
 BATCH_WAIT_S = "batch_wait_s"
-BATCH_SERVICE_S = "batch_service_s"
+BATCH_SERVICE_S = "batch_service_s"                 # storage + preparation per batch at its worker
+BATCH_IO_S = "batch_io_s"                           # storage alone
 P99_SERVICE_INTERVAL = "batch_service_p99_s"   # key under INTERVALS
 P99_WAIT_INTERVAL = "batch_wait_p99_s"         # key under INTERVALS
 
