@@ -131,6 +131,9 @@ FLAGS: dict[tuple[str, str], Bound] = {
     ("stage", "--seed"): SEED,
     ("tiers init", "--concurrency"): THREADS,
     ("tiers lifecycle", "--keep-last"): DEFAULT, ("tiers lifecycle", "--every-nth"): DEFAULT,
+    ("check", "--min-steps"): Bound(2, 1e9), ("index", "--seq-len"): Bound(0, 2**31 - 1),
+    ("mlperf run", "--checkpoint-scale"): SCALE, ("report", "--min-au"): FRACTION, ("report", "--max-stall"): FRACTION,
+    ("smoke", "--steps"): Bound(1, 1e7),
 }
 
 
