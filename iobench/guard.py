@@ -286,6 +286,11 @@ def check(args) -> None:
     for pf, o in outputs:
         for i in inputs:
             if i.dest in pf.inside_ok:
+                if i.tree and within(o.path, i.path) and os.path.isfile(o.path) \
+                        and not written_by_iobench(o.path, pf.owner):
+                    # `index DS --out DS/a.tar --force`: --force replaces iobench's files, never the data
+                    raise ConfigError(pf.flag, f"{o.given} is a file of {i.label} ({i.given}), not "
+                                      f"{WHAT.get(pf.owner, 'a file iobench wrote')}", "give a new path")
                 continue
             if o.path == i.path or (i.tree and within(o.path, i.path)):
                 how = "is" if o.path == i.path else "lies inside"

@@ -331,6 +331,21 @@ def test_h5py_chunked_compressed_records_load_whole_files(tmp_path):
     _check_loads(str(root), want, accesses=("stream", "block"))
 
 
+def test_h5py_cosmoflow_style_file_is_one_sample(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "cosmo"
+    root.mkdir()
+    rng = np.random.default_rng(6)
+    vols = [rng.integers(0, 100, (8, 8, 8, 4), dtype=np.int16) for _ in range(3)]
+    for k, v in enumerate(vols):
+        with h5py.File(root / f"univ_{k}.hdf5", "w") as f:
+            f.create_dataset("full", data=v)
+            f.create_dataset("unitPar", data=rng.random(4, dtype=np.float32))
+    m = _index(root)
+    assert (m["modality"], m["total_samples"], m["spec"]["hdf5_dataset"]) == ("records", 3, "full")
+    _check_loads(str(root), [v.tobytes() for v in vols])
+
+
 def test_h5py_token_rows_take_the_fixed_record_path(tmp_path):
     h5py = pytest.importorskip("h5py")
     root = tmp_path / "h5t"
