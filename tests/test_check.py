@@ -60,7 +60,9 @@ def test_check_fails_ci_over_max_stall_and_numbers_agree(tmp_path, capsys, worke
     assert rc == 1
     out = capsys.readouterr().out
     assert "FAIL: data stall ≤ 5.00%" in out
-    assert "limit: storage bandwidth" in out
+    # the cause a remedy must address: the tier's bandwidth, or on a host whose other processes keep the
+    # worker waiting for a CPU (schedstat run delay; load 12 on 2 cores here), that contention
+    assert "limit: storage bandwidth" in out or ("limit: CPU contention" in out and "host-bound" in out)
     m = json.loads((tmp_path / "c.json").read_text())["metrics"]
     # ground truth: the emulation never reads faster than its cap
     assert 0.2 * cap < m["capacity_bytes_per_s"] <= cap * 1.05
@@ -74,7 +76,7 @@ def test_check_fails_ci_over_max_stall_and_numbers_agree(tmp_path, capsys, worke
     # what the loop received is what storage delivered (capacity spans the whole run, delivered the steady
     # window: on a host at load 8 they differed by up to 27%)
     assert abs(m["delivered_bytes_per_s"] / m["capacity_bytes_per_s"] - 1) < 0.35, m
-    assert m["cause"] == "storage bandwidth" and m["bound"] == "storage"
+    assert (m["cause"], m["bound"]) in (("storage bandwidth", "storage"), ("CPU contention", "host"))
 
 
 def test_check_on_an_indexed_dataset(tmp_path, capsys):
