@@ -121,8 +121,22 @@ def test_check_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert main(["check", "--step-time", "10ms"]) == 2
     assert main(["check", str(tmp_path), "--step-time", "10ms", "--max-stall", "5"]) == 2
     assert main(["check", "--dataset", str(tmp_path / "nothing"), "--step-time", "10ms"]) == 2
+    assert main(["check", str(tmp_path), "--step-time", "10ms", "--min-steps", "1"]) == 2
+    assert main(["check", str(tmp_path), "--step-time", "10ms", "--max-time", "0s"]) == 2
+    assert main(["check", str(tmp_path), "--step-time", "10ms", "--emulate", "bw:1GB,per=wroker"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and all("error" in e for e in err)
+    assert len(err) == 7 and all("error" in e for e in err)
+    assert list(tmp_path.iterdir()) == []          # refused before anything was generated
+
+
+def test_check_runs_until_stable_within_its_time_cap(tmp_path, capsys):
+    # no --steps: until the stall and P99 intervals are narrow, never under --min-steps, at most --max-time
+    assert main(["check", str(tmp_path), "--step-time", "5ms", "--batch-size", "4", "--sample-size", "4KiB",
+                 "--min-steps", "30", "--max-time", "3s", "--host-ceiling", "off", "--no-progress",
+                 "--json", str(tmp_path.parent / "u.json")]) == 0
+    m = json.loads((tmp_path.parent / "u.json").read_text())["metrics"]["load"]
+    assert m["steps"] >= 30 and m["stability"]["until_stable"]
+    assert m["wall_s"] < 3.0 + 2.0      # the cap, and the last batches in flight
 
 
 def test_check_reads_tars_with_keys_of_their_own_as_records(tmp_path, capsys):
