@@ -14,7 +14,8 @@ only for variable-length image datasets: a fixed-row sample is its row's bytes.
 
 ``iobench index`` reads only the metadata (h5py over ranged reads): the sample dataset is
 the one named ``tokens``, ``input_ids``, ``records``, ``x``, ``data`` or ``images``, else the
-largest.  ``iobench gen --format hdf5`` writes ``tokens`` / ``records`` (fixed-size records)
+largest.  A file whose other datasets all differ from its first-axis length (CosmoFlow's
+``full`` volume beside its ``unitPar`` targets) is one sample, the whole dataset.  ``iobench gen --format hdf5`` writes ``tokens`` / ``records`` (fixed-size records)
 contiguously, or variable-length ``records`` + ``labels`` (images, records of varying size),
 with no timestamps, so a seed gives byte-identical files.
 """
@@ -99,7 +100,21 @@ def scan(backend, rel: str, facts: dict, modality: str | None) -> tuple[int, tup
             if modality == "tokens":
                 agree(facts, "token_dtype", d.dtype.newbyteorder("=").name, rel)
                 agree(facts, "hdf5_dtype", d.dtype.str, rel)
+            elif one_sample_per_file(f, name):
+                agree(facts, "hdf5_one_sample_per_file", True, rel)
+                rows = row_offsets(d)
+                return 1, (rows[0], rows[-1]) if rows is not None else None, None, modality
             return int(d.shape[0]), row_offsets(d), None, modality
+
+
+def one_sample_per_file(f: "h5py.File", name: str) -> bool:
+    """Whether the file is one sample (CosmoFlow's ``full`` volume + ``unitPar`` targets) rather than
+    samples along the first axis (DLIO's ``records`` + ``labels``): other top-level datasets are
+    there and none has the sample dataset's first-axis length, so nothing is per-row."""
+    d = f[name]
+    others = [v for k, v in f.items() if k != name and isinstance(v, h5py.Dataset) and v.ndim >= 1]
+    return bool(others) and h5py.check_vlen_dtype(d.dtype) is None and \
+        all(v.shape[0] != d.shape[0] for v in others)
 
 
 class Hdf5Writer(Writer):
@@ -154,6 +169,7 @@ class Hdf5Reader(Reader):
         spec = manifest.spec or {}
         self.name = spec.get("hdf5_dataset") or ("tokens" if manifest.modality == "tokens" else "records")
         self.dtype = np.dtype(spec.get("hdf5_dtype") or np.dtype(spec.get("token_dtype", "uint16")).newbyteorder("<"))
+        self.per_file = bool(spec.get("hdf5_one_sample_per_file")) and manifest.modality != "tokens"
 
     def _open(self, data, shard) -> "h5py.File":
         try:
@@ -175,6 +191,9 @@ class Hdf5Reader(Reader):
                 for j in range(rows.shape[0]):
                     yield Sample(index=first + j, data=rows[j])
                 return
+            if self.per_file:       # the whole dataset is the file's one sample
+                yield Sample(index=first, data=np.ascontiguousarray(d[()]).tobytes())
+                return
             vlen = h5py.check_vlen_dtype(d.dtype) is not None
             labels = None
             if vlen and self.manifest.modality == "images":
@@ -188,7 +207,7 @@ class Hdf5Reader(Reader):
 
     def count_samples(self, data, shard) -> int:
         with self._open(data, shard) as f:
-            return int(self._dataset(f, shard).shape[0])
+            return 1 if self.per_file else int(self._dataset(f, shard).shape[0])
 
     def tokens(self, data, shard) -> np.ndarray | None:
         if self.manifest.modality != "tokens":

@@ -119,7 +119,7 @@ FLAGS: dict[tuple[str, str], Bound] = {
     ("load", "--slot-bytes"): Bound(1, memory_cap, "the host's memory"),
     ("mlperf run", "--accelerators"): PROCS, ("mlperf run", "--compute-s"): SECONDS,
     ("mlperf run", "--epochs"): Bound(0, 1e6), ("mlperf run", "--runs"): RUNS, ("mlperf run", "--min-steps"): DEFAULT,
-    ("mlperf run", "--workers"): PROCS_OR_DEFAULT, ("mlperf run", "--prefetch"): Bound(1, 1024),
+    ("mlperf run", "--workers"): PROCS_OR_DEFAULT, ("mlperf run", "--prefetch"): Bound(0, 1024),   # 0: the default depth
     ("mlperf run", "--au-threshold"): FRACTION, ("mlperf run", "--seed"): SEED,
     ("mlperf run", "--max-accelerators"): PROCS,
     ("mlperf datasize", "--accelerators"): Bound(1, 1e7), ("mlperf datasize", "--nodes"): Bound(1, 1e6),
@@ -131,6 +131,11 @@ FLAGS: dict[tuple[str, str], Bound] = {
     ("stage", "--seed"): SEED,
     ("tiers init", "--concurrency"): THREADS,
     ("tiers lifecycle", "--keep-last"): DEFAULT, ("tiers lifecycle", "--every-nth"): DEFAULT,
+    ("check", "--min-steps"): Bound(2, 1e9), ("index", "--seq-len"): Bound(0, 2**31 - 1),
+    ("mlperf run", "--checkpoint-scale"): SCALE, ("report", "--min-au"): FRACTION, ("report", "--max-stall"): FRACTION,
+    ("smoke", "--steps"): Bound(1, 1e7),
+    ("mlperf ckpt", "--processes"): PROCS_OR_DEFAULT, ("mlperf ckpt", "--interval-s"): SECONDS,
+    ("mlperf ckpt", "--runs"): RUNS,
 }
 
 

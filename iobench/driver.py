@@ -42,8 +42,9 @@ if TYPE_CHECKING:   # the loader (numpy, multiprocessing) loads when a measureme
 HOST_BOUND = 0.8            # storage delivered >= 80% of the host's ceiling: the host may be the limit
 WARMUP_MATERIAL = 0.10      # warm-up named in the verdict above this share of the run's wall clock
 CEILING_MAX_AGE_S = 24 * 3600.0
+CONTENDED = 0.25           # workers runnable but waiting for a CPU this share of their busy time: the host
 CAUSES = ("none", "storage bandwidth", "per-request latency", "CPU preparation", "the host's read path",
-          "hand-over", "slow tail")
+          "CPU contention", "hand-over", "slow tail")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +340,8 @@ def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1
     from .manifest import write_manifest
     from .storage import open_backend
 
+    from .io.pagecache import drop_pages, file_residency
+
     shards, total, first = [], 0, 0
     for s in manifest.shards:
         if total >= want_bytes and len(shards) >= max(2, workers):
@@ -347,8 +350,13 @@ def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1
             if rel:
                 out = os.path.join(dest, rel)
                 os.makedirs(os.path.dirname(out), exist_ok=True)
+                # the copy must not change the cache state the load is then measured in (`--cache as-is`)
+                src = backend.local_path(rel) if backend.is_local else None
+                before = file_residency(src) if src else None
                 with open(out, "wb") as f:
                     f.write(backend.cat(rel))
+                if src and before is not None and before < 0.05:
+                    drop_pages(src)
         shards.append(replace(s, first_sample=first))
         first += s.samples
         total += s.bytes
@@ -483,6 +491,12 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
     host_bound = bool(ceiling and cap and ceiling.bytes_per_s > 0 and cap >= HOST_BOUND * ceiling.bytes_per_s)
     if stall <= 0.01:
         return Judgement("host" if host_bound else "keeps up", "none", "")
+    contention = cpu_contention(metrics)
+    if contention is not None and contention > CONTENDED:
+        return Judgement("host", "CPU contention",
+                         f"the workers waited {contention:.0%} of their busy time for a CPU (other processes on "
+                         "this host): the storage number is a lower bound; measure on a quieter host, or with "
+                         "cores to spare")
     if host_bound:
         return Judgement("host", "the host's read path",
                          f"this host's {ceiling.cores} core{'s' if ceiling.cores != 1 else ''} read no faster "
@@ -514,6 +528,16 @@ def judge(metrics: dict, environment: dict, r: Rates, ceiling: HostCeiling | Non
                          "each batch's hand-over from its worker to the loop (pipe, wake-up, batch view) is the "
                          "gap: fewer, larger batches, or a longer step")
     return Judgement("storage", "slow tail", "the slow batches (P99) outlast the prefetch: deeper prefetch")
+
+
+def cpu_contention(metrics: dict) -> float | None:
+    """The share of the workers' busy time they spent runnable but waiting for a CPU (schedstat)."""
+    busy = delay = 0.0
+    for w in metrics.get("per_worker") or ():
+        if w.get("run_delay_s") is None or not w.get("busy_s"):
+            return None
+        busy, delay = busy + w["busy_s"], delay + w["run_delay_s"]
+    return delay / busy if busy > 0 else None
 
 
 def _residency_after(metrics: dict, environment: dict, load: LoadConfig, manifest,
@@ -620,9 +644,9 @@ def warmup_phrase(w: Warmup, access: str) -> str:
 
 def ceiling_phrase(o: Outcome) -> str:
     c = o.ceiling
-    if o.judgement.bound == "host" and o.judgement.cause in ("hand-over", "CPU preparation"):
-        where = "handing batches to the loop" if o.judgement.cause == "hand-over" else "preparing batches"
-        return (f"host-bound: this host's time {where} is the limit, not the storage: the answer is a lower bound"
+    if o.judgement.bound == "host" and o.judgement.cause in ("hand-over", "CPU preparation", "CPU contention"):
+        # the limit clause already names the host-side cause; this says what it means for the storage number
+        return ("host-bound: the storage may deliver more, the answer is a lower bound"
                 + (f" (host ceiling {format_rate(c.bytes_per_s)})" if c else ""))
     if c is None:
         return ""

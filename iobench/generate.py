@@ -753,9 +753,10 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
     check_space(spec, backend)
     t0 = time.perf_counter_ns()
     plans = plan_shards(spec)
-    refuse_overwriting(backend, plans, force)
     if world is not None and world.size > 1:
-        return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0)
+        return _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0,
+                               force)
+    refuse_overwriting(backend, plans, force)
     created_root = backend.is_local and not os.path.exists(backend.base.root)
     previous = prepare_target(backend, pending=[p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
     # Temp files a killed earlier run left beside the names this run writes (a first generation
@@ -860,12 +861,18 @@ def merge_gen_ranks(per_rank: list[dict], hosts: list[str]) -> dict:
                                      spreads=("bytes",), rates={"write_bytes_per_s": "bytes"}), hosts)
 
 
-def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0):
+def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_options, stats, world, t0,
+                    force=False):
     """One rank's part of a multi-rank ``generate`` (see its docstring)."""
     pending = [p.path for p in plans] + [fmt.index_path(p.path) for p in plans]
-    # Rank 0 withdraws the old manifest before any rank writes a shard over a listed file.
-    previous = world.all_ok(lambda: prepare_target(backend, pending=pending) if world.rank == 0 else set(),
-                            what="gen output")
+
+    def prepare() -> set[str]:
+        # Rank 0 alone decides (one view of the target): refuse others' files, then withdraw the
+        # old manifest before any rank writes a shard over a listed file.
+        refuse_overwriting(backend, plans, force)
+        return prepare_target(backend, pending=pending)
+
+    previous = world.all_ok(lambda: prepare() if world.rank == 0 else set(), what="gen output")
     world.barrier("gen start")
     t_start = time.perf_counter_ns()
     ranges = _split(plans, world.size)

@@ -14,8 +14,9 @@ one line naming both flags):
 2. two outputs at one path, or an output file inside an output directory of the same command
    (``gen --out DS --json DS/manifest.json``);
 3. roots that overlap: every pair of dataset roots, read-write roots and output directories
-   must be neither the same nor nested (``ckpt --local D --durable D/x``); tier roots are held
-   to the same rule by ``TiersConfig`` itself;
+   must be neither the same nor nested (``ckpt --local D --durable D/x``).  The rule itself is
+   ``iobench.paths.check_disjoint``; ``TiersConfig`` holds its tiers to it and the checkpointer
+   its two tiers, so code that builds them without the CLI is held to it too;
 4. an existing output file that iobench did not write, unless ``--force``: iobench's own files
    are recognised by content (results by ``schema_version`` + ``command``, Markdown and JUnit
    by their first line, traces by their header record, tiers files by the comment
@@ -286,6 +287,11 @@ def check(args) -> None:
     for pf, o in outputs:
         for i in inputs:
             if i.dest in pf.inside_ok:
+                if i.tree and within(o.path, i.path) and os.path.isfile(o.path) \
+                        and not written_by_iobench(o.path, pf.owner):
+                    # `index DS --out DS/a.tar --force`: --force replaces iobench's files, never the data
+                    raise ConfigError(pf.flag, f"{o.given} is a file of {i.label} ({i.given}), not "
+                                      f"{WHAT.get(pf.owner, 'a file iobench wrote')}", "give a new path")
                 continue
             if o.path == i.path or (i.tree and within(o.path, i.path)):
                 how = "is" if o.path == i.path else "lies inside"

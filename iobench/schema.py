@@ -36,7 +36,8 @@ THROUGHPUT = "throughput"
 BYTES_PER_S = "bytes_per_s"
 SAMPLES_PER_S = "samples_per_s"
 BATCH_WAIT_S = "batch_wait_s"
-BATCH_SERVICE_S = "batch_service_s"
+BATCH_SERVICE_S = "batch_service_s"                 # storage + preparation per batch at its worker
+BATCH_IO_S = "batch_io_s"                           # storage alone
 P99_SERVICE_INTERVAL = "batch_service_p99_s"   # key under INTERVALS
 P99_WAIT_INTERVAL = "batch_wait_p99_s"         # key under INTERVALS
 
@@ -226,6 +227,34 @@ class WatchMetrics:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"} | self.extra
 
 
+class CompareRow(TypedDict):
+    """One metric of ``iobench compare``: A, B, their difference and 95% intervals ([low, high], a missing
+    bound null)."""
+
+    path: str
+    a: float | None
+    b: float | None
+    diff: float | None
+    ratio: float | None
+    ci_a: list | None
+    ci_b: list | None
+    within_noise: bool
+
+
+@dataclass(frozen=True)
+class CompareMetrics:
+    """The ``metrics`` of a ``compare`` results file (``iobench compare --json``)."""
+
+    verdict: str
+    setup_differences: list[str]
+    rows: list[CompareRow]
+    checks: list[dict]
+    passed: bool
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
 def is_load_metrics(metrics: Any) -> bool:
     """True when ``metrics`` (a dict read from a file) has every field of a ``LoadMetrics``."""
     return isinstance(metrics, dict) and all(f.name in metrics for f in dataclasses.fields(LoadMetrics)
@@ -301,8 +330,8 @@ def json_schema() -> dict:
     props = {k: _type_schema(v, defs) for k, v in _ENVELOPE.items()}
     props["schema_version"] = {"const": SCHEMA_VERSION}
     props["per_rank"] = {"type": "array", "items": {"type": "object"}}
-    load = _type_schema(LoadMetrics, defs)
-    watch = _type_schema(WatchMetrics, defs)
+    # command -> the dataclass its results' ``metrics`` are (each file is held to it)
+    per_command = {"load": LoadMetrics, "watch": WatchMetrics, "compare": CompareMetrics}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://iobench.dev/results.schema.json",
@@ -312,10 +341,8 @@ def json_schema() -> dict:
         "type": "object",
         "properties": props,
         "required": list(_ENVELOPE),
-        "allOf": [{"if": {"properties": {"command": {"const": "load"}}, "required": ["command"]},
-                   "then": {"properties": {"metrics": load}}},
-                  {"if": {"properties": {"command": {"const": "watch"}}, "required": ["command"]},
-                   "then": {"properties": {"metrics": watch}}}],
+        "allOf": [{"if": {"properties": {"command": {"const": cmd}}, "required": ["command"]},
+                   "then": {"properties": {"metrics": _type_schema(cls, defs)}}} for cmd, cls in per_command.items()],
         "$defs": dict(sorted(defs.items())),
     }
 

@@ -409,8 +409,17 @@ def watch(loader: Iterable, json: str | None = None, path: str | None = None, in
         from .errors import ConfigError
 
         raise ConfigError("interval_s", f"must be positive, got {interval_s}", "e.g. interval_s=0.2")
-    if path is not None and not os.path.exists(path):
-        from .errors import ConfigError
+    from .errors import ConfigError
 
+    if path is not None and not os.path.exists(path):
         raise ConfigError("path", f"{path} does not exist", "give the directory or file the loader reads")
+    if json is not None:
+        # before the loop starts: a results file that cannot be written would fail only at its end
+        from .guard import refuse_foreign_file
+
+        folder = os.path.dirname(os.path.abspath(json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise ConfigError("json", f"cannot write {json}: {folder} is not a writable directory",
+                              "give a path in an existing, writable directory")
+        refuse_foreign_file(json, "json", "results", force=False)   # never over a file iobench did not write
     return Watch(loader, json=json, path=path, interval_s=interval_s, name=name, workers=workers)

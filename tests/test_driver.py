@@ -11,8 +11,8 @@ from iobench.driver import HostCeiling, Rates, capacity_bytes_per_s, judge, warm
 MIB = 2**20
 
 
-def _worker(bytes_read, busy_s, io_s, fill_s=0.0):
-    return {"bytes_read": bytes_read, "busy_s": busy_s, "io_s": io_s, "fill_s": fill_s}
+def _worker(bytes_read, busy_s, io_s, fill_s=0.0, run_delay_s=0.0):
+    return {"bytes_read": bytes_read, "busy_s": busy_s, "io_s": io_s, "fill_s": fill_s, "run_delay_s": run_delay_s}
 
 
 def test_capacity_counts_the_fill_and_sums_workers():
@@ -51,15 +51,17 @@ CASES = [
     ("cpu prep", 0.4, 30, 62, 30, 1000, (10, 2), 10, 8192, {}, ("host", "CPU preparation")),
     ("hand-over", 0.3, 500, 100, 70, 5000, (10, 9), 100, 8192, {}, ("host", "hand-over")),
     ("slow tail", 0.05, 500, 100, 480, 5000, (10, 9), 100, 8192, {}, ("storage", "slow tail")),
+    ("contended", 0.4, 30, 62, 30, 1000, (10, 9.5, 4.0), 10, 8192, {}, ("host", "CPU contention")),
+    ("contended, no stall", 0.0, 300, 62, 60, 1000, (10, 9.5, 4.0), 10, 8192, {}, ("keeps up", "none")),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_judge_names_the_cause(case):
-    _, stall, cap, need, delivered, ceil, (busy, io), reqs, kib, emu, want = case
+    _, stall, cap, need, delivered, ceil, (busy, io, *delay), reqs, kib, emu, want = case
     r = Rates(capacity_bytes_per_s=cap * MIB, need_bytes_per_s=need * MIB, delivered_bytes_per_s=delivered * MIB,
               compute_s=0.05, bytes_read=reqs * kib * 1024)
-    m = {STALL_RATIO: stall, "requests": reqs, "per_worker": [_worker(r.bytes_read, busy, io)]}
+    m = {STALL_RATIO: stall, "requests": reqs, "per_worker": [_worker(r.bytes_read, busy, io, 0.0, *delay)]}
     j = judge(m, {"emulation": emu or None}, r, _ceiling(ceil * MIB) if ceil else None, workers=1)
     assert (j.bound, j.cause) == want
     assert (j.advice == "") == (want[1] == "none")
@@ -81,8 +83,14 @@ def test_host_ceiling_is_cached_per_shape(tmp_path, monkeypatch):
     assert first.bytes_per_s > 0 and not first.cached
     again = host_ceiling(cfg, man, time_s=0.5)
     assert again.cached and again.bytes_per_s == first.bytes_per_s
+    from iobench.io.pagecache import drop_pages, file_residency
+
+    for sh in man.shards:
+        drop_pages(str(ds / sh.path))
     other = host_ceiling(replace(cfg, batch_size=16), man, time_s=0.5)    # another shape: measured
     assert not other.cached and other.key != first.key
+    # calibrating read the first shards to copy them: a cold dataset stays cold for the load that follows
+    assert all(file_residency(str(ds / sh.path)) <= 0.05 for sh in man.shards)
 
 
 def _small(tmp_path, fmt="raw"):
@@ -112,6 +120,8 @@ def test_every_door_records_residency_before_and_after_and_the_ceiling(tmp_path,
     assert cache["declared"] == "cold" and {"residency_found", "measured_residency", "residency_after"} <= set(cache)
     assert doc["environment"]["host_ceiling"]["bytes_per_s"] > 0
     assert doc["metrics"]["drive"]["judgement"]["bound"] in ("keeps up", "storage", "host")
+    # each worker's wait for a CPU while runnable (schedstat): the host's contention, apart from storage
+    assert all(w["run_delay_s"] is not None and w["run_delay_s"] >= 0 for w in doc["metrics"]["per_worker"])
 
     ctx = SuiteContext(out_dir=tmp_path / "out", work_dir=tmp_path / "work")
     ctx.state.datasets = [GeneratedDataset(name="raw-tokens", format="raw", modality="tokens", url=url,

@@ -331,6 +331,21 @@ def test_h5py_chunked_compressed_records_load_whole_files(tmp_path):
     _check_loads(str(root), want, accesses=("stream", "block"))
 
 
+def test_h5py_cosmoflow_style_file_is_one_sample(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "cosmo"
+    root.mkdir()
+    rng = np.random.default_rng(6)
+    vols = [rng.integers(0, 100, (8, 8, 8, 4), dtype=np.int16) for _ in range(3)]
+    for k, v in enumerate(vols):
+        with h5py.File(root / f"univ_{k}.hdf5", "w") as f:
+            f.create_dataset("full", data=v)
+            f.create_dataset("unitPar", data=rng.random(4, dtype=np.float32))
+    m = _index(root)
+    assert (m["modality"], m["total_samples"], m["spec"]["hdf5_dataset"]) == ("records", 3, "full")
+    _check_loads(str(root), [v.tobytes() for v in vols])
+
+
 def test_h5py_token_rows_take_the_fixed_record_path(tmp_path):
     h5py = pytest.importorskip("h5py")
     root = tmp_path / "h5t"
@@ -380,6 +395,8 @@ HF = __import__("pathlib").Path(__file__).parent / "data" / "hf_save_to_disk"
 def _hf_copy(tmp_path, name):
     import shutil
 
+    pytest.importorskip("pyarrow")
+
     shutil.copytree(HF / name, tmp_path / name)
     return tmp_path / name
 
@@ -409,6 +426,8 @@ def test_hf_save_to_disk_text_and_images(tmp_path):
 def test_hf_dataset_dict_asks_for_one_split(tmp_path, capsys):
     import shutil
 
+    pytest.importorskip("pyarrow")
+
     root = tmp_path / "dd"
     root.mkdir()
     shutil.copytree(HF / "tok", root / "train")
@@ -421,7 +440,7 @@ def test_hf_dataset_dict_asks_for_one_split(tmp_path, capsys):
 
 @pytest.mark.parametrize("modality", ["tokens", "records"])
 def test_gen_arrow_is_save_to_disk_layout_pyarrow_reads(tmp_path, modality):
-    import pyarrow as pa
+    pa = pytest.importorskip("pyarrow")
 
     spec = GenSpec.from_mapping({"format": "arrow", "modality": modality, "num_samples": 25, "seq_len": 8,
                                  "record_bytes": 30, "shard_size": "10 samples", "fsync": False})

@@ -273,6 +273,11 @@ def _rows():
     rows.append(pytest.param(COMMANDS["report"][0] + ["-o", "{rep2}"], "-o", id="foreign-file:report own report.md"))
     for d in ("{rep1}", "{rep2}"):
         rows.append(pytest.param(["run", "--out", d, "--stages", "probe"], "--out", id=f"foreign-file:run --out {d}"))
+    # 2b. --force replaces iobench's own files, never a data file of the command's input
+    rows.append(pytest.param(["index", "{ds2}", "--format", "files", "--modality", "records", "--out", "{ds2}/a.bin",
+                              "--force"], "--out", id="force-never-over-data:index --out a data file --force"))
+    rows.append(pytest.param(["verify", "{ds}", "--json", "{ds}/{shard}", "--force"], "--json",
+                             id="force-never-over-data:verify --json a shard --force"))
     # 3. two outputs at one path
     for name, (argv, outs, _) in COMMANDS.items():
         if len(outs) > 1 and "--checkpoint-folder" not in outs:
@@ -437,3 +442,15 @@ def test_gen_onto_a_users_s3_prefix_overwrites_nothing(s3_server, s3_prefix):
     assert fs.cat(f"{key}/notes.txt") == b"mine"
     generate(spec, s3_prefix, **kw)                      # its own dataset now: regenerated without --force
     assert fs.cat(f"{key}/notes.txt") == b"mine"
+
+
+def test_tiers_init_replaces_its_own_file_and_refuses_a_handwritten_one(world, tmp_path):
+    out = str(tmp_path / "tiers.yaml")
+    argv = ["tiers", "init", "--nvme", str(tmp_path / "n"), "--out", out]
+    for _ in range(2):
+        r = run_inprocess(argv, timeout_s=30)
+        assert r.rc == 0, r.stderr
+    hand = tmp_path / "mine.yaml"
+    hand.write_text("tiers:\n  - {name: nvme, url: /somewhere}\n")
+    assert_refused(run_inprocess(argv[:-1] + [str(hand)]), "--force")
+    assert hand.read_text().startswith("tiers:")

@@ -91,6 +91,15 @@ def test_every_numeric_flag_is_covered():
     assert len(flags) >= 60   # the parsers changed shape if this drops: the walk missed them
 
 
+def test_every_numeric_flag_has_its_own_bound():
+    """The default bound (0 to a billion) keeps a new flag from being unbounded; its own says what
+    makes sense (a fraction, a process count, a duration): add it to iobench.bounds.FLAGS."""
+    from iobench.bounds import FLAGS
+
+    missing = sorted(f"{c} {f}" for c, f, _ in numeric_actions(PARSER) if (c, f) not in FLAGS)
+    assert not missing, f"numeric flags without a bound in iobench/bounds.py: {missing}"
+
+
 # ---- durations, rates and specs: parsed where the command reads them, still before any work
 
 def _text_flags():

@@ -152,3 +152,22 @@ def test_unknown_recipe_same_message_on_both_paths():
     for inputs in ({"params": 1e9, "recipe": "bf16-adam"}, {"preset": "qwen3-8b", "recipe": "bf16-adam"}):
         with pytest.raises(ConfigError, match=r"--set recipe: unknown recipe 'bf16-adam'.*bf16-mixed-adam 14 B/param.*fp16-adam 10 B/param"):
             plan("checkpoint-size", inputs)
+
+
+@pytest.mark.parametrize("service_p99, io_p99, compute_ms", [(0.45, 0.2, 200), (0.05, 0.01, 5), (1.3, 1.2, 100)])
+def test_plan_prefetch_reads_the_batch_time_the_loaders_advice_uses(tmp_path, service_p99, io_p99, compute_ms):
+    # `plan prefetch --from load.json` and the load's own prefetch_recommendation (what `iobench load` prints)
+    # read the same P99: storage + preparation per batch (batch_service_s), not storage alone
+    from iobench.loader.analysis import recommend
+
+    def hdr(p99):
+        return {"count": 400, "min": p99 / 4, "mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8, "p99": p99,
+                "p999": p99, "max": p99}
+
+    m = load_metrics(batch_service_s=hdr(service_p99), batch_io_s=hdr(io_p99), batch_bytes=4_000_000)
+    src = Results(command="load", metrics=m).write(tmp_path / "load.json")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "prefetch", "--from", str(src), "--compute-ms", str(compute_ms), "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["metrics"]["plan"]
+    assert p["inputs_from"]["p99_io_time"] == "results:metrics.batch_service_s.p99"
+    assert p["outputs"]["depth_min"] == recommend(m, compute_ms / 1000)["depth_min"]

@@ -211,3 +211,26 @@ def test_report_without_matplotlib_gives_the_tables_and_the_text(tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     assert "No plots: matplotlib is not installed" in page and "<img" not in page
     assert (tmp_path / "out" / "report.md").exists()
+
+
+def test_the_report_gives_the_prefetch_advice_the_terminal_printed(tmp_path, capsys):
+    # the report said "prefetch depth 5" where `iobench load` had printed "prefetch_factor 3"
+    from loader_helpers import tokens_dataset
+
+    class Factory:
+        def mktemp(self, name):
+            (tmp_path / name).mkdir()
+            return tmp_path / name
+
+    url = tokens_dataset(Factory(), "tok", samples=2000, shard_samples=250)
+    out = tmp_path / "load.json"
+    assert main(["load", url, "-W", "1", "-Q", "1", "-B", "20", "--steps", "60", "--compute-ms", "2",
+                 "--emulate", "const:8ms", "--recommend", "--json", str(out)]) == 0
+    advice = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("advice: "))
+    words = advice.removeprefix("advice: ").split(", host memory")[0]     # "num_workers W, prefetch_factor Q (...)"
+    assert words.startswith("num_workers ") and "prefetch_factor " in words
+    assert main(["report", str(out), "-o", str(tmp_path / "rep"), "--max-stall", "0.01"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert f"To feed it: {words}" in lines[0], (lines[0], words)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert words in md

@@ -51,8 +51,15 @@ def test_a_real_load_round_trips_through_load_metrics(tmp_path):
 
 def test_valid_documents_of_every_command_pass():
     assert schema.errors(_doc(stall_ratio=0.2)) == []
-    for cmd in ("ckpt", "probe", "compare", "run"):     # other commands: the envelope only
+    for cmd in ("ckpt", "probe", "run"):     # commands without a metrics dataclass: the envelope only
         assert schema.errors(json.loads(json.dumps(Results(command=cmd, metrics={"x": 1}).to_dict()))) == []
+    # compare has one: its files are held to it
+    bad = json.loads(json.dumps(Results(command="compare", metrics={"x": 1}).to_dict()))
+    assert "$.metrics.verdict: missing" in schema.errors(bad)
+    good = schema.CompareMetrics(verdict="PASS", setup_differences=[], checks=[], passed=True, rows=[
+        {"path": "stall_ratio", "a": 0.1, "b": 0.2, "diff": 0.1, "ratio": 2.0, "ci_a": [0.05, None], "ci_b": None,
+         "within_noise": False}])
+    assert schema.errors(json.loads(json.dumps(Results(command="compare", metrics=good.to_dict()).to_dict()))) == []
 
 
 # (mutation, the path the error must name)

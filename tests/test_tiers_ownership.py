@@ -235,3 +235,21 @@ def test_catalog_inside_a_bounded_tier_is_refused(tmp_path):
     cfg = TiersConfig(tiers=(TierSpec("nvme", str(tmp_path / "nvme"), capacity="1MiB"),
                              TierSpec("pfs", str(tmp_path / "pfs"))))
     assert cfg.catalog == str(tmp_path / "pfs" / ".iobench" / "catalog.sqlite")
+
+
+def test_lifecycle_never_archives_over_the_users_files_on_the_archive_tier(tmp_path):
+    w = World(str(tmp_path / "w"))
+    try:
+        theirs = os.path.join(w.obj, "ckpt", "step-2", "rank0.bin")   # the user's, where step-2 would go
+        os.makedirs(os.path.dirname(theirs))
+        with open(theirs, "w") as f:
+            f.write("not a checkpoint")
+        names = lifecycle_items(w.mgr, "pfs", "ckpt", sorted(os.listdir(os.path.join(w.pfs, "ckpt"))))
+        rep = apply_lifecycle(w.mgr, plan_lifecycle(names, keep_last=1, every_nth=2), "pfs", "object", "ckpt")
+        assert "step-2" in rep.errors and not rep.expired and not rep.dropped   # nothing dropped after a failure
+        assert open(theirs).read() == "not a checkpoint"
+        assert sorted(os.listdir(os.path.join(w.pfs, "ckpt"))) == ["ds-inside", "notes.md", "step-0", "step-1",
+                                                                  "step-2", "step-3"]
+        w.check()
+    finally:
+        w.close()

@@ -173,6 +173,24 @@ def test_bad_arguments_are_refused_with_the_fix():
         iobench.watch([], interval_s=0)
 
 
+def test_the_results_path_is_checked_before_the_loop_runs(tmp_path):
+    from iobench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="writable directory"):
+        iobench.watch([], json=str(tmp_path / "no" / "such" / "run.json"))
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"my": "own data"}')
+    with pytest.raises(ConfigError, match="exists and is not"):
+        iobench.watch([], json=str(mine))
+    assert mine.read_text() == '{"my": "own data"}'
+    ours = tmp_path / "run.json"
+    for _b in iobench.watch([np.zeros(4)] * 3, json=str(ours)):
+        pass
+    for _b in iobench.watch([np.zeros(4)] * 5, json=str(ours)):   # its own results: replaced
+        pass
+    assert json.loads(ours.read_text())["metrics"]["steps"] == 5
+
+
 # -- iobench measure: an unchanged script, watched through the environment hook ------------------
 
 TORCH_PYTHON = os.environ.get("IOBENCH_TORCH_PYTHON", "/work/venvs/torch/bin/python")

@@ -36,6 +36,7 @@ def run(args) -> int:
                                   regressions, setup_differences, shown, verdict, with_ci, UNJUDGED_SHOWN)
     from ..report.format import check_line
     from ..results import Results
+    from ..schema import CompareMetrics
     from .report import threshold_limits
 
     if args.max_regression is not None and not 0 <= args.max_regression <= 1:
@@ -59,9 +60,10 @@ def run(args) -> int:
                            fsync=False)
     # files first: a reader that stops early (| head) must not cost them
     if args.json:
+        metrics = CompareMetrics(verdict=line, setup_differences=different, rows=[r.to_dict() for r in rows],
+                                 checks=checks, passed=all(c["ok"] for c in checks))
         Results(command="compare", config={"a": args.a, "b": args.b, "max_regression": args.max_regression},
-                metrics={"verdict": line, "setup_differences": different, "rows": [r.to_dict() for r in rows],
-                         "checks": checks, "passed": all(c["ok"] for c in checks)}).write(args.json)
+                metrics=metrics.to_dict()).write(args.json)
     con = Console()
     failed = [c for c in checks if not c["ok"]]
     con.print(escape(line), style="bold red" if failed else "bold", highlight=False)

@@ -246,9 +246,10 @@ def run(args) -> int:
     rec = metrics.get("prefetch_recommendation")
     if rec:
         if rec.get("depth_recommended"):
-            print(f"advice: num_workers {rec['workers_recommended']}, prefetch_factor "
-                  f"{rec['prefetch_factor_recommended']} ({rec['depth_total']} batches in flight, host memory "
-                  f"{format_bytes(rec['host_bytes_loader'])}); one producer would need depth >= "
+            from ..report.format import prefetch_advice   # the one wording: the report and `iobench run` use it
+
+            print(f"advice: {prefetch_advice(rec)}, host memory "
+                  f"{format_bytes(rec['host_bytes_loader'])}; one producer would need depth >= "
                   f"{rec['depth_min']} (ceil P99 {format_seconds(rec['p99_batch_service_s'])} / compute "
                   f"{format_seconds(rec['compute_s'])})" + (f"; {rec['note']}" if rec.get("note") else ""))
         else:

@@ -254,6 +254,7 @@ class _Steps:
     done: dict = field(default_factory=dict)
     overflow: int = 0
     stopped_early: str | None = None
+    run_delay_s: dict = field(default_factory=dict)        # worker pid -> s runnable but waiting for a CPU
     device: Any = None                                    # iobench.blockdev.DeviceCounter, local disks
 
 
@@ -351,7 +352,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
 
     from .receiver import Receiver, Sender
     from .slots import SlotPool, batch_from_meta
-    from .sysmon import SystemMonitor
+    from .sysmon import SystemMonitor, run_delay_s
     from .worker import WorkerJob, run_worker
 
     cfg, schedule, total = st.cfg, st.schedule, st.schedule.total
@@ -394,6 +395,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         rec.t_spawn = now_ns()
         rx.wait_started(cfg.workers)  # connections and imports are start-up, not throughput
         rec.t_start = now_ns()
+        run_delay0 = {p.pid: run_delay_s(p.pid) for p in procs}   # CPU contention, from here to the end
         compute, deliver = st.compute, st.deliver
         for k in range(total):
             t0 = now_ns()
@@ -438,6 +440,9 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
                     rec.stopped_early = why
                     break
         rec.t_end = now_ns()
+        for p in procs:
+            a, b = run_delay0.get(p.pid), run_delay_s(p.pid)
+            rec.run_delay_s[p.pid] = b - a if a is not None and b is not None else None
         rec.system = monitor.stop()  # before workers exit: their shared pages would turn into the parent's USS
         stop.set()
         rx.wait_done(cfg.workers, 30.0)
@@ -519,6 +524,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                            "bytes_read": int(src.get("bytes_read", 0)), "busy_s": d["busy_s"],
                            "io_s": d.get("io_s"), "fill_s": d.get("fill_s"), "slot_wait_s": d["slot_wait_s"],
                            "gate_wait_s": d.get("gate_wait_s", 0.0),
+                           # waiting for a CPU while runnable (other processes on the host): not storage
+                           "run_delay_s": rec.run_delay_s.get(d["pid"]),
                            "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
                            "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
     # Measurement rule 4 ("first step excluded", docs/design.md): the first step includes the first reads (and a stream's buffer fill); it is excluded.

@@ -105,3 +105,14 @@ def _net() -> tuple[int, int]:
         return (n.bytes_recv, n.bytes_sent) if n else (0, 0)
     except Exception:  # noqa: BLE001
         return (0, 0)
+
+
+def run_delay_s(pid: int) -> float | None:
+    """Seconds process ``pid`` has spent runnable but waiting for a CPU (``/proc/PID/schedstat``,
+    its second field; Linux with schedstats): a worker's share of that is the host's CPU contention,
+    not storage.  None where the file is missing."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..config import nearest
 from ..errors import ConfigError
+from ..schema import BATCH_IO_S, BATCH_SERVICE_S
 from ..units import format_bytes, format_rate, parse_duration, parse_size
 from ..units import parse_rate as _parse_rate
 from ..units import format_duration as format_seconds
@@ -415,7 +416,9 @@ _CKPT_BYTES = ("metrics.checkpoint.state.checkpoint_bytes", "metrics.checkpoint.
 _CKPT_COST = ("metrics.checkpoint.blocking_s", "metrics.blocking_s")
 _CKPT_BW = ("metrics.checkpoint.upload_bytes_per_s", "metrics.checkpoint.local_write_bytes_per_s")
 _CKPT_LOCAL_BW = ("metrics.checkpoint.local_write_bytes_per_s",)
-_P99_IO = ("metrics.batch_io_s.p99",)
+# a load's batch time at its worker: storage + preparation (what the loader's own advice uses), then
+# the storage part alone for results that have no service time
+_P99_IO = (f"metrics.{BATCH_SERVICE_S}.p99", f"metrics.{BATCH_IO_S}.p99")
 _COMPUTE = ("metrics.compute_s.mean",)
 _BATCH_BYTES = ("metrics.batch_bytes",)
 
@@ -428,7 +431,7 @@ MODELS: dict[str, Model] = {m.name: m for m in [
         Param("accelerators_per_node", "int", 8, "for the per-node figure")), _m_bandwidth),
     Model("stall", "data stall, serial vs pipelined (Eq. 4.2)", (
         Param("compute_time", "duration", REQUIRED, "compute per step", _COMPUTE),
-        Param("io_time", "duration", REQUIRED, "I/O per step", ("metrics.batch_io_s.mean",))), _m_stall),
+        Param("io_time", "duration", REQUIRED, "I/O per step", (f"metrics.{BATCH_IO_S}.mean",))), _m_stall),
     Model("prefetch", "prefetch depth from P99 I/O time and its host-memory cost (Eq. 4.3)", (
         Param("p99_io_time", "duration", REQUIRED, "P99 time to fetch one batch", _P99_IO),
         Param("compute_time", "duration", REQUIRED, "compute per step (--compute-ms)", _COMPUTE),

@@ -167,6 +167,11 @@ def apply_lifecycle(manager, plan: LifecyclePlan, hot: str = "pfs", archive: str
         return f"{prefix.strip('/')}/{name}" if prefix else name
 
     for name in plan.archive:
+        if dst.exists(rel(name)) and not is_iobench_checkpoint(dst, rel(name)):
+            # the archive holds something else under that name: never written over
+            rep.errors[name] = f"{dst.url}/{rel(name)} exists on the archive tier and is not a checkpoint iobench " \
+                               "committed: not archived"
+            continue
         try:
             rep.bytes_archived += _copy_item(src, dst, rel(name))
             rep.archived.append(name)
