@@ -395,6 +395,8 @@ HF = __import__("pathlib").Path(__file__).parent / "data" / "hf_save_to_disk"
 def _hf_copy(tmp_path, name):
     import shutil
 
+    pytest.importorskip("pyarrow")
+
     shutil.copytree(HF / name, tmp_path / name)
     return tmp_path / name
 
@@ -424,6 +426,8 @@ def test_hf_save_to_disk_text_and_images(tmp_path):
 def test_hf_dataset_dict_asks_for_one_split(tmp_path, capsys):
     import shutil
 
+    pytest.importorskip("pyarrow")
+
     root = tmp_path / "dd"
     root.mkdir()
     shutil.copytree(HF / "tok", root / "train")
@@ -436,7 +440,7 @@ def test_hf_dataset_dict_asks_for_one_split(tmp_path, capsys):
 
 @pytest.mark.parametrize("modality", ["tokens", "records"])
 def test_gen_arrow_is_save_to_disk_layout_pyarrow_reads(tmp_path, modality):
-    import pyarrow as pa
+    pa = pytest.importorskip("pyarrow")
 
     spec = GenSpec.from_mapping({"format": "arrow", "modality": modality, "num_samples": 25, "seq_len": 8,
                                  "record_bytes": 30, "shard_size": "10 samples", "fsync": False})
