@@ -340,6 +340,8 @@ def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1
     from .manifest import write_manifest
     from .storage import open_backend
 
+    from .io.pagecache import drop_pages, file_residency
+
     shards, total, first = [], 0, 0
     for s in manifest.shards:
         if total >= want_bytes and len(shards) >= max(2, workers):
@@ -348,8 +350,13 @@ def _copy_subset(manifest, backend, dest: str, want_bytes: int, workers: int = 1
             if rel:
                 out = os.path.join(dest, rel)
                 os.makedirs(os.path.dirname(out), exist_ok=True)
+                # the copy must not change the cache state the load is then measured in (`--cache as-is`)
+                src = backend.local_path(rel) if backend.is_local else None
+                before = file_residency(src) if src else None
                 with open(out, "wb") as f:
                     f.write(backend.cat(rel))
+                if src and before is not None and before < 0.05:
+                    drop_pages(src)
         shards.append(replace(s, first_sample=first))
         first += s.samples
         total += s.bytes

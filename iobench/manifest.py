@@ -76,7 +76,7 @@ class ShardEntry:
                    first_sample=_count(d.get("first_sample", 0), f"{field}.first_sample"))
 
 
-_REGEN = "regenerate the dataset with `iobench gen` (or `iobench index`)"
+_REGEN = "index it again with `iobench index URL --force` (or regenerate it with `iobench gen`)"
 
 
 def _kind(v) -> str:

@@ -79,7 +79,7 @@ def verify_dataset(url: str, *, endpoint_url: str | None = None, storage_options
     check_dataset_root(backend)
     if ref.only is None and not backend.exists(MANIFEST_NAME):
         if not backend.exists(""):
-            raise ConfigError("dataset", f"nothing at {url}", "give the root URL of a dataset made by `iobench gen`")
+            raise ConfigError("dataset", f"nothing at {url}", "give the root URL of a dataset (one `iobench gen` wrote, or `iobench index` indexed)")
         temps = temp_files(backend)
         left = (f"; {len(temps)} temp file(s) of an interrupted write are left (the next `iobench gen` "
                 "removes them)") if temps else ""

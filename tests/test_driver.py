@@ -83,8 +83,14 @@ def test_host_ceiling_is_cached_per_shape(tmp_path, monkeypatch):
     assert first.bytes_per_s > 0 and not first.cached
     again = host_ceiling(cfg, man, time_s=0.5)
     assert again.cached and again.bytes_per_s == first.bytes_per_s
+    from iobench.io.pagecache import drop_pages, file_residency
+
+    for sh in man.shards:
+        drop_pages(str(ds / sh.path))
     other = host_ceiling(replace(cfg, batch_size=16), man, time_s=0.5)    # another shape: measured
     assert not other.cached and other.key != first.key
+    # calibrating read the first shards to copy them: a cold dataset stays cold for the load that follows
+    assert all(file_residency(str(ds / sh.path)) <= 0.05 for sh in man.shards)
 
 
 def _small(tmp_path, fmt="raw"):
