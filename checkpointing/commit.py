@@ -244,7 +244,7 @@ class Checkpointer:
             return
         try:
             if not cp.is_committed(tier, step):
-                tier.rm(cp.step_dir(step), recursive=True)
+                cp.remove_own_files(tier, step)   # only what iobench wrote there (cp.written_here)
         except Exception:  # best effort: leftovers are uncommitted and retention removes them later
             pass
 

@@ -32,7 +32,7 @@ from .state import Shard, StateSpec
 MANIFEST = "manifest.json"
 FORMAT = "iobench-checkpoint"
 VERSION = 1
-_STEP_RE = re.compile(r"^step-(\d{12})$")
+_STEP_RE = re.compile(r"^step-(\d{12,})$")   # 12 digits, more past step 999999999999
 
 
 def step_dir(step: int) -> str:
@@ -110,7 +110,7 @@ def is_committed(backend: Backend, step: int) -> bool:
 
 
 def committed_steps(backend: Backend) -> list[int]:
-    return [s for s in list_steps(backend) if is_committed(backend, s)]
+    return [s for s in list_steps(backend) if holds_own_manifest(backend, s)]
 
 
 def load_manifest(backend: Backend, step: int) -> CheckpointManifest:
@@ -179,8 +179,11 @@ def _publish_s3(backend: Backend, rel: str, data: bytes) -> dict:
 
 
 def uncommit(backend: Backend, step: int) -> None:
-    """Remove the manifest (first step of deleting a checkpoint)."""
+    """Remove the manifest (first step of deleting a checkpoint) -- only an iobench checkpoint
+    manifest: a ``manifest.json`` someone else put in a ``step-NNNNNNNNNNNN`` directory is theirs."""
     rel = f"{step_dir(step)}/{MANIFEST}"
+    if not holds_own_manifest(backend, step):
+        return
     if backend.is_local:
         try:
             os.unlink(backend.local_path(rel))
@@ -194,14 +197,59 @@ def uncommit(backend: Backend, step: int) -> None:
             pass
 
 
+_RANK_RE = re.compile(r"rank-\d{5}\.bin")
+
+
+def written_here(name: str) -> bool:
+    """Whether a file named ``name`` in a step directory is one iobench writes there: the manifest,
+    a rank file, or a temp file standing for one.  Ownership by name *inside a step directory iobench
+    made*: a step directory name alone (``step-000000000001``, which anyone may have) owns nothing."""
+    from iobench.io.atomic import final_name_of
+
+    final = final_name_of(name) or name
+    return final == MANIFEST or bool(_RANK_RE.fullmatch(final))
+
+
+def holds_own_manifest(backend: Backend, step: int) -> bool:
+    """The step directory holds an iobench checkpoint manifest (not just any ``manifest.json``)."""
+    try:
+        CheckpointManifest.from_json(backend.cat(f"{step_dir(step)}/{MANIFEST}"))
+    except (FileNotFoundError, ValueError, KeyError, TypeError, OSError):
+        return False
+    return True
+
+
 def delete_step(backend: Backend, step: int) -> None:
-    """Uncommit, then remove the files; a crash in between leaves only an uncommitted directory."""
+    """Uncommit, then remove iobench's files; a crash in between leaves only an uncommitted directory."""
     uncommit(backend, step)
     crashpoint("mid_retention")
+    remove_own_files(backend, step)
+
+
+def remove_own_files(backend: Backend, step: int) -> None:
+    """Remove what iobench writes into the step directory (``written_here``), and the directory once
+    nothing else is left in it: a user's file in a ``step-NNNNNNNNNNNN`` directory, a foreign
+    ``manifest.json``, or a directory of that name iobench never wrote, stays exactly as it was."""
     d = step_dir(step)
-    try:
-        backend.rm(d, recursive=True)
-    except FileNotFoundError:
-        pass
+    left = False
+    for p in backend.ls(d, detail=False):
+        name = os.path.basename(str(p).rstrip("/"))
+        if not written_here(name) or name == MANIFEST:   # a manifest still here after uncommit is not ours
+            left = True
+            continue
+        try:
+            backend.rm(f"{d}/{name}")
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            left = True
     if backend.is_local:
+        if not left:
+            try:
+                os.rmdir(backend.local_path(d))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
         fsync_dir(backend.local_path(""))

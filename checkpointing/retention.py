@@ -5,6 +5,8 @@ Rules (the failures DCP/Orbax users reported are exactly their violations):
   * never delete the newest committed checkpoint, nor any step still in flight;
   * keep the newest ``keep_last`` committed steps, plus every ``keep_every``-th step;
   * uncommitted leftovers (a crashed save) older than the newest commit are garbage.
+  * only iobench's own files go (``commit_point.written_here``); a user's file or ``manifest.json``
+    in a ``step-NNNNNNNNNNNN`` directory stays, and so does the directory around it.
 Deleting removes the manifest first (commit_point.delete_step).
 """
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from iobench.errors import ConfigError
 from iobench.storage import Backend
 
-from .commit_point import delete_step, is_committed, list_steps
+from .commit_point import delete_step, holds_own_manifest, list_steps
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ def plan_deletions(committed: list[int], present: list[int], protect: set[int], 
 
 def apply_retention(backend: Backend, policy: RetentionPolicy, protect: set[int] | frozenset = frozenset()) -> list[int]:
     present = list_steps(backend)
-    committed = [s for s in present if is_committed(backend, s)]
+    # Committed by iobench's own manifest: a step directory holding someone else's manifest.json is no
+    # checkpoint of ours, and must not make iobench's newest commit look old (keep_last would delete it).
+    committed = [s for s in present if holds_own_manifest(backend, s)]
     doomed = plan_deletions(committed, present, set(protect), policy)
     for s in doomed:
         delete_step(backend, s)

@@ -195,6 +195,11 @@ def _mask_secrets_in_logs() -> None:
         clean = redact_text(msg)
         if clean != msg:
             record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            # a traceback (log.exception) quotes the exception's text: the formatter uses exc_text as made here
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
         return record
 
     factory._iobench_redacts = True  # type: ignore[attr-defined]

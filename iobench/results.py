@@ -60,7 +60,14 @@ def register_secrets(argv: list[str]) -> None:
 
     for name in _SECRET_ENV:
         register_secret(os.environ.get(name))
-    for arg in argv:
+    for prev, arg in zip([""] + list(argv), argv):
+        # a credential given as a storage option (--storage-option secret=V): masked like the environment's
+        opt = arg[len("--storage-option="):] if arg.startswith("--storage-option=") else \
+            arg if prev == "--storage-option" else None
+        if opt is not None:
+            key, _, value = opt.partition("=")
+            if _SECRET_KEYS.search(key.strip().rsplit(".", 1)[-1]):
+                register_secret(value)
         for m in _URL_USERINFO.finditer(arg):
             user, _, password = m.group("userinfo").partition(":")
             for part in (user, password):

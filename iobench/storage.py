@@ -623,12 +623,14 @@ def parse_storage_options(items: list[str] | None, field_name: str = "--storage-
     """``KEY=VALUE`` strings into fsspec storage options; values parse as YAML scalars
     (``anon=true`` -> True, ``block_size=1048576`` -> int), dotted keys nest (``client_kwargs.region_name=x``)."""
     out: dict = {}
-    for item in items or []:
+    for n, item in enumerate(items or [], 1):
         import yaml   # only when there are options: most loads give none (~20 ms of start-up)
 
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(field_name, f"{item.split('=')[0]!r}... is not KEY=VALUE", "e.g. --storage-option anon=true")
+            # not quoted: a mistyped `secret:VALUE` (or a bare secret) is a credential
+            raise ConfigError(field_name, f"option {n} ({len(item)} characters, not shown) is not KEY=VALUE",
+                              "e.g. --storage-option anon=true")
         try:
             parsed = yaml.safe_load(value) if value else ""
         except yaml.YAMLError:

@@ -77,6 +77,24 @@ def _shards(access: str, plan, starts: np.ndarray) -> set[int]:
     return {s for b in plan.blocks for s in b.shards}
 
 
+def _check_schedule_fits(cfg, batches_per_epoch: int) -> None:
+    """Refuse, from the first epoch's batch count, a schedule over ``_MAX_EPOCHS`` epochs or larger than
+    memory (each scheduled sample holds an 8-byte id): ``--set load.steps=1e15`` once planned epoch
+    after epoch for seconds (hours on a large dataset) before it was refused."""
+    from ..bounds import memory_cap
+    from ..units import format_bytes
+
+    field = "load.steps" if cfg.steps else "load.epochs"
+    epochs = -(-cfg.steps // batches_per_epoch) if cfg.steps else cfg.epochs
+    if epochs > _MAX_EPOCHS:
+        what = f"{cfg.steps} steps need {epochs} epochs" if cfg.steps else f"{epochs} epochs"
+        raise ConfigError(field, f"{what}: more than {_MAX_EPOCHS}", "ask for fewer steps or epochs")
+    need = epochs * batches_per_epoch * (8 * max(1, cfg.batch_size) + 4)
+    if need > memory_cap() // 4:
+        raise ConfigError(field, f"its schedule would take {format_bytes(need)} of memory, over a quarter of "
+                          "this host's", "ask for fewer steps or epochs")
+
+
 def build_schedule(cfg, manifest, rank: int = 0, world: int = 1) -> Schedule:
     """The epochs needed for ``cfg.steps`` (or ``cfg.epochs``), the batch count and the batch owners."""
     access = resolve_access(cfg.access, manifest.format, manifest)
@@ -92,6 +110,8 @@ def build_schedule(cfg, manifest, rank: int = 0, world: int = 1) -> Schedule:
         if p.batches == 0:
             raise ConfigError("load.batch_size", f"no full batch of {cfg.batch_size} on rank {rank}",
                               "lower --batch-size or drop --drop-last")
+        if epoch == 0:
+            _check_schedule_fits(cfg, p.batches)
         plans.append(p)
         owners.append(_owners(order, p, max(1, cfg.workers)))   # W=0: the consumer is the one producer
         shards |= _shards(order, p, starts)

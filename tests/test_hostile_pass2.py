@@ -1,0 +1,161 @@
+"""The second hostile pass (issue 25, by someone who did not write the guard): the classes it found open,
+each generated over its cases.
+
+- Checkpoint retention owned directories by name: any ``step-NNNNNNNNNNNN`` directory on a tier was
+  its own, so a user's files in one, or a directory holding someone else's ``manifest.json``, were
+  deleted by rotation; and a foreign ``step-999999999999`` made iobench's own newest step look old.
+  Now only the files iobench writes in a step directory go (``commit_point.written_here``), a step
+  is committed only by an iobench checkpoint manifest, and the directory goes only when empty.
+- Numbers that reach the loader through ``--set`` (``load.steps``, ``load.epochs``) were bounded only by
+  planning epoch after epoch (seconds on a tiny dataset, hours on a large one); ``load.prefetch`` was
+  blamed on ``--workers``.
+- A credential in ``--storage-option`` was quoted by the KEY=VALUE error and not masked elsewhere;
+  a traceback inside a log record (``log.exception``) was not masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+from hostile_helpers import assert_refused, make_user_file, run_inprocess, snapshot
+
+from iobench.results import redact_text
+
+# ---- checkpoint retention: only iobench's own files ---------------------------------------
+
+# what a user may have put on a checkpoint tier, under a name retention looks at
+FOREIGN_STEPS = {
+    "user file in an old step dir": {"step-000000000001/notes.txt": "mine\n"},
+    "foreign manifest.json": {"step-000000000002/manifest.json": '{"mine": 1}\n',
+                              "step-000000000002/weights.pt": "w\n"},
+    "foreign manifest, huge step": {"step-999999999999/manifest.json": '{"mine": 2}\n'},
+    "a rank-named file beside the user's": {"step-000000000003/rank-00000.bin": "not iobench's?\n",
+                                            "step-000000000003/README": "mine\n"},
+    "nested directory": {"step-000000000004/sub/data.txt": "mine\n"},
+}
+
+
+@pytest.mark.parametrize("tier", ["local", "durable"])
+@pytest.mark.parametrize("case", list(FOREIGN_STEPS))
+def test_checkpoint_rotation_never_deletes_what_iobench_did_not_write(case, tier, tmp_path):
+    from checkpointing.commit_point import list_steps, holds_own_manifest
+    from iobench.storage import open_backend
+
+    local, durable = tmp_path / "local", tmp_path / "durable"
+    for d in (local, durable):
+        d.mkdir()
+    victims = []
+    for rel, text in FOREIGN_STEPS[case].items():
+        victims.append(make_user_file(tmp_path / tier / rel, text))
+    keep = {rel.split("/")[0] for rel in FOREIGN_STEPS[case]
+            if not rel.endswith("rank-00000.bin")}   # a rank file beside the user's README may go; the README stays
+    before = snapshot(*[v for v in victims if not v.endswith("rank-00000.bin")])
+    r = run_inprocess(["ckpt", "--params", "1e5", "--count", "3", "--interval-ms", "1", "--keep-local", "1",
+                       "--keep-durable", "1", "--local", str(local), "--durable", str(durable)], timeout_s=60)
+    assert r.rc == 0, r.stderr
+    assert snapshot(*[v for v in victims if not v.endswith("rank-00000.bin")]) == before
+    for d in keep:
+        assert (tmp_path / tier / d).is_dir()
+    # rotation still works on iobench's own steps: exactly one of its own is kept on each tier
+    for d in (local, durable):
+        b = open_backend(str(d))
+        own = [s for s in list_steps(b) if holds_own_manifest(b, s)]
+        assert len(own) == 1, (d, sorted(os.listdir(d)))
+    r = run_inprocess(["ckpt", "restore", "--params", "1e5", "--local", str(local), "--durable", str(durable)],
+                      timeout_s=60)
+    assert r.rc == 0, r.stderr
+
+
+def test_retention_removes_its_own_leftovers_and_keeps_the_directory_of_foreign_files(tmp_path):
+    from checkpointing.commit_point import remove_own_files
+    from iobench.storage import open_backend
+
+    d = tmp_path / "step-000000000007"
+    make_user_file(d / "rank-00000.bin", "x")
+    make_user_file(d / ".rank-00001.bin.abcdef-1-2-abcd.tmp", "x")
+    make_user_file(d / "mine.txt")
+    remove_own_files(open_backend(str(tmp_path)), 7)
+    assert sorted(os.listdir(d)) == ["mine.txt"]
+    os.unlink(d / "mine.txt")
+    make_user_file(d / "rank-00000.bin", "x")
+    remove_own_files(open_backend(str(tmp_path)), 7)
+    assert not d.exists()
+
+
+# ---- numbers through --set: refused from the first epoch, naming the field ----------------
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pass2") / "ds"
+    r = run_inprocess(["gen", "--format", "raw", "--num-samples", "64", "--seq-len", "32", "--shard-size", "1KiB",
+                       "--out", str(d), "--no-progress"], timeout_s=60)
+    assert r.rc == 0, r.stderr
+    return d
+
+
+SET_ROWS = [("load.steps", v) for v in ("1000000000", "1000000000000000", str(2**62))] + \
+           [("load.epochs", v) for v in ("1000000", "1000000000000")] + \
+           [("load.prefetch", v) for v in ("100000", "1000000000")]
+
+
+@pytest.mark.parametrize("key, value", SET_ROWS)
+def test_set_values_are_bounded_before_work(key, value, ds):
+    before = snapshot(ds)
+    r = run_inprocess(["load", str(ds), "--set", f"{key}={value}"], timeout_s=10)
+    field = {"load.prefetch": "--prefetch"}.get(key, key)
+    assert_refused(r, field, within_s=5)
+    assert snapshot(ds) == before
+
+
+# ---- secrets: storage options and tracebacks in log records ------------------------------
+
+SO_SECRET = "SO-secret-value-0123456789"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--storage-option", f"secret:{SO_SECRET}"],                  # mistyped: the value quoted as a bad option
+    [f"--storage-option=secret{SO_SECRET}"],                     # no separator at all
+    ["--storage-option", f"secret={SO_SECRET}", "--storage-option", "bogus"],
+    ["--storage-option", f"client_kwargs.aws_secret_access_key={SO_SECRET}", "--storage-option", "x"],
+], ids=["colon", "no-sep", "good-then-bad", "nested-key"])
+@pytest.mark.parametrize("debug", [False, True], ids=["plain", "debug"])
+def test_a_storage_option_secret_reaches_no_output(argv, debug, capfd):
+    from iobench.cli import main
+
+    try:
+        rc = main((["--debug"] if debug else []) + ["verify", "s3://iobench/x", "--endpoint-url",
+                                                     "http://127.0.0.1:9"] + argv)
+    except Exception as e:   # --debug re-raises: what the interpreter would print is the exception's text
+        rc = None
+        assert SO_SECRET not in redact_text(str(e))
+    out, err = capfd.readouterr()
+    assert SO_SECRET not in out + err
+    if not debug:
+        assert rc == 2 and len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
+
+
+def test_a_traceback_in_a_log_record_is_masked(tmp_path):
+    from iobench.cli import _mask_secrets_in_logs
+    from iobench.results import register_secret
+
+    secret = "log-traceback-SECRET-42"
+    register_secret(secret)
+    _mask_secrets_in_logs()
+    log = logging.getLogger("iobench.test.pass2")
+    path = tmp_path / "log.txt"
+    handler = logging.FileHandler(path)
+    log.addHandler(handler)
+    try:
+        try:
+            raise RuntimeError(f"cannot reach http://AK:{secret}@127.0.0.1:1 with {secret}")
+        except RuntimeError:
+            log.exception("upload failed")
+        log.warning("where", stack_info=True)
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    text = path.read_text()
+    assert "RuntimeError" in text and "upload failed" in text
+    assert secret not in text
