@@ -242,9 +242,13 @@ def read_results(path: str | os.PathLike) -> dict:
     from .io.inputs import read_json
 
     data = read_json(path, "results", what="results file written with --json")
-    if not isinstance(data, dict) or "schema_version" not in data:
+    if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("command"), str):
         raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
     check_version(data, where=f"results {path}")
+    for key in ("metrics", "config"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError("results", f"{path}: {key} is a {type(data[key]).__name__}, not a mapping",
+                              "give a file written with --json")
     # masked as it comes in: a file written by hand, by an older iobench or elsewhere may hold a
     # URL's credentials, and every report, comparison and plan made from it would repeat them
     return redact_urls(data)

@@ -159,3 +159,72 @@ def test_a_traceback_in_a_log_record_is_masked(tmp_path):
     text = path.read_text()
     assert "RuntimeError" in text and "upload failed" in text
     assert secret not in text
+
+
+# ---- tier copy directories: reconcile and the next stage remove only what a stager writes ---------
+
+# files a user may leave beside iobench's copies, in the copy directory iobench made
+COPY_DIR_USER_FILES = {"notes": "mine.txt", "nested": "sub/x.txt", "old-style temp name": ".notes.backup12.tmp",
+                       "a temp name standing for no shard": ".thesis.tex.aaaaaaaa.tmp",
+                       "a shard name the dataset lacks": "shard-000099.bin"}
+
+
+@pytest.mark.parametrize("command", ["reconcile", "stage", "evict"])
+@pytest.mark.parametrize("case", list(COPY_DIR_USER_FILES))
+def test_a_users_file_in_a_copy_directory_survives(case, command, ds, tmp_path):
+    tiers = tmp_path / "tiers.yaml"
+    assert run_inprocess(["tiers", "init", "--nvme", str(tmp_path / "nvme"), "--pfs", str(tmp_path / "pfs"),
+                          "--out", str(tiers)], timeout_s=30).rc == 0
+    r = run_inprocess(["stage", str(ds), "--tiers", str(tiers)], timeout_s=30)
+    assert r.rc == 0, r.stderr
+    (copy_dir,) = [d for d in (tmp_path / "nvme").iterdir() if d.name.startswith("ds-")]
+    victim = make_user_file(copy_dir / COPY_DIR_USER_FILES[case])
+    # what a killed stager leaves, which must still go: the temp file of a dead writer for a real shard
+    shard = sorted(p.name for p in copy_dir.iterdir() if p.name.startswith("shard-0000"))[0]
+    leftover = make_user_file(copy_dir / f".{shard}.zzzzzzzz.tmp", "half")
+    before = snapshot(victim)
+    argv = {"reconcile": ["tiers", "reconcile", "--tiers", str(tiers)],
+            "stage": ["stage", str(ds), "--tiers", str(tiers)],
+            "evict": ["tiers", "evict", "--tiers", str(tiers), "--tier", "nvme"]}[command]
+    r = run_inprocess(argv, timeout_s=30)
+    assert r.rc == 0, r.stderr
+    assert snapshot(victim) == before
+    if command != "evict":
+        assert not os.path.exists(leftover)
+
+
+# ---- compare and the results reader: two different commands, results of the wrong shape ---------
+
+def _results(path, doc) -> str:
+    import json
+
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"schema_version": 1, "command": 5}, "results"),
+    ({"schema_version": 1, "command": None}, "results"),
+    ({"schema_version": 1, "command": "load", "metrics": "fast"}, "metrics"),
+    ({"schema_version": 1, "command": "load", "metrics": [1, 2]}, "metrics"),
+    ({"schema_version": 1, "command": "load", "config": 7}, "config"),
+], ids=["command-int", "command-null", "metrics-str", "metrics-list", "config-int"])
+@pytest.mark.parametrize("reader", ["compare", "report", "plan"])
+def test_results_of_the_wrong_shape_are_refused(doc, field, reader, ds, tmp_path):
+    bad = _results(tmp_path / "bad.json", doc)
+    good = str(tmp_path / "good.json")
+    assert run_inprocess(["verify", str(ds), "--json", good], timeout_s=30).rc == 0
+    argv = {"compare": ["compare", bad, good], "report": ["report", bad, "-o", str(tmp_path / "rep")],
+            "plan": ["plan", "prefetch", "--from", bad]}[reader]
+    before = snapshot(tmp_path)
+    assert_refused(run_inprocess(argv, timeout_s=10), field, within_s=5)
+    assert snapshot(tmp_path) == before
+
+
+def test_compare_refuses_results_of_two_different_commands(ds, tmp_path):
+    a, b = str(tmp_path / "load.json"), str(tmp_path / "verify.json")
+    assert run_inprocess(["load", str(ds), "--steps", "4", "--json", a], timeout_s=60).rc == 0
+    assert run_inprocess(["verify", str(ds), "--json", b], timeout_s=30).rc == 0
+    r = run_inprocess(["compare", a, b], timeout_s=10)
+    assert_refused(r, "command load vs verify")
+    assert run_inprocess(["compare", a, b, "--allow-different"], timeout_s=10).rc == 0

@@ -176,13 +176,17 @@ def test_reconcile_with_capacity_on_the_pfs_tier_keeps_datasets_living_there(tmp
             f.write("mine")
         ds = w.ds["outside"]
         w.mgr.prestage(ds, "pfs")
-        orphan = os.path.join(w.pfs, ds.id, "orphan.bin")       # in a copy directory, unknown: ours to clean
-        with open(orphan, "wb") as f:
-            f.write(b"x")
+        # in a copy directory: a dead stager's temp file for one of the dataset's shards is ours to clean;
+        # a file of any other name there is not (ownership by record: the catalog names the shards)
+        orphan = os.path.join(w.pfs, ds.id, f".{ds.manifest.shards[0].path}.zzzzzzzz.tmp")
+        foreign = os.path.join(w.pfs, ds.id, "orphan.bin")
+        for path in (orphan, foreign):
+            with open(path, "wb") as f:
+                f.write(b"x")
         tiers = write_tiers_file(w.cfg, str(tmp_path / "tiers.yaml"))
         assert main(["tiers", "reconcile", "--tiers", tiers]) == 0
         assert "removed_files': 1" in capsys.readouterr().out
-        assert not os.path.exists(orphan) and os.path.exists(stray)
+        assert not os.path.exists(orphan) and os.path.exists(stray) and os.path.exists(foreign)
         w.check()
     finally:
         w.close()

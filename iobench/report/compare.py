@@ -167,6 +167,9 @@ def setup_differences(docs_a: list[tuple[str, dict]], docs_b: list[tuple[str, di
     for name, a, b in pairs:
         sa, sb = setup(a), setup(b)
         diffs = [f"{k} {sa[k]} vs {sb[k]}" for k in sa if k in sb and sa[k] != sb[k]]
+        if a.get("command") != b.get("command"):
+            # a load against a verify shares a throughput metric, not a meaning: "B matches A" would be false
+            diffs.insert(0, f"command {a.get('command')} vs {b.get('command')}")
         if diffs:
             out.append(f"{name}: {', '.join(diffs)}")
     return out

@@ -517,9 +517,14 @@ class TierManager:
         if not base.is_local:
             return 0
         removed = 0
-        for dirpath, _dirs, files in os.walk(os.path.join(base.root, ds.id)):
+        top = os.path.join(base.root, ds.id)
+        # a temp file stands for one of the dataset's files, or is not ours
+        shards = {p for s in ds.manifest.shards for p in (s.path, s.index_path) if p}
+        for dirpath, _dirs, files in os.walk(top):
             for name in files:
-                if final_name_of(name) is not None and not writer_alive(name):
+                stands_for = final_name_of(name)
+                rel = os.path.relpath(os.path.join(dirpath, stands_for or name), top).replace(os.sep, "/")
+                if stands_for is not None and rel in shards and not writer_alive(name):
                     try:
                         os.unlink(os.path.join(dirpath, name))
                         removed += 1
@@ -556,15 +561,19 @@ class TierManager:
         with self.catalog.tx() as c:
             self.catalog._drop_stale(c, tier)
         keep = {f"{r['dataset']}/{r['shard']}" for r in self.catalog.copies(tier=tier, state=None)}
+        # what a stager writes in a copy directory: the dataset's shards (the origin's rows name every
+        # one) and temp files standing for them.  Anything else there is not ours (a user's notes beside
+        # the copies): ownership by record, not by place.
+        shards = {f"{r['dataset']}/{r['shard']}" for r in self.catalog.copies(state=None, include_origin=True)}
         removed = 0
         for rel in seen:
             head, name = os.path.split(rel)
             final = rel
             stands_for = final_name_of(name)
             if stands_for is not None:   # a stager's temp file: kept while its writer runs, else a leftover
-                if writer_alive(name):
+                if os.path.join(head, stands_for) not in shards or writer_alive(name):
                     continue
-            elif final in keep:
+            elif final in keep or final not in shards:
                 continue
             try:
                 b.rm(rel)   # Backend.rm: refuses a path that a symlink leads out of the tier
