@@ -344,7 +344,11 @@ def to_markdown(results: list[dict], meta: dict) -> str:
              f"Command: `{meta['command']}`  ",
              f"Machine: {mc['cpu_count']} cores, {mc['memory_bytes'] / 2**30:.0f} GiB, {mc['os']}, Python {mc['python']}; "
              f"{mc['note']}; load average {meta['load_avg_start']:.1f} at start, {meta['load_avg_end']:.1f} at end.  ",
-             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", "",
+             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", ""]
+    for u in meta.get("updates", []):
+        lines += [f"Rerun with `{u['command']}` ({u['seconds']:.0f} s): " + "; ".join(u["sections"])
+                  + ". Those rows come from the rerun (their load averages are in the last column).", ""]
+    lines += [
              "| comparison | ratio | per-round ratios | target | met | load avg (min-max) |", "|---|---|---|---|---|---|"]
     for r in results:
         if "skipped" in r:
