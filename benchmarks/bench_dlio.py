@@ -68,11 +68,11 @@ def gen_iobench(name: str, out: Path) -> None:
 def _dlio_overrides(name: str, data: Path, record_bytes: int) -> list[str]:
     _, _, files, per_file, _, _, fmt = SHAPES[name]
     o = [f"++workload.dataset.num_files_train={files}", f"++workload.dataset.num_samples_per_file={per_file}",
-         f"++workload.dataset.data_folder={data}", f"++workload.dataset.record_length_bytes={record_bytes}",
+         f"++workload.dataset.data_folder={data}", f"++workload.dataset.record_length={record_bytes}",
          f"++workload.dataset.format={fmt}"]
     if name == "unet3d":
-        o += ["++workload.dataset.record_length_bytes_stdev=0",
-              f"++workload.dataset.record_length_bytes_resize={record_bytes}"]
+        o += ["++workload.dataset.record_length_stdev=0",
+              f"++workload.dataset.record_length_resize={record_bytes}"]
     return o
 
 
@@ -146,6 +146,7 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp/iobench-bench-dlio")
     ap.add_argument("--keep", action="store_true", help="keep the datasets for a rerun")
     ap.add_argument("--no-dlio", action="store_true", help="iobench only (no DLIO venv)")
+    ap.add_argument("--gen-only", action="store_true", help="make the datasets and stop (kept; not a measurement)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     a = ap.parse_args()
     from iobench.blockdev import device_of
@@ -176,6 +177,8 @@ def main() -> int:
                 gen_dlio(name, dl, venv, record, log)
                 dl_files = _files(dl / "train")
                 dl_sample = sum(p.stat().st_size for p in dl_files) / (len(dl_files) * SHAPES[name][3])
+            if a.gen_only:
+                continue
             modes = [("throttled", bw)] + ([("unthrottled", None)] if a.unthrottled else [])
             for mode, cap in modes:
                 per: dict[str, list[dict]] = {"iobench": [], "dlio": []}
@@ -217,7 +220,8 @@ def main() -> int:
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
-    write(a, rows, raw, bw)
+    if not a.gen_only:
+        write(a, rows, raw, bw)
     return 0
 
 

@@ -10,22 +10,11 @@ import importlib
 
 from iobench.config import nearest
 from iobench.errors import ConfigError, MissingDependencyError
+from iobench.format_registry import FORMATS
 
 from .base import FormatSpec, Reader, Sample, Writer
 
-# name -> (module, optional third-party package it imports, pip extra that provides it)
-_REGISTRY: dict[str, tuple[str, str | None, str | None]] = {
-    "raw": ("iobench.formats.raw", None, None),
-    "parquet": ("iobench.formats.parquet", "pyarrow", "parquet"),
-    "tfrecord": ("iobench.formats.tfrecord", "crc32c", None),
-    "tar": ("iobench.formats.tar", None, None),
-    "files": ("iobench.formats.files", None, None),
-    "npz": ("iobench.formats.npz", None, None),
-    "npy": ("iobench.formats.npy", None, None),
-    "megatron": ("iobench.formats.megatron", None, None),
-    "hdf5": ("iobench.formats.hdf5", "h5py", "hdf5"),
-    "arrow": ("iobench.formats.arrow", "pyarrow", "parquet"),
-}
+_REGISTRY = FORMATS   # the table is core data (iobench.format_registry): the manifest checks names with it
 
 
 def format_names() -> list[str]:

@@ -189,8 +189,13 @@ class MegatronReader(Reader):
         return np.frombuffer(rec, dtype=self.dtype)
 
     def count_samples(self, data, shard) -> int:
-        return sum(1 for _ in self.iter_samples(data, shard)) if self.window else \
-            (len(self._offsets(shard)) - 1 if self._offsets(shard)[-1] == len(data) else -1)
+        if self.window:
+            return sum(1 for _ in self.iter_samples(data, shard))
+        offs = self._offsets(shard)
+        if offs[-1] != len(data):
+            raise IntegrityError(f"{shard.path}: offset {min(len(data), offs[-1])}: sequences end at byte "
+                                 f"{offs[-1]}, the .bin file holds {len(data)}")
+        return len(offs) - 1
 
     def _window(self, i: int) -> tuple[int, int]:
         item = self.dtype.itemsize

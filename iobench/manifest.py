@@ -168,8 +168,7 @@ _SPEC_COUNTS = ("seq_len", "vocab_size", "record_bytes", "image_width", "image_h
 
 def _check_kinds(d: dict) -> None:
     """format, modality, compression, checksum algorithm and spec sizes: known values, in range."""
-    from .formats import format_names   # here: the formats import the manifest
-
+    from .format_registry import format_names
     from .config import nearest
 
     if d["format"] not in format_names():

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 ROOTS = {"iobench": "iobench", "iobench.formats": "formats", "iobench.checkpointing": "checkpointing",
          "iobench.gds": "gds"}
 CORE = ("iobench.errors", "iobench.config", "iobench.units", "iobench.paths", "iobench.storage",
-        "iobench.wrappers", "iobench.metrics", "iobench.schema", "iobench.results", "iobench.manifest", "iobench.io")
+        "iobench.wrappers", "iobench.metrics", "iobench.schema", "iobench.results", "iobench.manifest", "iobench.format_registry", "iobench.io")
 UPPER = ("iobench.loader", "iobench.tiers", "iobench.checkpointing", "iobench.gds", "iobench.report",
          "iobench.suite", "iobench.commands", "iobench.cli", "iobench.planner", "iobench.probe",
          "iobench.generate", "iobench.verify", "iobench.mlperf", "iobench.dist", "iobench.formats")

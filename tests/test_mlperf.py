@@ -139,6 +139,9 @@ def test_slow_storage_fails_and_is_diagnosed_fetch_bound(unet3d):
     assert out["max_accelerators_per_node"] == 0
     assert out["next_step"]["au"] < 0.2
     assert out["next_step"]["bound"] == "storage-bound"
+    # the host's read ceiling stands beside it: 300 ms a read delivers far under it
+    ceiling = out["next_step"]["host_ceiling"]
+    assert ceiling["bytes_per_s"] > out["next_step"]["delivered_bytes_per_s"]
     assert out["headline"].startswith("this storage cannot keep even 1 simulated H100")
 
 
@@ -291,3 +294,28 @@ def test_find_max_never_claims_more_than_a_kernel_throttled_disk_can_feed(tmp_pa
     for p in fm["probes"]:
         assert p["throughput_bytes_per_s"] <= cap * 1.1
     assert fm["next_step"] is not None and fm["next_step"]["accelerators"] <= bound + 1
+
+
+def test_tfrecord_batch_is_cut_across_read_threads(tmp_path):
+    """A tf.data-style workload (stream, batch divisible by read threads): each MLPerf step takes one
+    piece from every reader, every step is a full batch, and the epoch has floor(samples / batch) steps."""
+    from iobench.mlperf.run import loader_group
+    from iobench.mlperf.workloads import TABLE
+
+    assert loader_group(TABLE["resnet50"], 8) == 8 and loader_group(TABLE["cosmoflow"], 4) == 1
+    assert loader_group(TABLE["unet3d"], 4) == 1
+    wl = tmp_path / "tfs.yaml"
+    wl.write_text("gen: {format: tfrecord, modality: records, num_samples: 100, shard_size: 10 samples,\n"
+                  "      record_bytes: 2000, record_bytes_stdev: 0, checksum: xxh64, seed: 0}\n"
+                  "mlperf: {access: stream, batch_size: 8, read_threads: 2, au_threshold: 0.5, epochs: 2,\n"
+                  "         compute_s: {h100: 0.02}, file_shuffle: false, sample_shuffle: false}\n")
+    data = tmp_path / "d"
+    assert main(["gen", "--workload", str(wl), "--out", str(data), "--no-progress"]) == 0
+    r = run_mlperf(MlperfConfig(dataset=str(data), workload=str(wl), runs=1, warmup=False, cache="as-is"))
+    assert r["steps_per_epoch"] == 100 // 8                       # 12: the 4 left over are dropped
+    p = r["per_rank"][0]
+    assert p["samples"] == 2 * 12 * 8                               # full batches only
+    assert p["steps"] == 2 * (12 - 1)                               # MLPerf steps measured, first of each epoch out
+    assert len(p["au_per_epoch"]) == 2
+    w = next(x for x in r["compliance"]["rules"] if x["rule"] == "workload values")
+    assert not w["ok"] and not r["rule_compliant"]                  # a user's YAML is an open experiment

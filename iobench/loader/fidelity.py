@@ -54,7 +54,7 @@ def storage_spec(kind: str, batch_io_s: float, requests_per_batch: int, request_
         return f"const:{ms(per * 0.7)}+spike:p=0.15,extra={ms(per * 2)}"
     if kind == "bw":
         # per worker: the model (planner.loader_sim.draw_io) gives each worker this cap of its own
-        return f"bw:{max(1, int(request_bytes / per))},per=worker"
+        return f"bw:{max(1, int(request_bytes / per))}B/s,per=worker"
     raise ValueError(f"unknown storage kind {kind!r}")
 
 

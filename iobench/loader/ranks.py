@@ -33,9 +33,10 @@ def merge_ranks(per_rank: list[dict], hosts: list[str] | None = None) -> dict:
     out["stall_ratio_by_rank"] = [m[STALL_RATIO] for m in ranks]
     out["first_step_excluded"] = True
     out["batch_bytes"] = sum(m["batch_bytes"] for m in ranks) / len(ranks)
-    steady = [m.get("throughput", {}).get("steady_samples_per_s") for m in ranks]
-    # ranks run concurrently: the world's steady rate is the sum of theirs
-    out["throughput"]["steady_samples_per_s"] = sum(steady) if all(v is not None for v in steady) else None
+    # ranks run concurrently: the world's steady and batch rates are the sums of theirs
+    for key in ("steady_samples_per_s", "batches_per_s"):
+        vals = [m.get("throughput", {}).get(key) for m in ranks]
+        out["throughput"][key] = sum(vals) if all(v is not None for v in vals) else None
     if all(m.get("series") for m in ranks):
         out.update(world_intervals(ranks))
     return out
@@ -75,11 +76,17 @@ def world_intervals(ranks: list[dict]) -> dict:
         reasons.append(p99["note"])
     elif p99["relative_half_width"] > rule.p99_ci:
         reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
+    stopped = sorted({str((m.get("stability") or {}).get("stopped", "")) for m in ranks} - {""})
+    windows = [p["window"] for p in per]
     return {"intervals": {STALL_RATIO: stall, "batch_service_p99_s": p99, "batch_wait_p99_s": wait99},
             "stable": not reasons,
             "stability": {"rule": rule.describe(), "not_stable_because": reasons,
+                          "until_stable": any((m.get("stability") or {}).get("until_stable") for m in ranks),
+                          "stopped": "; ".join(stopped),
                           "world": "stall per rank (its own steady window); P99 over every rank's batches"},
-            "steady_window": {"by_rank": [p["window"] for p in per], "rule": "each rank's own (see per_rank)"}}
+            # the world's window: the steps where every rank was in its own steady window
+            "steady_window": {"from_step": max(w[0] for w in windows), "to_step": min(w[1] for w in windows),
+                              "by_rank": windows, "rule": "each rank's own (see per_rank); the world's is where all overlap"}}
 
 
 def _steps(series: dict) -> list[float]:

@@ -12,6 +12,8 @@ answer stands on two full results, one passing at N and one failing at N + 1.
 Each stop is labelled: the failing count is run once more with no I/O (batches of the same size from
 memory).  If that passes, storage was the limit (``storage-bound``); if it fails too, the host could
 not prepare the batches (``host-bound``: CPU for N accelerators x read threads, copies, the harness).
+Beside it, the host's read ceiling (iobench.driver.host_ceiling: the same loader on a copy in
+memory): a stop whose delivered bytes/s reach ``HOST_BOUND`` of it is host-bound too.
 """
 
 from __future__ import annotations
@@ -34,24 +36,49 @@ def _summary(r: dict, full: bool = False) -> dict:
                              <= r["au_ci95_worst"][1])}
 
 
+def _ceiling(cfg: MlperfConfig, n: int) -> dict | None:
+    """This host's read ceiling for one accelerator's loader (cached per host and batch shape), or None."""
+    try:
+        from ..driver import host_ceiling
+        from ..loader.core import LoadConfig
+        from ..manifest import read_manifest
+        from ..storage import open_backend
+        from .run import _load_fields
+
+        wl, compute_s, _ = cfg.resolve()
+        fields = _load_fields(cfg, wl, compute_s, "as-is", cfg.seed, 1)
+        manifest = read_manifest(open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset"))
+        return host_ceiling(LoadConfig(**fields), manifest).to_dict()
+    except Exception as e:  # noqa: BLE001 — a label's evidence must not fail the search
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
 def _bound(cfg: MlperfConfig, n: int, fail: dict, world) -> dict:
-    """Why ``n`` accelerators fail: the same count without I/O tells storage from host."""
+    """Why ``n`` accelerators fail: the same count without I/O, and the host's read ceiling, tell storage
+    from host."""
+    from ..driver import HOST_BOUND
+
     synthetic = run_mlperf(dataclasses.replace(cfg, accelerators=n, synthetic=True, runs=1, warmup=False), world)
+    ceiling = _ceiling(cfg, n)
+    cap = (ceiling or {}).get("bytes_per_s") or 0.0
+    near_ceiling = bool(cap and fail["throughput_bytes_per_s"] >= HOST_BOUND * cap)
     worst = fail["worst_accelerator"]
-    bound = "storage-bound" if synthetic["passed"] else "host-bound"
+    bound = "storage-bound" if synthetic["passed"] and not near_ceiling else "host-bound"
     worst_rank = next(r for r in fail["per_rank"] if r["rank"] == worst)
     model = worst_rank.get("au_model")
+    why = (f"without I/O the same {n} accelerators reach AU {synthetic['au']:.1%}" +
+           (f"; storage delivered {fail['throughput_bytes_per_s'] / 1e6:.1f} MB/s, {fail['throughput_bytes_per_s'] / cap:.0%} "
+            f"of this host's read ceiling ({cap / 1e6:.1f} MB/s)" if cap else "") + ": " +
+           ("the storage path is the limit" if bound == "storage-bound" else
+            "this host is the limit (CPU, copies, its read path, the harness), storage aside"))
     return {"accelerators": n, "au": fail["au"], "au_min": fail["au_min"], "worst_accelerator": worst,
-            "bound": bound, "au_without_io": synthetic["au"], "au_model_worst": model,
+            "bound": bound, "au_without_io": synthetic["au"], "au_model_worst": model, "host_ceiling": ceiling,
+            "delivered_bytes_per_s": fail["throughput_bytes_per_s"],
             "worst_wait_s": worst_rank["wait_s"], "worst_batch_io_p99_s": worst_rank["batch_io_p99_s"],
-            "explanation": (f"without I/O the same {n} accelerators reach AU {synthetic['au']:.1%}: " +
-                            ("the storage path is the limit" if synthetic["passed"] else
-                             "this host cannot prepare the batches fast enough (CPU, copies, the harness), "
-                             "storage aside")
-                            + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "
-                               "of the gap is hand-off, the consumer late to take ready batches while the "
-                               "workers read (a loaded host)"
-                               if model is not None and model >= fail["au_threshold"] else ""))}
+            "explanation": why + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "
+                                  "of the gap is hand-off, the consumer late to take ready batches while the "
+                                  "workers read (a loaded host)"
+                                  if model is not None and model >= fail["au_threshold"] else "")}
 
 
 def find_max(cfg: MlperfConfig, max_accelerators: int = 64, world=None,
