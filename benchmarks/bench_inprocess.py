@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
-from bench_load import MiB, _fio, load_rate, machine, median_run, paired_result
+from bench_load import MiB, _fio, _gather_loop, load_rate, machine, median_run, paired_result
 from summary import DERIVE, merge_results, write_rows
 
 from iobench.generate import GenSpec, generate
@@ -76,7 +76,10 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
 
     if not shutil.which("fio"):
         return [{"section": "w0", "skipped": "fio not installed"}]
+    from iobench.formats import get_format
+
     url, m, files = _tokens(work, scale)
+    fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
         # --read-ahead 1: the next shard's read (cold: an O_DIRECT pread; warm: its mapping) on a thread
@@ -96,7 +99,13 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
             peer.append(_fio(files, SHARD, 1, direct=(state == "cold"), out_json=work / "fio.json")
                         | {"load_avg": _loadavg()})
 
-        _rounds(rounds, ours, theirs)
+        floor: list[dict] = []
+
+        def one_process(r, state=state, batch=batch, floor=floor):
+            if state == "warm":   # bench_load's one-process floor: map each shard, gather every batch, nothing else
+                floor.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
+
+        _rounds(rounds, ours, theirs, one_process)
         row = paired_result(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs fio 1 job" +
             (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
@@ -109,6 +118,13 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
                                 "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
         row["load_avg"] = [x["load_avg"] for x in iob + peer]
         out.append(row)
+        if floor:
+            out.append(paired_result(
+                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs one-process map + shuffled gather",
+                iob, floor, "bytes_per_s", None,
+                "diagnostic, no target: bench_load's _gather_loop(mapped=True) -- each shard mapped with "
+                "MAP_POPULATE and every batch gathered, in one process, nothing else -- the least work of this "
+                "design; iobench W=0 adds the per-step bookkeeping and does the mapping on its read-ahead thread"))
     return out
 
 
@@ -328,7 +344,11 @@ def to_markdown(results: list[dict], meta: dict) -> str:
              f"Command: `{meta['command']}`  ",
              f"Machine: {mc['cpu_count']} cores, {mc['memory_bytes'] / 2**30:.0f} GiB, {mc['os']}, Python {mc['python']}; "
              f"{mc['note']}; load average {meta['load_avg_start']:.1f} at start, {meta['load_avg_end']:.1f} at end.  ",
-             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", "",
+             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", ""]
+    for u in meta.get("updates", []):
+        lines += [f"Rerun with `{u['command']}` ({u['seconds']:.0f} s): " + "; ".join(u["sections"])
+                  + ". Those rows come from the rerun (their load averages are in the last column).", ""]
+    lines += [
              "| comparison | ratio | per-round ratios | target | met | load avg (min-max) |", "|---|---|---|---|---|---|"]
     for r in results:
         if "skipped" in r:
