@@ -93,7 +93,26 @@ def output_file(path: str, flag: str) -> None:
         st = os.stat(p) if os.path.exists(p) else None
         if st is not None and not stat.S_ISREG(st.st_mode):
             raise ConfigError(flag, f"{path} exists and is not a regular file", "give a file path")
+    _check_name_length(p, flag, path, _TEMP_NAME_EXTRA)
     _check_creatable(os.path.dirname(p), flag, path, "give a path under a directory")
+
+
+# an output file is written under a temp name first (iobench.io.atomic): '.' + name + '.<host>-<pid>-<start>-<rand>.tmp'
+_TEMP_NAME_EXTRA = 48
+
+
+def _check_name_length(p: str, flag: str, path: str, extra: int = 0) -> None:
+    """Each component of ``p`` fits the file system's name limit (with ``extra`` bytes for a temp name)."""
+    try:
+        limit = os.pathconf(_existing_ancestor(os.path.dirname(p) or "."), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    parts = [c for c in p.split(os.sep) if c]
+    for n, part in enumerate(parts):
+        room = limit - (extra if n == len(parts) - 1 else 0)
+        if len(part.encode(errors="surrogateescape")) > room:
+            raise ConfigError(flag, f"a name in {path[:60]}... is {len(part.encode(errors='surrogateescape'))} bytes, "
+                              f"over the {room} this file system allows there", "give a shorter name")
 
 
 def output_dir(path: str, flag: str) -> None:
@@ -106,6 +125,7 @@ def output_dir(path: str, flag: str) -> None:
             raise ConfigError(flag, f"{path} is {_kind(p)}, not a directory", "give a directory path")
         _check_writable_dir(p, flag, "files")
         return
+    _check_name_length(p, flag, path)
     _check_creatable(p, flag, path, "give a directory path")
 
 
@@ -156,6 +176,9 @@ def check_args(args) -> None:
     from .guard import Role
 
     for pf in getattr(args, "io_paths", None) or ():
+        if pf.role is not Role.NOT_A_PATH and getattr(args, pf.dest, None) == "":
+            # `--json ''` (an unset shell variable): asked for a file, would silently get none
+            raise ConfigError(pf.flag, "is an empty path", "give a path")
         for x in pf.paths(args):
             if pf.role is Role.OUT_FILE:
                 output_file(x, pf.flag)

@@ -287,3 +287,33 @@ def test_smoke_interrupted_removes_its_scratch_prefix(after, s3_server, tmp_path
     root = f"{s3_server.bucket}/{prefix}"
     left = [k for k in fs.find(root) if k.rstrip("/") != root]
     assert left == []
+
+
+# ---- an empty path (an unset shell variable) and a name longer than the file system allows ---------
+
+LONG = "n" * 300
+PATH_ROWS = {
+    "verify --json": (["verify", "{ds}", "--json", "{P}"], "--json"),
+    "load --json": (["load", "{ds}", "--steps", "2", "--json", "{P}"], "--json"),
+    "gen --out": (["gen", "--num-samples", "8", "--out", "{P}"], "--out"),
+    "index --out": (["index", "{ds}", "--format", "raw", "--out", "{P}"], "--out"),
+    "report -o": (["report", "{res}", "-o", "{P}"], "--out"),
+    "compare --markdown": (["compare", "{res}", "{res}", "--markdown", "{P}"], "--markdown"),
+    "load --workload": (["load", "{ds}", "--workload", "{P}"], "--workload"),
+    "verify DATASET": (["verify", "{P}"], "DATASET"),
+}
+
+
+@pytest.mark.parametrize("kind", ["empty", "too long"])
+@pytest.mark.parametrize("name", list(PATH_ROWS))
+def test_an_empty_or_overlong_path_is_refused(name, kind, ds, tmp_path):
+    res = str(tmp_path / "res.json")
+    assert run_inprocess(["verify", str(ds), "--json", res], timeout_s=30).rc == 0
+    argv, field = PATH_ROWS[name]
+    if kind == "too long" and name in ("load --workload", "verify DATASET"):
+        pytest.skip("an input: a missing file, reported as such")
+    value = "" if kind == "empty" else str(tmp_path / (LONG + ".json"))
+    before = snapshot(tmp_path, ds)
+    r = run_inprocess([a.format(ds=ds, res=res, P=value) if "{" in a else a for a in argv], timeout_s=10)
+    assert_refused(r, field, within_s=5)
+    assert snapshot(tmp_path, ds) == before
