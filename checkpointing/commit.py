@@ -197,6 +197,17 @@ class Checkpointer:
             for t in self._threads:
                 t.join(timeout=30)
 
+    def abort(self, timeout_s: float = 30.0) -> None:
+        """Stop after the save in progress (Ctrl-C, SIGTERM): queued saves are dropped, never started, and
+        the threads are joined, so a clean-up after this sees every file they will ever write."""
+        with self._cv:
+            self._writes.clear()
+            self._uploads.clear()
+            self._closed = True
+            self._cv.notify_all()
+        for t in self._threads:
+            t.join(timeout=timeout_s)
+
     def __enter__(self) -> "Checkpointer":
         return self
 

@@ -206,6 +206,9 @@ def run_saves(cfg: CkptConfig, local: Backend | None, durable: Backend | None, w
             if bar is not None:
                 bar.update(task, advance=1)
         ck.close()
+    except KeyboardInterrupt:   # Ctrl-C or SIGTERM: nothing more starts, and nothing writes after the exit
+        ck.abort()
+        raise
     finally:
         if bar is not None:
             bar.stop()

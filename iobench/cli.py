@@ -213,8 +213,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     finally:
-        if previous is not None:
+        if argv is None:
+            _end_quietly_on_signal()   # the process itself: what is left is its teardown
+        elif previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _end_quietly_on_signal() -> None:
+    """After the command has returned, Ctrl-C or SIGTERM ends the process at once, with one line: the
+    interpreter's teardown (thread joins, atexit hooks of the S3 client) would otherwise print a
+    KeyboardInterrupt traceback, or die of the default SIGTERM with no line at all."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_signal(signum, frame):
+        try:
+            sys.stdout.flush()
+            name = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+            sys.stderr.write(f"iobench: {name} while exiting; the command had finished and its files are "
+                             "complete\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(128 + signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
 
 
 def _main(argv: list[str] | None) -> int:

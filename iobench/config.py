@@ -217,7 +217,16 @@ def load_workload(name_or_path: str) -> dict:
         raise ConfigError("--workload", f"{name_or_path} is not valid YAML: {e}", "fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError("--workload", f"{name_or_path} must be a mapping of sections", "see README: Configuration")
+    for key in data:
+        # a mistyped section (`laod:`) would be read by no command: the run would use the defaults silently
+        if key not in WORKLOAD_SECTIONS:
+            raise ConfigError("--workload", f"{name_or_path}: section {key!r} is read by no command",
+                              nearest(str(key), WORKLOAD_SECTIONS))
     return data
+
+
+# the sections of a workload file: gen (and mlperf's datasets), load, mlperf (an open MLPerf experiment)
+WORKLOAD_SECTIONS = ("gen", "load", "mlperf")
 
 
 def load_yaml_file(path: str, field: str) -> dict:

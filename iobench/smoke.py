@@ -239,17 +239,23 @@ def run_smoke(endpoint_url: str | None, bucket: str, prefix: str | None = None, 
     plan = [("connect", connect), ("write dataset", write), ("verify dataset", verify),
              ("read with stall measurement", read), ("checkpoint commit", commit), ("checkpoint restore", restore)]
     failed_at = None
-    for name, fn in plan:
-        c = checks[name]
-        if failed_at is not None or (name == "checkpoint restore" and checks["checkpoint commit"].status != "passed"):
-            c.message = f"not run: '{failed_at or 'checkpoint commit'}' failed"
-            c.status = "skipped"
-        else:
-            _run(c, fn, timeout_s)
-            if c.status == "failed" and (name in ("connect", "write dataset") or c.detail.get("unreachable")):
-                failed_at = name
-        if on_check:
-            on_check(c)
+    try:
+        for name, fn in plan:
+            c = checks[name]
+            if failed_at is not None or (name == "checkpoint restore"
+                                         and checks["checkpoint commit"].status != "passed"):
+                c.message = f"not run: '{failed_at or 'checkpoint commit'}' failed"
+                c.status = "skipped"
+            else:
+                _run(c, fn, timeout_s)
+                if c.status == "failed" and (name in ("connect", "write dataset") or c.detail.get("unreachable")):
+                    failed_at = name
+            if on_check:
+                on_check(c)
+    except KeyboardInterrupt:   # Ctrl-C or SIGTERM (iobench.cli): the scratch prefix goes too, then the exit
+        if "backend" in state:
+            _run(checks["cleanup"], cleanup, min(timeout_s, 30.0))
+        raise
     c = checks["cleanup"]
     if "backend" in state:
         _run(c, cleanup, timeout_s)

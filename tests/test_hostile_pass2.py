@@ -228,3 +228,62 @@ def test_compare_refuses_results_of_two_different_commands(ds, tmp_path):
     r = run_inprocess(["compare", a, b], timeout_s=10)
     assert_refused(r, "command load vs verify")
     assert run_inprocess(["compare", a, b, "--allow-different"], timeout_s=10).rc == 0
+
+
+# ---- a workload section no command reads (`laod:`) was ignored: the run used the defaults ---------
+
+@pytest.mark.parametrize("text, field", [
+    ("laod:\n  batch_size: 4\n", "'laod'"), ("gen: {}\nchekpoint: {}\n", "'chekpoint'"),
+    ("a: &a [1, 1, 1]\nb: [*a, *a, *a]\nload: {batch_size: 4}\n", "'a'"),   # an alias bomb's anchors
+], ids=["laod", "chekpoint", "anchors"])
+@pytest.mark.parametrize("command", ["load", "gen"])
+def test_a_workload_section_no_command_reads_is_refused(text, field, command, ds, tmp_path):
+    wl = tmp_path / "wl.yaml"
+    wl.write_text(text)
+    argv = {"load": ["load", str(ds), "--workload", str(wl)],
+            "gen": ["gen", "--workload", str(wl), "--out", str(tmp_path / "never")]}[command]
+    assert_refused(run_inprocess(argv, timeout_s=10), field, within_s=5)
+    assert not (tmp_path / "never").exists()
+
+
+# ---- smoke interrupted: its scratch prefix goes too, and the checkpoint threads stop first ---------
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("after", ["PASS verify dataset", "PASS read with stall measurement"])
+def test_smoke_interrupted_removes_its_scratch_prefix(after, s3_server, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import s3fs
+
+    prefix = f"pass2-{after.split()[1]}-{os.getpid()}"
+    env = dict(os.environ, **s3_server.env())
+    p = subprocess.Popen([sys.executable, "-m", "iobench.cli", "smoke", "--endpoint-url", s3_server.endpoint_url,
+                          "--bucket", s3_server.bucket, "--prefix", prefix, "--steps", "3"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err = ""
+    try:
+        assert p.stderr is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = p.stderr.readline()
+            err += line
+            if not line or after in line:
+                break
+        assert after in err, err
+        p.send_signal(signal.SIGTERM)
+        _, rest = p.communicate(timeout=60)
+        err += rest
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "terminated (SIGTERM)" in err.strip().splitlines()[-1], err[-2000:]
+    fs = s3fs.S3FileSystem(endpoint_url=s3_server.endpoint_url, key=env.get("AWS_ACCESS_KEY_ID"),
+                           secret=env.get("AWS_SECRET_ACCESS_KEY"))
+    root = f"{s3_server.bucket}/{prefix}"
+    left = [k for k in fs.find(root) if k.rstrip("/") != root]
+    assert left == []
