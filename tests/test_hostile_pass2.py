@@ -317,3 +317,15 @@ def test_an_empty_or_overlong_path_is_refused(name, kind, ds, tmp_path):
     r = run_inprocess([a.format(ds=ds, res=res, P=value) if "{" in a else a for a in argv], timeout_s=10)
     assert_refused(r, field, within_s=5)
     assert snapshot(tmp_path, ds) == before
+
+
+# ---- a tiers file's numbers hold the flags' bounds (iobench.bounds) ------------------------------
+
+@pytest.mark.parametrize("key, value", [("concurrency", "100000000"), ("concurrency", "-1"), ("concurrency", ".nan"),
+                                        ("retries", "100000"), ("retries", "0"), ("retries", "-1")])
+def test_a_tiers_files_numbers_are_bounded(key, value, ds, tmp_path):
+    t = tmp_path / "tiers.yaml"
+    t.write_text(f"tiers:\n- name: nvme\n  url: {tmp_path / 'nvme'}\n{key}: {value}\n")
+    before = snapshot(tmp_path, ds)
+    assert_refused(run_inprocess(["stage", str(ds), "--tiers", str(t)], timeout_s=10), key, within_s=5)
+    assert snapshot(tmp_path, ds) == before

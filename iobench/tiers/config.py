@@ -97,6 +97,12 @@ class TiersConfig:
             raise ConfigError("tiers", f"tier name {sorted(dup)[0]!r} is used twice", "give each tier its own name")
         if self.concurrency < 0:
             raise ConfigError("concurrency", f"must be 0 (one per core) or more, got {self.concurrency}", "use e.g. 4")
+        from ..bounds import THREADS, Bound
+
+        # the same bounds as the flags' (iobench.bounds): a tiers file is typed input too
+        if self.concurrency:
+            THREADS.check("concurrency", self.concurrency)
+        Bound(1, 100).check("retries", self.retries)
         from ..paths import Held, check_disjoint, root_key
 
         # One root per tier: an evict of one of two overlapping tiers would delete the other's copies.
