@@ -20,7 +20,7 @@ import time
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import ConfigError
 from .policies import Policy
@@ -60,10 +60,30 @@ _WRITE_LOCKS: dict[tuple[int, str], threading.Lock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
+# Catalog files this process has checked (iobench.io.inputs.check_sqlite), by pid.  The check
+# opens the file; POSIX record locks belong to the process, so closing that descriptor while
+# another thread's SQLite connection holds locks on the file drops them (SQLite then reports
+# "disk I/O error" to the ranks staging beside it).  So a process checks a catalog once,
+# before its first connection, and never opens it outside SQLite again.
+_CHECKED: set[tuple[int, str]] = set()
+_CHECKED_GUARD = threading.Lock()
+
+
 def _reset_write_locks() -> None:
-    global _WRITE_LOCKS_GUARD
+    global _WRITE_LOCKS_GUARD, _CHECKED_GUARD
     _WRITE_LOCKS_GUARD = threading.Lock()
     _WRITE_LOCKS.clear()
+    _CHECKED_GUARD = threading.Lock()
+
+
+def _check_once(path: str) -> None:
+    from ..io.inputs import check_sqlite
+
+    key = (os.getpid(), os.path.abspath(path))
+    with _CHECKED_GUARD:
+        if key not in _CHECKED:
+            check_sqlite(path, "catalog")   # a FIFO would block connect; a non-SQLite file fails late
+            _CHECKED.add(key)
 
 
 if hasattr(os, "register_at_fork"):
@@ -133,19 +153,17 @@ class Catalog:
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None or getattr(self._local, "pid", None) != os.getpid():
-            from ..io.inputs import check_sqlite
-
-            check_sqlite(self.path, "catalog")   # a FIFO would block connect; a non-SQLite file fails late
+            _check_once(self.path)
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             try:
                 c = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                     check_same_thread=True)
-                self._use_wal(c)
+                self._while_locked(self._use_wal, c)
                 # NORMAL in WAL mode survives process crashes; a power loss can only lose a
                 # recent transaction, whose orphaned files `reconcile` removes.
                 c.execute("PRAGMA synchronous=NORMAL")
                 c.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-                self._init_schema(c)
+                self._while_locked(self._init_schema, c)
             except sqlite3.DatabaseError as e:
                 raise ConfigError("catalog", f"{self.path} cannot be used as a catalog ({e})",
                                   "give the path of an iobench catalog, or a new file") from None
@@ -153,22 +171,26 @@ class Catalog:
         return c
 
     def _use_wal(self, c: sqlite3.Connection) -> None:
-        """Switch the catalog to WAL, waiting out other processes that open it at the same moment.
+        """Switch the catalog to WAL; the mode is stored in the file: once WAL, nothing to change."""
+        if c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            c.execute("PRAGMA journal_mode=WAL")
 
-        Changing the journal mode needs an exclusive lock, and SQLite answers "database is
-        locked" at once instead of calling the busy handler when another connection holds the
-        file (ranks of one job opening a new catalog together); so retry here, for as long as
-        the busy timeout allows.  The mode is stored in the file: once WAL, nothing to change.
+    def _while_locked(self, step: Callable[[sqlite3.Connection], None], c: sqlite3.Connection) -> None:
+        """Run one start-up step (the WAL switch, the schema), retrying "database is locked".
+
+        Ranks of one job open a new catalog together.  Changing the journal mode needs an
+        exclusive lock, and SQLite answers "locked" at once there instead of calling the busy
+        handler; a schema statement can meet SQLITE_BUSY too, which rolls its transaction back.
+        So the whole step is retried, for as long as the busy timeout allows.
         """
         deadline = time.monotonic() + self.busy_timeout_s
         delay = 0.001
         while True:
             try:
-                if c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    c.execute("PRAGMA journal_mode=WAL")
+                step(c)
                 return
             except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                if not ("locked" in str(e) or "busy" in str(e)) or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
@@ -180,7 +202,10 @@ class Catalog:
         try:
             yield c
         except BaseException:
-            c.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (SQLITE_BUSY, _FULL, _IOERR): a second
+            # ROLLBACK would fail with "no transaction is active" and hide the error that matters
+            if c.in_transaction:
+                c.execute("ROLLBACK")
             raise
         c.execute("COMMIT")
 
