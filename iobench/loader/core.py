@@ -376,6 +376,9 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
     lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
     rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
+    # The start-up clock starts before the first worker does: a worker reads as soon as it is ready,
+    # while the next ones are forked, and those bytes count in wall_s_with_startup (DESIGN rule 13).
+    rec.t_spawn = now_ns()
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
@@ -396,7 +399,6 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
                            transient=True)
             bar.start()
             task = bar.add_task("load", total=total)
-        rec.t_spawn = now_ns()
         rx.wait_started(cfg.workers)  # connections and imports are start-up, not throughput
         rec.t_start = now_ns()
         run_delay0 = {p.pid: run_delay_s(p.pid) for p in procs}   # CPU contention, from here to the end
