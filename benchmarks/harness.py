@@ -142,7 +142,7 @@ def set_cache(files: list[str], state: str) -> float:
 
 def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: bool = False) -> argparse.ArgumentParser:
     """The options every benchmark has: ``--out`` (where the report goes) and a scratch directory."""
-    ap = argparse.ArgumentParser(description=doc if raw else (doc or "").splitlines()[0],
+    ap = argparse.ArgumentParser(description=doc if raw else (doc or "").strip().split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
     ap.add_argument("--out", default=out, help=f"where the report goes (default {out})")
     if scratch_flag:
