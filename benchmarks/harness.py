@@ -179,3 +179,42 @@ def write_report(out: str | Path, data: dict, markdown: str, rows: list[dict] | 
         write_rows(out.name, rows, ref=out.parent, command=command)
     if echo:
         print(markdown)
+
+
+def sections_option(ap: argparse.ArgumentParser, names, merge: bool = True) -> None:
+    """``--sections`` (a comma-separated subset of ``names``) and, with ``merge``, ``--merge``."""
+    ap.add_argument("--sections", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
+    if merge:
+        ap.add_argument("--merge", action="store_true",
+                        help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
+
+
+def run_sections(sections: dict[str, Callable[..., list[dict]]], chosen: str, *args) -> list[dict]:
+    """Each chosen section's rows, tagged with its key (``bench_section``, what ``--merge`` replaces)
+    and its seconds; a line per row as it comes."""
+    out: list[dict] = []
+    for s in (x.strip() for x in chosen.split(",") if x.strip()):
+        ts = time.perf_counter()
+        rows = sections[s](*args)
+        for r in rows:
+            r["section_seconds"] = time.perf_counter() - ts
+            r["bench_section"] = s
+            print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) met={r.get('met')}",
+                  flush=True)
+        out.extend(rows)
+    return out
+
+
+def write_results(out: str | Path, meta: dict, results: list[dict], merge: bool,
+                  markdown: Callable[[list[dict], dict], str], rows: str | None = None,
+                  legacy_prefix: dict | None = None) -> int:
+    """OUT.json ``{"meta", "results"}``, OUT.md and (``rows``: the summary's DERIVE key) OUT.rows.json
+    from a run's section rows; with ``merge``, they replace only the sections the run measured."""
+    from summary import DERIVE, merge_results
+
+    out = Path(out)
+    if merge and out.with_suffix(".json").exists():
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results, legacy_prefix)
+    write_report(out, {"meta": meta, "results": results}, markdown(results, meta),
+                 DERIVE[rows]({"results": results}) if rows else None, command=meta["command"])
+    return 0
