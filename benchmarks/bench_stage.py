@@ -160,11 +160,11 @@ def main() -> int:
         print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
 
     with scratch("stage", args.work) as work:
-        src = work / "src"
+        src = work / "object" / "src"   # each tier its own directory, neither inside another
         m = make_dataset(str(src), args.shards, nbytes)
         files = [s.path for s in m.shards]
         cfg = TiersConfig(tiers=(TierSpec(name="nvme", url=str(work / "nvme")),
-                                 TierSpec(name="object", url=str(work))), catalog=str(work / "catalog.sqlite"))
+                                 TierSpec(name="object", url=str(work / "object"))), catalog=str(work / "catalog.sqlite"))
         # 1. local -> local
         for fsync, verify in ((True, True), (False, True), (False, False)):
             vcfg = replace(cfg, verify=verify)
