@@ -19,8 +19,8 @@ from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError, IobenchError
-from ..metrics import LatencyHistogram, now_ns
-from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability
+from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
+from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .sampler import ACCESS_PATTERNS, order_of
@@ -204,16 +204,6 @@ def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
                               f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
-def _summary(h: LatencyHistogram) -> Any:   # a schema.HdrSummary
-    return h.summary()
-
-
-def _hist_summary(values_s: list[float]) -> Any:   # a schema.HdrSummary
-    from ..metrics import summarize_seconds
-
-    return summarize_seconds(values_s)
-
-
 @dataclass
 class _Setup:
     """Everything a load needs before its first step (built by ``_setup``)."""
@@ -233,18 +223,10 @@ class _Setup:
 
 
 @dataclass
-class _Steps:
+class _Steps(StepSeries):
     """What the step loop recorded, one entry per step, in step order."""
 
-    waits: list[float] = field(default_factory=list)
-    computes: list[float] = field(default_factory=list)
-    steps_s: list[float] = field(default_factory=list)
-    t_step: list[float] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
-    batch_bytes: list[int] = field(default_factory=list)
-    lens: list[int] = field(default_factory=list)
-    io_s: list[float] = field(default_factory=list)        # storage time spent producing the batch
-    prep_s: list[float] = field(default_factory=list)      # parse/decode/collate time of the batch
     fill_s: list[float] = field(default_factory=list)      # shuffle-buffer fill before it (stream), apart
     requests: list[int] = field(default_factory=list)
     worker: list[int] = field(default_factory=list)
@@ -253,7 +235,6 @@ class _Steps:
     start_s: list = field(default_factory=list)            # map/stream: when its worker started it (gate open)
     t_spawn: int = 0
     t_start: int = 0
-    t_end: int = 0
     system: dict = field(default_factory=dict)
     done: dict = field(default_factory=dict)
     overflow: int = 0
@@ -578,16 +559,16 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         warmup_s=warmup_s,
         warmup_fraction=warmup_fraction,
         fill_io_s_total=sum(rec.fill_s),
-        batch_wait_s=_hist_summary(w),
-        batch_io_s=_hist_summary(io),
-        batch_io_hist=_encode(io),
-        batch_prep_s=_hist_summary(rec.prep_s[1:] or rec.prep_s),
-        batch_service_s=_hist_summary(service),
-        batch_service_hist=_encode(service),
-        batch_wait_hist=_encode(w),
-        compute_hist=_encode(rec.computes[1:]),
-        compute_s=_hist_summary(rec.computes[1:] or rec.computes),
-        step_s=_hist_summary(s),
+        batch_wait_s=summarize_seconds(w),
+        batch_io_s=summarize_seconds(io),
+        batch_io_hist=encoded_seconds(io),
+        batch_prep_s=summarize_seconds(rec.prep_s[1:] or rec.prep_s),
+        batch_service_s=summarize_seconds(service),
+        batch_service_hist=encoded_seconds(service),
+        batch_wait_hist=encoded_seconds(w),
+        compute_hist=encoded_seconds(rec.computes[1:]),
+        compute_s=summarize_seconds(rec.computes[1:] or rec.computes),
+        step_s=summarize_seconds(s),
         batch_bytes=float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
         batch_bytes_max=int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
         bytes_read=bytes_read,
@@ -598,7 +579,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
             "batches_per_s": steps / wall_s if wall_s > 0 else None,
             "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
         },
-        read_latency_s={op: _summary(h) for op, h in read_hists.items()},
+        read_latency_s={op: h.summary() for op, h in read_hists.items()},
         read_calls=calls,
         queue_depth={"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
                      "slots": st.slots, "slot_bytes": st.slot_bytes},
@@ -714,16 +695,6 @@ def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
     except OSError as e:
         raise ConfigError("--odirect", f"the filesystem under {backend.root} refuses O_DIRECT ({e.strerror})",
                           "drop --odirect (tmpfs and some FUSE filesystems do not support it)") from None
-
-
-def _encode(values_s: list[float]) -> str | None:
-    """An encoded HDR histogram (mergeable across ranks; the report plots its full CDF)."""
-    if not values_s:
-        return None
-    h = LatencyHistogram()
-    for v in values_s:
-        h.record_s(v)
-    return h.encode()
 
 
 def _describe_delivery(deliver: Delivery, device: str) -> dict:
