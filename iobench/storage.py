@@ -214,11 +214,9 @@ class Backend:
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
-        if self.is_local:
-            _require_regular(self.path(rel))
-        return self.fs.cat_file(self.path(rel), start=start, end=end)
+        return self.cat_buffer(rel, start, end)
 
-    def cat_buffer(self, rel: str, start: int, end: int):
+    def cat_buffer(self, rel: str, start: int | None, end: int | None):
         """Bytes ``[start, end)`` of ``rel`` as a read-only buffer (len(), memoryview()), not
         necessarily ``bytes``: a fast client's own buffer is handed over without a copy (a whole
         shard read in one GET is parsed where it landed)."""

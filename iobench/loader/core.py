@@ -133,12 +133,9 @@ def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
     """Bytes one batch can take in a slot, from the manifest (generous, so overflow is rare)."""
     spec = manifest.spec or {}
     per_sample = max((s.bytes + s.samples - 1) // max(1, s.samples) for s in manifest.shards)
-    if manifest.modality == "tokens" and "seq_len" in spec:
-        dt = spec.get("token_dtype", "auto")
-        if dt not in ("uint16", "uint32"):
-            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
-        itemsize = np.dtype(dt).itemsize
-        per_sample = max(int(spec["seq_len"]) * itemsize, 1)
+    row = _token_row_bytes(manifest)
+    if row is not None:
+        per_sample = max(row, 1)
         if manifest.compression == "none" and manifest.format == "raw":
             return cfg.batch_size * per_sample
     if cfg.decode and manifest.modality == "images":
@@ -172,14 +169,22 @@ def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
                           f"use at most {top} workers, or raise the limit (ulimit -n)")
 
 
+def _token_row_bytes(manifest) -> int | None:
+    """Bytes of one token sample of a tokens dataset of fixed ``seq_len`` (None for any other)."""
+    spec = manifest.spec or {}
+    if manifest.modality != "tokens" or "seq_len" not in spec:
+        return None
+    dt = spec.get("token_dtype", "auto")
+    if dt not in ("uint16", "uint32"):
+        dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
+    return int(spec["seq_len"]) * np.dtype(dt).itemsize
+
+
 def one_sample_bytes(manifest) -> int:
     """The largest stored sample (bytes), from the manifest: what one slot must hold at least."""
-    spec = manifest.spec or {}
-    if manifest.modality == "tokens" and "seq_len" in spec and manifest.compression == "none":
-        dt = spec.get("token_dtype", "auto")
-        if dt not in ("uint16", "uint32"):
-            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
-        return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    row = _token_row_bytes(manifest)
+    if row is not None and manifest.compression == "none":
+        return row
     best = 0
     for s in manifest.shards:
         if s.offsets and len(s.offsets) > 1:

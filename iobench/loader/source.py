@@ -362,6 +362,25 @@ def _by_shard(shard_of: "np.ndarray", local: "np.ndarray"):
     return order, local[order], cuts, groups
 
 
+def gather_rows(rows_of, shard_of: "np.ndarray", local: "np.ndarray", out: "np.ndarray", scratch):
+    """Sample i = row ``local[i]`` of ``rows_of(shard_of[i])`` (a shard's (records, length) array)
+    into ``out[i]``: one gather per shard into ``scratch`` (grown where it is too small, and
+    returned), then one gather into the batch's order.  mode="clip": no temporary (the caller
+    checked the bounds)."""
+    import numpy as np
+
+    n, length = len(local), out.shape[1]
+    if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
+        scratch = np.empty((max(n, 256), length), dtype=np.uint8)
+    order, lo, cuts, groups = _by_shard(shard_of, local)
+    for g, s in enumerate(groups):
+        np.take(rows_of(s), lo[cuts[g]:cuts[g + 1]], axis=0, out=scratch[cuts[g]:cuts[g + 1]], mode="clip")
+    inv = np.empty(n, dtype=np.intp)
+    inv[order] = np.arange(n)
+    np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
+    return scratch
+
+
 def _whole_records(shards, first: int, length: int) -> "list[int] | None":
     """Records per shard where every shard is exactly a header of ``first`` bytes and whole
     records of ``length`` (as its manifest entry says); None otherwise (the general path checks it)."""
@@ -700,18 +719,9 @@ class MemorySource(_InPlaceSource):
         from iobench.metrics import now_ns
 
         n = len(local)
-        order, lo, cuts, groups = _by_shard(shard_of, local)
-        scratch = self._scratch
-        if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
-            scratch = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
         t0 = now_ns()
-        for g, s in enumerate(groups):
-            a, b = cuts[g], cuts[g + 1]
-            # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
-            np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=scratch[a:b], mode="clip")
-        inv = np.empty(n, dtype=np.intp)
-        inv[order] = np.arange(n)
-        np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
+        self._scratch = gather_rows(lambda s: self._records_view(shards[s], first, length), shard_of, local, out,
+                                    self._scratch)
         dt = now_ns() - t0
         if n:
             self._log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
