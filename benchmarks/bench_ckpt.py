@@ -13,7 +13,6 @@ torch is not installed here, so the torch.save / DCP comparison is skipped (said
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -21,8 +20,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from itertools import count
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,7 @@ from iobench.checkpointing.snapshot import LiveState, Staging, local_ranks
 from iobench.checkpointing.state import from_params
 from iobench.storage import open_backend
 
-from harness import machine
+from harness import alternating, machine, parser, scratch, timed, write_report
 
 MiB = 1024 * 1024
 
@@ -56,7 +55,6 @@ def bench_snapshot(mib: int, reps: int) -> dict:
     dst = np.empty(total, dtype=np.uint8)
     staging.snapshot(live)       # warm: fault in the staging pages, as a reused buffer would be
     dst[:] = 0
-    ours, peer = [], []
 
     def memcpy():
         t0 = time.perf_counter_ns()
@@ -66,13 +64,8 @@ def bench_snapshot(mib: int, reps: int) -> dict:
             o += a.size
         return (time.perf_counter_ns() - t0) / 1e9
 
-    for i in range(reps * 3):    # alternate who goes first
-        if i % 2:
-            ours.append(staging.snapshot(live) / 1e9)
-            peer.append(memcpy())
-        else:
-            peer.append(memcpy())
-            ours.append(staging.snapshot(live) / 1e9)
+    runs = alternating(reps * 3, {"memcpy": memcpy, "ours": lambda: staging.snapshot(live) / 1e9})
+    ours, peer = runs["ours"], runs["memcpy"]
     r = statistics.median(ours) / statistics.median(peer)
     return {"bytes": total, "snapshot_s_median": statistics.median(ours), "memcpy_s_median": statistics.median(peer),
             "ratio_snapshot_over_memcpy": r, "target": "<= 1.2", "pass": r <= 1.2}
@@ -85,43 +78,34 @@ def bench_local_write(mib: int, reps: int, root: Path) -> dict:
     staging = Staging(spec, live.ranks)
     staging.snapshot(live)
     total = staging.nbytes
-    ours, peer, fio_own = [], [], []
     fio_size = total // (8 * len(live.ranks) * MiB) * 8 * len(live.ranks) * MiB
+    n = count()
 
-    def run_ours(i):
-        d = root / f"ours{i}"
+    def run_ours():
+        d = root / f"ours{next(n)}"
         b = open_backend(str(d))
         b.makedirs(cp.step_dir(1))
-        t0 = time.perf_counter()
         # what the engine's local write does: each rank file written and fsynced, then one directory fsync
-        write_buffers_local(b, [(f"{cp.step_dir(1)}/{cp.rank_file(r)}", staging.buffers[r]) for r in live.ranks],
-                            fsync=True)
-        ours.append(total / (time.perf_counter() - t0))
+        t, _ = timed(lambda: write_buffers_local(
+            b, [(f"{cp.step_dir(1)}/{cp.rank_file(r)}", staging.buffers[r]) for r in live.ranks], fsync=True))
         shutil.rmtree(d)
+        return total / t
 
-    def run_fio(i):
-        f = root / f"fio{i}"
+    def run_fio():
+        f = root / f"fio{next(n)}"
         f.mkdir()
-        t0 = time.perf_counter()
-        out = subprocess.run(["fio", "--name=ckpt", f"--directory={f}", "--rw=write", "--bs=8M", f"--size={fio_size}",
-                              f"--nrfiles={len(live.ranks)}", "--file_service_type=sequential", "--numjobs=1",
-                              "--ioengine=psync", "--end_fsync=1", "--fallocate=none", "--output-format=json"],
-                             capture_output=True, text=True, check=True)
-        wall = time.perf_counter() - t0
+        wall, out = timed(lambda: subprocess.run(
+            ["fio", "--name=ckpt", f"--directory={f}", "--rw=write", "--bs=8M", f"--size={fio_size}",
+             f"--nrfiles={len(live.ranks)}", "--file_service_type=sequential", "--numjobs=1", "--ioengine=psync",
+             "--end_fsync=1", "--fallocate=none", "--output-format=json"], capture_output=True, text=True, check=True))
         job = json.loads(out.stdout)["jobs"][0]
+        shutil.rmtree(f)
         # fio's rate is bytes over its job runtime (the end fsync is part of the job); the wall time of
         # the whole fio process (start-up, file layout) is kept beside it for reference
-        peer.append(job["write"]["bw_bytes"])
-        fio_own.append(job["write"]["io_bytes"] / wall)
-        shutil.rmtree(f)
+        return job["write"]["bw_bytes"], job["write"]["io_bytes"] / wall
 
-    for i in range(reps):        # alternate who goes first
-        if i % 2:
-            run_ours(i)
-            run_fio(i)
-        else:
-            run_fio(i)
-            run_ours(i)
+    runs = alternating(reps, {"fio": run_fio, "ours": run_ours})   # alternate who goes first
+    ours, peer, fio_own = runs["ours"], [p for p, _ in runs["fio"]], [w for _, w in runs["fio"]]
     r = statistics.median(ours) / statistics.median(peer)
     return {"bytes": total, "files": len(live.ranks), "ours_bytes_per_s_median": statistics.median(ours),
             "fio_bytes_per_s_median": statistics.median(peer), "ratio_ours_over_fio": r, "target": ">= 0.8",
@@ -139,7 +123,6 @@ def bench_s3(mib: int, reps: int, root: Path) -> dict:
     spec = spec_of(mib)
     live = LiveState(spec, local_ranks(spec))
     live.fill(0, 1)
-    ours, peer = [], []
     with S3Server(bucket="iobench") as srv:
         opts = {"key": srv.access_key, "secret": srv.secret_key}
         fs = s3fs.S3FileSystem(**srv.storage_options())
@@ -150,22 +133,19 @@ def bench_s3(mib: int, reps: int, root: Path) -> dict:
         manifest = cp.load_manifest(local, 1)
         d = local.local_path(cp.step_dir(1))
         files = [os.path.join(d, f.path) for f in manifest.files]
-        for i in range(-1, reps):      # rep -1 warms up both clients (connections, credentials)
-            def run_ours():
-                t0 = time.perf_counter()
-                upload_step(local, base.child(f"r{i + 1}"), manifest)
-                return time.perf_counter() - t0
+        n = count()
 
-            def run_peer():
-                t0 = time.perf_counter()
-                fs.put(files, [f"iobench/peer{i + 1}/{os.path.basename(p)}" for p in files])
-                return time.perf_counter() - t0
+        def run_ours():
+            return timed(lambda: upload_step(local, base.child(f"r{next(n)}"), manifest))[0]
 
-            # alternate who goes first, so neither always meets a colder cache or server
-            a, b = (run_ours(), run_peer()) if i % 2 else tuple(reversed((run_peer(), run_ours())))
-            if i >= 0:
-                ours.append(a)
-                peer.append(b)
+        def run_peer():
+            i = next(n)
+            return timed(lambda: fs.put(files, [f"iobench/peer{i}/{os.path.basename(p)}" for p in files]))[0]
+
+        # alternate who goes first, so neither always meets a colder cache or server; round 0 warms up
+        # both clients (connections, credentials) and is left out
+        runs = alternating(reps + 1, {"ours": run_ours, "peer": run_peer})
+        ours, peer = runs["ours"][1:], runs["peer"][1:]
     r = statistics.median(ours) / statistics.median(peer)
     return {"bytes": spec.params * 14, "ours_upload_and_manifest_s_median": statistics.median(ours),
             "s3fs_put_s_median": statistics.median(peer), "ratio_ours_over_put_time": r,
@@ -201,33 +181,26 @@ def bench_rss(mib: int, saves: int, root: Path) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = parser(None, "", scratch_flag=None)
     ap.add_argument("--mib", type=int, default=128, help="checkpoint size for the snapshot and write comparisons")
     ap.add_argument("--s3-mib", type=int, default=48)
     ap.add_argument("--rss-mib", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--out", default="", help="write OUT.json and OUT.md (e.g. reports/reference/ckpt)")
-    args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="iobench-bench-ckpt-", dir=os.environ.get("IOBENCH_BENCH_DIR")))
-    try:
-        res = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        res["snapshot_vs_memcpy"] = bench_snapshot(args.mib, args.reps)
-        print("snapshot vs memcpy", json.dumps(res["snapshot_vs_memcpy"]))
-        res["local_write_vs_fio"] = bench_local_write(args.mib, args.reps, root)
-        print("local write vs fio", json.dumps(res["local_write_vs_fio"]))
-        res["s3_commit_vs_put"] = bench_s3(args.s3_mib, args.reps, root)
-        print("s3 commit vs put", json.dumps(res["s3_commit_vs_put"]))
-        res["rss_20_saves"] = bench_rss(args.rss_mib, 20, root)
-        print("rss", json.dumps(res["rss_20_saves"]))
-        res["exposure_seed_g73"] = seed_exposure_scenario(str(root / "exposure"), time_scale=0.1)
-        print("exposure", json.dumps(res["exposure_seed_g73"]))
+    args = ap.parse_args()   # --out OUT: write OUT.json and OUT.md (e.g. reports/reference/ckpt)
+    res = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with scratch("ckpt", os.environ.get("IOBENCH_BENCH_DIR")) as root:
+        for key, what, fn in (("snapshot_vs_memcpy", "snapshot vs memcpy", lambda: bench_snapshot(args.mib, args.reps)),
+                              ("local_write_vs_fio", "local write vs fio",
+                               lambda: bench_local_write(args.mib, args.reps, root)),
+                              ("s3_commit_vs_put", "s3 commit vs put", lambda: bench_s3(args.s3_mib, args.reps, root)),
+                              ("rss_20_saves", "rss", lambda: bench_rss(args.rss_mib, 20, root)),
+                              ("exposure_seed_g73", "exposure",
+                               lambda: seed_exposure_scenario(str(root / "exposure"), time_scale=0.1))):
+            res[key] = fn()
+            print(what, json.dumps(res[key]))
         res["torch"] = "skipped: torch is not installed (too large for this project's environment)"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out + ".json").write_text(json.dumps(res, indent=2) + "\n")
-        Path(args.out + ".md").write_text(markdown(res, " ".join(sys.argv)))
+        write_report(args.out, res, markdown(res, " ".join(sys.argv)), echo=False)
     return 0
 
 

@@ -34,10 +34,12 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import command, machine, parser, ratios, scratch, write_report  # benchmarks/ is not a package
 
 MiB = 2**20
 TARGETS = {  # peer time / iobench time
@@ -235,8 +237,8 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     times = times_all
 
     def ratio(peer: str, ours: str) -> dict:
-        rs = sorted(p / o for p, o in zip(times[peer], times[ours]) if o)
-        return {"per_round": rs, "median": statistics.median(rs) if rs else None}
+        r = ratios(times[peer], times[ours])
+        return {"per_round": r["per_round"], "median": r["median"]}
     pairs = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking"),
              "blocking pause vs torch.save": ("torch_save", "iobench_blocking"),
              "time to durable vs torch.save + fsync": ("torch_save_durable", "iobench_durable"),
@@ -307,11 +309,9 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "reports/reference/ckpt_torch")
     ap.add_argument("--mib", default="64,256", help="state sizes in MiB, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="reports/reference/ckpt_torch")
-    ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--restore-child", default=None, help=argparse.SUPPRESS)   # internal: one timed restore
     args = ap.parse_args(argv)
     if args.restore_child:
@@ -331,28 +331,15 @@ def main(argv=None) -> int:
             subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(Path(__file__).resolve().parents[1]),
                             "torch==2.13.0"], check=True)
         os.execv(str(py), [str(py), __file__, *(argv if argv is not None else sys.argv[1:])])
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from harness import machine
-    from summary import write_rows
-
     warnings.filterwarnings("ignore")   # DCP warns that no process group is initialised: one rank is intended
-    work = Path(tempfile.mkdtemp(prefix="iobench-bench-ckpt-torch-", dir=args.work))
-    res = {"command": "python benchmarks/bench_ckpt_torch.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
-           "torch": torch.__version__, "rounds": args.rounds, "sizes": []}
-    try:
+    res = {"command": command("bench_ckpt_torch.py", argv), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "machine": machine(), "torch": torch.__version__, "rounds": args.rounds, "sizes": []}
+    with scratch("ckpt-torch", args.work) as work:
         for mib in (int(x) for x in args.mib.split(",") if x.strip()):
             res["sizes"].append(one_size(mib, args.rounds, work))
             print(json.dumps({k: v["median"] for k, v in res["sizes"][-1]["ratios"].items()}), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     res["load_avg_end"] = list(os.getloadavg())
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(res))
-    write_rows(out.name, rows(res), ref=out.parent, command=res["command"])
-    print(markdown(res))
+    write_report(args.out, res, markdown(res), rows(res), command=res["command"])
     return 0
 
 

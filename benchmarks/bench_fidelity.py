@@ -27,20 +27,18 @@ compare within a row; the load average is recorded.
 from __future__ import annotations
 
 from iobench.schema import STALL_RATIO
-import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import fields
 from pathlib import Path
 
 from iobench.blockdev import device_of, diskstats_read_bytes, own_cgroup
-from iobench.io.pagecache import drop_pages, file_residency
+from iobench.io.pagecache import file_residency
 from iobench.generate import GenSpec, generate
 from iobench.loader import fidelity
 from iobench.loader.core import LoadConfig, run_load
@@ -53,8 +51,8 @@ from iobench.storage import open_backend
 MiB = 2**20
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import machine  # noqa: E402  (benchmarks/ is not a package)
-from summary import merge_results  # noqa: E402
+from harness import (command, machine, median, parser, run_sections, scratch, sections_option,  # noqa: E402
+                     set_cache, write_results)  # (benchmarks/ is not a package)
 PEERS = HERE / "fidelity_peers.py"
 
 
@@ -104,13 +102,6 @@ def iobench_series(m: dict) -> dict:
 def peer_series(p: dict) -> dict:
     busy = [c for c in p["compute_s"]]
     return stalls(p["wait_s"], p["t_s"], busy)
-
-
-def cold(paths: list[str]) -> float:
-    for p in paths:
-        drop_pages(p)
-    res = [file_residency(p) for p in paths]
-    return max((r for r in res if r is not None), default=0.0)
 
 
 # ------------------------------------------------------------------ sections
@@ -212,7 +203,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
                                "measured_residency"), "samples_per_s": m["throughput"]["samples_per_s"]}
                     iob.append(row)
                 else:
-                    res = cold(paths)
+                    res = set_cache(paths, "cold")
                     with thr:
                         cg = own_cgroup()
                         # counted inside the peer around its loop: importing torch reads its libraries too
@@ -236,8 +227,8 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
                       f"{(row['device_io'] or {}).get('read_amplification')}", flush=True)
 
         def med(rows, k):
-            vals = [r[k] for r in rows if r.get(k) is not None]
-            return statistics.median(vals) if vals else float("nan")
+            v = median(rows, k)
+            return float("nan") if v is None else v
 
         def amp(rows):
             return statistics.median((r["device_io"] or {}).get("read_amplification") or 0 for r in rows)
@@ -327,6 +318,14 @@ def bare_pread_loop(paths: list[str], reads: list, length: int) -> float:
     return sum(n for _, _, n in got) / (max(b for _, b, _ in got) - min(a for a, _, _ in got))
 
 
+def row(section: str, note: str, ours: list[float], peer: list[float], target: float | None = None, **extra) -> dict:
+    """A 4 KiB-reads row from same-run rounds: the medians of each side, their ratio, the per-round ratios."""
+    i, p = statistics.median(ours), statistics.median(peer)
+    return {"section": section, "metric": "4 KiB reads per s", "note": note, "iobench": i, "peer": p, "ratio": i / p,
+            "target": target, "met": i / p >= target if target else None, "iobench_runs": ours, "peer_runs": peer,
+            "round_ratios": [x / y for x, y in zip(ours, peer)], **extra}
+
+
 def bench_fio(work: Path, quick: bool) -> list[dict]:
     """Map-style 4 KiB random reads vs fio randread, same request size and queue depth; cold and warm cache."""
     if not shutil.which("fio"):
@@ -387,7 +386,7 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
             lat.append({q: rl.get(q) for q in ("p50", "p90", "p99", "max")})
             if state == "cold":
                 iob_t.append(run_load(cfg_t).metrics["throughput"]["steady_samples_per_s"])
-                cold(paths)
+                set_cache(paths, "cold")
                 bare.append(bare_pread_loop(paths, reads, 4096))
             fj = work / "fio.json"
             # cold: the same number of reads as the loader made, from the same dropped cache (a time-based fio
@@ -395,7 +394,7 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
             span = [f"--number_ios={n // W}"] if state == "cold" else ["--time_based", "--runtime=2"]
             for name, extra in peers.items():
                 if state == "cold":
-                    cold(paths)
+                    set_cache(paths, "cold")
                 args = ["fio", "--output-format=json", f"--output={fj}", "--group_reporting", "--rw=randread",
                         "--bs=4k", "--ioengine=psync", "--iodepth=1", f"--invalidate={1 if state == 'cold' else 0}"]
                 if "--replay" in extra:   # one job per worker, each replaying that worker's reads
@@ -409,55 +408,35 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
                 peer[name].append(json.loads(text[text.index("{"):])["jobs"][0]["read"]["iops"])
                 kib[name].append(k if state == "cold" else None)
 
-        def mid(xs):
-            xs = [x for x in xs if x is not None]
-            return statistics.median(xs) if xs else None
-
-        i = statistics.median(iob)
         for name, extra in peers.items():
-            p = statistics.median(peer[name])
-            target = 0.8 if state == "cold" and extra else None
             label = "" if extra else f", {name}"
-            out.append({"section": f"fio randread, {state} cache{label}", "metric": "4 KiB reads per s",
-                        "note": f"{state} page cache; iobench --access map W={W} (one pread per 4 KiB sample, queue "
-                                f"depth {W}; samples sit 64 bytes off page boundaries, so a cold one costs two pages) "
-                                f"vs fio randread bs=4k psync numjobs={W} iodepth=1 (buffered, "
-                                + ("--invalidate=1 --fadvise_hint=0, one job per loader worker replaying its reads with "
-                                   "--read_iolog: the same samples in the same order) over the same shard files"
-                                   if "--replay" in extra else
-                                   f"{'--invalidate=1 --number_ios=' + str(n // W) if state == 'cold' else '--invalidate=0'} "
-                                   f"{' '.join(extra)}) over the same shard files"),
-                        "iobench": i, "peer": p, "ratio": i / p, "target": target,
-                        "met": i / p >= target if target else None, "iobench_runs": iob, "peer_runs": peer[name],
-                        "round_ratios": [a / b for a, b in zip(iob, peer[name])],
-                        "iobench_device_kib_per_read": mid(kib["iobench"]) if state == "cold" else None,
-                        "peer_device_kib_per_read": mid(kib[name]),
-                        "iobench_read_latency_s": lat})
+            out.append(row(f"fio randread, {state} cache{label}",
+                           f"{state} page cache; iobench --access map W={W} (one pread per 4 KiB sample, queue "
+                           f"depth {W}; samples sit 64 bytes off page boundaries, so a cold one costs two pages) "
+                           f"vs fio randread bs=4k psync numjobs={W} iodepth=1 (buffered, "
+                           + ("--invalidate=1 --fadvise_hint=0, one job per loader worker replaying its reads with "
+                              "--read_iolog: the same samples in the same order) over the same shard files"
+                              if "--replay" in extra else
+                              f"{'--invalidate=1 --number_ios=' + str(n // W) if state == 'cold' else '--invalidate=0'} "
+                              f"{' '.join(extra)}) over the same shard files"),
+                           iob, peer[name], 0.8 if state == "cold" and extra else None,
+                           iobench_device_kib_per_read=median(kib["iobench"]) if state == "cold" else None,
+                           peer_device_kib_per_read=median(kib[name]), iobench_read_latency_s=lat))
         if state == "cold":
-            p = statistics.median(peer["same read-ahead"])
             fio_note = (f"fio bs=4k psync iodepth=1 --invalidate=1 --fadvise_hint=0, {W} jobs replaying the loader "
                         f"workers' reads (--read_iolog), the same rounds, the same cold shard files")
-            b, t = statistics.median(bare), statistics.median(iob_t)
-            out += [{"section": "fio randread, cold cache: bare Python pread loop vs fio", "metric": "4 KiB reads per s",
-                     "note": f"diagnostic, the ceiling of one pread per sample from Python here: {W} processes, each "
-                             f"a bare loop of os.preadv over one iobench worker's own reads (the same samples, in "
-                             f"the same order, grouped by shard per batch; queue depth {W}; no sampler, batches or "
-                             f"hand-off), timed inside the loops, vs {fio_note}",
-                     "iobench": b, "peer": p, "ratio": b / p, "target": None, "met": None,
-                     "iobench_runs": bare, "peer_runs": peer["same read-ahead"],
-                     "round_ratios": [x / y for x, y in zip(bare, peer["same read-ahead"])]},
-                    {"section": "fio randread, cold cache: iobench vs bare Python pread loop", "metric": "4 KiB reads per s",
-                     "note": f"diagnostic: iobench --access map W={W} (the target row's loader) vs the bare loop above "
-                             f"(the same reads, the same queue depth {W}): the loader's own per-sample cost",
-                     "iobench": i, "peer": b, "ratio": i / b, "target": None, "met": None,
-                     "iobench_runs": iob, "peer_runs": bare, "round_ratios": [x / y for x, y in zip(iob, bare)]},
-                    {"section": f"fio randread, cold cache: iobench W=1 with {W} reads in flight vs fio",
-                     "metric": "4 KiB reads per s",
-                     "note": f"iobench --access map W=1 --read-ahead {W - 1} (one worker keeps {W} of its batch's "
-                             f"4 KiB preads in flight on threads: queue depth {W}) vs {fio_note}",
-                     "iobench": t, "peer": p, "ratio": t / p, "target": None, "met": None,
-                     "iobench_runs": iob_t, "peer_runs": peer["same read-ahead"],
-                     "round_ratios": [x / y for x, y in zip(iob_t, peer["same read-ahead"])]}]
+            out += [row("fio randread, cold cache: bare Python pread loop vs fio",
+                        f"diagnostic, the ceiling of one pread per sample from Python here: {W} processes, each "
+                        f"a bare loop of os.preadv over one iobench worker's own reads (the same samples, in "
+                        f"the same order, grouped by shard per batch; queue depth {W}; no sampler, batches or "
+                        f"hand-off), timed inside the loops, vs {fio_note}", bare, peer["same read-ahead"]),
+                    row("fio randread, cold cache: iobench vs bare Python pread loop",
+                        f"diagnostic: iobench --access map W={W} (the target row's loader) vs the bare loop above "
+                        f"(the same reads, the same queue depth {W}): the loader's own per-sample cost", iob, bare),
+                    row(f"fio randread, cold cache: iobench W=1 with {W} reads in flight vs fio",
+                        f"iobench --access map W=1 --read-ahead {W - 1} (one worker keeps {W} of its batch's "
+                        f"4 KiB preads in flight on threads: queue depth {W}) vs {fio_note}", iob_t,
+                        peer["same read-ahead"])]
     return out
 
 
@@ -627,17 +606,13 @@ SECTIONS = ("grid", "throttled", "fio", "wds")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap = parser(__doc__, "reports/reference/fidelity")
+    sections_option(ap, SECTIONS)
     ap.add_argument("--quick", action="store_true", help="fewer cells, rounds and steps")
-    ap.add_argument("--out", default="reports/reference/fidelity")
     ap.add_argument("--venv", default=str(HERE / ".venv-torch"), help="the peers' venv (created if missing)")
-    ap.add_argument("--work", help="scratch directory on the disk to throttle (default: a temp dir under /tmp)")
     ap.add_argument("--throttled", default="map,stream", help="the throttled section's patterns (map, stream)")
     ap.add_argument("--render", action="store_true", help="only rewrite OUT.md from OUT.json")
-    ap.add_argument("--merge", action="store_true",
-                    help="replace only these sections' results in an existing OUT.json/OUT.md, keep the rest")
-    args = ap.parse_args(argv)
+    args = ap.parse_args(argv)   # --work: scratch on the disk to throttle
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
@@ -648,35 +623,18 @@ def main(argv=None) -> int:
         Path(args.out).with_suffix(".md").write_text(to_markdown(d["results"], d["meta"]))
         print(to_markdown(d["results"], d["meta"]))
         return 0
-    work = Path(tempfile.mkdtemp(prefix="iobench-bench-fidelity-", dir=args.work))
-    meta = {"command": "python benchmarks/bench_fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": machine()}
+    meta = {"command": command("bench_fidelity.py", argv), "machine": machine()}
     t0 = time.perf_counter()
-    results: list[dict] = []
-    try:
-        py = peer_python(Path(args.venv)) if {"throttled", "wds"} & set(sections) else None
-        for s in sections:
-            if s == "grid":
-                results += bench_grid(work, args.quick)
-            elif s == "throttled":
-                results += bench_throttled(work, args.quick, py, tuple(args.throttled.split(",")))
-            elif s == "fio":
-                results += bench_fio(work, args.quick)
-            else:
-                results += bench_wds(work, args.quick, py)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    py = peer_python(Path(args.venv)) if {"throttled", "wds"} & set(sections) else None
+    with scratch("fidelity", args.work) as work:
+        results = run_sections({"grid": lambda: bench_grid(work, args.quick),
+                                "throttled": lambda: bench_throttled(work, args.quick, py,
+                                                                     tuple(args.throttled.split(","))),
+                                "fio": lambda: bench_fio(work, args.quick),
+                                "wds": lambda: bench_wds(work, args.quick, py)}, args.sections)
     meta["seconds"] = time.perf_counter() - t0
     meta["load_avg_at_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.merge and out.with_suffix(".json").exists():
-        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
-    md = to_markdown(results, meta)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0
+    return write_results(args.out, meta, results, args.merge, to_markdown)
 
 
 if __name__ == "__main__":

@@ -4,15 +4,15 @@ For each IO size × threads × cache state (warm, cold, and ``direct``: O_DIRECT
 ``threads`` concurrent preads of ``io_size``: iobench's CpuReader (thread pool of
 preadv, task size = io size) and fio (psync, ``numjobs=threads`` each reading its own
 contiguous part).  Cache state is set the same way before each run (fadvise DONTNEED
-for cold, a pre-read for warm) and measured with mincore.  Runs alternate between the
-tools and the median of ``--repeat`` runs is reported, as a ratio iobench / fio.
+for cold, a pre-read for warm) and measured with mincore.  Rounds alternate between the
+tools (who goes first swaps every round) and the median of ``--repeat`` runs is reported, as a
+ratio iobench / fio.
 
     .venv/bin/python benchmarks/bench_gds_cpu_vs_fio.py [--size 256MiB] [--dir /tmp] [--out reports/reference]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -22,10 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
+
 from iobench.config import build
-from iobench.gds import cache, make_reader
+from iobench.gds import make_reader
 from iobench.gds.bench import GdsBenchConfig, create_file, run_cell
 from iobench.gds.detect import file_facts
+from iobench.io.pagecache import prepare_file
 from iobench.results import host_info, now_iso
 from iobench.units import format_bytes, parse_size
 
@@ -66,69 +69,60 @@ def iobench_read(path: str, io_size: int, threads: int, cache_state: str, cfg: G
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__, "", scratch_flag="--dir", raw=True)   # --out DIR: gds_cpu_vs_fio.{json,md}
     ap.add_argument("--size", default="256MiB")
-    ap.add_argument("--dir", default=tempfile.gettempdir(), help="where the test file goes (its disk is measured)")
     ap.add_argument("--io-sizes", default="128KiB,1MiB,8MiB")
     ap.add_argument("--threads", default="1,4")
     ap.add_argument("--cache", default="warm,cold,direct", help="warm, cold, direct (O_DIRECT in both tools)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", help="directory for gds_cpu_vs_fio.{json,md}")
     args = ap.parse_args(argv)
     if not shutil.which("fio"):
         print("fio is not installed (apt-get install fio)", file=sys.stderr)
         return 2
     size = parse_size(args.size)
-    io_sizes = [parse_size(s) for s in args.io_sizes.split(",")]
-    threads_l = [int(t) for t in args.threads.split(",")]
-    states = args.cache.split(",")
-    work = Path(tempfile.mkdtemp(prefix="iobench-gds-bench-", dir=args.dir))
-    path = str(work / "data.bin")
     rows = []
     t_start = time.perf_counter()
-    try:
+    with harness.scratch("gds", args.dir or tempfile.gettempdir()) as work:   # its disk is measured
+        path = str(work / "data.bin")
         create_file(path, size, seed=0)
         cfg = build(GdsBenchConfig, {"target": path, "paths": ["cpu"], "qd1_samples": 0, "verify": False}, "gds")
-        for state in states:
-            for io in io_sizes:
-                for t in threads_l:
-                    ours, theirs, naive, cpu = [], [], [], []
-                    for _ in range(args.repeat):
-                        bps, c = iobench_read(path, io, t, state, cfg)
-                        ours.append(bps)
-                        cpu.append(c)
-                        cache.prepare(path, "cold" if state == "direct" else state)
-                        theirs.append(fio_read(path, size, io, t, state))
-                        if t == 1 and state != "direct":
-                            cache.prepare(path, state)
-                            naive.append(python_read(path, io))
+        for state in args.cache.split(","):
+            for io in [parse_size(s) for s in args.io_sizes.split(",")]:
+                for t in [int(t) for t in args.threads.split(",")]:
+                    def fio(io=io, t=t, state=state):
+                        prepare_file(path, "cold" if state == "direct" else state)
+                        return fio_read(path, size, io, t, state)
+
+                    def naive(io=io, state=state):
+                        prepare_file(path, state)
+                        return python_read(path, io)
+                    runs = harness.alternating(args.repeat, {
+                        "iobench": lambda io=io, t=t, state=state: iobench_read(path, io, t, state, cfg), "fio": fio})
+                    ours, cpu = [b for b, _ in runs["iobench"]], [c for _, c in runs["iobench"]]
+                    theirs = runs["fio"]
+                    # the naive loader at 1 thread only, after the pairs (it has no ratio of its own)
+                    py_runs = [naive() for _ in range(args.repeat)] if t == 1 and state != "direct" else []
                     row = {"cache": state, "io_size_bytes": io, "threads": t,
                            "iobench_bytes_per_s": statistics.median(ours), "fio_bytes_per_s": statistics.median(theirs),
-                           "python_readinto_bytes_per_s": statistics.median(naive) if naive else None,
+                           "python_readinto_bytes_per_s": harness.median(py_runs),
                            "iobench_cpu_s_per_gb": statistics.median(cpu),
-                           "runs": {"iobench": ours, "fio": theirs, "python_readinto": naive}}
+                           "runs": {"iobench": ours, "fio": theirs, "python_readinto": py_runs}}
                     row["ratio"] = row["iobench_bytes_per_s"] / row["fio_bytes_per_s"]
                     rows.append(row)
-                    py = (f"  python {row['python_readinto_bytes_per_s'] / 2**30:6.2f} GiB/s" if naive else "")
+                    py = (f"  python {row['python_readinto_bytes_per_s'] / 2**30:6.2f} GiB/s" if py_runs else "")
                     print(f"{state:6} io={format_bytes(io):>9} threads={t}: iobench {row['iobench_bytes_per_s'] / 2**30:6.2f} "
                           f"GiB/s  fio {row['fio_bytes_per_s'] / 2**30:6.2f} GiB/s{py}  ratio {row['ratio']:.2f}",
                           flush=True)
         facts = file_facts(path)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
-    report = {"benchmark": "gds cpu path vs fio", "date": now_iso(), "host": host_info(), "fio": fio_version,
+    report = {"benchmark": "gds cpu path vs fio", "date": now_iso(), "host": host_info(), "fio": harness.fio_version(),
               "file": {"size_bytes": size, "fs_type": facts.get("fs_type"), "driver": facts.get("driver")},
               "repeat": args.repeat, "rows": rows, "wall_s": time.perf_counter() - t_start,
               "geomean_ratio": statistics.geometric_mean([r["ratio"] for r in rows]),
               "note": "machine shared with other work while measuring; ratios, not absolute numbers, are the result"}
     print(f"geometric mean ratio iobench/fio: {report['geomean_ratio']:.2f} ({report['wall_s']:.0f} s)")
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gds_cpu_vs_fio.json").write_text(json.dumps(report, indent=1) + "\n")
-        (out / "gds_cpu_vs_fio.md").write_text(markdown(report))
-        print(f"wrote {out / 'gds_cpu_vs_fio.md'}")
+        harness.write_report(Path(args.out) / "gds_cpu_vs_fio", report, markdown(report), echo=False)
+        print(f"wrote {Path(args.out) / 'gds_cpu_vs_fio.md'}")
     return 0
 
 

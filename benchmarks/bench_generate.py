@@ -18,18 +18,16 @@ and generate.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import replace
+from itertools import count
 from pathlib import Path
 
 import psutil
@@ -39,6 +37,7 @@ from iobench.results import now_iso
 from iobench.units import format_bytes, parse_size
 
 import harness
+from harness import alternating, cpu_seconds, fio_json, median, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,22 +78,12 @@ class PeakRSS:
         self._t.join()
 
 
-def cpu_seconds() -> float:
-    """user + system CPU time of this process and its waited-for children so far."""
-    import resource
-
-    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
-
-
 def run_fio(path: Path, size: int) -> dict:
     c0 = cpu_seconds()
-    t0 = time.perf_counter_ns()
-    out = subprocess.run(["fio", "--name=seqwrite", f"--filename={path}", "--rw=write", "--bs=1M", f"--size={size}",
-                          "--ioengine=psync", "--end_fsync=1", "--output-format=json"],
-                         capture_output=True, text=True, check=True)
-    wall = (time.perf_counter_ns() - t0) / 1e9
-    job = json.loads(out.stdout[out.stdout.index("{"):])["jobs"][0]["write"]
+    wall, out = timed(lambda: subprocess.run(
+        ["fio", "--name=seqwrite", f"--filename={path}", "--rw=write", "--bs=1M", f"--size={size}", "--ioengine=psync",
+         "--end_fsync=1", "--output-format=json"], capture_output=True, text=True, check=True))
+    job = fio_json(out.stdout)["jobs"][0]["write"]
     path.unlink(missing_ok=True)
     # fio's own bandwidth can leave out the end fsync; its wall time, like ours, includes it.
     return {"bytes": job["io_bytes"], "seconds": wall, "bytes_per_s": job["io_bytes"] / wall,
@@ -123,16 +112,14 @@ def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
     seq_len = 2048
     spec = GenSpec.from_mapping({"format": "raw", "modality": "tokens", "seq_len": seq_len, "vocab_size": 50257,
                                  "num_samples": size // (2 * seq_len), "shard_size": "64MiB", "workers": workers})
-    fio_runs, gen_runs = [], []
-    for r in range(rounds):
-        order = ("fio", "gen") if r % 2 == 0 else ("gen", "fio")
-        for who in order:
-            if who == "fio":
-                fio_runs.append(run_fio(work / "fio.bin", size))
-            else:
-                gen_runs.append(run_gen(spec, str(work / "tokens")))
-                shutil.rmtree(work / "tokens")
-    ratios = [g["bytes_per_s"] / f["bytes_per_s"] for g, f in zip(gen_runs, fio_runs)]
+
+    def gen() -> dict:
+        r = run_gen(spec, str(work / "tokens"))
+        shutil.rmtree(work / "tokens")
+        return r
+    runs = alternating(rounds, {"fio": lambda: run_fio(work / "fio.bin", size), "gen": gen})
+    fio_runs, gen_runs = runs["fio"], runs["gen"]
+    ratios = harness.ratios(gen_runs, fio_runs, "bytes_per_s")["in_round_order"]
     best = max(g["bytes_per_s"] for g in gen_runs) / max(f["bytes_per_s"] for f in fio_runs)
     full = run_gen(spec, str(work / "tokens-rss"), sample_rss=True)
     shutil.rmtree(work / "tokens-rss")
@@ -140,9 +127,9 @@ def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
     quarter = run_gen(small, str(work / "tokens-quarter"), sample_rss=True)
     shutil.rmtree(work / "tokens-quarter")
     return {"size_bytes": size, "workers": workers, "fio": fio_runs, "iobench": gen_runs,
-            "cpu_s_per_gib": {"fio": statistics.median(f["cpu_s"] for f in fio_runs) * 2**30 / size,
-                              "iobench": statistics.median(g["cpu_s"] for g in gen_runs) * 2**30 / size},
-            "ratio_median": statistics.median(ratios), "ratios": ratios, "ratio_best": best,
+            "cpu_s_per_gib": {"fio": median(fio_runs, "cpu_s") * 2**30 / size,
+                              "iobench": median(gen_runs, "cpu_s") * 2**30 / size},
+            "ratio_median": median(ratios), "ratios": ratios, "ratio_best": best,
             "peak_rss_bytes": full["peak_rss_bytes"], "peak_rss_processes": full["processes"],
             "peak_rss_quarter_size_bytes": quarter["peak_rss_bytes"], "peak_rss_quarter_processes": quarter["processes"]}
 
@@ -212,36 +199,31 @@ def s3_vs_put(work: Path, size: int, workers: int, rounds: int) -> dict:
     with S3Server(bucket="bench") as server:
         opts = {"key": server.access_key, "secret": server.secret_key}
         fs = s3fs.S3FileSystem(**server.storage_options())
-        put_runs, gen_runs = [], []
-        for r in range(rounds):
-            order = ("put", "gen") if r % 2 == 0 else ("gen", "put")
-            for who in order:
-                if who == "put":
-                    t0 = time.perf_counter_ns()
-                    fs.put(files, f"bench/put{r}/")
-                    secs = (time.perf_counter_ns() - t0) / 1e9
-                    put_runs.append({"bytes": total, "seconds": secs, "bytes_per_s": total / secs})
-                else:
-                    spec = GenSpec.from_mapping({**base, "workers": workers})
-                    gen_runs.append(run_gen(spec, f"s3://bench/gen{r}", exclude={server.pid},
-                                            endpoint_url=server.endpoint_url, storage_options=opts))
-        ratios = [g["bytes_per_s"] / p["bytes_per_s"] for g, p in zip(gen_runs, put_runs)]
+        n = count()
+
+        def put() -> dict:
+            secs, _ = timed(lambda: fs.put(files, f"bench/put{next(n)}/"))
+            return {"bytes": total, "seconds": secs, "bytes_per_s": total / secs}
+
+        def gen() -> dict:
+            return run_gen(GenSpec.from_mapping({**base, "workers": workers}), f"s3://bench/gen{next(n)}",
+                           exclude={server.pid}, endpoint_url=server.endpoint_url, storage_options=opts)
+        runs = alternating(rounds, {"put": put, "gen": gen})
+        put_runs, gen_runs = runs["put"], runs["gen"]
+        ratios = harness.ratios(gen_runs, put_runs, "bytes_per_s")["in_round_order"]
         best = max(g["bytes_per_s"] for g in gen_runs) / max(p["bytes_per_s"] for p in put_runs)
     shutil.rmtree(local)
     return {"size_bytes": total, "workers": workers, "s3fs_put": put_runs, "iobench": gen_runs,
-            "ratio_median": statistics.median(ratios), "ratios": ratios, "ratio_best": best}
+            "ratio_median": median(ratios), "ratios": ratios, "ratio_best": best}
 
 
 def machine(work: Path) -> dict:
     """harness.machine(), with the CPU model, the scratch file system and fio's version."""
-    df = subprocess.run(["df", "-T", str(work)], capture_output=True, text=True).stdout.splitlines()[-1].split()
-    model = ""
     try:
         model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
-        pass
-    fio_v = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
-    return harness.machine(cpu_model=model, filesystem={"type": df[1], "device": df[0]}, fio=fio_v)
+        model = ""
+    return harness.machine(cpu_model=model, filesystem=harness.filesystem(work), fio=harness.fio_version())
 
 
 def render(res: dict) -> str:
@@ -306,15 +288,13 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir")
     ap.add_argument("--size", default="512MiB", help="raw token dataset size (and fio size)")
     ap.add_argument("--images", type=int, default=400, help="images for the tar run")
     ap.add_argument("--s3-size", default="128MiB", help="bytes uploaded to S3 (0 to skip)")
     ap.add_argument("--rss-size", default="0", help="also generate this much (untimed) to check peak RSS, e.g. 10GiB")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--dir", default=None, help="scratch directory on the file system to measure")
-    ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     ap.add_argument("--render", metavar="JSON", help="only re-render the Markdown from a results JSON")
     args = ap.parse_args(argv)
     if args.render:
@@ -324,10 +304,9 @@ def main(argv=None) -> int:
     if not shutil.which("fio"):
         print("fio is not installed (apt-get install fio)", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="iobench-bench-gen-", dir=args.dir))
-    res = {"started_at": now_iso(), "command": " ".join(["python benchmarks/bench_generate.py", *(argv or sys.argv[1:])]),
-           "machine": machine(work), "platform": platform.platform(), "loadavg_start": os.getloadavg()}
-    try:
+    with harness.scratch("gen", args.dir) as work:
+        res = {"started_at": now_iso(), "command": harness.command("bench_generate.py", argv),
+               "machine": machine(work), "platform": platform.platform(), "loadavg_start": os.getloadavg()}
         print("raw tokens vs fio ...", file=sys.stderr)
         res["tokens"] = tokens_vs_fio(work, parse_size(args.size, "--size"), args.workers, args.rounds)
         if args.rss_size not in ("0", ""):
@@ -339,15 +318,8 @@ def main(argv=None) -> int:
             print("s3 upload vs s3fs put ...", file=sys.stderr)
             # Object stores want requests in flight: at least 4 writers, as s3fs put keeps its files in flight.
             res["s3"] = s3_vs_put(work, parse_size(args.s3_size, "--s3-size"), max(4, args.workers), args.rounds)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     res["loadavg_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "generate.json").write_text(json.dumps(res, indent=1) + "\n")
-    md = render(res)
-    (out / "generate.md").write_text(md + "\n")
-    print(md)
+    harness.write_report(Path(args.out) / "generate", res, render(res) + "\n")
     return 0
 
 

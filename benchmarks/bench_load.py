@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,16 +32,12 @@ from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine
-from summary import DERIVE, merge_results, write_rows
+from harness import (alternating, command, cpu_seconds, machine, median_run, parser, ratios, run_sections, scratch,
+                     sections_option, set_cache, timed, write_results)
 
 MiB = 2**20
 REPEATS = 3
 FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
-
-
-def best(xs):
-    return max(x for x in xs if x is not None)
 
 
 def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
@@ -53,12 +48,6 @@ def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
             "accelerator_utilization": m["accelerator_utilization"], "bytes_read": m["bytes_read"],
             "wall_s": m["wall_s"], "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items()
                                                                             if k != "series"}}
-
-
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter_ns()
-    out = fn()
-    return (time.perf_counter_ns() - t0) / 1e9, out
 
 
 def section_result(name, iob, peer, metric, target, note, extra=None):
@@ -72,45 +61,46 @@ def section_result(name, iob, peer, metric, target, note, extra=None):
 
 # ------------------------------------------------------------------------------------------------
 
-def bench_overhead(work: Path, scale: float) -> list[dict]:
-    """Harness overhead on null storage: memory backend, 1 KiB token samples, batch 256."""
-    n = int(131072 * scale)
-    url = "memory://bench-overhead/tok"
-    generate(GenSpec(format="raw", modality="tokens", num_samples=n, seq_len=512, vocab_size=32000,
-                     shard_size="4MiB", fsync=False), url, progress=False)
-    base = LoadConfig(dataset=url, access="block",
-                      workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0)
-    fast = [load_rate(base) for _ in range(REPEATS)]
-    top = max(fast, key=lambda r: r["steady_samples_per_s"])
-    paced = [load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300})) for _ in range(REPEATS)]
-    au = max(paced, key=lambda r: r["accelerator_utilization"])
-    out = [section_result("overhead: samples/s, compute 0, W=1 (memory backend)", top,
-                          {"steady_samples_per_s": 1_000_000.0, "what": "target from issue 13 item 7"},
-                          "steady_samples_per_s", 1.0,
-                          "1 KiB samples, batch 256, 1 worker, block access; peer = issue 13's floor of 1M "
-                          "samples/s (best of 3 runs)"),
-           section_result("overhead: AU at compute 5 ms (memory backend)", au,
-                          {"accelerator_utilization": 0.99, "what": "target from the issue"},
-                          "accelerator_utilization", 1.0, "300 steps; stall = consumer-side harness cost")]
+def _floor_rows(name: str, scale: float, accesses: tuple[str, ...]) -> list[tuple[str, dict, dict]]:
+    """(access, the best of REPEATS fast runs, the best of REPEATS paced runs: 5 ms compute, 300 steps)
+    per access pattern, on null storage: memory backend, 1 KiB token samples, batch 256, 1 worker."""
     from fsspec.implementations.memory import MemoryFileSystem
-    MemoryFileSystem.store.clear()
-    return out
 
-
-def bench_access(work: Path, scale: float) -> list[dict]:
-    """The harness floor of the map and stream patterns (memory backend, 1 KiB token samples, batch 256):
-    map makes one request per sample, stream one streamed request per shard read in 64 KiB pieces."""
-    n = int(131072 * scale)
-    url = "memory://bench-access/tok"
-    generate(GenSpec(format="raw", modality="tokens", num_samples=n, seq_len=512, vocab_size=32000,
+    url = f"memory://bench-{name}/tok"
+    generate(GenSpec(format="raw", modality="tokens", num_samples=int(131072 * scale), seq_len=512, vocab_size=32000,
                      shard_size="4MiB", fsync=False), url, progress=False)
     out = []
-    for access in ("map", "stream"):
+    for access in accesses:
         base = LoadConfig(dataset=url, access=access, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192,
                           monitor_interval_s=1.0)
         fast = max((load_rate(base) for _ in range(REPEATS)), key=lambda r: r["steady_samples_per_s"])
         paced = max((load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300}))
                      for _ in range(REPEATS)), key=lambda r: r["accelerator_utilization"])
+        out.append((access, fast, paced))
+    MemoryFileSystem.store.clear()
+    return out
+
+
+AU_PEER = {"accelerator_utilization": 0.99, "what": "target from the issue"}
+
+
+def bench_overhead(work: Path, scale: float) -> list[dict]:
+    """Harness overhead on null storage: memory backend, 1 KiB token samples, batch 256."""
+    [(_, top, au)] = _floor_rows("overhead", scale, ("block",))
+    return [section_result("overhead: samples/s, compute 0, W=1 (memory backend)", top,
+                           {"steady_samples_per_s": 1_000_000.0, "what": "target from issue 13 item 7"},
+                           "steady_samples_per_s", 1.0,
+                           "1 KiB samples, batch 256, 1 worker, block access; peer = issue 13's floor of 1M "
+                           "samples/s (best of 3 runs)"),
+            section_result("overhead: AU at compute 5 ms (memory backend)", au, AU_PEER,
+                           "accelerator_utilization", 1.0, "300 steps; stall = consumer-side harness cost")]
+
+
+def bench_access(work: Path, scale: float) -> list[dict]:
+    """The harness floor of the map and stream patterns (memory backend, 1 KiB token samples, batch 256):
+    map makes one request per sample, stream one streamed request per shard read in 64 KiB pieces."""
+    out = []
+    for access, fast, paced in _floor_rows("access", scale, ("map", "stream")):
         out += [section_result(f"overhead: samples/s, compute 0, W=1, access {access} (memory backend)", fast,
                                {"steady_samples_per_s": 100_000.0, "what": "floor for this pattern"},
                                "steady_samples_per_s", 1.0,
@@ -118,11 +108,8 @@ def bench_access(work: Path, scale: float) -> list[dict]:
                                "is stated for the block harness (the overhead row); map makes one request per "
                                "sample and stream copies each piece into its shuffle buffer, so their floor "
                                "is kept at 100k (best of 3 runs)"),
-                section_result(f"overhead: AU at compute 5 ms, access {access} (memory backend)", paced,
-                               {"accelerator_utilization": 0.99, "what": "target from the issue"},
+                section_result(f"overhead: AU at compute 5 ms, access {access} (memory backend)", paced, AU_PEER,
                                "accelerator_utilization", 1.0, "300 steps")]
-    from fsspec.implementations.memory import MemoryFileSystem
-    MemoryFileSystem.store.clear()
     return out
 
 
@@ -203,8 +190,6 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     shuffling loader does on these bytes (``_gather_loop``: the same reads and the same gather in
     one process), and report iobench against it: that ratio is the price of the hand-off alone.
     """
-    from iobench.io.pagecache import drop_pages, warm_file
-
     if not shutil.which("fio"):
         return [{"section": "fio", "skipped": "fio not installed"}]
     url = str(work / "raw-tokens")
@@ -228,17 +213,14 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
         cfg = LoadConfig(**{**base.__dict__, "cache": state, "batch_size": batch, "odirect": state == "cold",
                             "s3_block_size": f"{shard}B"})
         for r in range(FIO_ROUNDS):
-            def ours():
-                iob.append(load_rate(cfg))
-
-            def theirs():
-                for f in files:
-                    (warm_file if state == "warm" else drop_pages)(f)
-                peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
             # the sides swap which goes first every round, so a drift of the disk or the host
             # within a round does not always favour the same side
-            for side in ((ours, theirs) if r % 2 == 0 else (theirs, ours)):
-                side()
+            for side in (("iob", "fio") if r % 2 == 0 else ("fio", "iob")):
+                if side == "iob":
+                    iob.append(load_rate(cfg))
+                else:
+                    set_cache(files, state)
+                    peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
             if state == "warm":
                 gather.append(_gather_loop(files, fixed, batch, seed=r))
                 mapped.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
@@ -297,18 +279,12 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
 def paired_result(name: str, iob: list[dict], peer: list[dict], metric: str, target, note: str) -> dict:
     """A row from alternating rounds: the median of the per-round ratios (the host swings between
     rounds, so each round's pair is the comparison), with the median runs shown beside it."""
-    rs = sorted(i[metric] / p[metric] for i, p in zip(iob, peer) if i.get(metric) and p.get(metric))
+    rs = ratios(iob, peer, metric)["per_round"]
     r = section_result(name, median_run(iob, metric), median_run(peer, metric), metric, target, note,
                        extra={"rounds": {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None}})
     r["ratio"] = r["rounds"]["median_ratio"]
     r["met"] = (r["ratio"] is not None and r["ratio"] >= target) if target is not None else None
     return r
-
-
-def median_run(runs: list[dict], key: str) -> dict:
-    """The run whose ``key`` is the median (the upper one of an even count)."""
-    ok = sorted((r for r in runs if r.get(key) is not None), key=lambda r: r[key])
-    return ok[len(ok) // 2] if ok else {}
 
 
 S3_PEERS = ("s3fs cat_file loop", "obstore get loop", "obstore get_async, as many in flight as iobench",
@@ -382,7 +358,7 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
         run = lambda: sum(len(ch) for k in keys for ch in c.get_object(bucket, k))  # noqa: E731
     import resource
 
-    def cpu() -> float:
+    def cpu() -> float:   # this process only: the parent's figure adds interpreter start and imports
         r = resource.getrusage(resource.RUSAGE_SELF)
         return r.ru_utime + r.ru_stime
     c0 = cpu()
@@ -417,21 +393,19 @@ def _cpu_s(pid: int) -> float:
 
 
 def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_flight: int = 4) -> dict:
-    import resource
-
     args = [sys.executable, __file__, "--s3-peer", name, "--s3-paths", str(paths_file), "--s3-in-flight",
             str(in_flight)]
     if emulate:
         args += ["--s3-emulate", emulate]
     for attempt in range(2):  # one retry: a peer that dies once (signal, server hiccup) is tried again
-        s0, c0 = _cpu_s(srv.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+        s0, c0 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
         t, p = timed(lambda: subprocess.run(args, env={**os.environ, **srv.env()}, capture_output=True, text=True,
                                             timeout=600))
-        s1, c1 = _cpu_s(srv.pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+        s1, c1 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
         if p.returncode == 0:
             return {**json.loads(p.stdout.strip().splitlines()[-1]), "whole_process_s": t, "attempts": attempt + 1,
                     "server_cpu_s": s1 - s0, "in_flight": in_flight if "in flight" in name else 1,
-                    "client_cpu_s_whole_process": (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)}
+                    "client_cpu_s_whole_process": c1 - c0}
         print(f"[s3] peer {name!r} exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return {"error": f"exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", "bytes_per_s": None}
 
@@ -463,14 +437,9 @@ def _s3_read_plan(srv, opts: dict, shard_bytes: int, workers: int):
 
 def _with_cpu(srv, fn) -> dict:
     """``fn()``'s result plus the CPU seconds the server and this process (and its reaped children) spent."""
-    import resource
-
-    def mine():
-        a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
-    s0, c0 = _cpu_s(srv.pid), mine()
+    s0, c0 = _cpu_s(srv.pid), cpu_seconds()
     r = fn()
-    return {**r, "server_cpu_s": _cpu_s(srv.pid) - s0, "client_cpu_s_whole_process": mine() - c0}
+    return {**r, "server_cpu_s": _cpu_s(srv.pid) - s0, "client_cpu_s_whole_process": cpu_seconds() - c0}
 
 
 def bench_s3(work: Path, scale: float) -> list[dict]:
@@ -523,24 +492,18 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             peers = _s3_peer_names(emulate)
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
-            runs: dict[str, list[dict]] = {k: [] for k in [*sides, *peers]}
             def peer_run(k: str) -> dict:
                 r = _run_s3_peer(k, srv, paths_file, emulate, in_flight=w * conc)
                 if r.get("error") is None and r["bytes_read"] != total:
                     raise RuntimeError(f"{k} read {r['bytes_read']} bytes, expected {total}")
                 return r
-            todo = [(k, fn) for k, fn in sides.items()] + [(k, lambda k=k: peer_run(k)) for k in peers]
-            for rnd in range(S3_ROUNDS):  # alternating rounds: every side once per round, the order
-                for k, fn in (todo if rnd % 2 == 0 else todo[::-1]):   # reversed every other round
-                    runs[k].append(fn())
+            runs = alternating(S3_ROUNDS, {**sides, **{k: lambda k=k: peer_run(k) for k in peers}})
+
             # Per-round ratios, then their median: the server and the host swing between rounds.
             def ratio_vs(a: str, b: str) -> dict:
-                seq = [x["bytes_per_s"] / y["bytes_per_s"] for x, y in zip(runs[a], runs[b])
-                       if x.get("bytes_per_s") and y.get("bytes_per_s")]
-                rs = sorted(seq)
+                r = ratios(runs[a], runs[b], "bytes_per_s")
                 # in_round_order: odd rounds ran in reverse order, so a position effect shows there
-                return {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None,
-                        "in_round_order": seq}
+                return {"per_round_ratios": r["per_round"], "median_ratio": r["median"], "in_round_order": r["in_round_order"]}
             fastest = max(peers, key=lambda k: median_run(runs[k], "bytes_per_s").get("bytes_per_s") or 0)
             tag = f", emulated {emulate} latency" if emulate else ""
             common = (f"{len(paths)} objects of {shard // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
@@ -612,26 +575,14 @@ def file_peer_main(kind: str, paths_file: str) -> None:
     print(json.dumps({"samples": n, "payload_bytes": b or None, "in_process_s": time.perf_counter() - t0}))
 
 
-def _set_cache(files: list[str], state: str) -> float:
-    """Warm (read every file) or cold (drop its pages); returns the largest resident fraction left."""
-    from iobench.io.pagecache import drop_pages, file_residency, warm_file
-
-    for f in files:
-        (warm_file if state == "warm" else drop_pages)(f)
-    res = [file_residency(f) for f in files]
-    return max((r for r in res if r is not None), default=0.0)
-
-
 def _whole(args: list[str]) -> tuple[float, str, float]:
     """(wall seconds, stdout, CPU seconds user + system of the process and its children)."""
-    import resource
-
-    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0 = cpu_seconds(children_only=True)
     t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=900))
-    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c1 = cpu_seconds(children_only=True)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
-    return t, p.stdout, (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+    return t, p.stdout, c1 - c0
 
 
 def _vs_format_peer(work: Path, spec: GenSpec, peer: str, label: str, note: str, target: float,
@@ -657,24 +608,23 @@ def _vs_format_peer(work: Path, spec: GenSpec, peer: str, label: str, note: str,
             iob_cmd = [iob_exe, "load", url, "-W", str(w), "--batch-size", str(batch), "--epochs", "1",
                        "--cache", "as-is", "--no-progress", "--json", str(jpath), *extra]
             peer_cmd = [sys.executable, __file__, "--file-peer", peer, "--file-paths", str(paths_file)]
-            iob, pr = [], []
-            for rnd in range(REPEATS):
-                for side in (("iob", "peer") if rnd % 2 == 0 else ("peer", "iob")):
-                    resident = _set_cache(files, state)
-                    if side == "iob":
-                        t, _, cpu = _whole(iob_cmd)
-                        m = json.loads(jpath.read_text())["metrics"]
-                        iob.append({"samples_per_s": m["samples"] / t, "samples": m["samples"], "wall_s": t,
-                                    "cpu_s": cpu,
-                                    "access": m["access"], "workers": w, "resident_at_start": resident,
-                                    "in_process_samples_per_s": m["throughput"]["samples_per_s"]})
-                    else:
-                        t, so, cpu = _whole(peer_cmd)
-                        d = json.loads(so.strip().splitlines()[-1])
-                        pr.append({"samples_per_s": d["samples"] / t, "samples": d["samples"], "wall_s": t,
-                                   "cpu_s": cpu,
-                                   "resident_at_start": resident, "in_process_s": d["in_process_s"],
-                                   "payload_bytes": d.get("payload_bytes")})
+            def iob_side(w=w, iob_cmd=iob_cmd, peer_cmd=peer_cmd) -> dict:
+                resident = set_cache(files, state)
+                t, _, cpu = _whole(iob_cmd)
+                m = json.loads(jpath.read_text())["metrics"]
+                return {"samples_per_s": m["samples"] / t, "samples": m["samples"], "wall_s": t, "cpu_s": cpu,
+                        "access": m["access"], "workers": w, "resident_at_start": resident,
+                        "in_process_samples_per_s": m["throughput"]["samples_per_s"]}
+
+            def peer_side(peer_cmd=peer_cmd) -> dict:
+                resident = set_cache(files, state)
+                t, so, cpu = _whole(peer_cmd)
+                d = json.loads(so.strip().splitlines()[-1])
+                return {"samples_per_s": d["samples"] / t, "samples": d["samples"], "wall_s": t, "cpu_s": cpu,
+                        "resident_at_start": resident, "in_process_s": d["in_process_s"],
+                        "payload_bytes": d.get("payload_bytes")}
+            runs = alternating(REPEATS, {"iob": iob_side, "peer": peer_side})
+            iob, pr = runs["iob"], runs["peer"]
             if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
                 raise RuntimeError(f"{label}: iobench and the peer read different sample counts "
                                    f"({[i['samples'] for i in iob]} vs {[p['samples'] for p in pr]})")
@@ -807,13 +757,9 @@ _LEGACY_PREFIX = {"s3": "S3", "fio": "raw tokens", "tar": "tar images", "parquet
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS))
-    ap.add_argument("--out", default="reports/reference/load")
+    ap = parser(__doc__, "reports/reference/load")
+    sections_option(ap, SECTIONS)
     ap.add_argument("--scale", type=float, default=1.0, help="dataset size multiplier")
-    ap.add_argument("--work", help="scratch directory (default: a temp dir on the same disk as /tmp)")
-    ap.add_argument("--merge", action="store_true",
-                    help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
     ap.add_argument("--replay", metavar="RUN.json",
                     help="run nothing: take the rows of an earlier run's OUT.json (with --merge, into OUT), "
                          "so a branch's measured sections land on a report that moved on meanwhile")
@@ -836,41 +782,17 @@ def main(argv=None) -> int:
     if args.replay:
         earlier = json.loads(Path(args.replay).read_text())
         return write_report(Path(args.out), earlier["meta"], earlier["results"], args.merge)
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    work = Path(tempfile.mkdtemp(prefix="iobench-bench-load-", dir=args.work))
     t0 = time.perf_counter()
-    results: list[dict] = []
-    try:
-        for s in sections:
-            ts = time.perf_counter()
-            res = SECTIONS[s](work, args.scale)
-            for r in res:
-                r["section_seconds"] = time.perf_counter() - ts
-                r["bench_section"] = s
-                print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) "
-                      f"met={r.get('met')}", flush=True)
-            results.extend(res)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    meta = {"command": "python benchmarks/bench_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": machine(), "seconds": time.perf_counter() - t0}
+    with scratch("load", args.work) as work:
+        results = run_sections(SECTIONS, args.sections, work, args.scale)
+    meta = {"command": command("bench_load.py", argv), "machine": machine(), "seconds": time.perf_counter() - t0}
     return write_report(Path(args.out), meta, results, args.merge)
 
 
 def write_report(out: Path, meta: dict, results: list[dict], merge: bool) -> int:
     """OUT.json, OUT.rows.json and OUT.md from this run's rows (with ``merge``, in place of only
     the sections it ran)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if merge and out.with_suffix(".json").exists():
-        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results,
-                                      _LEGACY_PREFIX)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
-
-    write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
-    md = to_markdown(results, meta)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0
+    return write_results(out, meta, results, merge, to_markdown, "load", _LEGACY_PREFIX)
 
 
 if __name__ == "__main__":

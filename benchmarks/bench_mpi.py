@@ -20,17 +20,18 @@ printed with the results.
 from __future__ import annotations
 
 from iobench.schema import STALL_RATIO
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from itertools import count
 from pathlib import Path
 
 from iobench.dist.mpirun import find_mpirun, run_ranks
+
+from harness import alternating, median, parser, ratios, write_report
 
 PY = sys.executable
 
@@ -51,26 +52,22 @@ def checked(p: subprocess.CompletedProcess) -> None:
 
 
 def bench_load(ds: str, tmp: Path, rounds: int) -> dict:
-    rows: dict[int, list[dict]] = {1: [], 2: [], 3: []}
-    for rnd in range(rounds):
-        order = (1, 2, 3) if rnd % 2 == 0 else (3, 2, 1)      # alternate, so drift hits all sizes alike
-        for n in order:
-            out = tmp / f"load-{n}-{rnd}.json"
-            checked(launch(n, iobench("load", ds, "--workers", "1", "--batch-size", "32", "--prefetch", "2",
-                                      "--cache", "cold", "--json", str(out))))
-            m = json.loads(out.read_text())["metrics"]
-            rows[n].append({"samples": m["samples"], "bytes": m["bytes_read"], "wall_s": m["wall_s"],
-                            "bytes_per_s": m["throughput"]["bytes_per_s"],
-                            "samples_per_s": m["throughput"]["samples_per_s"],
-                            STALL_RATIO: m[STALL_RATIO]})
+    def one(n: int) -> dict:
+        out = tmp / f"load-{n}-{next(k)}.json"
+        checked(launch(n, iobench("load", ds, "--workers", "1", "--batch-size", "32", "--prefetch", "2",
+                                  "--cache", "cold", "--json", str(out))))
+        m = json.loads(out.read_text())["metrics"]
+        return {"samples": m["samples"], "bytes": m["bytes_read"], "wall_s": m["wall_s"],
+                "bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
+                STALL_RATIO: m[STALL_RATIO]}
+    k = count()   # alternate, so drift hits all sizes alike
+    rows = alternating(rounds, {n: lambda n=n: one(n) for n in (1, 2, 3)})
     base = rows[1]
     same = all(r["samples"] == base[0]["samples"] and r["bytes"] == base[0]["bytes"] for v in rows.values() for r in v)
     out = {"same_total_work": same, "samples": base[0]["samples"], "bytes": base[0]["bytes"], "per_world": {}}
     for n, v in rows.items():
-        ratios = [v[i]["samples_per_s"] / base[i]["samples_per_s"] for i in range(len(v))]
-        out["per_world"][n] = {"samples_per_s_median": statistics.median(r["samples_per_s"] for r in v),
-                               "wall_s_median": statistics.median(r["wall_s"] for r in v),
-                               "ratio_to_1_rank_median": statistics.median(ratios), "rounds": v}
+        out["per_world"][n] = {"samples_per_s_median": median(v, "samples_per_s"), "wall_s_median": median(v, "wall_s"),
+                               "ratio_to_1_rank_median": ratios(v, base, "samples_per_s")["median"], "rounds": v}
     return out
 
 
@@ -119,31 +116,28 @@ def bench_barrier(reps: int = 2000) -> dict:
 
 
 def bench_ckpt(tmp: Path, rounds: int) -> dict:
-    rows: dict[int, list[dict]] = {1: [], 3: []}
-    for rnd in range(rounds):
-        for n in ((1, 3) if rnd % 2 == 0 else (3, 1)):
-            dur = tmp / f"ck-{n}-{rnd}"
-            out = tmp / f"ck-{n}-{rnd}.json"
-            checked(launch(n, iobench("ckpt", "--params", "6e6", "--dp", "3", "--zero", "3", "--count", "3",
-                                      "--mode", "sync", "--durable", str(dur), "--json", str(out))))
-            ck = json.loads(out.read_text())["metrics"]["checkpoint"]
-            if n == 1:
-                rows[n].append({"bytes_per_save": ck["state"]["bytes_per_save"],
-                                "save_s_p50": ck["local_write_s"]["p50"],
-                                "commit_latency_s_p50": ck["commit_latency_s"]["p50"]})
-            else:
-                rows[n].append({"bytes_per_save": ck["bytes_per_save"], "save_s_p50": ck["local_write_s"]["p50"],
-                                "commit_latency_s_p50": ck["commit_latency_s"]["p50"],
-                                "commit_after_slowest_s_p50": ck["commit_after_slowest_rank_s"]["p50"],
-                                "durable_spread_s_p50": ck["durable_spread_s"]["p50"]})
-            # the restored checkpoint is the same on any number of processes
-            restore = tmp / f"rs-{n}-{rnd}.json"
-            checked(launch(n, iobench("ckpt", "restore", "--durable", str(dur), "--json", str(restore))))
-            rows[n][-1]["restored_bytes"] = json.loads(restore.read_text())["metrics"]["checkpoint"]["restore_bytes"]
+    k = count()
+
+    def one(n: int) -> dict:
+        i = next(k)
+        dur, out = tmp / f"ck-{n}-{i}", tmp / f"ck-{n}-{i}.json"
+        checked(launch(n, iobench("ckpt", "--params", "6e6", "--dp", "3", "--zero", "3", "--count", "3",
+                                  "--mode", "sync", "--durable", str(dur), "--json", str(out))))
+        ck = json.loads(out.read_text())["metrics"]["checkpoint"]
+        row = {"bytes_per_save": ck["state"]["bytes_per_save"] if n == 1 else ck["bytes_per_save"],
+               "save_s_p50": ck["local_write_s"]["p50"], "commit_latency_s_p50": ck["commit_latency_s"]["p50"]}
+        if n != 1:
+            row.update(commit_after_slowest_s_p50=ck["commit_after_slowest_rank_s"]["p50"],
+                       durable_spread_s_p50=ck["durable_spread_s"]["p50"])
+        # the restored checkpoint is the same on any number of processes
+        restore = tmp / f"rs-{n}-{i}.json"
+        checked(launch(n, iobench("ckpt", "restore", "--durable", str(dur), "--json", str(restore))))
+        row["restored_bytes"] = json.loads(restore.read_text())["metrics"]["checkpoint"]["restore_bytes"]
+        return row
+    rows = alternating(rounds, {n: lambda n=n: one(n) for n in (1, 3)})
     same = len({r["bytes_per_save"] for v in rows.values() for r in v}) == 1 and \
         len({r["restored_bytes"] for v in rows.values() for r in v}) == 1
-    ratio = statistics.median(rows[3][i]["commit_latency_s_p50"] / rows[1][i]["commit_latency_s_p50"]
-                              for i in range(rounds))
+    ratio = ratios(rows[3], rows[1], "commit_latency_s_p50")["median"]
     return {"same_bytes": same, "rows": rows, "commit_latency_ratio_3_to_1_median": ratio}
 
 
@@ -200,9 +194,8 @@ def render(r: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, "reports/reference/mpi", scratch_flag=None)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default="reports/reference/mpi")
     args = ap.parse_args()
     path, kind = find_mpirun()
     lib = subprocess.run([PY, "-c", "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"],
@@ -220,12 +213,7 @@ def main() -> int:
         res["ckpt"] = bench_ckpt(tmp, args.rounds)
         res["bench_s"] = time.perf_counter() - t0
     res["loadavg_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-    md = render(res)
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(args.out, res, render(res))
     ok = res["load"]["same_total_work"] and res["ckpt"]["same_bytes"] and res["overhead"]["overhead_ratio"] < 0.01
     return 0 if ok else 1
 

@@ -19,7 +19,6 @@ model, not about this VM's disk.
 from __future__ import annotations
 
 from iobench.schema import STALL_RATIO
-import argparse
 import json
 import os
 import sys
@@ -33,7 +32,7 @@ from iobench.loader.core import LoadConfig, run_load
 from iobench.planner.models import plan
 from iobench.planner.pipeline import data_stall
 
-from harness import machine
+from harness import machine, parser, write_report
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
@@ -44,9 +43,8 @@ def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__, "reports/reference/planner", scratch_flag=None)
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--out", default="reports/reference/planner")
     args = ap.parse_args()
     res = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stall": [],
            "prefetch": {}}
@@ -82,11 +80,8 @@ def main() -> int:
         print(f"prefetch: P99 batch I/O {m1['batch_io_s']['p99'] * 1e3:.0f} ms / compute {compute_ms:.0f} ms → depth "
               f"{depth}; stall {m1[STALL_RATIO]:.1%} at depth 1 → {mq[STALL_RATIO]:.1%} at depth {depth}",
               flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
-    out.with_suffix(".md").write_text(render(res, " ".join(sys.argv)))
-    print(f"wrote {out.with_suffix('.md')}")
+    write_report(args.out, res, render(res, " ".join(sys.argv)), echo=False)
+    print(f"wrote {Path(args.out).with_suffix('.md')}")
     return 0
 
 

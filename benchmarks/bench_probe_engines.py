@@ -12,14 +12,8 @@ absolute numbers on a shared machine are noise, ratios measured side by side are
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 from iobench.io import pagecache
@@ -44,13 +38,9 @@ JOBS = [  # rw, bs, qd, direct, cache
 
 def machine(where: str = ".") -> str:
     """harness.machine() as a sentence, with the test file's file system and fio's version."""
-    m = harness.machine()
-    out = subprocess.run(["df", "--output=fstype,source", where], capture_output=True, text=True).stdout
-    fs = out.splitlines()[-1].split() if out.strip() else []
+    m, fs = harness.machine(), harness.filesystem(where)
     return (f"{m['cpu']}, {m['cpu_count']} CPUs, {m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['os']}, "
-            f"test file on {' on '.join(fs) if fs else '?'}, Python {m['python']}, {fio_engine.find()[1]}; {m['note']}.")
-
-
+            f"test file on {fs['type']} on {fs['device']}, Python {m['python']}, {fio_engine.find()[1]}; {m['note']}.")
 
 
 def one(engine, job: Job, cache: str) -> dict:
@@ -62,57 +52,42 @@ def one(engine, job: Job, cache: str) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default=None, help="where the test file goes (default: the system temp directory)")
+    ap = harness.parser(__doc__, "", scratch_flag="--dir")   # --out: the Markdown report (OUT.json beside it)
     ap.add_argument("--file-size", type=int, default=256 << 20)
     ap.add_argument("--runtime", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=2, help="ABBA repetitions per job")
     ap.add_argument("--smallfiles", type=int, default=400, help="samples for the small-file penalty (0: skip)")
-    ap.add_argument("--out", help="write the Markdown report here")
     args = ap.parse_args()
     if not fio_engine.available():
         print("fio is not installed: nothing to compare against", file=sys.stderr)
         return 2
-    base = tempfile.mkdtemp(prefix="bench-probe-", dir=args.dir)
     rows, raw = [], []
-    try:
+    with harness.scratch("probe", args.dir) as base:
         path = os.path.join(base, "data.bin")
         _layout(path, args.file_size, 0)
         for rw, bs, qd, direct, cache in JOBS:
             job = Job(path=path, file_size=args.file_size, rw=rw, bs=bs, qd=qd, direct=direct,
                       runtime_s=args.runtime, qd_model="threads")
             aio = Job(**{**job.__dict__, "qd_model": "async"})
-            py, fio = [], []
-            for rep in range(args.reps):
-                order = [(py_engine, py), (fio_engine, fio)]
-                for eng, sink in (order if rep % 2 == 0 else order[::-1]):
-                    sink.append(one(eng, job, cache))
+            runs = harness.alternating(args.reps, {"py": lambda: one(py_engine, job, cache),
+                                                   "fio": lambda: one(fio_engine, job, cache)})
+            py, fio = runs["py"], runs["fio"]
             fio_aio = one(fio_engine, aio, cache) if direct else None
-
-            def med(xs, k):
-                return statistics.median(x[k] for x in xs)
-
             row = {"job": f"{rw} {bs // 1024} KiB qd{qd} {'direct' if direct else 'buffered ' + cache}",
-                   "py_iops": med(py, "iops"), "fio_iops": med(fio, "iops"),
-                   "py_p50": med(py, "p50"), "fio_p50": med(fio, "p50"),
-                   "py_p99": med(py, "p99"), "fio_p99": med(fio, "p99"),
+                   **{f"{side}_{k}": harness.median(runs[side], k) for k in ("iops", "p50", "p99") for side in runs},
                    "fio_libaio_iops": fio_aio["iops"] if fio_aio else None}
             row["ratio_iops"] = row["py_iops"] / row["fio_iops"]
             rows.append(row)
             raw.append({"job": row["job"], "python": py, "fio_psync": fio, "fio_libaio": fio_aio})
             print(f"{row['job']:<32} built-in/fio IOPS {row['ratio_iops']:.2f}", file=sys.stderr)
         os.unlink(path)
-        penalty = smallfiles(base, args.smallfiles) if args.smallfiles else None
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    report = render(rows, penalty, args, base)
-    print(report)
+        penalty = smallfiles(str(base), args.smallfiles) if args.smallfiles else None
+        report = render(rows, penalty, args, str(base))
+        where = machine(os.path.dirname(base))
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(report)
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump({"rows": rows, "raw": raw, "smallfiles": penalty, "machine": machine(os.path.dirname(base))},
-                      f, indent=1)
+        harness.write_report(args.out, {"rows": rows, "raw": raw, "smallfiles": penalty, "machine": where}, report)
+    else:
+        print(report)
     return 0
 
 

@@ -17,15 +17,12 @@ throughput (median).  Writes reports/reference/stage.md and stage.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +35,8 @@ from iobench.storage import open_backend
 from iobench.tiers.config import TiersConfig, TierSpec
 from iobench.tiers.manager import TierManager
 from iobench.tiers.run import run_stage
+
+from harness import alternating, parser, scratch, timed, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,12 +55,6 @@ def make_dataset(url: str, shards: int, shard_bytes: int, **kw) -> Manifest:
     m = Manifest(format="raw", modality="tokens", compression="none", seed=0, spec={}, shards=tuple(entries))
     write_manifest(b, m)
     return m
-
-
-def timed(fn) -> float:
-    t0 = time.perf_counter_ns()
-    fn()
-    return (time.perf_counter_ns() - t0) / 1e9
 
 
 def iobench_prestage(cfg: TiersConfig, url: str, fsync: bool, concurrency: int, **kw) -> float:
@@ -87,7 +80,7 @@ def cp_parallel(src: Path, files: list[str], dst: Path, concurrency: int, fsync:
         if fsync:
             subprocess.run(["sync", *[str(dst / f) for f in files]], check=True)
 
-    return timed(run)
+    return timed(run)[0]
 
 
 def copy_loops(src: Path, files: list[str], dst: Path, concurrency: int, verify: bool) -> float:
@@ -115,7 +108,7 @@ def copy_loops(src: Path, files: list[str], dst: Path, concurrency: int, verify:
         with ThreadPoolExecutor(concurrency) as ex:
             list(ex.map(one, files))
 
-    return timed(run)
+    return timed(run)[0]
 
 
 def s3fs_get(server, prefix: str, files: list[str], dst: Path) -> float:
@@ -125,21 +118,14 @@ def s3fs_get(server, prefix: str, files: list[str], dst: Path) -> float:
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
     fs = s3fs.S3FileSystem(**server.storage_options())
-    return timed(lambda: fs.get([f"{prefix}/{f}" for f in files], [str(dst / f) for f in files]))
+    return timed(lambda: fs.get([f"{prefix}/{f}" for f in files], [str(dst / f) for f in files]))[0]
 
 
 def alternate(ours_fn, peer_fn, repeats: int) -> tuple[list[float], list[float]]:
-    """Time ``ours_fn`` and ``peer_fn`` in ``repeats`` rounds, taking turns at going first
-    (this disk's level drifts within a run: alternating puts both sides on the same drift)."""
-    ours, peers = [], []
-    for i in range(repeats):
-        if i % 2:
-            t_peer, t_ours = peer_fn(), ours_fn()
-        else:
-            t_ours, t_peer = ours_fn(), peer_fn()
-        ours.append(t_ours)
-        peers.append(t_peer)
-    return ours, peers
+    """Time both in ``repeats`` rounds, taking turns at going first (this disk's level drifts within
+    a run: alternating puts both sides on the same drift)."""
+    runs = alternating(repeats, {"ours": ours_fn, "peer": peer_fn})
+    return runs["ours"], runs["peer"]
 
 
 def ratio_block(name, total, ours, peers, peer_name) -> dict:
@@ -152,95 +138,80 @@ def ratio_block(name, total, ours, peers, peer_name) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__, str(ROOT / "reports" / "reference"))
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--shard-mb", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
-    ap.add_argument("--work", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
 
     from iobench.s3server import S3Server
 
-    work = Path(tempfile.mkdtemp(prefix="iobench-bench-stage-", dir=args.work))
     nbytes = int(args.shard_mb * 1e6)
     total = args.shards * nbytes
     out: dict = {"benchmark": "bench_stage", "started_at": now_iso(), "host": host_info(),
                  "params": vars(args), "dataset_bytes": total, "cases": [],
                  "loadavg_start": list(os.getloadavg())}
-    server = None
-    try:
-        src = work / "src"
+    conc = args.concurrency
+
+    def case(name: str, ours_fn, peer_fn, peer: str, **extra) -> None:
+        out["cases"].append({**ratio_block(name, total, *alternate(ours_fn, peer_fn, args.repeats), peer), **extra})
+        print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
+
+    with scratch("stage", args.work) as work:
+        src = work / "object" / "src"   # each tier its own directory, neither inside another
         m = make_dataset(str(src), args.shards, nbytes)
         files = [s.path for s in m.shards]
         cfg = TiersConfig(tiers=(TierSpec(name="nvme", url=str(work / "nvme")),
-                                 TierSpec(name="object", url=str(work))), catalog=str(work / "catalog.sqlite"))
+                                 TierSpec(name="object", url=str(work / "object"))), catalog=str(work / "catalog.sqlite"))
         # 1. local -> local
         for fsync, verify in ((True, True), (False, True), (False, False)):
             vcfg = replace(cfg, verify=verify)
-            ours, peers = alternate(lambda: iobench_prestage(vcfg, str(src), fsync, args.concurrency),
-                                    lambda: cp_parallel(src, files, work / "cp", args.concurrency, fsync),
-                                    args.repeats)
-            label = f"local→local prestage, fsync {'on' if fsync else 'off'}" + ("" if verify else ", verify off")
-            out["cases"].append(ratio_block(label, total, ours,
-                                            peers, f"xargs -P {args.concurrency} cp" + (" + sync FILES" if fsync else "")))
-            print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
-
+            case(f"local→local prestage, fsync {'on' if fsync else 'off'}" + ("" if verify else ", verify off"),
+                 lambda: iobench_prestage(vcfg, str(src), fsync, conc),
+                 lambda: cp_parallel(src, files, work / "cp", conc, fsync),
+                 f"xargs -P {conc} cp" + (" + sync FILES" if fsync else ""))
         # diagnostic: the copy loops alone (verified vs copy_file_range), same threads, no harness
-        ours, peers = alternate(lambda: copy_loops(src, files, work / "loop", args.concurrency, True),
-                                lambda: copy_loops(src, files, work / "loop", args.concurrency, False),
-                                args.repeats)
-        out["cases"].append({**ratio_block("diagnostic: verified copy loop alone (read, xxh64, write)", total, ours,
-                                           peers, f"copy_file_range loop, {args.concurrency} threads"),
-                             "diagnostic": True})
-        print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
+        case("diagnostic: verified copy loop alone (read, xxh64, write)",
+             lambda: copy_loops(src, files, work / "loop", conc, True),
+             lambda: copy_loops(src, files, work / "loop", conc, False),
+             f"copy_file_range loop, {conc} threads", diagnostic=True)
 
         # 2. S3 -> local
-        server = S3Server(bucket="iobench").start()
-        prefix = "iobench/bench/ds"
-        opts = {"key": server.access_key, "secret": server.secret_key}
-        make_dataset(f"s3://{prefix}", args.shards, nbytes, endpoint_url=server.endpoint_url, storage_options=opts)
-        s3cfg = TiersConfig(tiers=(TierSpec(name="nvme", url=str(work / "nvme")),
-                                   TierSpec(name="object", url="s3://iobench/bench", endpoint_url=server.endpoint_url,
-                                            storage_options=opts)),
-                            catalog=str(work / "catalog-s3.sqlite"))
-        ours, peers = alternate(lambda: iobench_prestage(replace(s3cfg), f"s3://{prefix}", False, args.concurrency),
-                                lambda: s3fs_get(server, prefix, files, work / "get"),
-                                args.repeats)
-        out["cases"].append(ratio_block("S3→local prestage (fsync off on both)", total, ours, peers,
-                                        "s3fs get (its default batching)"))
-        print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
+        with S3Server(bucket="iobench") as server:
+            prefix = "iobench/bench/ds"
+            opts = {"key": server.access_key, "secret": server.secret_key}
+            make_dataset(f"s3://{prefix}", args.shards, nbytes, endpoint_url=server.endpoint_url, storage_options=opts)
+            s3cfg = TiersConfig(tiers=(TierSpec(name="nvme", url=str(work / "nvme")),
+                                       TierSpec(name="object", url="s3://iobench/bench", endpoint_url=server.endpoint_url,
+                                                storage_options=opts)),
+                                catalog=str(work / "catalog-s3.sqlite"))
+            case("S3→local prestage (fsync off on both)",
+                 lambda: iobench_prestage(replace(s3cfg), f"s3://{prefix}", False, conc),
+                 lambda: s3fs_get(server, prefix, files, work / "get"), "s3fs get (its default batching)")
 
-        # 3. multi-epoch: ondemand vs stream from the object tier
-        epochs = {}
-        for mode in ("ondemand", "stream"):
-            mgr = TierManager(s3cfg).open()
-            mgr.evict("nvme", mgr.register(f"s3://{prefix}"))
-            mgr.close()
-            r = run_stage(s3cfg, f"s3://{prefix}", mode=mode, to="nvme", epochs=args.epochs,
-                          readers=args.concurrency)
-            epochs[mode] = [{"epoch": e["epoch"], "seconds": e["seconds"], "hit_ratio": e["hit_ratio"]}
-                            for e in r["epochs"]]
-        out["epochs"] = epochs
-        out["epochs_ratio_stream_over_ondemand"] = [s["seconds"] / o["seconds"]
-                                                    for s, o in zip(epochs["stream"], epochs["ondemand"])]
-    finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+            # 3. multi-epoch: ondemand vs stream from the object tier
+            epochs = {}
+            for mode in ("ondemand", "stream"):
+                mgr = TierManager(s3cfg).open()
+                mgr.evict("nvme", mgr.register(f"s3://{prefix}"))
+                mgr.close()
+                r = run_stage(s3cfg, f"s3://{prefix}", mode=mode, to="nvme", epochs=args.epochs, readers=conc)
+                epochs[mode] = [{"epoch": e["epoch"], "seconds": e["seconds"], "hit_ratio": e["hit_ratio"]}
+                                for e in r["epochs"]]
+            out["epochs"] = epochs
+            out["epochs_ratio_stream_over_ondemand"] = [s["seconds"] / o["seconds"]
+                                                        for s, o in zip(epochs["stream"], epochs["ondemand"])]
     out["finished_at"] = now_iso()
     out["loadavg_end"] = list(os.getloadavg())
-    write_report(out, Path(args.out))
+    write_report(Path(args.out) / "stage", out, markdown(out))
     return 0
 
 
-def write_report(out: dict, dest: Path) -> None:
+def markdown(out: dict) -> str:
     from iobench.units import format_bytes, format_rate
 
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "stage.json").write_text(json.dumps(out, indent=2) + "\n")
     h = out["host"]
     p = out["params"]
     lines = [
@@ -305,8 +276,7 @@ def write_report(out: dict, dest: Path) -> None:
         lines.append(f"| {o['epoch']} | {o['seconds']:.3f} | {o['hit_ratio']:.2f} | {s['seconds']:.3f} | {r:.2f} |")
     lines += ["", "On-demand pays the object-tier read plus the local copy in epoch 0 and reads locally "
               "afterwards; streaming pays the object tier every epoch (seed ch. 4, staging modes).", ""]
-    (dest / "stage.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

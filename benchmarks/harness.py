@@ -1,21 +1,40 @@
-"""What every benchmark shares: the machine it ran on, paired alternating rounds, ratios.
+"""What every benchmark shares: the machine, paired alternating rounds, ratios, the report files.
 
 Measurement rule 8 ("ratios, same run", docs/design.md): on a shared machine absolute times
 are noise, so iobench and its peer run in the same rounds, in alternating order (A B, B A, ...:
 a drift in the machine's load favours neither), and each round gives one ratio; a row reports
-the median of them.
+the median of them, with their spread.
+
+A benchmark script here is: an argument parser (``parser``), a scratch directory (``scratch``),
+sections that time sides with ``alternating`` and turn them into rows with ``ratios``, and
+``write_report``: OUT.json (everything), OUT.md (its own table) and, where the script has peer
+rows, OUT.rows.json (``summary.write_rows``: what benchmarks/summary.py collects).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import resource
+import shutil
 import statistics
-from typing import Callable
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from iobench.results import host_info
 
 SHARED = "a shared 2-core VM: other work ran while measuring, so only same-run ratios are meaningful"
+MiB = 2**20
 
+
+# ------------------------------------------------------------------ the machine
 
 def machine(**extra) -> dict:
     """The host (``iobench.results.host_info``, as every results file records it), its load average
@@ -25,17 +44,177 @@ def machine(**extra) -> dict:
     return {**info, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "note": SHARED, **extra}
 
 
-def alternating(rounds: int, sides: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+def machine_line(m: dict, unit: str = "cores") -> str:
+    """'2 cores, 8 GiB, Linux ..., Python 3.x' from ``machine()`` (or ``host_info()``)."""
+    return f"{m['cpu_count']} {unit}, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python {m['python']}"
+
+
+def loadavg(m: dict | None = None) -> str:
+    """The 1, 5 and 15 minute load averages, now or at the start of ``machine()``'s run."""
+    return ", ".join(f"{x:.1f}" for x in (m["load_avg_at_start"] if m else os.getloadavg()))
+
+
+def filesystem(where: str | Path) -> dict:
+    """The file system type and device ``where`` lies on (``df -T``)."""
+    df = subprocess.run(["df", "-T", str(where)], capture_output=True, text=True).stdout.splitlines()[-1].split()
+    return {"type": df[1], "device": df[0]}
+
+
+def fio_version() -> str:
+    return subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+
+
+# ------------------------------------------------------------------ paired alternating rounds
+
+def alternating(rounds: int, sides: dict[str, Callable[[], Any]]) -> dict[str, list]:
     """Run every side once per round, the order reversed every other round; each side's values."""
     names = list(sides)
-    out: dict[str, list[float]] = {n: [] for n in names}
+    out: dict[str, list] = {n: [] for n in names}
     for r in range(rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
             out[n].append(sides[n]())
     return out
 
 
+def _value(x, key: str | None):
+    return x if key is None else (x or {}).get(key)
+
+
+def ratios(ours: list, peer: list, key: str | None = None) -> dict:
+    """Per-round ratios ours / peer (of ``key`` when the rounds are dicts), in round order, sorted,
+    their median and spread; rounds where either side has no value are left out."""
+    seq = [a / b for a, b in ((_value(x, key), _value(y, key)) for x, y in zip(ours, peer)) if a and b]
+    return {"in_round_order": seq, "per_round": sorted(seq), "median": statistics.median(seq) if seq else None,
+            "spread": [min(seq), max(seq)] if seq else None}
+
+
 def median_ratio(ours: list[float], peer: list[float]) -> float | None:
     """The median of the per-round ratios ours / peer (None without a usable round)."""
-    ratios = [a / b for a, b in zip(ours, peer) if b]
-    return statistics.median(ratios) if ratios else None
+    return ratios(ours, peer)["median"]
+
+
+def median(runs: list, key: str | None = None):
+    """The median of the values (of ``key``) that are not None; None if there are none."""
+    vals = [v for v in (_value(r, key) for r in runs) if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def median_run(runs: list[dict], key: str) -> dict:
+    """The run whose ``key`` is the median (the upper one of an even count)."""
+    ok = sorted((r for r in runs if r.get(key) is not None), key=lambda r: r[key])
+    return ok[len(ok) // 2] if ok else {}
+
+
+# ------------------------------------------------------------------ timing and the peers' tools
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, fn()'s result)."""
+    t0 = time.perf_counter_ns()
+    out = fn()
+    return (time.perf_counter_ns() - t0) / 1e9, out
+
+
+def cpu_seconds(children_only: bool = False) -> float:
+    """User + system CPU seconds of this process and its waited-for children so far."""
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if children_only:
+        return c.ru_utime + c.ru_stime
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def fio_json(text: str) -> dict:
+    """fio's JSON output (fio may print notices before it)."""
+    return json.loads(text[text.index("{"):])
+
+
+def set_cache(files: list[str], state: str) -> float:
+    """Warm (read every file) or cold (drop its pages); returns the largest resident fraction left."""
+    from iobench.io.pagecache import drop_pages, file_residency, warm_file
+
+    for f in files:
+        (warm_file if state == "warm" else drop_pages)(f)
+    res = [file_residency(f) for f in files]
+    return max((r for r in res if r is not None), default=0.0)
+
+
+# ------------------------------------------------------------------ the script around the sections
+
+def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: bool = False) -> argparse.ArgumentParser:
+    """The options every benchmark has: ``--out`` (where the report goes) and a scratch directory."""
+    ap = argparse.ArgumentParser(description=doc if raw else (doc or "").strip().split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
+    ap.add_argument("--out", default=out, help=f"where the report goes (default {out})")
+    if scratch_flag:
+        ap.add_argument(scratch_flag, default=None, help="scratch directory on the file system to measure "
+                                                         "(default: a temp dir)")
+    return ap
+
+
+def command(script: str, argv: list[str] | None = None) -> str:
+    """How this run was started, as the reports print it."""
+    return " ".join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+@contextmanager
+def scratch(name: str, where: str | None = None) -> Iterator[Path]:
+    """A temp directory (under ``where``) for one run, removed afterwards whatever happens."""
+    d = Path(tempfile.mkdtemp(prefix=f"iobench-bench-{name}-", dir=where))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def write_report(out: str | Path, data: dict, markdown: str, rows: list[dict] | None = None, *,
+                 command: str = "", indent: int = 1, echo: bool = True) -> None:
+    """OUT.json (``data``), OUT.md (``markdown``) and, with ``rows``, OUT.rows.json for summary.py."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=indent, default=str) + "\n")
+    out.with_suffix(".md").write_text(markdown)
+    if rows is not None:
+        from summary import write_rows   # summary imports this module: imported here, not at the top
+
+        write_rows(out.name, rows, ref=out.parent, command=command)
+    if echo:
+        print(markdown)
+
+
+def sections_option(ap: argparse.ArgumentParser, names, merge: bool = True) -> None:
+    """``--sections`` (a comma-separated subset of ``names``) and, with ``merge``, ``--merge``."""
+    ap.add_argument("--sections", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
+    if merge:
+        ap.add_argument("--merge", action="store_true",
+                        help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
+
+
+def run_sections(sections: dict[str, Callable[..., list[dict]]], chosen: str, *args) -> list[dict]:
+    """Each chosen section's rows, tagged with its key (``bench_section``, what ``--merge`` replaces)
+    and its seconds; a line per row as it comes."""
+    out: list[dict] = []
+    for s in (x.strip() for x in chosen.split(",") if x.strip()):
+        ts = time.perf_counter()
+        rows = sections[s](*args)
+        for r in rows:
+            r["section_seconds"] = time.perf_counter() - ts
+            r["bench_section"] = s
+            print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) met={r.get('met')}",
+                  flush=True)
+        out.extend(rows)
+    return out
+
+
+def write_results(out: str | Path, meta: dict, results: list[dict], merge: bool,
+                  markdown: Callable[[list[dict], dict], str], rows: str | None = None,
+                  legacy_prefix: dict | None = None) -> int:
+    """OUT.json ``{"meta", "results"}``, OUT.md and (``rows``: the summary's DERIVE key) OUT.rows.json
+    from a run's section rows; with ``merge``, they replace only the sections the run measured."""
+    from summary import DERIVE, merge_results
+
+    out = Path(out)
+    if merge and out.with_suffix(".json").exists():
+        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results, legacy_prefix)
+    write_report(out, {"meta": meta, "results": results}, markdown(results, meta),
+                 DERIVE[rows]({"results": results}) if rows else None, command=meta["command"])
+    return 0

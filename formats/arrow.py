@@ -28,10 +28,9 @@ import pyarrow as pa
 
 from iobench.errors import IntegrityError
 
-from .base import FormatSpec, Reader, Sample, ShardLayout, Writer, agree
-from .parquet import _rows
+from .base import FormatSpec, Reader, Sample, agree
+from .parquet import PartWriter, _rows
 
-BATCH_BYTES = 4 * 2**20
 TOKEN_COLUMNS = ("input_ids", "tokens", "ids")
 IMAGE_COLUMNS = ("image", "img", "jpg")
 RECORD_COLUMNS = ("text", "data", "content")
@@ -59,40 +58,25 @@ def _schema(modality: str, token_dtype: str) -> pa.Schema:
     return pa.schema(fields, metadata=meta)
 
 
-class ArrowWriter(Writer):
+class ArrowWriter(PartWriter):
     def __init__(self, f, **kw) -> None:
         super().__init__(f, **kw)
         self._schema = _schema(self.modality, self.token_dtype)
         self._out = pa.ipc.new_stream(f, self._schema)
-        self._rows: list = []
-        self._labels: list[int] = []
-        self._buffered = 0
-        self._count = 0
 
     def write(self, sample: Sample) -> None:
         if self.modality == "tokens":
             self.write_batch(sample.index, np.asarray(sample.data).reshape(1, -1))
-            return
-        self._rows.append(bytes(sample.data))
-        self._labels.append(int(sample.label if sample.label is not None else -1))
-        self._buffered += len(sample.data)
-        self._count += 1
-        if self._buffered >= BATCH_BYTES:
-            self._flush()
+        else:
+            self._add_record(sample)
 
     def write_batch(self, first_index: int, tokens) -> None:
         if self.modality != "tokens":
             return super().write_batch(first_index, tokens)
         arr = np.ascontiguousarray(tokens, dtype=np.dtype(self.token_dtype))
-        self._rows.append(arr)
-        self._buffered += arr.nbytes
-        self._count += arr.shape[0]
-        if self._buffered >= BATCH_BYTES:
-            self._flush()
+        self._add(arr, arr.nbytes, arr.shape[0])
 
-    def _flush(self) -> None:
-        if not self._rows:
-            return
+    def _write_part(self) -> None:
         if self.modality == "tokens":
             arr = np.concatenate(self._rows)
             offs = pa.array(np.arange(arr.shape[0] + 1, dtype=np.int32) * arr.shape[1])
@@ -104,12 +88,6 @@ class ArrowWriter(Writer):
         else:
             cols = [pa.array(self._rows, pa.binary()), pa.array(self._labels, pa.int64())]
         self._out.write_batch(pa.record_batch(cols, schema=self._schema))
-        self._rows, self._labels, self._buffered = [], [], 0
-
-    def finish(self) -> ShardLayout:
-        self._flush()
-        self._out.close()
-        return ShardLayout(samples=self._count)
 
 
 def dataset_files(manifest) -> dict[str, bytes]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +17,50 @@ import pyarrow.parquet as pq
 from .base import FormatSpec, Piece, PieceRead, PieceReadInto, Reader, Sample, ShardLayout, Writer
 from .compression import parse_compression
 
-ROW_GROUP_BYTES = 4 * 2**20
+ROW_GROUP_BYTES = 4 * 2**20   # a part: a Parquet row group, an Arrow record batch
 
 
-class ParquetWriter(Writer):
+class PartWriter(Writer):
+    """A writer that buffers rows and writes them as one part of about ``ROW_GROUP_BYTES``: a Parquet
+    row group, an Arrow record batch (so that readers can stream a shard part by part)."""
+
+    _out: Any   # the format's writer (closed by finish)
+
+    def __init__(self, f, **kw) -> None:
+        super().__init__(f, **kw)
+        self._rows: list = []
+        self._labels: list[int] = []
+        self._buffered = 0
+        self._count = 0
+
+    def _add(self, row, nbytes: int, count: int = 1) -> None:
+        self._rows.append(row)
+        self._buffered += nbytes
+        self._count += count
+        if self._buffered >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _add_record(self, sample: Sample) -> None:
+        """A record or an image: its bytes and its label (-1: none)."""
+        self._labels.append(int(sample.label if sample.label is not None else -1))
+        self._add(bytes(sample.data), len(sample.data))
+
+    def _flush(self) -> None:
+        if self._rows:
+            self._write_part()
+            self._rows, self._labels, self._buffered = [], [], 0
+
+    def _write_part(self) -> None:
+        """The buffered rows (``_rows``, ``_labels``) as one part."""
+        raise NotImplementedError
+
+    def finish(self) -> ShardLayout:
+        self._flush()
+        self._out.close()
+        return ShardLayout(samples=self._count)
+
+
+class ParquetWriter(PartWriter):
     def __init__(self, f, **kw) -> None:
         super().__init__(f, **kw)
         comp = parse_compression(self.compression)
@@ -28,30 +68,18 @@ class ParquetWriter(Writer):
             self._schema = pa.schema([("tokens", pa.list_(pa.from_numpy_dtype(np.dtype(self.token_dtype))))])
         else:
             self._schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
-        self._pw = pq.ParquetWriter(f, self._schema, compression=comp.kind if comp.enabled else "none",
-                                    compression_level=comp.level if comp.enabled else None,
-                                    use_dictionary=False)  # random ids and JPEGs gain nothing from dictionaries
-        self._rows: list = []
-        self._labels: list[int] = []
-        self._buffered = 0
-        self._count = 0
+        self._out = pq.ParquetWriter(f, self._schema, compression=comp.kind if comp.enabled else "none",
+                                     compression_level=comp.level if comp.enabled else None,
+                                     use_dictionary=False)  # random ids and JPEGs gain nothing from dictionaries
 
     def write(self, sample: Sample) -> None:
         if self.modality == "tokens":
             arr = np.asarray(sample.data, dtype=self.token_dtype)
-            self._rows.append(arr)
-            self._buffered += arr.nbytes
+            self._add(arr, arr.nbytes)
         else:
-            self._rows.append(bytes(sample.data))
-            self._labels.append(int(sample.label if sample.label is not None else -1))
-            self._buffered += len(sample.data)
-        self._count += 1
-        if self._buffered >= ROW_GROUP_BYTES:
-            self._flush()
+            self._add_record(sample)
 
-    def _flush(self) -> None:
-        if not self._rows:
-            return
+    def _write_part(self) -> None:
         if self.modality == "tokens":
             lengths = np.fromiter((len(r) for r in self._rows), dtype=np.int64, count=len(self._rows))
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
@@ -60,13 +88,7 @@ class ParquetWriter(Writer):
         else:
             table = pa.table({"image": pa.array(self._rows, pa.binary()), "label": pa.array(self._labels, pa.int64())},
                              schema=self._schema)
-        self._pw.write_table(table, row_group_size=len(self._rows))
-        self._rows, self._labels, self._buffered = [], [], 0
-
-    def finish(self) -> ShardLayout:
-        self._flush()
-        self._pw.close()
-        return ShardLayout(samples=self._count)
+        self._out.write_table(table, row_group_size=len(self._rows))
 
 
 class ParquetReader(Reader):

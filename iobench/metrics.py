@@ -11,10 +11,13 @@ from __future__ import annotations
 import ctypes
 import time
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
+
+if TYPE_CHECKING:
+    from .schema import HdrSummary
 
 _LOWEST_NS = 1
 _HIGHEST_NS = 3_600 * 10**9  # one hour
@@ -93,7 +96,7 @@ class LatencyHistogram:
         value = raw.get_value_from_index(index)
         return raw.get_highest_equivalent_value(value) if percentile else raw.get_lowest_equivalent_value(value)
 
-    def summary(self) -> dict:
+    def summary(self) -> HdrSummary:
         """The results schema's HDR summary, in seconds."""
         n = self.count
         if n == 0:
@@ -131,7 +134,7 @@ def merged(hists: Iterable[LatencyHistogram]) -> LatencyHistogram:
     return out
 
 
-def summarize_seconds(values: Iterable[float]) -> dict:
+def summarize_seconds(values: Iterable[float]) -> HdrSummary:
     """The HDR summary of ``values`` (seconds).  A summary is always of one population: to
     summarise several runs, pool their values (or merge their histograms) and summarise once —
     never replace one quantile of a run's summary (a pooled P99 above that run's max)."""

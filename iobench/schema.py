@@ -94,17 +94,32 @@ class Stability(TypedDict):
     not_stable_because: list[str]
 
 
-@dataclass(frozen=True)
-class LoadMetrics:
-    """What one load measured (``iobench.loader.core.run_load``): the ``metrics`` of a
-    ``load`` results file.  Field names are the keys written; see README: Results schema."""
+@dataclass
+class StepSeries:
+    """What a step loop records, one entry per step in step order (iobench's loader,
+    ``iobench.watch``): the fields ``iobench.loader.stability`` judges and a results file's
+    ``series`` come from."""
 
-    access: str
+    waits: list[float] = field(default_factory=list)
+    computes: list[float] = field(default_factory=list)
+    steps_s: list[float] = field(default_factory=list)
+    t_step: list[float] = field(default_factory=list)
+    batch_bytes: list[int] = field(default_factory=list)
+    lens: list[int] = field(default_factory=list)
+    io_s: list[float] = field(default_factory=list)      # storage time spent producing the batch (where known)
+    prep_s: list[float] = field(default_factory=list)    # parse/decode/collate time of the batch
+    t_end: int = 0
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """What every step loop measures, iobench's loader or a loop around the user's own
+    (``LoadMetrics``, ``WatchMetrics``): the stall, its timings and histograms.  Field names are
+    the keys written; see README: Results schema."""
+
+    access: str                     # the access pattern ("watch": the user's own loader)
     steps: int
-    steps_planned: int
-    stopped_early: str | None
     samples: int
-    epochs_planned: int
     first_step_excluded: bool
     stall_ratio: float
     accelerator_utilization: float
@@ -121,40 +136,54 @@ class LoadMetrics:
     time_to_first_batch_s: float | None
     warmup_s: float
     warmup_fraction: float | None
-    fill_io_s_total: float
     batch_wait_s: HdrSummary
-    batch_io_s: HdrSummary
+    batch_wait_hist: str | None
+    batch_io_s: HdrSummary          # storage alone (watch: = batch_service_s, what `plan prefetch` reads)
+    batch_service_s: HdrSummary     # storage + preparation per batch (watch: exact or estimated)
+    batch_service_hist: str | None
+    compute_s: HdrSummary
+    compute_hist: str | None
+    step_s: HdrSummary
+    batch_bytes: float              # mean bytes of the batches the consumer received
+    batch_bytes_max: int
+    throughput: Throughput
+    series: dict[str, list]
+    device_io: dict | None
+    intervals: dict[str, Interval]
+    stable: bool
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"} | \
+            getattr(self, "extra", {})
+
+    @property
+    def stall_interval(self) -> Interval | None:
+        return self.intervals.get(STALL_RATIO)
+
+
+@dataclass(frozen=True)
+class LoadMetrics(StepMetrics):
+    """What one load measured (``iobench.loader.core.run_load``): the ``metrics`` of a
+    ``load`` results file."""
+
+    steps_planned: int
+    stopped_early: str | None
+    epochs_planned: int
+    fill_io_s_total: float
     batch_io_hist: str | None
     batch_prep_s: HdrSummary
-    batch_service_s: HdrSummary
-    batch_service_hist: str | None
-    batch_wait_hist: str | None
-    compute_hist: str | None
-    compute_s: HdrSummary
-    step_s: HdrSummary
-    batch_bytes: float
-    batch_bytes_max: int
     bytes_read: int
     requests: int
-    throughput: Throughput
     read_latency_s: dict[str, HdrSummary]
     read_calls: dict[str, int]
     queue_depth: QueueDepth
     per_worker: list[dict]
-    series: dict[str, list]
     system: dict
     pickled_batches: int
     verify_checksums: dict | None
-    device_io: dict | None
-    intervals: dict[str, Interval]
-    stable: bool
     stability: Stability
     # What later stages add (repeats, tiers, analysis, prefetch_recommendation, ...): kept, not typed.
     extra: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return out | self.extra
 
     @classmethod
     def from_dict(cls, metrics: dict) -> LoadMetrics:
@@ -168,63 +197,22 @@ class LoadMetrics:
                               "give a results file written by `iobench load --json`")
         return cls(**{n: metrics[n] for n in names}, extra={k: v for k, v in metrics.items() if k not in names})
 
-    @property
-    def stall_interval(self) -> Interval | None:
-        return self.intervals.get(STALL_RATIO)
-
 
 @dataclass(frozen=True)
-class WatchMetrics:
+class WatchMetrics(StepMetrics):
     """What ``iobench.watch`` measured around the user's own loader: the ``metrics`` of a ``watch``
     results file (``iobench measure`` too).  The load's names for what a loop around any iterable
     can measure; no queue, worker or request counters, which only iobench's own loader has."""
 
-    access: str                     # "watch"
-    steps: int
     epochs: int
-    samples: int
-    first_step_excluded: bool
-    stall_ratio: float
-    accelerator_utilization: float
-    steady_window: SteadyWindow
-    stall_ratio_first_step_excluded: float
-    accelerator_utilization_first_step_excluded: float
-    wall_clock_utilization: float | None
-    wall_s: float
-    wall_s_with_startup: float
-    wait_s_total: float
-    compute_s_total: float
-    first_step_s: float | None
-    startup_s: float
-    time_to_first_batch_s: float | None
-    warmup_s: float
-    warmup_fraction: float | None
-    batch_wait_s: HdrSummary
-    batch_wait_hist: str | None
-    compute_s: HdrSummary
-    compute_hist: str | None
-    step_s: HdrSummary
-    batch_service_s: HdrSummary     # exact, or estimated: batch_service_basis says which
-    batch_service_hist: str | None
-    batch_io_s: HdrSummary          # = batch_service_s (what `plan prefetch` reads)
     batch_service_basis: str
-    batch_bytes: float              # bytes of the batches the loop received (arrays, tensors, buffers)
-    batch_bytes_max: int
     bytes_delivered: int
     bytes_read: int | None          # the device's (path=) or the process tree's: bytes_read_basis
     bytes_read_basis: str
-    throughput: Throughput
-    series: dict[str, list]
     loader: dict                    # kind, num_workers, prefetch_factor (a torch DataLoader's)
     process_io: dict | None
-    device_io: dict | None
-    intervals: dict[str, Interval]
-    stable: bool
     stability: dict
     extra: dict = field(default_factory=dict)   # prefetch_recommendation
-
-    def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"} | self.extra
 
 
 class CompareRow(TypedDict):

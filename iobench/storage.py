@@ -128,11 +128,6 @@ class Backend:
         return self.reader is not None
 
     @property
-    def supports_conditional_create(self) -> bool:
-        """Create-if-absent that fails when the name exists (S3 If-None-Match, POSIX link(2))."""
-        return self.speaks_s3 or self.is_local
-
-    @property
     def supports_bulk_transfer(self) -> bool:
         """One call moves many files concurrently (s3fs put/rm lists, multipart)."""
         return self.speaks_s3
@@ -146,20 +141,8 @@ class Backend:
         return True
 
     @property
-    def supports_writes(self) -> bool:
-        return self.protocol not in ("http", "https", "hf")
-
-    @property
-    def supports_rename(self) -> bool:
-        return self.protocol in ("file", "memory")
-
-    @property
     def supports_odirect(self) -> bool:
         return self.protocol == "file" and hasattr(os, "O_DIRECT")
-
-    @property
-    def supports_fsync(self) -> bool:
-        return self.protocol == "file"
 
     def path(self, rel: str = "") -> str:
         """Full path (as the filesystem names it) of ``rel`` under the root; never outside it.
@@ -231,11 +214,9 @@ class Backend:
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
             return self.reader.get_range(self.path(rel), start, end).to_bytes()
-        if self.is_local:
-            _require_regular(self.path(rel))
-        return self.fs.cat_file(self.path(rel), start=start, end=end)
+        return self.cat_buffer(rel, start, end)
 
-    def cat_buffer(self, rel: str, start: int, end: int):
+    def cat_buffer(self, rel: str, start: int | None, end: int | None):
         """Bytes ``[start, end)`` of ``rel`` as a read-only buffer (len(), memoryview()), not
         necessarily ``bytes``: a fast client's own buffer is handed over without a copy (a whole
         shard read in one GET is parsed where it landed)."""

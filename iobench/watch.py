@@ -34,7 +34,7 @@ and again after each further epoch over the same ``Watch`` (cumulative).
 
 from __future__ import annotations
 
-from .schema import STALL_RATIO
+from .schema import STALL_RATIO, StepSeries
 import os
 import sys
 import threading
@@ -45,21 +45,12 @@ from time import perf_counter_ns as now_ns   # iobench.metrics' clock, without i
 
 
 @dataclass
-class _Record:
-    """Per step, in step order (the fields ``iobench.loader.stability`` reads)."""
+class _Record(StepSeries):
+    """Per step, in step order; ``io_s`` is the batch's production time where known (W=0)."""
 
-    waits: list[float] = field(default_factory=list)
-    computes: list[float] = field(default_factory=list)
-    steps_s: list[float] = field(default_factory=list)
-    t_step: list[float] = field(default_factory=list)
-    batch_bytes: list[int] = field(default_factory=list)
-    lens: list[int] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
-    io_s: list[float] = field(default_factory=list)     # the batch's production time where known (W=0)
-    prep_s: list[float] = field(default_factory=list)
     startup_s: float = 0.0
     t0: int = 0
-    t_end: int = 0
 
 
 class _TreeIO:
@@ -269,7 +260,7 @@ class Watch:
         """The results' metrics (``iobench.schema.WatchMetrics``: the load's names) for what was measured so far."""
         from .loader.analysis import recommend
         from .loader.stability import StopRule, steady_verdict, steady_window, window_stall
-        from .metrics import summarize_seconds
+        from .metrics import encoded_seconds, summarize_seconds
         from .schema import WatchMetrics
 
         rec = self.rec
@@ -321,13 +312,13 @@ class Watch:
             "warmup_s": warmup_s,
             "warmup_fraction": warmup_s / (wall_s + rec.startup_s) if wall_s > 0 else None,
             "batch_wait_s": summarize_seconds(w1),
-            "batch_wait_hist": _encode(w1),
+            "batch_wait_hist": encoded_seconds(w1),
             "compute_s": summarize_seconds(comps[1:] or comps),
-            "compute_hist": _encode(comps[1:]),
+            "compute_hist": encoded_seconds(comps[1:]),
             "step_s": summarize_seconds(s1),
             # what --recommend and `plan prefetch` read as the batch's time at its producer
             "batch_service_s": summarize_seconds(svc[1:] or svc),
-            "batch_service_hist": _encode(svc[1:]),
+            "batch_service_hist": encoded_seconds(svc[1:]),
             "batch_io_s": summarize_seconds(svc[1:] or svc),
             "batch_service_basis": svc_how,
             "batch_bytes": delivered / n if n else 0.0,
@@ -385,17 +376,6 @@ def _warnings(m: dict, path: str | None) -> list[str]:
     if wf is not None and wf > 0.10:
         out.append(f"warm-up (the first iter() + first batch) took {m['warmup_s']:.2f} s, {wf:.0%} of the wall clock")
     return out
-
-
-def _encode(values_s: list[float]) -> str | None:
-    from .metrics import LatencyHistogram
-
-    if not values_s:
-        return None
-    h = LatencyHistogram()
-    for v in values_s:
-        h.record_s(v)
-    return h.encode()
 
 
 def watch(loader: Iterable, json: str | None = None, path: str | None = None, interval_s: float = 0.2,

@@ -260,20 +260,36 @@ class BackendWrapper(Backend):
     def describe(self) -> dict:
         return self.inner.describe()
 
+    def _meta(self, fn, *args):
+        """Every metadata request (``exists``, ``size``, ``ls``) passes here: the hook for subclasses."""
+        return fn(*args)
+
+    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
+        """Every read request (``cat``, ``cat_into``, ``cat_buffer``, ``cat_stream``) passes here: the
+        hook for subclasses.  ``counts_result``: ``fn`` returns a count of bytes, not the bytes;
+        ``first``: a stream's first piece (True), a later one (False), not a stream (None)."""
+        return fn(rel, *args)
+
     def exists(self, rel: str) -> bool:
-        return self.inner.exists(rel)
+        return self._meta(self.inner.exists, rel)
 
     def size(self, rel: str) -> int:
-        return self.inner.size(rel)
+        return self._meta(self.inner.size, rel)
+
+    def ls(self, rel: str = "", detail: bool = False) -> list:
+        return self._meta(self.inner.ls, rel, detail)
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        return self.inner.cat(rel, start, end)
+        return self._read(self.inner.cat, rel, start, end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
-        return self.inner.cat_into(rel, start, end, out)
+        return self._read(self.inner.cat_into, rel, start, end, out, counts_result=True)
 
-    def cat_buffer(self, rel: str, start: int, end: int):
-        return self.inner.cat_buffer(rel, start, end)
+    def cat_buffer(self, rel: str, start: int | None, end: int | None):
+        return self._read(self.inner.cat_buffer, rel, start, end)
+
+    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
+        return self._read(self.inner.cat_stream, rel, start, end, first, first=first)
 
     @property
     def read_client(self) -> str:
@@ -281,12 +297,6 @@ class BackendWrapper(Backend):
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
-
-    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
-        return self.inner.cat_stream(rel, start, end, first)
-
-    def ls(self, rel: str = "", detail: bool = False) -> list:
-        return self.inner.ls(rel, detail)
 
     def rm(self, rel: str, recursive: bool = False) -> None:
         self.inner.rm(rel, recursive)
@@ -298,10 +308,6 @@ class BackendWrapper(Backend):
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         with self.inner.open_output(rel, fsync=fsync) as f:
             yield f
-
-    def write_bytes(self, rel: str, data: bytes, fsync: bool = True) -> None:
-        with self.open_output(rel, fsync=fsync) as f:
-            f.write(data)
 
     @property
     def base(self) -> Backend:
@@ -404,32 +410,17 @@ class EmulatedBackend(BackendWrapper):
         self._limit.hold(n, t0)
         return result
 
-    def exists(self, rel: str) -> bool:
-        return self._request(self.inner.exists, rel, nbytes_in=0)
+    def _meta(self, fn, *args):
+        return self._request(fn, *args, nbytes_in=0)
 
-    def size(self, rel: str) -> int:
-        return self._request(self.inner.size, rel, nbytes_in=0)
-
-    def ls(self, rel: str = "", detail: bool = False) -> list:
-        return self._request(self.inner.ls, rel, detail, nbytes_in=0)
-
-    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        return self._request(self.inner.cat, rel, start, end)
-
-    def cat_into(self, rel: str, start: int, end: int, out) -> int:
-        return self._request(self.inner.cat_into, rel, start, end, out, counts_result=True)
-
-    def cat_buffer(self, rel: str, start: int, end: int):
-        return self._request(self.inner.cat_buffer, rel, start, end)
-
-    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
-        """One streamed GET: its latency is the first piece's; every piece moves at the bandwidth cap."""
-        if first:
-            return self._request(self.inner.cat_stream, rel, start, end, first)
-        t0 = now_ns()
-        result = self.inner.cat_stream(rel, start, end, first)
-        self._limit.hold(_nbytes(result, False), t0)   # paced: the pieces of one GET move back to back
-        return result
+    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
+        """A stream (one GET) pays its latency on its first piece; every piece moves at the bandwidth cap."""
+        if first is False:
+            t0 = now_ns()
+            result = fn(rel, *args)
+            self._limit.hold(_nbytes(result, False), t0)   # paced: the pieces of one GET move back to back
+            return result
+        return self._request(fn, rel, *args, counts_result=counts_result)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
@@ -479,8 +470,12 @@ class InstrumentedBackend(BackendWrapper):
             self.bytes_written = 0
 
     def record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
-        """Count an operation done on this backend's files by other means (e.g. O_DIRECT preads)."""
-        self._record(op, ns, nread, nwritten)
+        """Count an operation (also one done on this backend's files by other means, e.g. O_DIRECT preads)."""
+        with self._lock:
+            self.hist[op].record_ns(ns)
+            self.calls[op] += 1
+            self.bytes_read += nread
+            self.bytes_written += nwritten
 
     def record_many(self, op: str, ns_values, nread: int = 0) -> None:
         """Count ``len(ns_values)`` operations done by other means, in one call (a hot path's log)."""
@@ -489,14 +484,7 @@ class InstrumentedBackend(BackendWrapper):
             self.calls[op] += len(ns_values)
             self.bytes_read += nread
 
-    def _record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
-        with self._lock:
-            self.hist[op].record_ns(ns)
-            self.calls[op] += 1
-            self.bytes_read += nread
-            self.bytes_written += nwritten
-
-    def _timed(self, op: str, fn, *args, counts_result: bool = False, reads: bool = False):
+    def _timed(self, op: str, fn, *args, counts_result: bool = False, reads: bool = False, ttfb: bool = False):
         t0 = now_ns()
         try:
             result = fn(*args)
@@ -505,40 +493,17 @@ class InstrumentedBackend(BackendWrapper):
             with self._lock:
                 self.failed[op] = self.failed.get(op, 0) + 1
             raise
-        self._record(op, now_ns() - t0, nread=_nbytes(result, counts_result) if reads else 0)
-        return result
-
-    def exists(self, rel: str) -> bool:
-        return self._timed("metadata", self.inner.exists, rel)
-
-    def size(self, rel: str) -> int:
-        return self._timed("metadata", self.inner.size, rel)
-
-    def ls(self, rel: str = "", detail: bool = False) -> list:
-        return self._timed("metadata", self.inner.ls, rel, detail)
-
-    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        return self._timed("read", self.inner.cat, rel, start, end, reads=True)
-
-    def cat_into(self, rel: str, start: int, end: int, out) -> int:
-        return self._timed("read", self.inner.cat_into, rel, start, end, out, counts_result=True, reads=True)
-
-    def cat_buffer(self, rel: str, start: int, end: int):
-        return self._timed("read", self.inner.cat_buffer, rel, start, end, reads=True)
-
-    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
-        t0 = now_ns()
-        try:
-            result = self.inner.cat_stream(rel, start, end, first)
-        except Exception:
-            with self._lock:
-                self.failed["read"] = self.failed.get("read", 0) + 1
-            raise
         ns = now_ns() - t0
-        self._record("read", ns, nread=_nbytes(result, False))
-        if first:
-            self._record("ttfb", ns)
+        self.record(op, ns, nread=_nbytes(result, counts_result) if reads else 0)
+        if ttfb:   # a stream's first piece: its latency is the time to first byte as well
+            self.record("ttfb", ns)
         return result
+
+    def _meta(self, fn, *args):
+        return self._timed("metadata", fn, *args)
+
+    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
+        return self._timed("read", fn, rel, *args, counts_result=counts_result, reads=True, ttfb=bool(first))
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._timed("open", lambda: self.inner.open(rel, mode, **kw))
@@ -549,10 +514,10 @@ class InstrumentedBackend(BackendWrapper):
             result = fn(arg)
             ns = now_ns() - t0
             n = _nbytes(result, counts_result)
-            self._record("read", ns, nread=n)
+            self.record("read", ns, nread=n)
             if first[0]:
                 first[0] = False
-                self._record("ttfb", ns)
+                self.record("ttfb", ns)
             return result
 
         def on_write(fn, data):
@@ -566,7 +531,7 @@ class InstrumentedBackend(BackendWrapper):
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         with _counted_output(self.inner, rel, fsync,
-                             lambda nbytes, t0: self._record("write", now_ns() - t0, nwritten=nbytes)) as f:
+                             lambda nbytes, t0: self.record("write", now_ns() - t0, nwritten=nbytes)) as f:
             yield f
 
     def stats(self, encode: bool = False) -> dict:
@@ -632,21 +597,9 @@ class FaultyBackend(BackendWrapper):
             time.sleep(self.timeout_s)
             raise InjectedTimeout(f"injected timeout reading {self.path(what)}")
 
-    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
         self._maybe_fail(rel)
-        return self.inner.cat(rel, start, end)
-
-    def cat_into(self, rel: str, start: int, end: int, out) -> int:
-        self._maybe_fail(rel)
-        return self.inner.cat_into(rel, start, end, out)
-
-    def cat_buffer(self, rel: str, start: int, end: int):
-        self._maybe_fail(rel)
-        return self.inner.cat_buffer(rel, start, end)
-
-    def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
-        self._maybe_fail(rel)
-        return self.inner.cat_stream(rel, start, end, first)
+        return fn(rel, *args)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         self._maybe_fail(rel)

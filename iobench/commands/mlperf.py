@@ -23,7 +23,8 @@ def register(sub) -> None:
     r.add_argument("--runs", type=int, default=5, help="measured runs (MLPerf: 5, their mean is the result)")
     r.add_argument("--no-warmup", action="store_true", help="skip the warm-up run (not rule-compliant)")
     r.add_argument("--min-steps", type=int, default=0, metavar="N",
-                   help="at least N steps per epoch (samples repeat: not rule-compliant)")
+                   help="at least N steps per epoch (not rule-compliant): with a cold cache, each epoch "
+                        "becomes enough cold passes; otherwise its samples repeat inside it")
     r.add_argument("--no-checkpoint", action="store_true",
                    help="skip unet3d's checkpoint after epoch 5 (not rule-compliant)")
     r.add_argument("--checkpoint-folder", metavar="DIR",

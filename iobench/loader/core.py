@@ -19,8 +19,8 @@ from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError, IobenchError
-from ..metrics import LatencyHistogram, now_ns
-from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability
+from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
+from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .sampler import ACCESS_PATTERNS, order_of
@@ -133,12 +133,9 @@ def estimate_slot_bytes(cfg: LoadConfig, manifest) -> int:
     """Bytes one batch can take in a slot, from the manifest (generous, so overflow is rare)."""
     spec = manifest.spec or {}
     per_sample = max((s.bytes + s.samples - 1) // max(1, s.samples) for s in manifest.shards)
-    if manifest.modality == "tokens" and "seq_len" in spec:
-        dt = spec.get("token_dtype", "auto")
-        if dt not in ("uint16", "uint32"):
-            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
-        itemsize = np.dtype(dt).itemsize
-        per_sample = max(int(spec["seq_len"]) * itemsize, 1)
+    row = _token_row_bytes(manifest)
+    if row is not None:
+        per_sample = max(row, 1)
         if manifest.compression == "none" and manifest.format == "raw":
             return cfg.batch_size * per_sample
     if cfg.decode and manifest.modality == "images":
@@ -172,14 +169,22 @@ def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
                           f"use at most {top} workers, or raise the limit (ulimit -n)")
 
 
+def _token_row_bytes(manifest) -> int | None:
+    """Bytes of one token sample of a tokens dataset of fixed ``seq_len`` (None for any other)."""
+    spec = manifest.spec or {}
+    if manifest.modality != "tokens" or "seq_len" not in spec:
+        return None
+    dt = spec.get("token_dtype", "auto")
+    if dt not in ("uint16", "uint32"):
+        dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
+    return int(spec["seq_len"]) * np.dtype(dt).itemsize
+
+
 def one_sample_bytes(manifest) -> int:
     """The largest stored sample (bytes), from the manifest: what one slot must hold at least."""
-    spec = manifest.spec or {}
-    if manifest.modality == "tokens" and "seq_len" in spec and manifest.compression == "none":
-        dt = spec.get("token_dtype", "auto")
-        if dt not in ("uint16", "uint32"):
-            dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
-        return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    row = _token_row_bytes(manifest)
+    if row is not None and manifest.compression == "none":
+        return row
     best = 0
     for s in manifest.shards:
         if s.offsets and len(s.offsets) > 1:
@@ -204,16 +209,6 @@ def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
                               f"give at least {cfg.batch_size * one} (a batch), or 0 to size it from the manifest")
 
 
-def _summary(h: LatencyHistogram) -> Any:   # a schema.HdrSummary
-    return h.summary()
-
-
-def _hist_summary(values_s: list[float]) -> Any:   # a schema.HdrSummary
-    from ..metrics import summarize_seconds
-
-    return summarize_seconds(values_s)
-
-
 @dataclass
 class _Setup:
     """Everything a load needs before its first step (built by ``_setup``)."""
@@ -233,18 +228,10 @@ class _Setup:
 
 
 @dataclass
-class _Steps:
+class _Steps(StepSeries):
     """What the step loop recorded, one entry per step, in step order."""
 
-    waits: list[float] = field(default_factory=list)
-    computes: list[float] = field(default_factory=list)
-    steps_s: list[float] = field(default_factory=list)
-    t_step: list[float] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
-    batch_bytes: list[int] = field(default_factory=list)
-    lens: list[int] = field(default_factory=list)
-    io_s: list[float] = field(default_factory=list)        # storage time spent producing the batch
-    prep_s: list[float] = field(default_factory=list)      # parse/decode/collate time of the batch
     fill_s: list[float] = field(default_factory=list)      # shuffle-buffer fill before it (stream), apart
     requests: list[int] = field(default_factory=list)
     worker: list[int] = field(default_factory=list)
@@ -253,7 +240,6 @@ class _Steps:
     start_s: list = field(default_factory=list)            # map/stream: when its worker started it (gate open)
     t_spawn: int = 0
     t_start: int = 0
-    t_end: int = 0
     system: dict = field(default_factory=dict)
     done: dict = field(default_factory=dict)
     overflow: int = 0
@@ -580,16 +566,16 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
         warmup_s=warmup_s,
         warmup_fraction=warmup_fraction,
         fill_io_s_total=sum(rec.fill_s),
-        batch_wait_s=_hist_summary(w),
-        batch_io_s=_hist_summary(io),
-        batch_io_hist=_encode(io),
-        batch_prep_s=_hist_summary(rec.prep_s[1:] or rec.prep_s),
-        batch_service_s=_hist_summary(service),
-        batch_service_hist=_encode(service),
-        batch_wait_hist=_encode(w),
-        compute_hist=_encode(rec.computes[1:]),
-        compute_s=_hist_summary(rec.computes[1:] or rec.computes),
-        step_s=_hist_summary(s),
+        batch_wait_s=summarize_seconds(w),
+        batch_io_s=summarize_seconds(io),
+        batch_io_hist=encoded_seconds(io),
+        batch_prep_s=summarize_seconds(rec.prep_s[1:] or rec.prep_s),
+        batch_service_s=summarize_seconds(service),
+        batch_service_hist=encoded_seconds(service),
+        batch_wait_hist=encoded_seconds(w),
+        compute_hist=encoded_seconds(rec.computes[1:]),
+        compute_s=summarize_seconds(rec.computes[1:] or rec.computes),
+        step_s=summarize_seconds(s),
         batch_bytes=float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
         batch_bytes_max=int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
         bytes_read=bytes_read,
@@ -600,7 +586,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
             "batches_per_s": steps / wall_s if wall_s > 0 else None,
             "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
         },
-        read_latency_s={op: _summary(h) for op, h in read_hists.items()},
+        read_latency_s={op: h.summary() for op, h in read_hists.items()},
         read_calls=calls,
         queue_depth={"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
                      "slots": st.slots, "slot_bytes": st.slot_bytes},
@@ -716,16 +702,6 @@ def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
     except OSError as e:
         raise ConfigError("--odirect", f"the filesystem under {backend.root} refuses O_DIRECT ({e.strerror})",
                           "drop --odirect (tmpfs and some FUSE filesystems do not support it)") from None
-
-
-def _encode(values_s: list[float]) -> str | None:
-    """An encoded HDR histogram (mergeable across ranks; the report plots its full CDF)."""
-    if not values_s:
-        return None
-    h = LatencyHistogram()
-    for v in values_s:
-        h.record_s(v)
-    return h.encode()
 
 
 def _describe_delivery(deliver: Delivery, device: str) -> dict:

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import ConfigError, IntegrityError
 from ..io.inputs import open_regular
 from ..metrics import now_ns
-from .source import BackendSource, LocalFileSource, ShardSource
+from .source import BackendSource, LocalFileSource, ShardSource, _shorter_than_manifest, gather_rows
 
 # Mappings kept open per process (LRU): each is address space only, but the kernel caps a
 # process's mappings (vm.max_map_count, 65530 by default).
@@ -93,12 +93,7 @@ class MappedSource(ShardSource):
     def close(self) -> None:
         self._scratch = None
         while self._maps:
-            _path, (view, m) = self._maps.popitem(last=False)
-            del view
-            try:
-                m.close()
-            except BufferError:   # a batch still refers to it: the mapping goes with its last view
-                pass
+            _unmap_oldest(self._maps)
         self.inner.close()
 
     def describe(self) -> dict:
@@ -130,19 +125,13 @@ class MappedSource(ShardSource):
         hit = self._maps.pop(shard.path, None)
         if hit is None:
             if len(self._maps) >= _MAX_MAPS:
-                _p, (old, m) = self._maps.popitem(last=False)
-                del old
-                try:
-                    m.close()
-                except BufferError:
-                    pass
+                _unmap_oldest(self._maps)
             path = self.inner.backend.base.local_path(shard.path)
             fd = open_regular(path, "shard", "replace it with the shard file")   # never blocks on a FIFO
             try:
                 size = os.fstat(fd).st_size
                 if size < shard.bytes:   # a slice past the end of a mapping is SIGBUS, not an error
-                    raise IntegrityError(f"{shard.path}: offset {size}: file is shorter than the manifest's "
-                                         f"{shard.bytes} bytes")
+                    raise _shorter_than_manifest(shard, size)
                 m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
             finally:
                 os.close(fd)   # the mapping keeps the file
@@ -163,23 +152,22 @@ class MappedSource(ShardSource):
         if (shard_of == s0).all():
             # mode="clip": no temporary (bounds checked by the caller)
             np.take(self._rows(shards[s0], first, length), local, axis=0, out=out, mode="clip")
-        else:
-            # grouped by shard (one view looked up per shard), gathered into a scratch array in that
-            # order, then into the batch's order: the same two gathers read_records makes on memory://
-            order = np.argsort(shard_of, kind="stable")
-            so, lo = shard_of[order], local[order]
-            cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
-            sc = self._scratch
-            if sc is None or sc.shape[0] < n or sc.shape[1] != length:
-                sc = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                np.take(self._rows(shards[int(so[a])], first, length), lo[a:b], axis=0, out=sc[a:b], mode="clip")
-            inv = np.empty(n, dtype=np.intp)
-            inv[order] = np.arange(n)
-            np.take(sc[:n], inv, axis=0, out=out, mode="clip")
+        else:   # the two gathers read_records makes on memory://
+            self._scratch = gather_rows(lambda s: self._rows(shards[s], first, length), shard_of, local, out,
+                                        self._scratch)
         dt = now_ns() - t0
         faults = resource.getrusage(resource.RUSAGE_THREAD).ru_majflt - f0
         self.faults += faults
         # each record's share of the gather, as one "read" (what read_latency_s shows for memmap)
         self.inner.backend.record_many("read", np.full(n, dt // n, dtype=np.int64), nread=n * length)
         return faults
+
+
+def _unmap_oldest(maps: OrderedDict) -> None:
+    """Close the least recently used mapping; one a batch still refers to goes with its last view."""
+    _path, (view, m) = maps.popitem(last=False)
+    del view   # the mapping's own view: only a batch's reference may keep it open now
+    try:
+        m.close()
+    except BufferError:
+        pass

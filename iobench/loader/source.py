@@ -59,10 +59,7 @@ class ShardSource:
 
     def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
         """Bytes ``start:start+length`` of the shard (one request where ``supports_range_reads``)."""
-        data = memoryview(self.read_shard(shard))[start:start + length]
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
+        return _exact(memoryview(self.read_shard(shard))[start:start + length], length, shard.path, start)
 
     def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
         """The next piece of one sequential streamed read of the shard (``first``: its first piece,
@@ -131,7 +128,6 @@ def ranged_gets(size: int, block_size: int) -> list[tuple[int, int]]:
     n = max(1, round(size / block_size))
     step = -(-size // n)
     return [(a, min(a + step, size)) for a in range(0, size, step)]
-
 
 
 class _ReadCrew:
@@ -252,35 +248,35 @@ class BackendSource(ShardSource):
         self._log = array("q")
         self._log_bytes = 0
 
-    def _get(self, rel: str, start: int | None, end: int | None):
+    def _get(self, fn, rel: str, start: int | None = None, end: int | None = None):
+        """``fn()``, one GET of ``rel`` (bytes ``[start, end)``), under the retry policy."""
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
-        return self.retry.call(lambda: self.backend.cat(rel, start, end), where, self._rng)
+        return self.retry.call(fn, where, self._rng)
 
     def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
-        data = self._get(shard.path, None, None)
+        data = self._get(lambda: self.backend.cat(shard.path), shard.path)
         if len(data) < shard.bytes:
             raise short_read(shard.path, len(data), shard.bytes)
         return data
 
     def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
         """Bytes ``start:start+length`` of the shard as one request (a ranged GET)."""
-        data = self._get(shard.path, start, start + length)
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
+        return _exact(self._get(lambda: self.backend.cat(shard.path, start, start + length), shard.path, start,
+                                start + length), length, shard.path, start)
 
     def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
         """The next piece of one sequential streamed read of the shard (one request's latency)."""
-        where = lambda: f"GET {self.backend.path(shard.path)} bytes {start}-{start + length}"  # noqa: E731
-        data = self.retry.call(lambda: self.backend.cat_stream(shard.path, start, start + length, first), where,
-                               self._rng)
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
+        end = start + length
+        return _exact(self._get(lambda: self.backend.cat_stream(shard.path, start, end, first), shard.path, start,
+                                end), length, shard.path, start)
 
     def _logged(self, ns: int, nbytes: int) -> None:
         """One request of ``nbytes`` that took ``ns``, made by other means than the backend's calls."""
         self._log.append(ns)
+        self._logged_bytes(nbytes)
+
+    def _logged_bytes(self, nbytes: int) -> None:
+        """The bytes of requests whose times were appended to ``_log`` directly (a hot loop's)."""
         self._log_bytes += nbytes
         if len(self._log) >= 65536:
             self._flush_log()
@@ -296,7 +292,6 @@ class BackendSource(ShardSource):
 
     def _direct_buffer(self, size: int):
         """A page-aligned buffer, reused once nothing refers to it (fresh ones cost a page fault per page)."""
-        import mmap
         import sys
 
         import numpy as np
@@ -346,9 +341,17 @@ class BackendSource(ShardSource):
                 "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}
 
 
+def _exact(data, want: int, where: str, start: int | None = None):
+    """``data`` (bytes, or a count of bytes read) when it is ``want`` bytes; else the short read's error."""
+    got = data if isinstance(data, int) else len(data)
+    if got != want:
+        raise short_read(where, got, want, start)
+    return data
+
+
 def _by_shard(shard_of: "np.ndarray", local: "np.ndarray"):
-    """A batch's records grouped by shard (stable): (order, shard per sorted record, local record
-    per sorted record, cut points of the groups, the groups' shard indices)."""
+    """A batch's records grouped by shard (stable): (order, local record per sorted record, cut
+    points of the groups, the groups' shard indices)."""
     import numpy as np
 
     n = len(local)
@@ -356,7 +359,26 @@ def _by_shard(shard_of: "np.ndarray", local: "np.ndarray"):
     so = shard_of[order]
     cuts = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), n]
     groups = so[cuts[:-1]].tolist() if n else []
-    return order, so, local[order], cuts, groups
+    return order, local[order], cuts, groups
+
+
+def gather_rows(rows_of, shard_of: "np.ndarray", local: "np.ndarray", out: "np.ndarray", scratch):
+    """Sample i = row ``local[i]`` of ``rows_of(shard_of[i])`` (a shard's (records, length) array)
+    into ``out[i]``: one gather per shard into ``scratch`` (grown where it is too small, and
+    returned), then one gather into the batch's order.  mode="clip": no temporary (the caller
+    checked the bounds)."""
+    import numpy as np
+
+    n, length = len(local), out.shape[1]
+    if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
+        scratch = np.empty((max(n, 256), length), dtype=np.uint8)
+    order, lo, cuts, groups = _by_shard(shard_of, local)
+    for g, s in enumerate(groups):
+        np.take(rows_of(s), lo[cuts[g]:cuts[g + 1]], axis=0, out=scratch[cuts[g]:cuts[g + 1]], mode="clip")
+    inv = np.empty(n, dtype=np.intp)
+    inv[order] = np.arange(n)
+    np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
+    return scratch
 
 
 def _whole_records(shards, first: int, length: int) -> "list[int] | None":
@@ -375,16 +397,79 @@ def _shorter_than_manifest(shard: ShardEntry, got: int):
 
 
 @dataclass
-class LocalFileSource(BackendSource):
-    """Plain local files (no emulation or faults in the way): whole shards read into reused
-    buffers, or with O_DIRECT (``odirect``); samples and pieces by ``pread`` on descriptors kept
-    open per shard; a block of token records read in place, or mapped from the page cache."""
+class _InPlaceSource(BackendSource):
+    """Local files and memory objects (no emulation or faults in the way): samples and pieces
+    read by position from a handle kept open per shard (an fd, the object's buffer), a block of
+    records each shard's records landing straight in their place in the block."""
 
-    _fds: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # shard path -> fd (LRU)
-    _crew: Any = field(default=None, init=False, repr=False, compare=False)
-    _head: Any = field(default=None, init=False, repr=False, compare=False)
+    _handles: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # shard path -> handle (LRU)
 
     supports_pread = True
+
+    def _open_handle(self, shard: ShardEntry):
+        raise NotImplementedError
+
+    def _evict(self, handle) -> None:
+        """A handle pushed out of the LRU."""
+
+    def _at(self, handle, start: int, length: int) -> bytes:
+        """Bytes ``start:start+length`` of the shard ``handle`` holds (one positional read)."""
+        raise NotImplementedError
+
+    def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
+        """The shard's records into ``rows`` (their place in the block); ``check`` vets its header."""
+        raise NotImplementedError
+
+    def _handle(self, shard: ShardEntry):
+        """The shard's handle (few kept, LRU-bounded; fsspec's per-call path costs ~50 us a request)."""
+        handles = self._handles
+        h = handles.pop(shard.path, None)
+        if h is None:
+            if len(handles) >= 64:
+                self._evict(handles.pop(next(iter(handles))))
+            h = self._open_handle(shard)
+        handles[shard.path] = h  # most recently used last
+        return h
+
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes:
+        from iobench.metrics import now_ns
+
+        h = self._handle(shard)
+        t0 = now_ns()
+        data = self._at(h, start, length)
+        self._logged(now_ns() - t0, len(data))
+        return _exact(data, length, shard.path, start)
+
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes:
+        return self.read_range(shard, start, length)
+
+    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+        counts = _whole_records(shards, first, length)
+        if counts is None:
+            return None
+        total = sum(counts)
+        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
+        a = 0
+        for sh, c in zip(shards, counts):
+            self._block_rows(sh, first, rows[a:a + c], check)
+            a += c
+        return rows
+
+    def close(self) -> None:
+        super().close()
+        for h in self._handles.values():
+            self._evict(h)
+        self._handles = {}
+
+
+@dataclass
+class LocalFileSource(_InPlaceSource):
+    """Plain local files: whole shards read into reused buffers, or with O_DIRECT (``odirect``);
+    samples and pieces by ``pread`` on descriptors kept open per shard; a block of token
+    records read in place, or mapped from the page cache."""
+
+    _crew: Any = field(default=None, init=False, repr=False, compare=False)
+    _head: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def supports_odirect(self) -> bool:   # type: ignore[override]
@@ -393,6 +478,16 @@ class LocalFileSource(BackendSource):
     @property
     def supports_mmap(self) -> bool:   # type: ignore[override]
         return not self.odirect and hasattr(mmap, "MAP_POPULATE")
+
+    def _open_handle(self, shard: ShardEntry) -> int:
+        return open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR)
+
+    def _evict(self, fd: int) -> None:
+        os.close(fd)
+
+    @staticmethod
+    def _at(fd: int, start: int, length: int) -> bytes:
+        return os.pread(fd, length, start)
 
     def read_shard(self, shard: ShardEntry) -> memoryview:
         return self._read_direct(shard) if self.odirect else self._read_into_pool(shard)
@@ -449,35 +544,6 @@ class LocalFileSource(BackendSource):
             raise _shorter_than_manifest(shard, got)
         return memoryview(buf[:shard.bytes])
 
-    def _handle(self, shard: ShardEntry) -> int:
-        """A descriptor kept open per shard (few, LRU-bounded; fsspec's per-call path costs ~50 us a request)."""
-        fds = self._fds
-        fd = fds.pop(shard.path, None)
-        if fd is None:
-            if len(fds) >= 64:
-                os.close(fds.pop(next(iter(fds))))
-            fd = open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR)
-        fds[shard.path] = fd  # most recently used last
-        return fd
-
-    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        from iobench.metrics import now_ns
-
-        fd = self._handle(shard)
-        t0 = now_ns()
-        data = os.pread(fd, length, start)
-        self._logged(now_ns() - t0, len(data))
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
-
-    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        """Bytes ``start:start+length`` of the shard as one pread."""
-        return self._pread(shard, start, length)
-
-    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes:
-        return self._pread(shard, start, length)
-
     def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
         """One preadv straight into ``out``: no bytes object per piece, whose fresh pages cost a
         fault per 4 KiB, and no second copy."""
@@ -487,8 +553,7 @@ class LocalFileSource(BackendSource):
         t0 = now_ns()
         got = os.preadv(fd, [out], start)
         self._logged(now_ns() - t0, got)
-        if got != len(out):
-            raise short_read(shard.path, got, len(out), start)
+        _exact(got, len(out), shard.path, start)
 
     def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
                      out: "np.ndarray", inflight: int = 1) -> int:
@@ -499,7 +564,7 @@ class LocalFileSource(BackendSource):
         from iobench.metrics import now_ns
 
         n = len(local)
-        order, _so, lo, cuts, groups = _by_shard(shard_of, local)
+        order, lo, cuts, groups = _by_shard(shard_of, local)
         rows = order.tolist()
         offs = (lo * length + first).tolist()
         clock, preadv, append = now_ns, os.preadv, self._log.append   # locals: this loop is the map hot path
@@ -517,9 +582,7 @@ class LocalFileSource(BackendSource):
                 append(clock() - t0)
                 if got != length:
                     raise short_read(sh.path, got, length, offs[j])
-        self._log_bytes += length * n
-        if len(self._log) >= 65536:
-            self._flush_log()
+        self._logged_bytes(length * n)
         return n
 
     def _crew_reads(self, shards, groups, cuts, rows, offs, out, length: int, inflight: int) -> None:
@@ -554,30 +617,26 @@ class LocalFileSource(BackendSource):
         """One preadv per shard, the header into a scratch buffer and the records into the block
         (one shard wholly in the page cache: mapped instead, ``_mapped_records``).  None with
         O_DIRECT (whole shards are read then)."""
-        from iobench.metrics import now_ns
-
-        counts = None if self.odirect else _whole_records(shards, first, length)
-        if counts is None:
+        if self.odirect:
             return None
-        if len(shards) == 1 and self.supports_mmap:
+        if len(shards) == 1 and self.supports_mmap and (counts := _whole_records(shards, first, length)):
             mapped = self._mapped_records(shards[0], first, length, counts[0], check)
             if mapped is not None:
                 return mapped
-        total = sum(counts)
-        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
+        return super().read_block_records(shards, first, length, check)
+
+    def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
+        from iobench.metrics import now_ns
+
         head = self._head
         if head is None or len(head) != first:
             head = self._head = bytearray(first)
-        a = 0
-        for sh, c in zip(shards, counts):
-            t0 = now_ns()
-            got = os.preadv(self._handle(sh), [head, rows[a:a + c]], 0)
-            self.backend.record("read", now_ns() - t0, nread=got)
-            if got != sh.bytes:
-                raise _shorter_than_manifest(sh, got)
-            check(head, sh, c)
-            a += c
-        return rows
+        t0 = now_ns()
+        got = os.preadv(self._handle(shard), [head, rows], 0)
+        self.backend.record("read", now_ns() - t0, nread=got)
+        if got != shard.bytes:
+            raise _shorter_than_manifest(shard, got)
+        check(head, shard, len(rows))
 
     def _mapped_records(self, shard: ShardEntry, first: int, length: int, count: int, check) -> "np.ndarray | None":
         """A block of one plain local shard: its records as a view of the file's page-cache pages.
@@ -615,50 +674,22 @@ class LocalFileSource(BackendSource):
         if self._crew is not None:
             self._crew.close()
             self._crew = None
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
 
 
 @dataclass
-class MemorySource(BackendSource):
-    """Plain memory:// objects (no emulation or faults in the way): the null-storage floor.
-    Samples and pieces are slices of the object's own buffer, a batch of records one gather
-    per shard, a block of records one copy."""
+class MemorySource(_InPlaceSource):
+    """Plain memory:// objects: the null-storage floor.  Samples and pieces are slices of the
+    object's own buffer, a batch of records one gather per shard, a block of records one copy."""
 
-    _bufs: dict = field(default_factory=dict, init=False, repr=False, compare=False)    # path -> buffer (LRU)
     _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # records views
     _scratch: Any = field(default=None, init=False, repr=False, compare=False)
 
-    supports_pread = True
+    def _open_handle(self, shard: ShardEntry) -> memoryview:
+        return self.backend.base.memory_buffer(shard.path)
 
-    def _handle(self, shard: ShardEntry) -> memoryview:
-        """The object's buffer, kept per shard (few, LRU-bounded; fsspec's per-call path costs ~50 us a request)."""
-        bufs = self._bufs
-        buf = bufs.pop(shard.path, None)
-        if buf is None:
-            if len(bufs) >= 64:
-                bufs.pop(next(iter(bufs)))
-            buf = self.backend.base.memory_buffer(shard.path)
-        bufs[shard.path] = buf  # most recently used last
-        return buf
-
-    def _pread(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        from iobench.metrics import now_ns
-
-        buf = self._handle(shard)
-        t0 = now_ns()
-        data = bytes(buf[start:start + length])
-        self._logged(now_ns() - t0, len(data))
-        if len(data) != length:
-            raise short_read(shard.path, len(data), length, start)
-        return data
-
-    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        return self._pread(shard, start, length)
-
-    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes:
-        return self._pread(shard, start, length)
+    @staticmethod
+    def _at(buf: memoryview, start: int, length: int) -> bytes:
+        return bytes(buf[start:start + length])
 
     def _records_view(self, shard: ShardEntry, first: int, length: int) -> "np.ndarray":
         """The shard's records as a (records, length) view of the object (cached)."""
@@ -688,52 +719,32 @@ class MemorySource(BackendSource):
         from iobench.metrics import now_ns
 
         n = len(local)
-        order, _so, lo, cuts, groups = _by_shard(shard_of, local)
-        scratch = self._scratch
-        if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
-            scratch = self._scratch = np.empty((max(n, 256), length), dtype=np.uint8)
         t0 = now_ns()
-        for g, s in enumerate(groups):
-            a, b = cuts[g], cuts[g + 1]
-            # mode="clip": no temporary (bounds were checked by the caller and by _records_view)
-            np.take(self._records_view(shards[s], first, length), lo[a:b], axis=0, out=scratch[a:b], mode="clip")
-        inv = np.empty(n, dtype=np.intp)
-        inv[order] = np.arange(n)
-        np.take(scratch[:n], inv, axis=0, out=out, mode="clip")
+        self._scratch = gather_rows(lambda s: self._records_view(shards[s], first, length), shard_of, local, out,
+                                    self._scratch)
         dt = now_ns() - t0
         if n:
             self._log.frombytes(np.full(n, dt // n, dtype=np.int64).tobytes())
-        self._log_bytes += length * n
-        if len(self._log) >= 65536:
-            self._flush_log()
+        self._logged_bytes(length * n)
         return n
 
-    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
-        """One copy of each object's records into the block."""
+    def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
+        """One copy of the object's records into the block."""
         import numpy as np
 
         from iobench.metrics import now_ns
 
-        counts = _whole_records(shards, first, length)
-        if counts is None:
-            return None
-        total = sum(counts)
-        rows = self._direct_buffer(total * length)[:total * length].reshape(total, length)
-        a = 0
-        for sh, c in zip(shards, counts):
-            t0 = now_ns()
-            np.copyto(rows[a:a + c], self._records_view(sh, first, length)[:c])
-            self.backend.record("read", now_ns() - t0, nread=sh.bytes)
-            check(self._handle(sh)[:first], sh, c)
-            a += c
-        return rows
+        t0 = now_ns()
+        np.copyto(rows, self._records_view(shard, first, rows.shape[1])[:len(rows)])
+        self.backend.record("read", now_ns() - t0, nread=shard.bytes)
+        check(self._handle(shard)[:first], shard, len(rows))
 
     def close(self) -> None:
-        super().close()
         self._views = {}   # views of the buffers must go before the buffers are released
-        for buf in self._bufs.values():
+        for buf in self._handles.values():
             buf.release()
-        self._bufs = {}
+        self._handles = {}
+        super().close()
 
 
 @dataclass
@@ -758,19 +769,14 @@ class ObjectStoreSource(BackendSource):
 
     def _get_into(self, rel: str, start: int, end: int, out) -> None:
         """One ranged GET straight into ``out`` (retried); a short read is an integrity error."""
-        where = lambda: f"GET {self.backend.path(rel)} bytes {start}-{end}"  # noqa: E731
-        n = self.retry.call(lambda: self.backend.cat_into(rel, start, end, out), where, self._rng)
-        if n != end - start:
-            raise short_read(rel, n, end - start, start)
+        _exact(self._get(lambda: self.backend.cat_into(rel, start, end, out), rel, start, end), end - start, rel,
+               start)
 
     def _get_buffer(self, shard: ShardEntry) -> memoryview:
         """A whole shard in one GET (retried), as a view of the buffer the client filled."""
-        where = lambda: f"GET {self.backend.path(shard.path)}"  # noqa: E731
         with self._in_flight:
-            data = self.retry.call(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), where, self._rng)
-        if len(data) != shard.bytes:
-            raise short_read(shard.path, len(data), shard.bytes)
-        return memoryview(data).cast("B")
+            data = self._get(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), shard.path)
+        return memoryview(_exact(data, shard.bytes, shard.path)).cast("B")
 
     def _get_whole_into(self, shard: ShardEntry) -> memoryview:
         """A whole shard in one GET (retried) into a reused buffer of ours."""

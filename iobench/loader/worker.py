@@ -191,9 +191,7 @@ class _Emitter:
             shape = (n,) + arr.shape[1:]
             nbytes = n * self._row_bytes(arr)
             tw = now_ns()
-            slot = pool.acquire(k, self.stop, job.wid)
-            if slot is None:
-                raise _Stopped
+            slot = self._slot(k)
             tw2 = now_ns()
             if nbytes <= pool.slot_bytes:
                 # mode="clip": with the default "raise", take() gathers into a temporary and copies
@@ -206,9 +204,7 @@ class _Emitter:
         else:
             meta, write = _collate(job, bd, sel, self.per_sample * len(sel))
             tw = now_ns()
-            slot = pool.acquire(k, self.stop, job.wid)
-            if slot is None:
-                raise _Stopped
+            slot = self._slot(k)
             tw2 = now_ns()
             if meta["nbytes"] <= pool.slot_bytes:
                 write(pool.buf(slot))
@@ -221,6 +217,13 @@ class _Emitter:
         self._send(k, epoch, meta, slot, bd.ids[sel] if ids is None else ids, io_s,
                    prep_s + ((tw - tp) + (te - tw2)) / 1e9, fill_s, requests, (tw2 - tw) / 1e9, te,
                    hold=more and pool.queued() >= _HOLD_WHILE_QUEUED)
+
+    def _slot(self, k: int) -> int:
+        """Batch ``k``'s slot, once free (``_Stopped`` when the run stops meanwhile)."""
+        slot = self.pool.acquire(k, self.stop, self.job.wid)
+        if slot is None:
+            raise _Stopped
+        return slot
 
     def _row_bytes(self, arr: np.ndarray) -> int:
         # math.prod per batch costs ~1 us; a block's rows all have one shape
@@ -249,9 +252,7 @@ class _Emitter:
         k - W·Q - 1, the slot's previous user, was released."""
         pool = self.pool
         t0 = now_ns()
-        slot = pool.acquire(k, self.stop, self.job.wid)
-        if slot is None:
-            raise _Stopped
+        slot = self._slot(k)
         self.stats["slot_wait_s"] += (now_ns() - t0) / 1e9
         nbytes = math.prod(shape) * dtype.itemsize
         self._claimed = (slot, nbytes <= pool.slot_bytes)
@@ -434,10 +435,9 @@ class _Ranges:
         return self.read_at(shard, r[0], r[1])
 
     def read_at(self, shard, start: int, length: int) -> tuple[Any, float, int]:
-        r = (start, length)
         t0 = now_ns()
         if self.ranged:
-            rec = self.source.read_range(shard, r[0], r[1])
+            rec = self.source.read_range(shard, start, length)
             n = 1
         else:
             n = 0
@@ -449,7 +449,7 @@ class _Ranges:
                 while self._cache and self._cached > _SHARD_CACHE_BYTES:
                     self._cached -= len(self._cache.popitem(last=False)[1])
             self._cache[shard.path] = data
-            rec = memoryview(data)[r[0]:r[0] + r[1]]
+            rec = memoryview(data)[start:start + length]
         return rec, (now_ns() - t0) / 1e9, n
 
 
@@ -549,13 +549,7 @@ class _ShardStream:
     def next(self) -> tuple[Any, float, int, float]:
         t_io, req, parse = 0.0, 0, 0.0
         while not self.ready:
-            piece = next(self.pieces, None)
-            if piece is None:
-                if not self.shards:
-                    raise IndexError("stream ran out of samples")
-                self.pieces = self._open(self.job.manifest.shards[self.shards.pop(0)])
-                continue
-            samples, t, n, p = piece
+            samples, t, n, p = self.next_piece()
             t_io += t
             req += n
             parse += p
