@@ -398,20 +398,21 @@ def run_mlperf(cfg: MlperfConfig, world=None) -> dict:
     world_size = nodes * cfg.accelerators
     steps = check_dataset_fits(cfg, manifest.total_samples, world_size, wl.batch_size)
     notes: list[str] = []
-    if cfg.min_steps and steps < cfg.min_steps and cold:
-        # A lengthened epoch repeats its samples, and a cold run's repeats come from the page cache its
-        # first pass just filled: AU and MB/s then exceed what the storage can feed (2 unet3d accelerators
-        # on a 12 MB/s disk read AU 72-85% for a truth of 60%).  So each epoch becomes several cold passes,
-        # the cache dropped before each, as every epoch already is.
-        passes = -(-cfg.min_steps // steps)
-        notes.append(f"{steps} steps per epoch is under --min-steps {cfg.min_steps}: {passes} cold passes per "
-                     f"epoch ({epochs * passes} epochs of {steps} steps, the page cache dropped before each) "
-                     "instead of one lengthened epoch whose repeats would be read from memory")
-        epochs *= passes
-    elif cfg.min_steps and steps < cfg.min_steps:
-        notes.append(f"lengthened from {steps} to {cfg.min_steps} steps per epoch (--min-steps): the epoch's "
-                     "samples repeat inside it (repeats may hit the page cache)")
-        steps = cfg.min_steps
+    if cfg.min_steps and steps < cfg.min_steps:
+        if cold:
+            # A lengthened epoch repeats its samples, and a cold run's repeats come from the page cache
+            # its first pass just filled: AU and MB/s then exceed what the storage can feed (2 unet3d
+            # accelerators on a 12 MB/s disk read AU 72-85% for a truth of 60%).  So each epoch becomes
+            # several cold passes, the cache dropped before each, as every epoch already is.
+            passes = -(-cfg.min_steps // steps)
+            notes.append(f"{steps} steps per epoch is under --min-steps {cfg.min_steps}: {passes} cold passes "
+                         f"per epoch ({epochs * passes} epochs of {steps} steps, the page cache dropped before "
+                         "each) instead of one lengthened epoch whose repeats would be read from memory")
+            epochs *= passes
+        else:
+            notes.append(f"lengthened from {steps} to {cfg.min_steps} steps per epoch (--min-steps): the "
+                         "epoch's samples repeat inside it (repeats may hit the page cache)")
+            steps = cfg.min_steps
     multi = world if world is not None and world.size > 1 else None
     ckpt, made = _checkpoint_plan(cfg, wl, epochs)
     try:
