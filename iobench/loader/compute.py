@@ -127,6 +127,9 @@ def load_callback(target: str) -> Callable:
         fn = getattr(mod, name)
     except (ImportError, AttributeError) as e:
         raise ConfigError("--compute-fn", f"cannot load {target!r} ({e})", "check the module path and name") from e
+    except Exception as e:  # noqa: BLE001 - the user's module failed while importing (SyntaxError, its own raise)
+        raise ConfigError("--compute-fn", f"importing {module!r} raised {type(e).__name__}: {e}",
+                          "fix the module (--debug shows its traceback)") from e
     if not callable(fn):
         raise ConfigError("--compute-fn", f"{target!r} is not callable", "name a function")
     return fn
