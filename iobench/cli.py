@@ -196,7 +196,13 @@ def _one_line(msg: str) -> str:
     """An error line as printed: credentials in URLs masked, newlines (YAML errors) folded."""
     from .results import redact_text
 
-    return " ".join(redact_text(msg).split())
+    line = " ".join(redact_text(msg).split())
+    if len(line) > _MAX_LINE:   # a value quoted whole (a 100 000-character line of a user's file): keep both ends
+        line = line[:_MAX_LINE * 2 // 3] + " [...] " + line[-_MAX_LINE // 3:]
+    return line
+
+
+_MAX_LINE = 900
 
 
 def _mask_secrets_in_logs() -> None:
