@@ -37,7 +37,7 @@ def register(sub) -> None:
                    help="run until the stall (±--stall-ci pp) and P99 batch time (±25%%) intervals are narrow, "
                         "or --max-time passes; the results carry the intervals either way")
     p.add_argument("--min-steps", type=int, help="with --until-stable: at least this many steps (50)")
-    p.add_argument("--max-time", type=float, metavar="SECONDS", help="with --until-stable: time cap (60)")
+    p.add_argument("--max-time", metavar="DURATION", help="with --until-stable: time cap (60s)")
     p.add_argument("--stall-ci", type=float, metavar="PP", help="with --until-stable: stall interval half-width "
                                                                "in percentage points (2)")
     p.add_argument("--repeat", type=int, metavar="N", help="run the load N times and report the spread")
@@ -75,7 +75,7 @@ def register(sub) -> None:
                    help="client for S3 reads: obstore (the s3fast extra; ~2x faster here) or s3fs; "
                         "auto (default): obstore when installed")
     p.add_argument("--retries", type=int, help="attempts per request (default 5)")
-    p.add_argument("--retry-budget", type=float, metavar="SECONDS", help="time one request may spend retrying (30)")
+    p.add_argument("--retry-budget", metavar="DURATION", help="time one request may spend retrying (30s)")
     p.add_argument("--error-rate", type=float, help="inject read errors with this probability (seeded)")
     p.add_argument("--timeout-rate", type=float, help="inject read timeouts with this probability (seeded)")
     p.add_argument("--read-ahead", type=int, metavar="N",
@@ -116,6 +116,11 @@ def build_config(args):
     if args.staging and not args.tiers:
         raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
     flags = {key: getattr(args, flag, None) for flag, key in _FLAGS.items()}
+    from ..units import parse_duration
+
+    for flag, key in (("--max-time", "max_time_s"), ("--retry-budget", "retry_budget_s")):
+        if flags[key] is not None:   # a duration with its unit, as every door takes it ("60" is refused)
+            flags[key] = parse_duration(flags[key], flag, allow_zero=False)
     # store_true flags: given sets the key, absent leaves the workload's (or --set's) value
     flags |= {"shuffle": False if args.no_shuffle else None, "drop_last": args.drop_last or None,
               "odirect": args.odirect or None, "verify_checksums": args.verify_checksums or None,
