@@ -82,7 +82,7 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
     fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
-        # --read-ahead 1: the next shard's read (cold: an O_DIRECT pread; warm: its mapping) on a thread
+        # --read-ahead 1: the next shard's read (cold: an O_DIRECT pread; warm: a pread into a reused buffer) on a thread
         # of this process while the consumer gathers this one's batches -- still no worker process
         cfg = LoadConfig(dataset=url, access="block", workers=0, batch_size=batch, shuffle_buffer=8192,
                          monitor_interval_s=1.0, read_ahead=1, cache=state, odirect=state == "cold",
@@ -102,8 +102,8 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
         floor: list[dict] = []
 
         def one_process(r, state=state, batch=batch, floor=floor):
-            if state == "warm":   # bench_load's one-process floor: map each shard, gather every batch, nothing else
-                floor.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
+            if state == "warm":   # bench_load's one-process floor: read each shard, gather every batch, nothing else
+                floor.append(_gather_loop(files, fixed, batch, seed=r))
 
         _rounds(rounds, ours, theirs, one_process)
         row = paired_result(
@@ -111,8 +111,8 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
             (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
             iob, peer, "bytes_per_s", 0.7 if state == "warm" else 0.9,
             f"{len(files)} shards of {SHARD // MiB} MiB; iobench --workers 0 --access block --read-ahead 1: the "
-            "consumer process reads each shard (warm: mapped from the page cache, MAP_POPULATE; cold: --odirect "
-            "preads of the shard size) on a read-ahead thread and gathers every shuffled batch itself -- no worker "
+            "consumer process reads each shard (warm: one preadv into a reused huge-page buffer, NOTE [ Block buffers ] "
+            "in docs/design.md; cold: --odirect preads of the shard size) on a read-ahead thread and gathers every shuffled batch itself -- no worker "
             "process, no hand-off; fio reads the same files, one shard-sized request each, and drops the bytes")
         row["bytes_checked"] = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
                                 "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
@@ -120,11 +120,12 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
         out.append(row)
         if floor:
             out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs one-process map + shuffled gather",
+                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs one-process read + shuffled gather",
                 iob, floor, "bytes_per_s", None,
-                "diagnostic, no target: bench_load's _gather_loop(mapped=True) -- each shard mapped with "
-                "MAP_POPULATE and every batch gathered, in one process, nothing else -- the least work of this "
-                "design; iobench W=0 adds the per-step bookkeeping and does the mapping on its read-ahead thread"))
+                "diagnostic, no target: bench_load's _gather_loop -- each shard read with one preadv into a reused "
+                "buffer of the same kind as iobench's and every batch gathered, in one process, one thread, nothing "
+                "else -- the least work of this design; iobench W=0 adds the per-step bookkeeping and reads on its "
+                "read-ahead thread"))
     return out
 
 

@@ -137,16 +137,21 @@ def _gather_loop(files: list[str], fixed, batch: int, seed: int = 0, mapped: boo
     permuted, and every ``batch`` of them gathered into one batch buffer; no worker process, no
     hand-off.  Against fio it is the price of the gather; against iobench, that of the hand-off.
 
+    The buffer is the kind iobench reads a block into (``source._anonymous``: huge pages where the
+    kernel gives them; NOTE [ Block buffers ] in docs/design.md).
+
     ``mapped``: each shard mapped with MAP_POPULATE instead of read, and gathered from the page
-    cache (iobench's own warm path, source._mapped_records, without its worker and hand-off): the
-    least work of that design, one copy of each byte plus the mapping's page-table work."""
+    cache (the design iobench's warm block path had before that note): one copy of each byte
+    plus the mapping's page-table work."""
     import mmap
 
     import numpy as np
 
+    from iobench.loader.source import _anonymous
+
     off0, rec, dtype = fixed
     size = max(os.path.getsize(f) for f in files)
-    buf = np.frombuffer(mmap.mmap(-1, -(-size // mmap.PAGESIZE) * mmap.PAGESIZE), dtype=np.uint8)
+    buf = np.frombuffer(_anonymous(size), dtype=np.uint8)
     out = np.empty((batch, rec // dtype.itemsize), dtype=dtype)
     rng = np.random.default_rng(seed)
     n_bytes = 0
@@ -235,10 +240,9 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
             f"collates {batch}-sample batches into shared memory and hands each to the consumer; "
             "iobench --read-ahead 1; "
-            "warm = iobench's default for a block of one plain local shard wholly in the page cache (here every block: "
-            "--shuffle-buffer 8192 = one shard's samples): the shard mapped with MAP_POPULATE (its storage "
-            "time and bytes counted there) and each batch gathered from the page cache straight into its slot, "
-            "as memmap token loaders do (one copy of each byte; fio preads the shard into its buffer); "
+            "warm = the page cache: each block (--shuffle-buffer 8192 = one shard's samples) read with one preadv "
+            "into a reused huge-page buffer and each batch gathered from it into its slot (NOTE [ Block buffers ] "
+            "in docs/design.md; fio preads the shard into its buffer and drops it); "
             "cold = iobench --odirect (O_DIRECT preads of the shard size into aligned buffers); "
             "fio is a fair peer for the reads (same files and bytes, one shard-sized request per shard, "
             "one stream; fio skips each shard's 64-byte tail), not for the delivery: see the gather rows"))
@@ -265,14 +269,14 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             out.append(paired_result(
                 f"raw tokens, {state}, batch {batch} x 1 KiB: one-process map + shuffled gather (no hand-off) vs fio",
                 mapped, peer, "bytes_per_s", None,
-                "diagnostic, no target: iobench's own warm design with no worker process and no hand-off -- each "
-                "shard mapped with MAP_POPULATE and every batch gathered from the page cache, in one process "
-                "(_gather_loop mapped=True): the most iobench W=1 can reach on this host, before any per-batch cost"))
+                "diagnostic, no target: the mapped alternative (iobench's warm design before NOTE [ Block buffers ]) "
+                "with no worker process and no hand-off -- each shard mapped with MAP_POPULATE and every batch "
+                "gathered from the page cache, in one process (_gather_loop mapped=True)"))
             out.append(paired_result(
                 f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs one-process map + shuffled gather",
                 iob, mapped, "bytes_per_s", None,
-                "diagnostic, no target: iobench against the same mappings and gathers in one process: the price "
-                "of the worker process, the read-ahead thread and the per-batch hand-off on 2 cores"))
+                "diagnostic, no target: iobench (read + gather) against the mapped alternative in one process (the "
+                "worker process, the read-ahead thread and the per-batch hand-off on 2 cores included)"))
     return out
 
 

@@ -5,15 +5,15 @@ images as ``KEY.jpg`` + ``KEY.cls`` (the label in ASCII), tokens as ``KEY.npy``.
 are fixed (mtime 0, uid/gid 0, mode 0644) so a seed gives byte-identical shards.  A tar
 whose members are neither images nor tokens reads as opaque records: a sample's bytes are
 its members' payloads in stored order (a ``cls`` member, if numeric, is its label).  The
-manifest's per-sample offsets (start of each sample's first header) allow random access
-without a side index.  ``zstd`` compresses the whole shard as one stream.
+manifest's per-sample offsets (where each sample's first member starts, its extended headers
+included: ``iter_entries``) allow random access without a side index.  ``zstd`` compresses the whole shard as one stream.
 """
 
 from __future__ import annotations
 
 import io
 import tarfile
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -126,6 +126,7 @@ _ZERO_BLOCK = bytes(BLOCK)
 _REGULAR = (b"0", b"\0", b"7")                 # tarfile.REGTYPE, AREGTYPE, CONTTYPE
 _SKIP = (b"5", b"g")                            # DIRTYPE, XGLTYPE
 _PAX = (b"x", b"X")                             # XHDTYPE, SOLARIS_XHDTYPE
+_EXTENDED = _PAX + (b"L", b"K")                 # headers that describe the member after them
 # The numeric fields tarfile.TarInfo.frombuf parses besides size and checksum (mode, uid, gid,
 # mtime, devmajor, devminor): the slim parser checks them too, so that it accepts no header
 # tarfile would reject.
@@ -213,8 +214,26 @@ def _header_fields(buf: bytes, pos: int, where: str) -> tuple[str, int, bytes]:
     return ti.name, ti.size, ti.type
 
 
-def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryview]]:
-    """(name, header offset, payload) of each regular file, handling GNU long names and pax headers.
+class TarEntry(NamedTuple):
+    """One regular file of a tar, with the byte range it occupies.
+
+    ``start`` is where the member's first header block is: its first pax (``x``) or GNU
+    long-name/long-link (``L``/``K``) extended header where it has one, else its own ustar
+    header -- ``tarfile.TarInfo.offset``.  ``end`` is the end of its data padded to 512 bytes.
+    A sample's range is its first member's ``start`` to the next sample's ``start``: cut at the
+    member's own header instead, a range loses the long name or pax records of its first member
+    and carries the next sample's extended headers at its tail."""
+
+    name: str
+    start: int
+    end: int
+    payload: memoryview
+
+
+def iter_entries(data, where: str = "shard") -> Iterator[TarEntry]:
+    """Each regular file of ``data`` as a ``TarEntry``, handling GNU long names and pax headers:
+    the one source of tar member names and byte ranges (the index's sample offsets and every
+    reader's parse).
 
     Headers go through ``_slim_header`` (name incl. the ustar prefix, size, typeflag, checksum
     and every numeric field checked as tarfile does) and fall back to ``tarfile.TarInfo.frombuf``
@@ -225,12 +244,13 @@ def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryv
     long_name: str | None = None
     pax_path: str | None = None
     pax_size: int | None = None
+    ext_at: int | None = None                       # the first extended header of the member to come
     while pos + BLOCK <= n:
         hdr = mv[pos:pos + BLOCK].tobytes()
         if hdr == _ZERO_BLOCK:
             return
         name, size, typ = _header_fields(hdr, pos, where)
-        if pax_size is not None and typ not in _PAX and typ != b"g":
+        if pax_size is not None and typ not in _EXTENDED and typ != b"g":
             size = pax_size                         # pax "size" overrides the header's field
         start = pos + BLOCK
         end = start + size
@@ -239,8 +259,12 @@ def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryv
         payload = mv[start:end]
         header_at = pos
         pos = end + (-size % BLOCK)
+        if typ in _EXTENDED and ext_at is None:
+            ext_at = header_at
         if typ == b"L":                             # tarfile.GNUTYPE_LONGNAME
             long_name = payload.tobytes().rstrip(b"\0").decode("utf-8", "surrogateescape")
+            continue
+        if typ == b"K":                             # tarfile.GNUTYPE_LONGLINK: a link's target, not read
             continue
         if typ in _PAX:
             try:
@@ -252,12 +276,13 @@ def iter_members(data, where: str = "shard") -> Iterator[tuple[str, int, memoryv
             continue
         if typ in _SKIP:
             if typ == b"5":                         # a directory uses up the long name / pax records
-                long_name = pax_path = pax_size = None
+                long_name = pax_path = pax_size = ext_at = None
             continue
         name = pax_path or long_name or name
-        long_name = pax_path = pax_size = None
+        first = header_at if ext_at is None else ext_at
+        long_name = pax_path = pax_size = ext_at = None
         if typ in _REGULAR:
-            yield name, header_at, payload
+            yield TarEntry(name, first, pos, payload)
 
 
 def _pax_records(raw: bytes) -> tuple[str | None, int | None]:
@@ -298,7 +323,7 @@ class TarReader(Reader):
 
     def iter_groups(self, data, where: str = "shard") -> Iterator[dict[str, memoryview]]:
         key, fields = None, {}
-        for name, _off, payload in iter_members(data, where):
+        for name, _start, _end, payload in iter_entries(data, where):
             k, ext = split_key(name)
             if key is not None and k != key:
                 yield fields
@@ -352,7 +377,7 @@ class TarReader(Reader):
     def sample_from_range(self, shard, i, record) -> Sample:
         # iter_groups' grouping, inlined: a stream or map read parses one sample's range per call
         key, fields = None, {}
-        for name, _off, payload in iter_members(record, shard.path):
+        for name, _start, _end, payload in iter_entries(record, shard.path):
             k, ext = split_key(name)
             if key is not None and k != key:
                 fields = {}

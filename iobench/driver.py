@@ -208,11 +208,12 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
     """Index a dataset that has no manifest; the manifest goes to the cache directory, keyed by URL,
     and is reused while the dataset's file list and sizes are unchanged."""
     from .index import IndexOptions, detect_format, index_dataset
-    from .manifest import Manifest
+    from .manifest import INDEX_VERSION, Manifest
 
     fmt = detect_format(backend)   # a dataset of several formats is refused here, naming them
     listing = sorted((f, backend.fs.size(f)) for f in backend.fs.find(backend.root))
-    key = hashlib.sha256(json.dumps([url, listing]).encode()).hexdigest()[:16]
+    # keyed on INDEX_VERSION too: a manifest an older scan cached is indexed again, not reused
+    key = hashlib.sha256(json.dumps([url, listing, INDEX_VERSION]).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), "manifests", f"{key}.json")
     if os.path.exists(path):
         with open(path, "rb") as f:

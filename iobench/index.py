@@ -21,7 +21,7 @@ import posixpath
 from dataclasses import dataclass
 
 from .errors import ConfigError, IntegrityError
-from .manifest import MANIFEST_NAME, Manifest, ShardEntry
+from .manifest import INDEX_VERSION, MANIFEST_NAME, Manifest, ShardEntry
 from .storage import Backend
 
 INDEX_FORMATS = ("tar", "parquet", "tfrecord", "files", "npz", "npy", "megatron", "hdf5", "arrow")
@@ -180,21 +180,20 @@ def detect_format(backend: Backend, only: tuple[str, ...] | None = None) -> str:
 # -- per-format scans: (samples, offsets or None, index_path or None, modality seen) ---------------
 
 def _scan_tar(backend: Backend, rel: str, data: bytes) -> tuple[int, tuple | None, None, str | None]:
-    from .formats.tar import IMAGE_EXTS, TOKEN_EXTS, iter_members, split_key
+    from .formats.tar import IMAGE_EXTS, TOKEN_EXTS, iter_entries, split_key
 
     offsets: list[int] = []
     key, end, exts = None, 0, set()
     first_exts: set | None = None
-    for name, header_at, payload in iter_members(data, rel):
-        k, ext = split_key(name)
+    for entry in iter_entries(data, rel):
+        k, ext = split_key(entry.name)
         if k != key:
             if key is not None and first_exts is None:
                 first_exts = set(exts)
-            offsets.append(header_at)
+            offsets.append(entry.start)       # the sample's first extended header, not its own header
             key, exts = k, set()
         exts.add(ext)
-        size = len(payload)
-        end = header_at + 512 + size + (-size % 512)
+        end = entry.end
     if key is not None and first_exts is None:
         first_exts = exts
     modality = None
@@ -341,7 +340,7 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
             "checksum": "xxh64" if opts.checksums else "none", **facts}
     return Manifest(format=fmt, modality=modality, compression="none", seed=0, spec=spec,
                     shards=tuple(shards), created_at=now_iso(),
-                    extra={"indexed": True, "checksums": opts.checksums})
+                    extra={"indexed": True, "index_version": INDEX_VERSION, "checksums": opts.checksums})
 
 
 def folder_labels(files: list[str], modality: str) -> dict:

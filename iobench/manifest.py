@@ -22,6 +22,16 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
 
 
+# The version of what ``index_dataset`` records, in every manifest it writes (``extra.index_version``)
+# and in the driver's cache key for the manifests it indexes itself: bump it whenever a scan's
+# output changes, so that a manifest written before is re-indexed (cache) or refused with the fix
+# (``check_index_version``) instead of read with the old offsets.
+#   2: a tar sample starts at its first member's first pax / GNU long-name header (1: at the
+#      member's own ustar header, which cut every pax or long-name sample's range wrong).
+INDEX_VERSION = 2
+_TAR_OFFSETS_FIXED = 2   # the first version whose tar offsets are right
+
+
 @dataclass(frozen=True)
 class ShardEntry:
     path: str                      # relative to the dataset root
@@ -224,6 +234,17 @@ def _read_local_regular(path: str, url: str) -> bytes:
     return read_regular(path, "dataset", MAX_MANIFEST_BYTES, _REGEN, "manifest")
 
 
+def check_index_version(manifest: Manifest, url: str) -> None:
+    """Refuse a tar manifest ``iobench index`` wrote before index version 2: its sample offsets
+    cut pax and long-name members wrong, so range reads of them fail or return other bytes."""
+    version = manifest.extra.get("index_version", 1)
+    version = version if isinstance(version, int) else 1
+    if manifest.format == "tar" and manifest.extra.get("indexed") and version < _TAR_OFFSETS_FIXED:
+        raise ConfigError("dataset", f"the manifest at {url} was indexed by an older iobench (index version "
+                          f"{version}, now {INDEX_VERSION}) whose tar sample offsets "
+                          "miss pax and long-name headers", f"re-index it: iobench index {url} --force")
+
+
 def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
     """A local dataset root must be a directory (not a file, not missing): exit 2 otherwise."""
     base = backend.base
@@ -255,6 +276,7 @@ def read_manifest(backend: Backend) -> Manifest:
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is not JSON ({e})", _REGEN) from None
     manifest = Manifest.from_dict(data)
+    check_index_version(manifest, backend.url)
     if base.is_local:
         check_manifest_inside(base.root, manifest)
     return manifest

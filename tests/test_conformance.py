@@ -242,7 +242,7 @@ def test_wrapped_storage_claims_no_pread_and_every_read_meets_the_wrapper(datase
 
     data = datasets("local", "raw")
     src = backend_source(data.url, error_rate=1.0, retry=RetryPolicy(attempts=1))
-    assert not (src.supports_pread or src.supports_mmap or src.supports_odirect)
+    assert not (src.supports_pread or src.supports_odirect)
     src.open()
     sh = data.manifest.shards
     reads = [lambda: src.read_shard(sh[0]), lambda: src.read_shards(sh), lambda: src.read_range(sh[0], 64, 32),
@@ -256,17 +256,40 @@ def test_wrapped_storage_claims_no_pread_and_every_read_meets_the_wrapper(datase
         src.close()
 
 
-def test_mmap_flag_maps_a_cached_shard(opened):
+def test_a_cached_shard_block_is_read_into_a_reused_buffer(opened):
+    """A block of one local shard in the page cache is read (a copy in a reused buffer of ours,
+    not a mapping of the file: NOTE [ Block buffers ]), the same buffer again once the block is
+    dropped, and its bytes are the shard's."""
     src, data = opened("local")
-    assert src.supports_mmap == hasattr(__import__("mmap"), "MAP_POPULATE") and not src.supports_odirect
-    if not src.supports_mmap:
-        pytest.skip("no MAP_POPULATE")
     reader = get_format("raw").reader(data.manifest)
     first, length, _ = reader.fixed_layout()
     sh = data.manifest.shards[0]
     src.read_shard(sh)   # now in the page cache
     rows = src.read_block_records([sh], first, length, reader.check_records)
-    assert not rows.flags.writeable and rows.tobytes() == data.stored[sh.path][first:]   # a mapping, not a copy
+    assert rows.flags.writeable and rows.tobytes() == data.stored[sh.path][first:]
+    where = rows.__array_interface__["data"][0]
+    del rows
+    again = src.read_block_records([sh], first, length, reader.check_records)
+    assert again.__array_interface__["data"][0] == where and again.tobytes() == data.stored[sh.path][first:]
+    held = src.read_block_records([sh], first, length, reader.check_records)   # ``again`` still alive
+    assert held.__array_interface__["data"][0] != where and held.tobytes() == again.tobytes()
+    part = again[1:3].view(np.uint16)   # a view of a view (a batch's rows) holds the buffer too
+    del again, held
+    third = src.read_block_records([sh], first, length, reader.check_records)
+    assert third.__array_interface__["data"][0] != where and part.base is not None
+
+
+@pytest.mark.parametrize("size", [1, 4096, 3 * 2**20 + 5, 8 * 2**20 + 64])
+def test_block_buffers_are_private_page_aligned_and_big_enough(size):
+    import mmap
+
+    from iobench.loader.source import _anonymous
+
+    m = _anonymous(size)
+    a = np.frombuffer(m, dtype=np.uint8)
+    assert len(a) >= size and a.__array_interface__["data"][0] % mmap.PAGESIZE == 0
+    a[:size] = 7   # writeable, and private: nothing else sees it
+    assert int(a[:size].min()) == 7
 
 
 def test_odirect_flag_opens_with_o_direct(opened, monkeypatch):
@@ -284,14 +307,14 @@ def test_odirect_flag_opens_with_o_direct(opened, monkeypatch):
 def test_verifying_flags_are_its_own():
     class Plain(ShardSource):
         supports_range_reads = supports_record_reads = supports_pieces = supports_pread = True
-        supports_mmap = supports_odirect = concurrent_reads = True
+        supports_odirect = concurrent_reads = True
 
         def read_shard(self, shard):
             return b""
 
     v = VerifyingSource(Plain())
     assert (v.supports_pieces, v.supports_odirect) == (True, True)   # its reads are the wrapped source's
-    assert not (v.supports_range_reads or v.supports_record_reads or v.supports_pread or v.supports_mmap
+    assert not (v.supports_range_reads or v.supports_record_reads or v.supports_pread
                 or v.concurrent_reads)   # never around the check
 
 

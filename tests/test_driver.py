@@ -113,7 +113,7 @@ def test_every_door_records_residency_before_and_after_and_the_ceiling(tmp_path,
 
     monkeypatch.setenv("IOBENCH_HOST_CEILING", "cached")
     url = _small(tmp_path)
-    assert main(["load", url, "--steps", "10", "--cache", "cold", "--host-ceiling", "cached", "--no-progress",
+    assert main(["load", url, "--steps", "8", "--cache", "cold", "--host-ceiling", "cached", "--no-progress",
                  "--json", str(tmp_path / "l.json")]) == 0
     doc = json.loads((tmp_path / "l.json").read_text())
     cache = doc["environment"]["cache"]

@@ -344,7 +344,7 @@ def test_loader_uses_fast_path_and_matches(monkeypatch):
         np.testing.assert_array_equal(bd.ids, [s.index for s in want])
 
 
-# --- tar: the slim header parser of iter_members agrees with tarfile -------------------------------
+# --- tar: the slim header parser of iter_entries agrees with tarfile -------------------------------
 
 import io  # noqa: E402
 import tarfile  # noqa: E402
@@ -397,7 +397,8 @@ def _tarfile_listing(data: bytes):
 
 
 def _our_listing(data: bytes):
-    return [(name, off + tarfmt.BLOCK, bytes(p)) for name, off, p in tarfmt.iter_members(data)]
+    return [(e.name, e.end - len(e.payload) - (-len(e.payload) % tarfmt.BLOCK), bytes(e.payload))
+            for e in tarfmt.iter_entries(data)]
 
 
 def _headers(data: bytes):
@@ -496,7 +497,7 @@ def test_tar_corrupted_checksum_raises_integrity_error(fmt):
         bad = bytearray(data)
         bad[pos + 3] ^= 0x01                                 # a name byte: checksum no longer matches
         with pytest.raises(IntegrityError) as e:
-            list(tarfmt.iter_members(bytes(bad), "s.tar"))
+            list(tarfmt.iter_entries(bytes(bad), "s.tar"))
         assert str(e.value) == f"s.tar: offset {pos}: bad tar header (bad checksum)"
         with pytest.raises(tarfile.InvalidHeaderError, match="bad checksum"):   # tarfile rejects it too
             tarfile.TarInfo.frombuf(bytes(bad[pos:pos + 512]), "utf-8", "surrogateescape")
@@ -506,7 +507,7 @@ def test_tar_corrupted_checksum_raises_integrity_error(fmt):
     _fix_chksum(blk)                                         # ... under a valid checksum
     bad[:512] = blk
     with pytest.raises(IntegrityError, match=r"offset 0: bad tar header \(invalid header\)"):
-        list(tarfmt.iter_members(bytes(bad), "s.tar"))
+        list(tarfmt.iter_entries(bytes(bad), "s.tar"))
 
 
 def test_tar_reader_over_generated_shards_matches_tarfile():

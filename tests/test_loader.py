@@ -157,6 +157,8 @@ def test_cli_writes_results_with_recommendation(tokens_ds, tmp_path):
     (["--stall-ci", "0"], "--stall-ci"),
     (["--repeat", "0"], "--repeat"),
     (["--max-time", "-1"], "--max-time"),
+    (["--max-time", "60"], "--max-time"),          # no unit, no number: 60 ms or 60 s?
+    (["--retry-budget", "30"], "--retry-budget"),
     (["--stream-read-size", "lots"], "stream_read_size"),
 ])
 def test_bad_input_exits_2_with_one_line(tokens_ds, capsys, argv, field):

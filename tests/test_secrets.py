@@ -77,7 +77,7 @@ def _closed_port() -> int:
 
 ENV_SECRET = "envSECRETvalue-0123456789"
 CHANNEL_ARGV = {
-    "smoke": lambda url, d: ["smoke", "--endpoint-url", url, "--bucket", "iobench", "--timeout", "5",
+    "smoke": lambda url, d: ["smoke", "--endpoint-url", url, "--bucket", "iobench", "--timeout", "5s",
                              "--junit", str(d / "smoke.xml"), "--json", str(d / "r.json")],
     "verify": lambda url, d: ["verify", "s3://iobench/nothing", "--endpoint-url", url],
     "load": lambda url, d: ["load", "s3://iobench/nothing", "--steps", "1", "--endpoint-url", url],

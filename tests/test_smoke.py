@@ -50,7 +50,7 @@ def test_wrong_credentials_fail_the_connect_check(s3_env, monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
     junit = tmp_path / "smoke.xml"
     assert main(["smoke", "--endpoint-url", s3_env.endpoint_url, "--bucket", "iobench", "--junit", str(junit),
-                 "--timeout", "30"]) == 1
+                 "--timeout", "30s"]) == 1
     root, cases = _junit(junit)
     failure = cases["connect"].find("failure")
     assert failure is not None and "denied" in failure.get("message")
@@ -70,7 +70,7 @@ def test_unreachable_endpoint_is_a_failed_check_not_bad_input(s3_env, tmp_path):
     port = s.getsockname()[1]
     s.close()
     t0 = time.perf_counter()
-    assert main(["smoke", "--endpoint-url", f"http://127.0.0.1:{port}", "--bucket", "iobench", "--timeout", "30"]) == 1
+    assert main(["smoke", "--endpoint-url", f"http://127.0.0.1:{port}", "--bucket", "iobench", "--timeout", "30s"]) == 1
     assert time.perf_counter() - t0 < 60
 
 
@@ -78,6 +78,7 @@ def test_unreachable_endpoint_is_a_failed_check_not_bad_input(s3_env, tmp_path):
     ["--bucket", "Bad_Bucket"],
     ["--bucket", "iobench", "--endpoint-url", "ftp://127.0.0.1:1"],
     ["--bucket", "iobench", "--timeout", "0"],
+    ["--bucket", "iobench", "--timeout", "30"],   # no unit
     ["--bucket", "iobench", "--max-stall", "2"],
     [],
 ])

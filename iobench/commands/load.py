@@ -27,79 +27,85 @@ def register(sub) -> None:
     p.add_argument("dataset", metavar="DATASET_URL", help="dataset root (local path, s3://bucket/prefix, memory://), "
                                                         "one shard file or a brace range of shards "
                                                         "(train-{000000..000003}.tar: indexed now if unlisted)")
-    p.add_argument("--access", metavar="map|stream|block|memmap|auto",
-                   help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
-                        "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy), memmap "
-                        "(nanoGPT/Megatron: token rows sliced from mapped local shards, page faults are the I/O); "
-                        "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")
-    p.add_argument("--stream-read-size", metavar="SIZE", help="stream: bytes of whole samples per read (64KiB)")
-    p.add_argument("--until-stable", action="store_true",
-                   help="run until the stall (±--stall-ci pp) and P99 batch time (±25%%) intervals are narrow, "
-                        "or --max-time passes; the results carry the intervals either way")
-    p.add_argument("--min-steps", type=int, help="with --until-stable: at least this many steps (50)")
-    p.add_argument("--max-time", type=float, metavar="SECONDS", help="with --until-stable: time cap (60)")
-    p.add_argument("--stall-ci", type=float, metavar="PP", help="with --until-stable: stall interval half-width "
-                                                               "in percentage points (2)")
-    p.add_argument("--repeat", type=int, metavar="N", help="run the load N times and report the spread")
-    p.add_argument("--workers", "-W", type=int,
-                   help="worker processes (default 2); 0: batches made in the consumer process itself "
-                        "(DataLoader num_workers=0: no hand-off, nothing prefetched)")
-    p.add_argument("--prefetch", "-Q", type=int,
-                   help="batches in flight per worker for map/stream (DataLoader's prefetch_factor), in all for "
-                        "block (default 2)")
-    p.add_argument("--batch-size", "-B", type=int, help="samples per batch (default 32)")
-    p.add_argument("--epochs", type=int, help="epochs to read (default 1)")
-    p.add_argument("--steps", type=int, help="stop after this many steps instead (epochs repeat as needed)")
-    p.add_argument("--shuffle-buffer", type=int, help="samples shuffled together (default 1000; 0: no sample shuffle)")
-    p.add_argument("--no-shuffle", action="store_true", help="read shards and samples in stored order")
-    p.add_argument("--drop-last", action="store_true", help="drop short batches at the end of each shuffle block")
-    p.add_argument("--seed", type=int, help="order seed (default 0)")
-    p.add_argument("--compute-ms", metavar="T", help="emulated compute per step in ms (default 0)")
-    p.add_argument("--compute", metavar="SPEC",
-                   help="compute time per step: 200ms | normal:mean=200ms,std=20ms | "
-                        "lognormal:p50=180ms,p99=400ms | file:PATH (overrides --compute-ms)")
-    p.add_argument("--compute-mode", choices=("sleep", "spin", "callback"),
-                   help="sleep (accelerator), spin (CPU contention) or callback (--compute-fn)")
-    p.add_argument("--compute-fn", metavar="MODULE:FUNCTION", help="a real step, called as fn(batch, step)")
-    p.add_argument("--cache", choices=("cold", "warm", "as-is"), help="page-cache state before reading (default as-is)")
-    p.add_argument("--emulate", metavar="SPEC", help="emulated storage: const:250ms, lognormal:p50=20ms,p99=500ms, "
-                                                      "spike:p=0.01,extra=2s, bw:1GB/s, nvme|pfs|object (join with +)")
-    p.add_argument("--decode", action="store_true", help="decode images (JPEG -> RGB arrays) in the workers")
-    p.add_argument("--odirect", action="store_true", help="local shards: O_DIRECT reads into aligned buffers")
-    p.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
-    add_endpoint_flag(p)
-    add_storage_option_flag(p)
-    p.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
-    p.add_argument("--s3-concurrency", type=int, help="ranged GETs in flight per worker (default 4)")
-    p.add_argument("--s3-client", choices=("auto", "s3fs", "obstore"),
-                   help="client for S3 reads: obstore (the s3fast extra; ~2x faster here) or s3fs; "
-                        "auto (default): obstore when installed")
-    p.add_argument("--retries", type=int, help="attempts per request (default 5)")
-    p.add_argument("--retry-budget", type=float, metavar="SECONDS", help="time one request may spend retrying (30)")
-    p.add_argument("--error-rate", type=float, help="inject read errors with this probability (seeded)")
-    p.add_argument("--timeout-rate", type=float, help="inject read timeouts with this probability (seeded)")
-    p.add_argument("--read-ahead", type=int, metavar="N",
-                   help="block: blocks each worker reads ahead while collating; map: extra sample reads each worker keeps "
-                        "in flight (default 0: prefetch is exactly Q, one read at a time)")
-    p.add_argument("--slot-bytes", type=int, help="bytes per prefetch slot (default: sized from the manifest)")
-    p.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
-    p.add_argument("--recommend", action="store_true",
-                   help="recommend workers and prefetch depth (and their host memory) from the batch service times")
-    p.add_argument("--validate", action="store_true",
-                   help="with --recommend: measure depth 1, rec/2, rec, 2*rec and workers +-1 around it")
-    p.add_argument("--analyze", action="store_true", help="synthetic / warm / cold passes: prep vs fetch stall")
-    p.add_argument("--verify-checksums", action="store_true",
-                   help="check each shard's manifest checksum as it is read (cost in metrics.verify_checksums)")
-    p.add_argument("--tiers", metavar="FILE", help="read through storage tiers (iobench.tiers) described in FILE")
-    p.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
-                   help="with --tiers: how shards reach the fast tier (default ondemand)")
-    p.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
+    g_read = p.add_argument_group("what to read")
+    g_read.add_argument("--access", metavar="map|stream|block|memmap|auto",
+                        help="access pattern: map (PyTorch map-style, ranged read per sample), stream (webdataset: shards "
+                             "in order through a per-worker shuffle buffer), block (full-window shuffle, lumpy), memmap "
+                             "(nanoGPT/Megatron: token rows sliced from mapped local shards, page faults are the I/O); "
+                             "default auto: raw/files -> map, tar/parquet/tfrecord -> stream")
+    g_read.add_argument("--stream-read-size", metavar="SIZE", help="stream: bytes of whole samples per read (64KiB)")
+    g_read.add_argument("--tiers", metavar="FILE", help="read through storage tiers (iobench.tiers) described in FILE")
+    g_read.add_argument("--staging", choices=("prestage", "ondemand", "stream"), default=None,
+                        help="with --tiers: how shards reach the fast tier (default ondemand)")
+    g_read.add_argument("--workload", metavar="NAME|FILE", help="start from a workload's `load` section")
+    g_loader = p.add_argument_group("the loader (torch DataLoader's knobs)")
+    g_loader.add_argument("--workers", "-W", type=int, metavar="N",
+                          help="worker processes (default 2); 0: batches made in the consumer process itself "
+                               "(DataLoader num_workers=0: no hand-off, nothing prefetched)")
+    g_loader.add_argument("--prefetch", "-Q", type=int, metavar="N",
+                          help="batches in flight per worker for map/stream (DataLoader's prefetch_factor), in all for "
+                               "block (default 2)")
+    g_loader.add_argument("--batch-size", "-B", type=int, metavar="N", help="samples per batch (default 32)")
+    g_loader.add_argument("--epochs", type=int, metavar="N", help="epochs to read (default 1)")
+    g_loader.add_argument("--steps", type=int, metavar="N", help="stop after this many steps instead (epochs repeat as needed)")
+    g_loader.add_argument("--shuffle-buffer", type=int, metavar="N", help="samples shuffled together (default 1000; 0: no sample shuffle)")
+    g_loader.add_argument("--no-shuffle", action="store_true", help="read shards and samples in stored order")
+    g_loader.add_argument("--drop-last", action="store_true", help="drop short batches at the end of each shuffle block")
+    g_loader.add_argument("--seed", type=int, metavar="N", help="order seed (default 0)")
+    g_loader.add_argument("--decode", action="store_true", help="decode images (JPEG -> RGB arrays) in the workers")
+    g_loader.add_argument("--device", help="where batches are delivered: cpu (default) or cuda (GPU package)")
+    g_loader.add_argument("--read-ahead", type=int, metavar="N",
+                          help="block: blocks each worker reads ahead while collating; map: extra sample reads each worker keeps "
+                               "in flight (default 0: prefetch is exactly Q, one read at a time)")
+    g_loader.add_argument("--slot-bytes", type=int, metavar="N", help="bytes per prefetch slot (default: sized from the manifest)")
+    g_loader.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
+    g_step = p.add_argument_group("the training step")
+    g_step.add_argument("--compute-ms", metavar="T", help="emulated compute per step in ms (default 0)")
+    g_step.add_argument("--compute", metavar="SPEC",
+                        help="compute time per step: 200ms | normal:mean=200ms,std=20ms | "
+                             "lognormal:p50=180ms,p99=400ms | file:PATH (overrides --compute-ms)")
+    g_step.add_argument("--compute-mode", choices=("sleep", "spin", "callback"),
+                        help="sleep (accelerator), spin (CPU contention) or callback (--compute-fn)")
+    g_step.add_argument("--compute-fn", metavar="MODULE:FUNCTION", help="a real step, called as fn(batch, step)")
+    g_storage = p.add_argument_group("storage")
+    g_storage.add_argument("--cache", choices=("cold", "warm", "as-is"), help="page-cache state before reading (default as-is)")
+    g_storage.add_argument("--emulate", metavar="SPEC", help="emulated storage: const:250ms, lognormal:p50=20ms,p99=500ms, "
+                                                              "spike:p=0.01,extra=2s, bw:1GB/s, nvme|pfs|object (join with +)")
+    g_storage.add_argument("--odirect", action="store_true", help="local shards: O_DIRECT reads into aligned buffers")
+    add_endpoint_flag(g_storage)
+    add_storage_option_flag(g_storage)
+    g_storage.add_argument("--s3-block-size", metavar="SIZE", help="ranged GET size on object stores (default 8MiB)")
+    g_storage.add_argument("--s3-concurrency", type=int, metavar="N", help="ranged GETs in flight per worker (default 4)")
+    g_storage.add_argument("--s3-client", choices=("auto", "s3fs", "obstore"),
+                           help="client for S3 reads: obstore (the s3fast extra; ~2x faster here) or s3fs; "
+                                "auto (default): obstore when installed")
+    g_storage.add_argument("--retries", type=int, metavar="N", help="attempts per request (default 5)")
+    g_storage.add_argument("--retry-budget", metavar="DURATION", help="time one request may spend retrying (30s)")
+    g_faults = p.add_argument_group("faults and integrity")
+    g_faults.add_argument("--error-rate", type=float, metavar="P", help="inject read errors with this probability (seeded)")
+    g_faults.add_argument("--timeout-rate", type=float, metavar="P", help="inject read timeouts with this probability (seeded)")
+    g_faults.add_argument("--verify-checksums", action="store_true",
+                          help="check each shard's manifest checksum as it is read (cost in metrics.verify_checksums)")
+    g_stop = p.add_argument_group("when to stop")
+    g_stop.add_argument("--until-stable", action="store_true",
+                        help="run until the stall (±--stall-ci pp) and P99 batch time (±25%%) intervals are narrow, "
+                             "or --max-time passes; the results carry the intervals either way")
+    g_stop.add_argument("--min-steps", type=int, metavar="N", help="with --until-stable: at least this many steps (50)")
+    g_stop.add_argument("--max-time", metavar="DURATION", help="with --until-stable: time cap (60s)")
+    g_stop.add_argument("--stall-ci", type=float, metavar="PP", help="with --until-stable: stall interval half-width "
+                                                                    "in percentage points (2)")
+    g_stop.add_argument("--repeat", type=int, metavar="N", help="run the load N times and report the spread")
+    g_advice = p.add_argument_group("advice and analysis")
+    g_advice.add_argument("--recommend", action="store_true",
+                          help="recommend workers and prefetch depth (and their host memory) from the batch service times")
+    g_advice.add_argument("--validate", action="store_true",
+                          help="with --recommend: measure depth 1, rec/2, rec, 2*rec and workers +-1 around it")
+    g_advice.add_argument("--analyze", action="store_true", help="synthetic / warm / cold passes: prep vs fetch stall")
     from ..driver import default_host_ceiling
-
-    p.add_argument("--host-ceiling", default=default_host_ceiling(), choices=("cached", "measure", "off"),
-                   help="measure this host's read ceiling for the batch shape beside the storage number "
-                        "(iobench.driver): cached (once per host and shape), measure, off "
-                        "(default: $IOBENCH_HOST_CEILING, else cached)")
+    g_advice.add_argument("--host-ceiling", default=default_host_ceiling(), choices=("cached", "measure", "off"),
+                          help="measure this host's read ceiling for the batch shape beside the storage number "
+                               "(iobench.driver): cached (once per host and shape), measure, off "
+                               "(default: $IOBENCH_HOST_CEILING, else cached)")
     add_set_flag(p)
     add_json_flag(p)
     guard.declare(p, guard.dataset("dataset", "DATASET_URL"), guard.tiers_file(),
@@ -116,6 +122,11 @@ def build_config(args):
     if args.staging and not args.tiers:
         raise ConfigError("--staging", "needs --tiers", "add --tiers FILE, or drop --staging")
     flags = {key: getattr(args, flag, None) for flag, key in _FLAGS.items()}
+    from ..units import parse_duration
+
+    for flag, key in (("--max-time", "max_time_s"), ("--retry-budget", "retry_budget_s")):
+        if flags[key] is not None:   # a duration with its unit, as every door takes it ("60" is refused)
+            flags[key] = parse_duration(flags[key], flag, allow_zero=False)
     # store_true flags: given sets the key, absent leaves the workload's (or --set's) value
     flags |= {"shuffle": False if args.no_shuffle else None, "drop_last": args.drop_last or None,
               "odirect": args.odirect or None, "verify_checksums": args.verify_checksums or None,

@@ -11,7 +11,7 @@ def register(sub) -> None:
     p.add_argument("--prefix", metavar="KEY", help="where to write (default: iobench-smoke/<time>-<random>); "
                                                    "removed at the end")
     p.add_argument("--junit", metavar="PATH", help="write JUnit XML (one test case per check)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="deadline per check in seconds")
+    p.add_argument("--timeout", default="120s", metavar="DURATION", help="deadline per check (120s)")
     p.add_argument("--max-stall", type=float, default=0.5, metavar="R",
                    help="fail if the read's data stall exceeds R (0.5; 1 turns the gate off)")
     p.add_argument("--steps", type=int, default=40, metavar="N", help="steps of the read (40)")
@@ -41,14 +41,15 @@ def run(args) -> int:
 
     from ..units import parse_duration
 
-    report = run_smoke(args.endpoint_url, args.bucket, args.prefix, timeout_s=args.timeout,
-                       max_stall=args.max_stall, on_check=show, steps=args.steps,
-                       step_s=parse_duration(args.step_time, "--step-time"))
+    timeout_s = parse_duration(args.timeout, "--timeout", allow_zero=False)
+    step_s = parse_duration(args.step_time, "--step-time")
+    report = run_smoke(args.endpoint_url, args.bucket, args.prefix, timeout_s=timeout_s,
+                       max_stall=args.max_stall, on_check=show, steps=args.steps, step_s=step_s)
     if args.junit:
         atomic_write_bytes(args.junit, junit_xml(report), fsync=False)
     if args.json:
         Results(command="smoke", config={"endpoint_url": args.endpoint_url, "bucket": args.bucket,
-                                         "prefix": report.prefix, "timeout_s": args.timeout,
+                                         "prefix": report.prefix, "timeout_s": timeout_s,
                                          "max_stall": args.max_stall, "steps": args.steps,
                                          "step_time": args.step_time},
                 metrics=report.metrics()).write(args.json)

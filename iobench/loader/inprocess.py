@@ -145,6 +145,43 @@ class _InProcessEmitter(_Emitter):
         super().__init__(job, pool, step, stop, stats)
         self.step = step
         self._dtypes: dict[str, np.dtype] = {}
+        self._out: tuple | None = None   # (rows' shape, dtype, the slot as that batch array)
+
+    def __call__(self, k: int, epoch: int, bd, sel: np.ndarray, io_s: float, prep_s: float, fill_s: float = 0.0,
+                 requests: int = 0, more: bool = False, ids: np.ndarray | None = None) -> None:
+        """Fixed-size rows (raw tokens): the emitter's fast path with nothing of the hand-off left,
+        one gather into the slot and the step run on it; the rest takes the emitter's own path.
+
+        The same work and the same records as ``_Emitter.__call__`` + ``_send``, without what
+        only a hand-off needs (the metadata dict, the slot wait, the view rebuilt from the
+        metadata): at 256 rows of 1 KiB a step is a few tens of microseconds, so every
+        microsecond of Python per batch shows in the throughput."""
+        arr = bd.array
+        n = len(sel)
+        if arr is None or self.job.synthetic or n * self._row_bytes(arr) > self.pool.slot_bytes:
+            return super().__call__(k, epoch, bd, sel, io_s, prep_s, fill_s, requests, more, ids)
+        tp = now_ns()
+        out = self._out
+        if out is None or out[2].shape[0] != n or out[0] != arr.shape[1:] or out[1] != arr.dtype:
+            out = self._out = (arr.shape[1:], arr.dtype, self._slot_view(0, (n,) + arr.shape[1:], arr.dtype))
+        data = out[2]
+        # mode="clip": no temporary (the block's order was bounds-checked once); see _Emitter.__call__
+        arr.take(sel, axis=0, out=data, mode="clip")
+        te = now_ns()
+        if ids is None:
+            ids = bd.ids[sel]
+        if ids.dtype != _I8:
+            ids = ids.astype(_I8)
+        nbytes = data.nbytes
+        prep_s += (te - tp) / 1e9
+        stats = self.stats
+        stats["busy_s"] += prep_s + io_s + fill_s
+        stats["batches"] += 1
+        stats["samples"] += n
+        stats["payload_bytes"] += nbytes
+        start_ns, self.start_ns = self.start_ns, None
+        self.step.run(k, Batch(index=k, epoch=epoch, indices=ids, labels=None, data=data, layout="array",
+                               nbytes=nbytes), nbytes, n, io_s, prep_s, fill_s, requests, te, start_ns)
 
     def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
               fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:

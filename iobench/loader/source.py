@@ -40,7 +40,6 @@ class ShardSource:
     supports_record_reads = False  # read_records reads no whole shards (else the worker slices cached shards)
     supports_pieces = False        # read_piece is one streamed request in pieces (else: a whole read, sliced)
     supports_pread = False         # records read in place by positional reads (read_records, read_block_records)
-    supports_mmap = False          # read_block_records may map a shard wholly in the page cache
     supports_odirect = False       # whole shards read with O_DIRECT (no page cache)
     concurrent_reads = False       # read_shards may run in several threads at once, and gains from it
 
@@ -304,7 +303,7 @@ class BackendSource(ShardSource):
                 # refs: the list, and getrefcount's argument; anything more is a live view of the data
                 if len(pool[i]) >= size and sys.getrefcount(pool[i]) <= 2:
                     return pool[i]
-            buf = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+            buf = np.frombuffer(_anonymous(size), dtype=np.uint8)   # not sliced: views must keep *it* referenced
             if len(pool) < 32:   # a block of shards and blocks read ahead, reused without page faults
                 pool.append(buf)
             return buf
@@ -339,6 +338,26 @@ class BackendSource(ShardSource):
                 "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
                 "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
                 "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}
+
+
+_HUGE = 2 * 2**20   # a transparent huge page (x86-64, arm64 with 4 KiB pages)
+
+
+def _anonymous(size: int) -> mmap.mmap:
+    """A page-aligned private buffer of at least ``size`` bytes, in transparent huge pages where
+    the kernel gives them (``madvise`` mode included; a huge page is committed whole, so only
+    buffers of a few of them ask).  Why huge pages: a batch gathered from a block buffer touches
+    a random 4 KiB page per 1 KiB row, and with 4 KiB pages each row costs a TLB miss (a page
+    walk) -- the gather took twice as long as from a buffer the TLB covers, an 8 MiB buffer
+    being 2048 small pages but 4 huge ones (see NOTE [ Block buffers ] in docs/design.md)."""
+    if size < 2 * _HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m = mmap.mmap(-1, -(-size // _HUGE) * _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        m.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:   # THP disabled, or not for this kind of mapping: small pages, as before
+        pass
+    return m
 
 
 def _exact(data, want: int, where: str, start: int | None = None):
@@ -466,7 +485,7 @@ class _InPlaceSource(BackendSource):
 class LocalFileSource(_InPlaceSource):
     """Plain local files: whole shards read into reused buffers, or with O_DIRECT (``odirect``);
     samples and pieces by ``pread`` on descriptors kept open per shard; a block of token
-    records read in place, or mapped from the page cache."""
+    records read in place."""
 
     _crew: Any = field(default=None, init=False, repr=False, compare=False)
     _head: Any = field(default=None, init=False, repr=False, compare=False)
@@ -474,10 +493,6 @@ class LocalFileSource(_InPlaceSource):
     @property
     def supports_odirect(self) -> bool:   # type: ignore[override]
         return self.odirect and hasattr(os, "O_DIRECT")
-
-    @property
-    def supports_mmap(self) -> bool:   # type: ignore[override]
-        return not self.odirect and hasattr(mmap, "MAP_POPULATE")
 
     def _open_handle(self, shard: ShardEntry) -> int:
         return open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR)
@@ -615,14 +630,10 @@ class LocalFileSource(_InPlaceSource):
 
     def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
         """One preadv per shard, the header into a scratch buffer and the records into the block
-        (one shard wholly in the page cache: mapped instead, ``_mapped_records``).  None with
-        O_DIRECT (whole shards are read then)."""
+        (a reused buffer in huge pages: NOTE [ Block buffers ] in docs/design.md says why a read
+        beats mapping the page cache here).  None with O_DIRECT (whole shards are read then)."""
         if self.odirect:
             return None
-        if len(shards) == 1 and self.supports_mmap and (counts := _whole_records(shards, first, length)):
-            mapped = self._mapped_records(shards[0], first, length, counts[0], check)
-            if mapped is not None:
-                return mapped
         return super().read_block_records(shards, first, length, check)
 
     def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
@@ -637,37 +648,6 @@ class LocalFileSource(_InPlaceSource):
         if got != shard.bytes:
             raise _shorter_than_manifest(shard, got)
         check(head, shard, len(rows))
-
-    def _mapped_records(self, shard: ShardEntry, first: int, length: int, count: int, check) -> "np.ndarray | None":
-        """A block of one plain local shard: its records as a view of the file's page-cache pages.
-
-        What memmap token loaders (nanoGPT, Megatron) do: the loader's gather copies each record
-        from the page cache straight into its batch slot, where a read would copy the whole
-        shard into a buffer first (two copies of every byte).  MAP_POPULATE maps the whole shard
-        in this call, so its time and bytes are counted here, as a read's would be, and the
-        gather never faults.  The mapping lives as long as the view (the block's batches), no longer.
-
-        Only a shard wholly in the page cache (``pagecache.resident_pages_fd``) is mapped; None otherwise, and it is
-        read: faulting a cold shard in reads it 128 KiB at a time, one request after another
-        (0.79x a read, cold, 3 alternating rounds), where a read gets the kernel's large read-ahead."""
-        import numpy as np
-
-        from iobench.io.pagecache import resident_pages_fd
-        from iobench.metrics import now_ns
-
-        fd = self._handle(shard)
-        t0 = now_ns()
-        size = os.fstat(fd).st_size
-        res = resident_pages_fd(fd, min(size, shard.bytes))
-        if res is None or res[0] < res[1]:
-            return None
-        if size < shard.bytes:   # mapping past the end would fault (SIGBUS) in the gather
-            raise short_read(shard.path, size, shard.bytes)
-        m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
-        self.backend.record("read", now_ns() - t0, nread=shard.bytes)
-        data = np.frombuffer(m, dtype=np.uint8)
-        check(data[:first], shard, count)
-        return data[first:first + count * length].reshape(count, length)
 
     def close(self) -> None:
         super().close()

@@ -393,14 +393,9 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                     emit(k, epoch, bd, order[pos:end], bd.read_s, bd.parse_s, 0.0, len(block.shards),
                          j < last and k + 1 < job.total_batches, ids[pos:end])
                 pos = end
-            if ahead is not None:
-                # The block's last reference is dropped in the read-ahead thread: a shard mapped from
-                # the page cache (source._mapped_records) is unmapped then, page-table work and a TLB
-                # shootdown (~0.4 ms per 8 MiB on this 2-core VM, 8% of the worker's main thread at
-                # batch 1024, perf) that would otherwise delay the next block's gathers.
-                last_ref = [bd]
-                del bd
-                ahead.submit(last_ref.clear)
+            # the block's buffer is free again before the next block is read (read without read-ahead,
+            # the same buffer then takes every block: NOTE [ Block buffers ] in docs/design.md)
+            del bd
     finally:
         if ahead is not None:
             ahead.shutdown(wait=True, cancel_futures=True)

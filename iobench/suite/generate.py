@@ -8,11 +8,14 @@ from __future__ import annotations
 from .state import GeneratedDataset
 
 SUITE_FORMATS = ("raw", "parquet", "tfrecord", "tar")
-# Small enough for the embedded suite (< ~20 s for all 16 datasets on a laptop).
+# Small enough for the embedded suite, large enough that one cold pass of the load stage
+# (iobench.suite.load: PASS_STEPS batches of 32 tokens samples or 1 image, 2 workers' shuffle
+# buffers of 128 / 4 samples left out) reads each sample once: a second pass in the same run would
+# read the page cache the first filled.  Tokens: 4096 x 256 (2 MiB raw), images: 128 (~17 MiB).
 SUITE_SPECS = {
-    "tokens": {"modality": "tokens", "num_samples": 512, "seq_len": 256, "vocab_size": 50257,
-               "shard_size": "128 samples", "distribution": "zipf"},
-    "images": {"modality": "images", "num_samples": 16, "shard_size": "4 samples"},
+    "tokens": {"modality": "tokens", "num_samples": 4096, "seq_len": 256, "vocab_size": 50257,
+               "shard_size": "1024 samples", "distribution": "zipf"},
+    "images": {"modality": "images", "num_samples": 128, "shard_size": "32 samples"},
 }
 # One generation of these takes ~0.1-0.5 s: a single one is no throughput (two identical runs
 # differed by more than 10% on 18 of them).  Each dataset is generated again into scratch directories
