@@ -183,6 +183,50 @@ def test_duration_and_rate_flags_refuse_hostile_values(cmd, flag, value, world, 
     assert snapshot(world) == before   # nothing written, replaced or created
 
 
+# ---- --endpoint-url: checked before any work by every command that takes it ------------------
+
+def _endpoint_commands():
+    def walk(p, path):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    yield from walk(sub, path + (name,))
+            elif "--endpoint-url" in a.option_strings:
+                yield " ".join(path)
+    return sorted(set(walk(PARSER, ())))
+
+
+def _endpoint_base(cmd: str, w: Path) -> list[str]:
+    ds = str(w / "ds")
+    return {
+        "check": ["check", str(w / "scratch"), "--step-time", "10ms"], "load": ["load", ds], "verify": ["verify", ds],
+        "ckpt": ["ckpt", "--params", "1e6", "--local", str(w / "l"), "--durable", str(w / "d")],
+        "gen": ["gen", "--num-samples", "8", "--out", str(w / "new")], "index": ["index", ds],
+        "stage": ["stage", ds, "--tiers", str(w / "none.yaml")], "smoke": ["smoke", "--bucket", "iobench"],
+        "tiers init": ["tiers", "init", "--nvme", str(w / "n"), "--out", str(w / "t.yaml")],
+        "mlperf run": ["mlperf", "run", ds], "probe file": ["probe", "file", str(w / "probe")],
+        "probe metadata": ["probe", "metadata", str(w / "probe")],
+        "probe smallfiles": ["probe", "smallfiles", str(w / "probe")], "probe s3": ["probe", "s3", "s3://b/p"],
+        "probe all": ["probe", "all", str(w / "probe")],
+    }[cmd]
+
+
+HOSTILE_ENDPOINTS = {"credentials": "http://AKIAHOSTILE:S3CRETPW@127.0.0.1:1", "port": "http://127.0.0.1:99999",
+                     "scheme": "ftp://127.0.0.1:21", "empty": "", "no host": "http://:9000"}
+
+
+@pytest.mark.parametrize("cmd", _endpoint_commands())
+@pytest.mark.parametrize("what", list(HOSTILE_ENDPOINTS))
+def test_endpoint_url_is_checked_before_work(cmd, what, world):
+    # `tiers init --endpoint-url http://KEY:SECRET@...` wrote the secret into the tiers file: the URL is
+    # checked in iobench.cli before any command runs, whether or not it ever connects
+    before = snapshot(world)
+    r = run_inprocess([*_endpoint_base(cmd, world), "--endpoint-url", HOSTILE_ENDPOINTS[what]], timeout_s=5)
+    assert_refused(r, "--endpoint-url", within_s=5)
+    assert "S3CRETPW" not in r.stdout + r.stderr
+    assert snapshot(world) == before
+
+
 def test_every_text_flag_has_a_base_command(world):
     for cmd, _flag, _kind in _text_flags():
         _base(cmd, world)   # KeyError: a new command with a duration/rate flag needs a base line above
