@@ -158,6 +158,7 @@ class Catalog:
             try:
                 c = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                     check_same_thread=True)
+                self._refuse_foreign(c)
                 self._while_locked(self._use_wal, c)
                 # NORMAL in WAL mode survives process crashes; a power loss can only lose a
                 # recent transaction, whose orphaned files `reconcile` removes.
@@ -169,6 +170,21 @@ class Catalog:
                                   "give the path of an iobench catalog, or a new file") from None
             self._local.conn, self._local.pid = c, os.getpid()
         return c
+
+    # the tables an iobench catalog holds (``_SCHEMA``) and those SQLite makes itself
+    OWN_TABLES = frozenset({"meta", "tiers", "datasets", "copies", "pins"})
+
+    def _refuse_foreign(self, c: sqlite3.Connection) -> None:
+        """An existing SQLite database that is not an iobench catalog (the user's own: other tables, no
+        ``meta``) is refused before anything is written to it: the WAL switch and the schema would
+        change the user's file even when the command then refused it."""
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                  if not str(r[0]).startswith("sqlite_")}
+        if tables and ("meta" not in tables or not tables <= self.OWN_TABLES):
+            c.close()
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise ConfigError("catalog", f"{self.path} is a SQLite database of something else (tables {shown}), "
+                              "not an iobench catalog", "give the path of an iobench catalog, or a new file")
 
     def _use_wal(self, c: sqlite3.Connection) -> None:
         """Switch the catalog to WAL; the mode is stored in the file: once WAL, nothing to change."""
