@@ -136,8 +136,10 @@ def parse_set(items: list[str] | None) -> dict:
             raise ConfigError("--set", f"{item!r} has an empty key", "use --set section.key=value")
         import yaml   # here, not at the top: most commands parse no YAML (~20 ms of start-up)
 
+        from .io.inputs import loads_yaml
+
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = loads_yaml(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         node = out
@@ -211,12 +213,18 @@ def load_workload(name_or_path: str) -> dict:
         text = resources.files("iobench").joinpath("workloads").joinpath(name_or_path + ".yaml").read_text()
     import yaml
 
+    from .io.inputs import loads_yaml
+
     try:
-        data = yaml.safe_load(text) or {}
+        data = loads_yaml(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError("--workload", f"{name_or_path} is not valid YAML: {e}", "fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError("--workload", f"{name_or_path} must be a mapping of sections", "see README: Configuration")
+    if not data:
+        # an empty file (a truncated copy, `> w.yaml`): asked for a workload, the run would silently use none
+        raise ConfigError("--workload", f"{name_or_path} is empty: it holds no section",
+                          f"give a workload with a {', '.join(WORKLOAD_SECTIONS)} section")
     for key in data:
         # a mistyped section (`laod:`) would be read by no command: the run would use the defaults silently
         if key not in WORKLOAD_SECTIONS:

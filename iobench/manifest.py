@@ -271,8 +271,10 @@ def read_manifest(backend: Backend) -> Manifest:
                           "fix its permissions or the credentials") from None
     except IsADirectoryError:
         raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is a directory", _REGEN) from None
+    from .io.inputs import loads_json
+
     try:
-        data = json.loads(raw)
+        data = loads_json(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError("dataset", f"{MANIFEST_NAME} at {backend.url} is not JSON ({e})", _REGEN) from None
     manifest = Manifest.from_dict(data)

@@ -88,6 +88,17 @@ class World:
         make_non_utf8(at("bad_json", "hostile", "latin1.json"))
         make_non_utf8(at("bad_txt", "hostile", "latin1.txt"))
         make_non_sqlite(at("notsql", "hostile", "notsql.sqlite"))
+        # nested 100 000 deep: the parsers recurse per level (a RecursionError slipped past `except ValueError`)
+        make_user_file(at("deep", "hostile", "deep.yaml"), "[" * 100_000)
+        make_user_file(at("deep_json", "hostile", "deep.json"), "[" * 100_000)
+        make_user_file(at("empty", "hostile", "empty.yaml"), "")
+        # 4 GiB of NUL bytes (sparse): past every size cap, and one 4 GiB "line" for a line reader; kept
+        # outside base so that the per-row snapshot never hashes it
+        for key, name in (("giant", "giant.yaml"), ("giant_json", "giant.json")):
+            p[key] = os.path.join(os.path.dirname(base), os.path.basename(base) + "-giant", name)
+            os.makedirs(os.path.dirname(p[key]), exist_ok=True)
+            with open(p[key], "wb") as f:
+                f.truncate(4 << 30)
         os.makedirs(at("dircat", "hostile", "catalog.d"))
         for kind, cat in (("fifo", p["fifo"]), ("dir", p["dircat"]), ("notsql", p["notsql"])):
             self.tiers_file(f"tiers_cat_{kind}", [("nvme", p["nvme"], "1MiB"), ("pfs", p["pfs"], None)], catalog=cat)
@@ -99,6 +110,8 @@ class World:
         self.tiers_file("tiers_nested2", [("nvme", n, "1MiB"), ("pfs", os.path.join(n, "below"), None)])
         self.tiers_file("tiers_null", [("nvme", None, "1MiB"), ("pfs", q, None)])
         self.tiers_file("tiers_empty", [("nvme", "", "1MiB"), ("pfs", q, None)])
+        self.tiers_file("tiers_endpoint_creds", [("nvme", n, "1MiB"), ("pfs", q, None)],
+                        extra={"endpoint_url": "http://AKIAHOSTILE:S3CRETPW@127.0.0.1:1"})
         # datasets with a hostile member
         for key, what in (("ds_fifo_shard", "fifo"), ("ds_dir_shard", "dir")):
             self.copy_ds(key)
@@ -124,10 +137,11 @@ class World:
         r = run_inprocess(["index", p["gen_indexed"], "--format", "files", "--modality", "images"], timeout_s=60)
         assert r.rc == 0, r.stderr
 
-    def tiers_file(self, key: str, tiers: list, catalog: str | None = None) -> None:
+    def tiers_file(self, key: str, tiers: list, catalog: str | None = None, extra: dict | None = None) -> None:
         import yaml
 
-        doc: dict = {"tiers": [{"name": n, "url": u, **({"capacity": c} if c else {})} for n, u, c in tiers]}
+        doc: dict = {"tiers": [{"name": n, "url": u, **({"capacity": c} if c else {}), **(extra or {})}
+                               for n, u, c in tiers]}
         if catalog:
             doc["catalog"] = catalog
         path = self.p[key] = os.path.join(self.base, "tiers", f"{key}.yaml")
@@ -212,7 +226,9 @@ INPUT_FLAGS: dict[str, list[str]] = {
     "gds bench FILE": ["gds", "bench", "{IN}"],
 }
 HOSTILE_KINDS = {"fifo": ("fifo", "fifo_json"), "directory": ("dir", "dir_json"),
-                 "non-UTF-8": ("bad", "bad_json")}
+                 "non-UTF-8": ("bad", "bad_json"), "nested 100000 deep": ("deep", "deep_json"),
+                 "4 GiB sparse": ("giant", "giant_json")}
+TEXT_KINDS = ("non-UTF-8", "nested 100000 deep", "4 GiB sparse")   # what only a text reader refuses
 NOT_TEXT = {"gds bench FILE"}   # reads bytes: only the kinds of file matter
 
 # flags that name a directory (a root, a work or output directory): a FIFO or a regular file there
@@ -252,7 +268,7 @@ TIERS_READERS: dict[str, list[str]] = {
 BAD_CATALOGS = ["tiers_cat_fifo", "tiers_cat_dir", "tiers_cat_notsql"]
 OVERLAPPING_TIERS = {"tiers_same": "is the same directory as", "tiers_same_url": "is the same directory as",
                      "tiers_nested": "inside", "tiers_nested2": "inside", "tiers_null": "url",
-                     "tiers_empty": "url"}
+                     "tiers_empty": "url", "tiers_endpoint_creds": "endpoint_url"}
 
 
 def _rows():
@@ -286,13 +302,16 @@ def _rows():
     # 4. hostile input files: FIFO, directory, non-UTF-8
     for name, argv in INPUT_FLAGS.items():
         for kind, (yaml_key, json_key) in HOSTILE_KINDS.items():
-            if kind == "non-UTF-8" and name in NOT_TEXT:
+            if kind in TEXT_KINDS and name in NOT_TEXT:
                 continue
             key = json_key if any(w in name for w in ("RESULTS", "compare", "plan")) else yaml_key
             if name == "load --compute file:" and kind == "non-UTF-8":
                 key = "bad_txt"
             rows.append(pytest.param([a.replace("{IN}", "{%s}" % key) for a in argv], "@" + key,
                                      id=f"input:{name} is a {kind}"))
+    for name in ("load --workload", "gen --workload"):   # an empty workload: asked for one, silently got none
+        rows.append(pytest.param([a.replace("{IN}", "{empty}") for a in INPUT_FLAGS[name]], "@empty",
+                                 id=f"input:{name} is empty"))
     # 4b. a FIFO or a regular file where a directory goes; a FIFO where an output file goes
     for name, (argv, field) in DIR_FLAGS.items():
         for key in ("fifo", "notes"):
@@ -347,6 +366,7 @@ def test_hostile_path_is_refused_and_nothing_changes(world, argv, field):
     if field is not None and field.startswith("@"):   # the line names the hostile file itself
         field = os.path.basename(world.p[field[1:]])
     assert_refused(r, field, within_s=DEADLINE_S)
+    assert "S3CRETPW" not in r.stdout + r.stderr, r.stderr   # (tiers_endpoint_creds' password)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert not changed, f"changed by a refused command: {changed[:5]}"
 

@@ -40,7 +40,7 @@ FOREIGN_STEPS = {
 @pytest.mark.parametrize("tier", ["local", "durable"])
 @pytest.mark.parametrize("case", list(FOREIGN_STEPS))
 def test_checkpoint_rotation_never_deletes_what_iobench_did_not_write(case, tier, tmp_path):
-    from checkpointing.commit_point import list_steps, holds_own_manifest
+    from iobench.checkpointing.commit_point import list_steps, holds_own_manifest
     from iobench.storage import open_backend
 
     local, durable = tmp_path / "local", tmp_path / "durable"
@@ -69,7 +69,7 @@ def test_checkpoint_rotation_never_deletes_what_iobench_did_not_write(case, tier
 
 
 def test_retention_removes_its_own_leftovers_and_keeps_the_directory_of_foreign_files(tmp_path):
-    from checkpointing.commit_point import remove_own_files
+    from iobench.checkpointing.commit_point import remove_own_files
     from iobench.storage import open_backend
 
     d = tmp_path / "step-000000000007"
