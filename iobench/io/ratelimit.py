@@ -86,21 +86,25 @@ class RateLimiter:
     # idle time is never credited: after a pause a request starts afresh.
     PACE_SLACK_S = 0.020
 
-    def schedule(self, nbytes: int, start_s: float, credit_s: float = 0.0) -> float:
+    def schedule(self, nbytes: int, start_s: float, credit_s: float = 0.0, carry_s: float = 0.0) -> float:
         """When a request of ``nbytes`` that started at ``start_s`` (perf_counter seconds) may end: its
         transfer begins at its start less ``credit_s`` (the previous sleep's lateness), or when the
-        previous transfer ends if that is later; the limiter is one pipe for every request through it."""
+        previous transfer ends if that is later; the limiter is one pipe for every request through it.
+        ``carry_s``: the next piece of a streamed transfer kept arriving while its caller was away
+        (a receive buffer of that many seconds of the cap), so it may begin up to that long before
+        its request -- never before the previous transfer's end."""
         with self._lock:
-            begin = max(start_s - min(credit_s, self.PACE_SLACK_S), self._free_at)
+            begin = max(start_s - max(min(credit_s, self.PACE_SLACK_S), carry_s), self._free_at)
             self._free_at = begin + self.transfer_s(nbytes)
             return self._free_at
 
-    def hold(self, nbytes: int, started_ns: int) -> None:
-        """Sleep until a request of ``nbytes`` that started at ``started_ns`` has had its share of the cap."""
+    def hold(self, nbytes: int, started_ns: int, carry_bytes: int = 0) -> None:
+        """Sleep until a request of ``nbytes`` that started at ``started_ns`` has had its share of the cap
+        (``carry_bytes``: what a streamed transfer may have buffered meanwhile, see ``schedule``)."""
         if not self.bytes_per_s:
             return
         credit, self._late = self._late, 0.0
-        end = self.schedule(nbytes, started_ns / 1e9, credit)
+        end = self.schedule(nbytes, started_ns / 1e9, credit, carry_bytes / self.bytes_per_s)
         rest = end - time.perf_counter()
         if rest > 0:
             self._sleep(rest)
