@@ -347,6 +347,10 @@ def _rows():
         for fmt in formats:
             rows.append(pytest.param(["index", "{%s}" % d, "--format", fmt, "--modality", "records"], "dataset file",
                                      id=f"index:{d} --format {fmt}"))
+    rows.append(pytest.param(["gds", "bench", "{empty}", "--paths", "cpu"], "empty", id="input:gds bench FILE is empty"))
+    for cat in ("notsql", "userdb", "notes"):   # tiers init names a catalog no command could open
+        rows.append(pytest.param(["tiers", "init", "--nvme", "{nvme}", "--catalog", "{%s}" % cat, "--out",
+                                  "{base}/never.yaml"], "--catalog", id=f"input:tiers init --catalog {cat}"))
     for extra in ([], ["--format", "tar"], ["--out", "{base}/never.json"]):   # files that hold no sample
         rows.append(pytest.param(["index", "{idx_nosamples}", *extra], "no samples",
                                  id=f"index:no samples {' '.join(extra)}"))
