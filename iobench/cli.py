@@ -215,9 +215,11 @@ def _as_typed(e: UsageError, parser, args, argv: list[str] | None) -> str:
     from .bounds import chosen
 
     typed = list(sys.argv[1:] if argv is None else argv)
+    # the flag's dest: KEY, cfg_KEY (probe's flags), or PARENT_KEY (tiers.nvme.capacity <- --nvme-capacity)
+    dests = (key, f"cfg_{key}", f"{section.rpartition('.')[2]}_{key}")
     for _cmd, p in chosen(parser, args):
         for a in p._actions:
-            if a.dest not in (key, f"cfg_{key}") or not a.option_strings:   # (probe's flags: cfg_KEY)
+            if a.dest not in dests or not a.option_strings:
                 continue
             if any(t == o or t.startswith(o + "=") for t in typed for o in a.option_strings if o.startswith("--")):
                 flag = max(a.option_strings, key=len)

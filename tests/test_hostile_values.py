@@ -427,6 +427,34 @@ def test_sigterm_cuts_a_throttled_checkpoint_upload_short(tmp_path):
     assert not [s for s in (tmp_path / "d").glob("step-*") if not (s / "manifest.json").exists()]   # no half step
 
 
+# a value checked where the config is built is reported under its config key (gen.format); the line
+# names the flag the user typed too, so that the one line names the field as typed
+CONFIG_KEY_ROWS = [
+    (["gen", "--out", "{t}/g", "--format", "bogus"], "--format"),
+    (["gen", "--out", "{t}/g", "--compression", "zstd:99"], "--compression"),
+    (["gen", "--out", "{t}/g", "--compression", "zstd:abc"], "--compression"),
+    (["gen", "--out", "{t}/g", "--checksum", "md5"], "--checksum"),
+    (["gen", "--out", "{t}/g", "--token-dtype", "float32"], "--token-dtype"),
+    (["gen", "--out", "{t}/g", "--shard-size", "0 samples"], "--shard-size"),
+    (["gen", "--out", "{t}/g", "--distribution", "cauchy"], "--distribution"),
+    (["gen", "--out", "{t}/g", "--modality", "smells"], "--modality"),
+    (["probe", "file", "{t}/p", "--rw", "bogus"], "--rw"),
+    (["probe", "file", "{t}/p", "--engine", "bogus"], "--engine"),
+    (["probe", "file", "{t}/p", "--io", "sideways"], "--io"),
+    (["tiers", "init", "--nvme", "{t}/n", "--nvme-capacity", "-1", "--out", "{t}/t.yaml"], "--nvme-capacity"),
+    (["tiers", "init", "--nvme", "{t}/n", "--pfs", "{t}/p", "--pfs-capacity", "lots", "--out", "{t}/t.yaml"],
+     "--pfs-capacity"),
+]
+
+
+@pytest.mark.parametrize("argv, flag", CONFIG_KEY_ROWS, ids=[" ".join(a[:2] + a[-2:]) for a, _ in CONFIG_KEY_ROWS])
+def test_a_config_key_error_names_the_flag_that_was_typed(argv, flag, tmp_path):
+    r = run_inprocess([a.format(t=tmp_path) for a in argv], timeout_s=10)
+    assert_refused(r, flag, within_s=10)
+    assert f"error: {flag} (" in r.stderr_lines[0], r.stderr_lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_checkpoint_larger_than_memory_is_refused_before_any_directory(tmp_path, capsys):
     rc = main(["ckpt", "--params", "1e12", "--local", str(tmp_path / "l"), "--durable", str(tmp_path / "d")])
     err = capsys.readouterr().err
