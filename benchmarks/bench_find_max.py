@@ -10,7 +10,7 @@ Throttled, storage is the limit by construction and the count it can feed is kno
 N* = floor(B / (0.9 d)) with d one accelerator's bytes per step over its compute; the answer must be
 labelled storage-bound.  Unthrottled, fio (O_DIRECT sequential 1 MiB reads of the same files) says
 what the disk gives; where that is more than the loaders took, the label must be host-bound.  Target:
-the two answers differ and each carries its label.  Writes NAME.json, NAME.md, NAME.rows.json.
+the two answers differ (the unthrottled one the larger) and each carries its label.  Writes NAME.json, NAME.md, NAME.rows.json.
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def main(argv=None) -> int:
     u, t = cases["unthrottled"]["find_max"], cases["throttled"]["find_max"]
     label = {k: (c["find_max"].get("next_step") or {}).get("bound") for k, c in cases.items()}
     differ = u["max_accelerators_per_node"] != t["max_accelerators_per_node"]
-    met = differ and label["throttled"] == "storage-bound" and label["unthrottled"] in ("storage-bound", "host-bound")
+    # the unthrottled disk is the faster storage: an answer below the throttled one is the host's noise
+    met = differ and u["max_accelerators_per_node"] > t["max_accelerators_per_node"] and \
+        label["throttled"] == "storage-bound" and label["unthrottled"] in ("storage-bound", "host-bound")
     meta = {"command": " ".join(["python", "benchmarks/bench_find_max.py", *(argv or sys.argv[1:])]),
             "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
             "seconds": time.time() - t_start, "files": a.files, "scale": a.scale, "dataset_bytes": total,
@@ -118,7 +120,7 @@ def main(argv=None) -> int:
                                                    indent=1, default=str) + "\n")
     out.with_suffix(".md").write_text(to_markdown(meta, cases, differ, met))
     write_rows(out.name, [{"comparison": f"mlperf find-max, {bw / 1e6:g} MB/s throttle vs unthrottled: different "
-                                         "answers, each labelled (throttled storage-bound)",
+                                         "answers (unthrottled larger), each labelled (throttled storage-bound)",
                            "ratio": 1.0 if met else 0.0, "target": 1.0, "direction": ">=", "met": met,
                            "detail": f"{t['max_accelerators_per_node']} ({label['throttled']}) vs "
                                      f"{u['max_accelerators_per_node']} ({label['unthrottled']})"}],
@@ -147,7 +149,8 @@ def to_markdown(meta: dict, cases: dict, differ: bool, met: bool) -> str:
                  f"{(c['fio_bytes_per_s'] or 0) / 1e6:.0f} MB/s | {c['load_avg_1m_start']:.1f}–"
                  f"{c['load_avg_1m_end']:.1f} | {c['seconds']:.0f} |")
     L += ["", f"**Answers {'differ' if differ else 'are the same'}; target "
-              f"{'met' if met else 'missed'}** (different answers, the throttled one storage-bound).", "",
+              f"{'met' if met else 'missed'}** (different answers, the unthrottled one the larger, the throttled "
+              "one storage-bound).", "",
           "## Headlines as printed", ""]
     for name, c in cases.items():
         fm = c["find_max"]

@@ -138,7 +138,40 @@ def _sigterm_like_sigint():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)   # one is enough: a second must not cut the clean-up short
         raise Terminated()
 
+    _redeliver_swallowed_signals(on_term, main_pid)
     return signal.signal(signal.SIGTERM, on_term)
+
+
+def _redeliver_swallowed_signals(on_term, main_pid: int) -> None:
+    """A signal's exception raised where Python cannot raise (a fork hook, ``__del__``, a weakref
+    callback) is printed as "Exception ignored in ..." and dropped: a SIGTERM that arrived while
+    ``gen`` forked its writers was lost (its handler already set to ignore a second), and the run
+    went on to the end, exit 0.  Python hands such exceptions to ``sys.unraisablehook``: there the
+    signal is sent again, a moment later from a timer thread (sent from the hook, Python would run the
+    handler inside the hook at once, and drop it again), to be raised where it can be."""
+    import contextlib
+    import signal
+    import threading
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_iobench_redelivers", False):
+        return
+
+    def hook(unraisable) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt) and os.getpid() == main_pid:
+            sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            if sig == signal.SIGTERM:
+                with contextlib.suppress(ValueError):    # (ValueError: not the main thread; it stays ignored)
+                    signal.signal(signal.SIGTERM, on_term)   # it ignored SIGTERM before raising: arm it again
+            timer = threading.Timer(0.05, os.kill, (main_pid, sig))
+            timer.daemon = True
+            timer.start()
+            return
+        previous(unraisable)
+
+    hook._iobench_redelivers = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def build_parser() -> Parser:
@@ -182,9 +215,11 @@ def _as_typed(e: UsageError, parser, args, argv: list[str] | None) -> str:
     from .bounds import chosen
 
     typed = list(sys.argv[1:] if argv is None else argv)
+    # the flag's dest: KEY, cfg_KEY (probe's flags), or PARENT_KEY (tiers.nvme.capacity <- --nvme-capacity)
+    dests = (key, f"cfg_{key}", f"{section.rpartition('.')[2]}_{key}")
     for _cmd, p in chosen(parser, args):
         for a in p._actions:
-            if a.dest not in (key, f"cfg_{key}") or not a.option_strings:   # (probe's flags: cfg_KEY)
+            if a.dest not in dests or not a.option_strings:
                 continue
             if any(t == o or t.startswith(o + "=") for t in typed for o in a.option_strings if o.startswith("--")):
                 flag = max(a.option_strings, key=len)
@@ -238,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     previous = _sigterm_like_sigint()
     try:
         return _main(argv)
+    except Terminated:   # before the command started (parsing, imports): nothing to clean up yet
+        sys.stderr.write("iobench: terminated (SIGTERM) before the command started\n")
+        return 143
+    except KeyboardInterrupt:
+        sys.stderr.write("iobench: interrupted before the command started\n")
+        return 130
     finally:
         if argv is None:
             _end_quietly_on_signal()   # the process itself: what is left is its teardown

@@ -60,6 +60,12 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
             raise ConfigError(field, f"expected a list, got {value!r}", "give a YAML list or comma-separated values")
         inner = args[0] if args else Any
         return tuple(_convert(field, v, inner) for v in value)
+    if tp is dict or origin is dict:   # (storage_options: a string here reached fsspec as **kwargs)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
+        return dict(value)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
@@ -230,6 +236,9 @@ def load_workload(name_or_path: str) -> dict:
         if key not in WORKLOAD_SECTIONS:
             raise ConfigError("--workload", f"{name_or_path}: section {key!r} is read by no command",
                               nearest(str(key), WORKLOAD_SECTIONS))
+        if data[key] is not None and not isinstance(data[key], dict):
+            raise ConfigError("--workload", f"{name_or_path}: section {key!r} must map keys to values, got a "
+                              f"{type(data[key]).__name__}", f"give a mapping, e.g. {key}: {{seed: 0}}")
     return data
 
 

@@ -334,6 +334,11 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
         first += n
         if on_file is not None:
             on_file(rel, size)
+    if shards and first == 0:
+        # (a 15-byte file named .tar, an empty archive): a manifest of no samples loads nothing, and said
+        # nothing about why
+        raise ConfigError("dataset", f"no samples in the {len(shards)} {fmt} file(s) under {backend.url}",
+                          "check that the files hold data, or give --format")
     if modality is None and fmt == "tar":
         modality = "records"     # members of any other kind: each key's members are one opaque record
     if modality is None:

@@ -88,6 +88,15 @@ class World:
         make_non_utf8(at("bad_json", "hostile", "latin1.json"))
         make_non_utf8(at("bad_txt", "hostile", "latin1.txt"))
         make_non_sqlite(at("notsql", "hostile", "notsql.sqlite"))
+        import sqlite3   # the user's own SQLite database given as a catalog: refused before anything writes to it
+
+        db = sqlite3.connect(at("userdb", "hostile", "users.sqlite"))
+        db.executescript("CREATE TABLE users(name TEXT); INSERT INTO users VALUES ('ada');")
+        db.commit()
+        db.close()
+        make_user_file(at("wl_list", "hostile", "list.yaml"), "load: [1, 2]\ngen: 5\n")   # sections not mappings
+        for name, data in (("a.tar", "x" * 15), ("b.tar", "")):   # no samples in any file
+            make_user_file(os.path.join(at("idx_nosamples", "idx_nosamples"), name), data)
         # nested 100 000 deep: the parsers recurse per level (a RecursionError slipped past `except ValueError`)
         make_user_file(at("deep", "hostile", "deep.yaml"), "[" * 100_000)
         make_user_file(at("deep_json", "hostile", "deep.json"), "[" * 100_000)
@@ -100,7 +109,7 @@ class World:
             with open(p[key], "wb") as f:
                 f.truncate(4 << 30)
         os.makedirs(at("dircat", "hostile", "catalog.d"))
-        for kind, cat in (("fifo", p["fifo"]), ("dir", p["dircat"]), ("notsql", p["notsql"])):
+        for kind, cat in (("fifo", p["fifo"]), ("dir", p["dircat"]), ("notsql", p["notsql"]), ("userdb", p["userdb"])):
             self.tiers_file(f"tiers_cat_{kind}", [("nvme", p["nvme"], "1MiB"), ("pfs", p["pfs"], None)], catalog=cat)
         # overlapping tier roots
         n, q = p["nvme"], p["pfs"]
@@ -112,6 +121,7 @@ class World:
         self.tiers_file("tiers_empty", [("nvme", "", "1MiB"), ("pfs", q, None)])
         self.tiers_file("tiers_endpoint_creds", [("nvme", n, "1MiB"), ("pfs", q, None)],
                         extra={"endpoint_url": "http://AKIAHOSTILE:S3CRETPW@127.0.0.1:1"})
+        self.tiers_file("tiers_options_str", [("nvme", n, "1MiB"), ("pfs", q, None)], extra={"storage_options": "x"})
         # datasets with a hostile member
         for key, what in (("ds_fifo_shard", "fifo"), ("ds_dir_shard", "dir")):
             self.copy_ds(key)
@@ -265,10 +275,11 @@ TIERS_READERS: dict[str, list[str]] = {
     "stage": ["stage", "{ds}", "--tiers", "{T}"],
     "load --tiers": ["load", "{ds}", "--tiers", "{T}", "--steps", "2"],
 }
-BAD_CATALOGS = ["tiers_cat_fifo", "tiers_cat_dir", "tiers_cat_notsql"]
+BAD_CATALOGS = ["tiers_cat_fifo", "tiers_cat_dir", "tiers_cat_notsql", "tiers_cat_userdb"]
 OVERLAPPING_TIERS = {"tiers_same": "is the same directory as", "tiers_same_url": "is the same directory as",
                      "tiers_nested": "inside", "tiers_nested2": "inside", "tiers_null": "url",
-                     "tiers_empty": "url", "tiers_endpoint_creds": "endpoint_url"}
+                     "tiers_empty": "url", "tiers_endpoint_creds": "endpoint_url",
+                     "tiers_options_str": "storage_options"}
 
 
 def _rows():
@@ -312,6 +323,8 @@ def _rows():
     for name in ("load --workload", "gen --workload"):   # an empty workload: asked for one, silently got none
         rows.append(pytest.param([a.replace("{IN}", "{empty}") for a in INPUT_FLAGS[name]], "@empty",
                                  id=f"input:{name} is empty"))
+        rows.append(pytest.param([a.replace("{IN}", "{wl_list}") for a in INPUT_FLAGS[name]], "must map",
+                                 id=f"input:{name} section is a list"))
     # 4b. a FIFO or a regular file where a directory goes; a FIFO where an output file goes
     for name, (argv, field) in DIR_FLAGS.items():
         for key in ("fifo", "notes"):
@@ -334,6 +347,13 @@ def _rows():
         for fmt in formats:
             rows.append(pytest.param(["index", "{%s}" % d, "--format", fmt, "--modality", "records"], "dataset file",
                                      id=f"index:{d} --format {fmt}"))
+    rows.append(pytest.param(["gds", "bench", "{empty}", "--paths", "cpu"], "empty", id="input:gds bench FILE is empty"))
+    for cat in ("notsql", "userdb", "notes"):   # tiers init names a catalog no command could open
+        rows.append(pytest.param(["tiers", "init", "--nvme", "{nvme}", "--catalog", "{%s}" % cat, "--out",
+                                  "{base}/never.yaml"], "--catalog", id=f"input:tiers init --catalog {cat}"))
+    for extra in ([], ["--format", "tar"], ["--out", "{base}/never.json"]):   # files that hold no sample
+        rows.append(pytest.param(["index", "{idx_nosamples}", *extra], "no samples",
+                                 id=f"index:no samples {' '.join(extra)}"))
     # 8. overlapping tier roots, for every command that reads a tiers file
     for name, argv in TIERS_READERS.items():
         for t, needle in OVERLAPPING_TIERS.items():
