@@ -338,3 +338,16 @@ def test_tfrecord_batch_is_cut_across_read_threads(tmp_path):
     assert len(p["au_per_epoch"]) == 2
     w = next(x for x in r["compliance"]["rules"] if x["rule"] == "workload values")
     assert not w["ok"] and not r["rule_compliant"]                  # a user's YAML is an open experiment
+
+
+@pytest.mark.parametrize("no_io, near, contention, want", [
+    (True, False, None, "storage-bound"),
+    (True, False, 0.10, "storage-bound"),
+    (True, False, 0.40, "host-bound"),     # the read path waited for a CPU: the no-I/O run does not read
+    (False, False, 0.0, "host-bound"),     # fails without I/O too
+    (True, True, 0.0, "host-bound"),       # storage delivered near this host's read ceiling
+])
+def test_a_failing_count_is_labelled_by_the_host_evidence(no_io, near, contention, want):
+    from iobench.mlperf.findmax import label_stop
+
+    assert label_stop(no_io, near, contention) == want

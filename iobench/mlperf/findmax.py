@@ -13,7 +13,8 @@ Each stop is labelled: the failing count is run once more with no I/O (batches o
 memory).  If that passes, storage was the limit (``storage-bound``); if it fails too, the host could
 not prepare the batches (``host-bound``: CPU for N accelerators x read threads, copies, the harness).
 Beside it, the host's read ceiling (iobench.driver.host_ceiling: the same loader on a copy in
-memory): a stop whose delivered bytes/s reach ``HOST_BOUND`` of it is host-bound too.
+memory): a stop whose delivered bytes/s reach ``HOST_BOUND`` of it is host-bound too, and so is
+one whose loader workers waited for a CPU over ``CONTENDED`` of their busy time (``label_stop``).
 """
 
 from __future__ import annotations
@@ -53,9 +54,20 @@ def _ceiling(cfg: MlperfConfig, n: int) -> dict | None:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def label_stop(no_io_passed: bool, near_ceiling: bool, contention: float | None) -> str:
+    """A failing count's label: ``host-bound`` where the same count fails without I/O, where storage
+    delivered near this host's read ceiling, or where the loaders' workers waited for a CPU over
+    ``driver.CONTENDED`` of their busy time (the read path's CPU was the limit: on a loaded 2-core
+    host the no-I/O run, which does not read, still passes); else ``storage-bound``."""
+    from ..driver import CONTENDED
+
+    contended = contention is not None and contention > CONTENDED
+    return "storage-bound" if no_io_passed and not near_ceiling and not contended else "host-bound"
+
+
 def _bound(cfg: MlperfConfig, n: int, fail: dict, world) -> dict:
-    """Why ``n`` accelerators fail: the same count without I/O, and the host's read ceiling, tell storage
-    from host."""
+    """Why ``n`` accelerators fail: the same count without I/O, the host's read ceiling and the
+    workers' CPU contention tell storage from host."""
     from ..driver import HOST_BOUND
 
     synthetic = run_mlperf(dataclasses.replace(cfg, accelerators=n, synthetic=True, runs=1, warmup=False), world)
@@ -63,16 +75,21 @@ def _bound(cfg: MlperfConfig, n: int, fail: dict, world) -> dict:
     cap = (ceiling or {}).get("bytes_per_s") or 0.0
     near_ceiling = bool(cap and fail["throughput_bytes_per_s"] >= HOST_BOUND * cap)
     worst = fail["worst_accelerator"]
-    bound = "storage-bound" if synthetic["passed"] and not near_ceiling else "host-bound"
+    shares = [r["cpu_contention"] for r in fail["per_rank"] if r.get("cpu_contention") is not None]
+    contention = max(shares) if shares else None
+    bound = label_stop(synthetic["passed"], near_ceiling, contention)
     worst_rank = next(r for r in fail["per_rank"] if r["rank"] == worst)
     model = worst_rank.get("au_model")
     why = (f"without I/O the same {n} accelerators reach AU {synthetic['au']:.1%}" +
            (f"; storage delivered {fail['throughput_bytes_per_s'] / 1e6:.1f} MB/s, {fail['throughput_bytes_per_s'] / cap:.0%} "
-            f"of this host's read ceiling ({cap / 1e6:.1f} MB/s)" if cap else "") + ": " +
+            f"of this host's read ceiling ({cap / 1e6:.1f} MB/s)" if cap else "") +
+           (f"; the loaders' workers waited {contention:.0%} of their busy time for a CPU" if contention is not None
+            else "") + ": " +
            ("the storage path is the limit" if bound == "storage-bound" else
             "this host is the limit (CPU, copies, its read path, the harness), storage aside"))
     return {"accelerators": n, "au": fail["au"], "au_min": fail["au_min"], "worst_accelerator": worst,
             "bound": bound, "au_without_io": synthetic["au"], "au_model_worst": model, "host_ceiling": ceiling,
+            "cpu_contention": contention,
             "delivered_bytes_per_s": fail["throughput_bytes_per_s"],
             "worst_wait_s": worst_rank["wait_s"], "worst_batch_io_p99_s": worst_rank["batch_io_p99_s"],
             "explanation": why + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "
