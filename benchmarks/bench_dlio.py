@@ -177,6 +177,8 @@ def main() -> int:
     ap.add_argument("--no-dlio", action="store_true", help="iobench only (no DLIO venv)")
     ap.add_argument("--gen-only", action="store_true", help="make the datasets and stop (kept; not a measurement)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other shapes' rows of an existing dlio.json (a run per shape keeps each hold short)")
     a = ap.parse_args()
     from iobench.blockdev import device_of
     from iobench.manifest import read_manifest
@@ -253,13 +255,49 @@ def main() -> int:
                                  "au_pp": None if au is None or t["au"] is None else 100 * (au - t["au"]),
                                  "rounds": len(ok), "errors": [r["error"] for r in rs if "error" in r],
                                  "sample_bytes": sb})
-                raw.append({"shape": name, "mode": mode, "per_round": per})
+                raw.append({"shape": name, "mode": mode, "per_round": per, "command": _command(a, name),
+                            "finished": _now()})
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     if not a.gen_only:
+        rows, raw = _merged(a, rows, raw)
         write(a, rows, raw, bw)
     return 0
+
+
+def _now() -> str:
+    from iobench.results import now_iso
+
+    return now_iso()
+
+
+def _command(a, shape: str) -> str:
+    return (f"flock /work/heavy.lock .venv/bin/python benchmarks/bench_dlio.py --shapes {shape} --rounds {a.rounds} "
+            f"--throttle {a.throttle}{' --unthrottled' if a.unthrottled else ''}{' --merge' if a.merge else ''}")
+
+
+def _merged(a, rows: list[dict], raw: list[dict]) -> tuple[list[dict], list[dict]]:
+    """With --merge: the existing dlio.json's rows and rounds for the (shape, mode) pairs not run now,
+    then this run's, in the order of SHAPES."""
+    path = Path(a.out) / "dlio.json"
+    if not a.merge or not path.exists():
+        return rows, raw
+    old = json.loads(path.read_text())
+    now = {(r["shape"], r["mode"]) for r in raw}
+    order = {n: i for i, n in enumerate(SHAPES)}
+
+    def key(r):
+        return order.get(r["shape"], 99), r["mode"] != "throttled"
+
+    keep_rows = [r for r in old.get("rows", []) if (r["shape"], r["mode"]) not in now]
+    keep_raw = [r for r in old.get("raw", []) if (r["shape"], r["mode"]) not in now]
+    return sorted(keep_rows + rows, key=key), sorted(keep_raw + raw, key=key)
+
+
+def _load_range(r: dict) -> str:
+    v = [x["load_avg"] for rs in r["per_round"].values() for x in rs if x.get("load_avg") is not None]
+    return f"{min(v):.1f}-{max(v):.1f}" if v else "?"
 
 
 def _f(v, spec):
@@ -278,14 +316,25 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
     md = [
         "# iobench's MLPerf workloads side by side with DLIO 2.0.0, against the bandwidth truth",
         "",
-        f"Generated {now_iso()} by `.venv/bin/python benchmarks/bench_dlio.py --shapes {a.shapes} --rounds {a.rounds} "
-        f"--throttle {a.throttle}{' --unthrottled' if a.unthrottled else ''}` on this 2-core shared VM "
-        f"(local virtio disk; throttled: a cgroup v1 blkio read cap of {bw / 1e6:g} MB/s on it).",
+        f"Written {now_iso()} on this 2-core shared VM (local virtio disk; throttled: a cgroup v1 blkio read cap "
+        f"of {bw / 1e6:g} MB/s on it), one run per shape:",
+        "",
+        *[f"- {r['shape']} {r['mode']}: `{r.get('command', '?')}`, finished {r.get('finished', '?')}, load average "
+          f"{_load_range(r)}" for r in raw],
         "",
         "Truth under the throttle: samples/s = B / bytes per sample; AU = min(1, (B / N) / (batch x bytes per "
         "sample / step)).  Median of the rounds (tools alternating first).  iobench: `mlperf run`, 1 run, no warm-up, "
         "2 epochs, page cache dropped before each; DLIO: 1 epoch (a second would read the page cache).  Each tool "
         "reads its own copy of the shape, made by its own generator.",
+        "",
+        "iobench's samples/s is every sample over each epoch's whole wall, worker start and the excluded first "
+        "step included (Submission_guidelines.md §4: the first step's I/O \"are included in the samples/second\"); "
+        "DLIO's is (steps - 2) x batch over the time of the steps after the first (statscounter.py "
+        "`compute_metrics_train`: `throughput = (len(compute) - 2) / total_time * batch_size`, `total_time` less "
+        "the first step's `proc`), which alone reads (steps - 2) / (steps - 1) of the steady rate: -2.0% at 50 steps "
+        "(resnet50), -1.2% at 84 (unet3d), -0.3% at 320 (cosmoflow).  AU: both count the steps after the first of "
+        "each epoch, the barrier after the first inside the window (`compute_metrics_train`); iobench counts the "
+        "nominal step time, DLIO the measured sleep (an oversleep on a loaded host raises DLIO's AU).",
         "",
         "Epoch model: the same cap and shape, one epoch of an ideal loader that hands each read thread a whole "
         "batch (`epoch_model` in bench_dlio.py: the threads' first batches land together, the last group is "
@@ -303,6 +352,14 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
                   f"{_f(r['model_samples_per_s'], '.1f')} | "
                   f"{_pct(r['au'])} | {_pct(r['truth_au'])} | {_f(r['au_pp'], '+.1f')} | {_pct(r['model_au'])} | "
                   f"{r['rounds']}{' (' + '; '.join(r['errors']) + ')' if r['errors'] else ''} |")
+    md += ["", "Per round (tool order alternates; load average = 1-minute, at each run's start):", "",
+           "| shape | mode | round | tool | samples/s | AU | load avg |", "|---|---|---|---|---|---|---|"]
+    for r in raw:
+        for tool, rs in r["per_round"].items():
+            for i, x in enumerate(rs):
+                md.append(f"| {r['shape']} | {r['mode']} | {i} | {tool} | "
+                          f"{_f(x.get('samples_per_s'), '.1f')} | {_pct(x.get('au'))} | {_f(x.get('load_avg'), '.1f')} |"
+                          if "error" not in x else f"| {r['shape']} | {r['mode']} | {i} | {tool} | {x['error']} | | |")
     md += [
         "",
         f"Shapes: unet3d {SHAPES['unet3d'][2]} npz files of ~4 MiB (iobench: `gen --workload unet3d --scale 0.0286`, sizes vary as "

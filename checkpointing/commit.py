@@ -198,13 +198,16 @@ class Checkpointer:
                 t.join(timeout=30)
 
     def abort(self, timeout_s: float = 30.0) -> None:
-        """Stop after the save in progress (Ctrl-C, SIGTERM): queued saves are dropped, never started, and
-        the threads are joined, so a clean-up after this sees every file they will ever write."""
+        """Stop (Ctrl-C, SIGTERM): queued saves are dropped, never started, a throttled save in progress is
+        cut short (its step discarded), and the threads are joined, so a clean-up after this sees every file they will ever write."""
         with self._cv:
             self._writes.clear()
             self._uploads.clear()
             self._closed = True
             self._cv.notify_all()
+        for throttle in (self._local_throttle, self._durable_throttle):
+            if throttle is not None:
+                throttle.cancel()   # a throttled save in progress stops now (its step is discarded, never committed)
         for t in self._threads:
             t.join(timeout=timeout_s)
 

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from iobench.io.atomic import fsync_dir, publish_new
+from iobench.io.inputs import loads_json
 from iobench.errors import IntegrityError, StorageError
 from iobench.results import now_iso
 from iobench.storage import Backend
@@ -85,7 +86,7 @@ class CheckpointManifest:
 
     @classmethod
     def from_json(cls, raw: bytes) -> "CheckpointManifest":
-        d = json.loads(raw)
+        d = loads_json(raw)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("not an iobench checkpoint manifest")
         if int(d.get("version", 0)) > VERSION:

@@ -119,6 +119,9 @@ def resolve_files(target: str) -> list[str]:
     from iobench.io.inputs import require_regular
 
     require_regular(local, "target", "give a regular file or a dataset directory")   # a FIFO would block the reads
+    if os.path.getsize(local) == 0:   # every cell would read nothing and report 0 GiB/s, "ok"
+        raise ConfigError("target", f"{local} is empty: there is nothing to read", "give a file with data, or "
+                          "--create SIZE on a new path")
     return [local]
 
 

@@ -138,7 +138,40 @@ def _sigterm_like_sigint():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)   # one is enough: a second must not cut the clean-up short
         raise Terminated()
 
+    _redeliver_swallowed_signals(on_term, main_pid)
     return signal.signal(signal.SIGTERM, on_term)
+
+
+def _redeliver_swallowed_signals(on_term, main_pid: int) -> None:
+    """A signal's exception raised where Python cannot raise (a fork hook, ``__del__``, a weakref
+    callback) is printed as "Exception ignored in ..." and dropped: a SIGTERM that arrived while
+    ``gen`` forked its writers was lost (its handler already set to ignore a second), and the run
+    went on to the end, exit 0.  Python hands such exceptions to ``sys.unraisablehook``: there the
+    signal is sent again, a moment later from a timer thread (sent from the hook, Python would run the
+    handler inside the hook at once, and drop it again), to be raised where it can be."""
+    import contextlib
+    import signal
+    import threading
+
+    previous = sys.unraisablehook
+    if getattr(previous, "_iobench_redelivers", False):
+        return
+
+    def hook(unraisable) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt) and os.getpid() == main_pid:
+            sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            if sig == signal.SIGTERM:
+                with contextlib.suppress(ValueError):    # (ValueError: not the main thread; it stays ignored)
+                    signal.signal(signal.SIGTERM, on_term)   # it ignored SIGTERM before raising: arm it again
+            timer = threading.Timer(0.05, os.kill, (main_pid, sig))
+            timer.daemon = True
+            timer.start()
+            return
+        previous(unraisable)
+
+    hook._iobench_redelivers = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 def build_parser() -> Parser:
@@ -172,11 +205,39 @@ _PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ER
                 errno.ENAMETOOLONG, errno.EEXIST}
 
 
+def _as_typed(e: UsageError, parser, args, argv: list[str] | None) -> str:
+    """The error's text, naming the flag the user typed when the field is the config key it set:
+    ``gen.format: unknown value`` after ``--format bogus`` reads ``--format (gen.format): ...``."""
+    field = getattr(e, "field", "") or ""
+    section, dot, key = field.rpartition(".")
+    if not dot or not section or not key.isidentifier():
+        return str(e)
+    from .bounds import chosen
+
+    typed = list(sys.argv[1:] if argv is None else argv)
+    # the flag's dest: KEY, cfg_KEY (probe's flags), or PARENT_KEY (tiers.nvme.capacity <- --nvme-capacity)
+    dests = (key, f"cfg_{key}", f"{section.rpartition('.')[2]}_{key}")
+    for _cmd, p in chosen(parser, args):
+        for a in p._actions:
+            if a.dest not in dests or not a.option_strings:
+                continue
+            if any(t == o or t.startswith(o + "=") for t in typed for o in a.option_strings if o.startswith("--")):
+                flag = max(a.option_strings, key=len)
+                return f"{flag} ({field}): {str(e)[len(field) + 2:]}" if str(e).startswith(field + ": ") else str(e)
+    return str(e)
+
+
 def _one_line(msg: str) -> str:
     """An error line as printed: credentials in URLs masked, newlines (YAML errors) folded."""
     from .results import redact_text
 
-    return " ".join(redact_text(msg).split())
+    line = " ".join(redact_text(msg).split())
+    if len(line) > _MAX_LINE:   # a value quoted whole (a 100 000-character line of a user's file): keep both ends
+        line = line[:_MAX_LINE * 2 // 3] + " [...] " + line[-_MAX_LINE // 3:]
+    return line
+
+
+_MAX_LINE = 900
 
 
 def _mask_secrets_in_logs() -> None:
@@ -212,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     previous = _sigterm_like_sigint()
     try:
         return _main(argv)
+    except Terminated:   # before the command started (parsing, imports): nothing to clean up yet
+        sys.stderr.write("iobench: terminated (SIGTERM) before the command started\n")
+        return 143
+    except KeyboardInterrupt:
+        sys.stderr.write("iobench: interrupted before the command started\n")
+        return 130
     finally:
         if argv is None:
             _end_quietly_on_signal()   # the process itself: what is left is its teardown
@@ -271,6 +338,12 @@ def _main(argv: list[str] | None) -> int:
         from .preflight import check_args
 
         check_flags(parser, args)   # every numeric flag within its bound (iobench.bounds), before any work
+        if getattr(args, "endpoint_url", None) is not None:   # ('': an unset shell variable, refused too)
+            from .storage import check_endpoint_url
+
+            # here, not when a backend opens: `tiers init` writes the URL into a file and never connects, and a
+            # command whose paths are all local would otherwise accept user:password@ without a word
+            check_endpoint_url(args.endpoint_url)
         check_args(args)   # refuse before work: every declared path can be used as what it is
         guard.check(args)  # ... and no output lands on an input, a foreign file or an overlapping root
         with contextlib.ExitStack() as stack:
@@ -282,7 +355,7 @@ def _main(argv: list[str] | None) -> int:
     except UsageError as e:
         if args.debug:
             raise
-        sys.stderr.write(_one_line(f"iobench {args.command}: error: {e}") + "\n")
+        sys.stderr.write(_one_line(f"iobench {args.command}: error: {_as_typed(e, parser, args, argv)}") + "\n")
         _end_world(e)
         return 2
     except IobenchError as e:

@@ -60,6 +60,12 @@ def _convert(field: str, value: Any, tp: Any) -> Any:
             raise ConfigError(field, f"expected a list, got {value!r}", "give a YAML list or comma-separated values")
         inner = args[0] if args else Any
         return tuple(_convert(field, v, inner) for v in value)
+    if tp is dict or origin is dict:   # (storage_options: a string here reached fsspec as **kwargs)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
+        return dict(value)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(field, f"expected a mapping, got {value!r}", "give key: value pairs")
@@ -136,8 +142,10 @@ def parse_set(items: list[str] | None) -> dict:
             raise ConfigError("--set", f"{item!r} has an empty key", "use --set section.key=value")
         import yaml   # here, not at the top: most commands parse no YAML (~20 ms of start-up)
 
+        from .io.inputs import loads_yaml
+
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = loads_yaml(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         node = out
@@ -211,17 +219,26 @@ def load_workload(name_or_path: str) -> dict:
         text = resources.files("iobench").joinpath("workloads").joinpath(name_or_path + ".yaml").read_text()
     import yaml
 
+    from .io.inputs import loads_yaml
+
     try:
-        data = yaml.safe_load(text) or {}
+        data = loads_yaml(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError("--workload", f"{name_or_path} is not valid YAML: {e}", "fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError("--workload", f"{name_or_path} must be a mapping of sections", "see README: Configuration")
+    if not data:
+        # an empty file (a truncated copy, `> w.yaml`): asked for a workload, the run would silently use none
+        raise ConfigError("--workload", f"{name_or_path} is empty: it holds no section",
+                          f"give a workload with a {', '.join(WORKLOAD_SECTIONS)} section")
     for key in data:
         # a mistyped section (`laod:`) would be read by no command: the run would use the defaults silently
         if key not in WORKLOAD_SECTIONS:
             raise ConfigError("--workload", f"{name_or_path}: section {key!r} is read by no command",
                               nearest(str(key), WORKLOAD_SECTIONS))
+        if data[key] is not None and not isinstance(data[key], dict):
+            raise ConfigError("--workload", f"{name_or_path}: section {key!r} must map keys to values, got a "
+                              f"{type(data[key]).__name__}", f"give a mapping, e.g. {key}: {{seed: 0}}")
     return data
 
 

@@ -204,6 +204,19 @@ def cache_dir() -> str:
     return d
 
 
+def _read_cache(path: str):
+    """A JSON file of the cache directory, or None when it is absent or unusable (damaged, a FIFO: read
+    through the input reader, which never blocks): a cache entry is rebuilt, never trusted or waited on."""
+    from .io.inputs import read_json
+
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_json(path, "cache", what="cache file")
+    except (OSError, ConfigError):
+        return None
+
+
 def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
     """Index a dataset that has no manifest; the manifest goes to the cache directory, keyed by URL,
     and is reused while the dataset's file list and sizes are unchanged."""
@@ -215,11 +228,15 @@ def _indexed_manifest(backend, url: str, say: Callable[[str], None]):
     # keyed on INDEX_VERSION too: a manifest an older scan cached is indexed again, not reused
     key = hashlib.sha256(json.dumps([url, listing, INDEX_VERSION]).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), "manifests", f"{key}.json")
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            manifest = Manifest.from_dict(json.loads(f.read()))
-        say(f"{url} has no manifest: detected {manifest.format}, using the index cached at {path}")
-        return manifest, path
+    cached = _read_cache(path)
+    if cached is not None:
+        try:
+            manifest = Manifest.from_dict(cached)
+        except ConfigError:
+            manifest = None   # a cache entry of an older iobench, or damaged: index again
+        if manifest is not None:
+            say(f"{url} has no manifest: detected {manifest.format}, using the index cached at {path}")
+            return manifest, path
     say(f"{url} has no manifest: detected {fmt}; indexing it (the manifest goes to {path}, your data is untouched)")
     try:
         manifest = index_dataset(backend, IndexOptions(format=fmt))
@@ -379,13 +396,9 @@ def host_ceiling(load: LoadConfig, manifest, storage_options: dict | None = None
 
     key = _ceiling_key(load, manifest)
     path = os.path.join(cache_dir(), "host-ceiling.json")
-    table: dict = {}
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                table = json.load(f)
-        except (OSError, ValueError):
-            table = {}
+    table = _read_cache(path)
+    if not isinstance(table, dict):
+        table = {}
     hit = table.get(key)
     if mode == "cached" and hit and time.time() - hit.get("measured_at", 0) < CEILING_MAX_AGE_S:
         return HostCeiling(**{**hit, "cached": True})

@@ -33,6 +33,7 @@ from typing import Callable
 from .config import build, check_choice, to_dict
 from .errors import ConfigError, IobenchError, StorageError
 from .io.checksum import DATASET_ALGOS, ChecksumWriter
+from .io.inputs import loads_json
 from .manifest import MANIFEST_NAME, Manifest, ShardEntry, read_manifest, write_manifest
 from .results import now_iso
 from .storage import Backend, open_backend
@@ -433,7 +434,7 @@ def _target_state(backend: Backend) -> tuple[list[str], dict | bool | None]:
     try:
         raw = read_bytes(backend.path(MANIFEST_NAME), "--out", MAX_MANIFEST_BYTES) if backend.is_local \
             else backend.cat(MANIFEST_NAME)
-        data = json.loads(raw)
+        data = loads_json(raw)
     except (OSError, ValueError, ConfigError):
         return entries, False
     return entries, data if isinstance(data, dict) else False
@@ -492,10 +493,8 @@ def refuse_overwriting(backend: Backend, plans, force: bool, field: str = "--out
 
 
 def _read_superseded(backend: Backend) -> set[str]:
-    import json
-
     try:
-        files = json.loads(backend.cat(SUPERSEDED_NAME)).get("files", [])
+        files = loads_json(backend.cat(SUPERSEDED_NAME)).get("files", [])
     except FileNotFoundError:
         return set()
     except (ValueError, AttributeError, TypeError):
@@ -512,7 +511,6 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     is about to write), so that a run killed midway still lets the next one clean up.  Returns
     that set (empty when nothing is being replaced): only these may be removed later as stale.
     """
-    import json
 
     previous = _read_superseded(backend)   # an earlier regeneration that never finished
     if backend.exists(MANIFEST_NAME):

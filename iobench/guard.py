@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import enum
-import json
 import os
 from dataclasses import dataclass
 
@@ -146,20 +145,20 @@ def _head(path: str) -> bytes:
 
 
 def _is_results(path: str) -> bool:
-    from .io.inputs import MAX_RESULTS_BYTES, read_bytes
+    from .io.inputs import MAX_RESULTS_BYTES, loads_json, read_bytes
 
     try:
-        data = json.loads(read_bytes(path, "output", MAX_RESULTS_BYTES))
+        data = loads_json(read_bytes(path, "output", MAX_RESULTS_BYTES))
     except (ValueError, ConfigError):
         return False
     return isinstance(data, dict) and "schema_version" in data and isinstance(data.get("command"), str)
 
 
 def _is_manifest(path: str) -> bool:
-    from .io.inputs import read_bytes
+    from .io.inputs import loads_json, read_bytes
 
     try:
-        data = json.loads(read_bytes(path, "output", 1 << 30))
+        data = loads_json(read_bytes(path, "output", 1 << 30))
     except (ValueError, ConfigError):
         return False
     return isinstance(data, dict) and "shards" in data and "format" in data and "modality" in data
@@ -178,8 +177,10 @@ def _is_junit(path: str) -> bool:
 
 
 def _is_trace(path: str) -> bool:
+    from .io.inputs import loads_json
+
     try:
-        rec = json.loads(_first_line(path))
+        rec = loads_json(_first_line(path))
     except ValueError:
         return False
     return isinstance(rec, dict) and rec.get("type") == "header" and "version" in rec

@@ -20,7 +20,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from .errors import ConfigError, IntegrityError
+from .errors import ConfigError, IntegrityError, IobenchError
 from .manifest import INDEX_VERSION, MANIFEST_NAME, Manifest, ShardEntry
 from .storage import Backend
 
@@ -128,11 +128,11 @@ def list_files(backend: Backend, fmt: str, only: tuple[str, ...] | None = None) 
 
 def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
     """HF ``save_to_disk`` lists its files in ``state.json`` (``_data_files``): that order, where present."""
-    import json
+    from .io.inputs import loads_json
 
     if backend.exists("dataset_dict.json"):    # a DatasetDict: one save_to_disk directory per split
         try:
-            splits = json.loads(backend.cat("dataset_dict.json"))["splits"]
+            splits = loads_json(backend.cat("dataset_dict.json"))["splits"]
         except (ValueError, KeyError, TypeError):
             splits = []
         raise ConfigError("dataset", f"{backend.url} is a DatasetDict (splits {', '.join(map(str, splits)) or '?'})",
@@ -140,7 +140,7 @@ def _arrow_order(backend: Backend, rels: list[str]) -> list[str]:
     if not backend.exists("state.json"):
         return rels
     try:
-        listed = [d["filename"] for d in json.loads(backend.cat("state.json"))["_data_files"]]
+        listed = [d["filename"] for d in loads_json(backend.cat("state.json"))["_data_files"]]
     except (ValueError, KeyError, TypeError):
         raise ConfigError("dataset", f"state.json at {backend.url} has no _data_files list",
                           "give the directory `datasets.save_to_disk` wrote, or --format arrow on the .arrow files") \
@@ -303,19 +303,25 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
             fmt == "tfrecord" and not any(backend.exists(c) for c in
                                           (rel + ".index", posixpath.splitext(rel)[0] + ".index")))
         data = backend.cat(rel) if needs_bytes else None
-        if fmt == "tar":
-            n, offsets, index_rel, seen = _scan_tar(backend, rel, data)
-        elif fmt == "tfrecord":
-            n, offsets, index_rel, seen = _scan_tfrecord(backend, rel, data if not opts.checksums else None)
-        elif fmt == "parquet":
-            n, offsets, index_rel, seen = _scan_parquet(backend, rel)
-        elif fmt == "npz":
-            n, offsets, index_rel, seen = _scan_npz(backend, rel, data)
-        elif scan is not None:     # the format module's own scan (FormatSpec.scan)
-            n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
-        else:
-            n, offsets, index_rel = 1, None, None
-            seen = "images" if rel.lower().endswith(_IMAGE_SUFFIXES) else None
+        try:
+            if fmt == "tar":
+                n, offsets, index_rel, seen = _scan_tar(backend, rel, data)
+            elif fmt == "tfrecord":
+                n, offsets, index_rel, seen = _scan_tfrecord(backend, rel, data if not opts.checksums else None)
+            elif fmt == "parquet":
+                n, offsets, index_rel, seen = _scan_parquet(backend, rel)
+            elif fmt == "npz":
+                n, offsets, index_rel, seen = _scan_npz(backend, rel, data)
+            elif scan is not None:     # the format module's own scan (FormatSpec.scan)
+                n, offsets, index_rel, seen = scan(backend, rel, facts, modality)
+            else:
+                n, offsets, index_rel = 1, None, None
+                seen = "images" if rel.lower().endswith(_IMAGE_SUFFIXES) else None
+        except (IobenchError, OSError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a library's own error on a file it cannot parse (pyarrow's
+            # ArrowInvalid): the file is not what its suffix says; an OSError stays one line in iobench.cli
+            raise IntegrityError(f"{rel}: not a readable {fmt} file ({type(e).__name__}: {e})") from None
         if modality is None:
             modality = seen
         checksum = "none:"
@@ -328,6 +334,11 @@ def index_dataset(backend: Backend, opts: IndexOptions, on_file=None, only: tupl
         first += n
         if on_file is not None:
             on_file(rel, size)
+    if shards and first == 0:
+        # (a 15-byte file named .tar, an empty archive): a manifest of no samples loads nothing, and said
+        # nothing about why
+        raise ConfigError("dataset", f"no samples in the {len(shards)} {fmt} file(s) under {backend.url}",
+                          "check that the files hold data, or give --format")
     if modality is None and fmt == "tar":
         modality = "records"     # members of any other kind: each key's members are one opaque record
     if modality is None:

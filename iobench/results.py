@@ -245,10 +245,11 @@ def read_results(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("command"), str):
         raise ConfigError("results", f"{path} is not an iobench results file", "give a file written with --json")
     check_version(data, where=f"results {path}")
-    for key in ("metrics", "config"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise ConfigError("results", f"{path}: {key} is a {type(data[key]).__name__}, not a mapping",
-                              "give a file written with --json")
+    for key, kind in (("metrics", dict), ("config", dict), ("environment", dict), ("host", dict), ("world", dict),
+                      ("per_rank", list), ("warnings", list)):   # the schema's shapes: readers index into them
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise ConfigError("results", f"{path}: {key} is a {type(data[key]).__name__}, not a "
+                              f"{'mapping' if kind is dict else 'list'}", "give a file written with --json")
     # masked as it comes in: a file written by hand, by an older iobench or elsewhere may hold a
     # URL's credentials, and every report, comparison and plan made from it would repeat them
     return redact_urls(data)

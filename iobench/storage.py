@@ -612,8 +612,10 @@ def parse_storage_options(items: list[str] | None, field_name: str = "--storage-
             # not quoted: a mistyped `secret:VALUE` (or a bare secret) is a credential
             raise ConfigError(field_name, f"option {n} ({len(item)} characters, not shown) is not KEY=VALUE",
                               "e.g. --storage-option anon=true")
+        from .io.inputs import loads_yaml
+
         try:
-            parsed = yaml.safe_load(value) if value else ""
+            parsed = loads_yaml(value) if value else ""
         except yaml.YAMLError:
             parsed = value
         if not isinstance(parsed, (str, int, float, bool)) and parsed is not None:

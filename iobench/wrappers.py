@@ -375,6 +375,15 @@ def _nbytes(result: Any, counts_result: bool) -> int:
 # Emulated: slower storage.
 
 
+# A streamed GET's bytes keep arriving into the client's socket receive buffer while the client
+# parses the piece it has (Linux starts a TCP receive buffer at tcp_rmem's 128 KiB and autotunes
+# it upward): an emulated stream keeps transferring during those gaps, up to this much.  Without
+# it a one-worker stream delivered the cap less the worker's own time between pieces (0.78-0.86x
+# of an emulated 20 MiB/s on a host at load 5-8, reports/reference/front_door.md), which a real
+# tier at that bandwidth would not have lost.
+STREAM_BUFFER_BYTES = 1 << 20
+
+
 class EmulatedBackend(BackendWrapper):
     """Adds a latency per request and caps bandwidth; results should say "emulated"."""
 
@@ -418,7 +427,9 @@ class EmulatedBackend(BackendWrapper):
         if first is False:
             t0 = now_ns()
             result = fn(rel, *args)
-            self._limit.hold(_nbytes(result, False), t0)   # paced: the pieces of one GET move back to back
+            # paced: the pieces of one GET move back to back, and keep moving while the caller parses
+            # the last one, up to a receive buffer (STREAM_BUFFER_BYTES)
+            self._limit.hold(_nbytes(result, False), t0, carry_bytes=STREAM_BUFFER_BYTES)
             return result
         return self._request(fn, rel, *args, counts_result=counts_result)
 

@@ -88,8 +88,28 @@ class World:
         make_non_utf8(at("bad_json", "hostile", "latin1.json"))
         make_non_utf8(at("bad_txt", "hostile", "latin1.txt"))
         make_non_sqlite(at("notsql", "hostile", "notsql.sqlite"))
+        import sqlite3   # the user's own SQLite database given as a catalog: refused before anything writes to it
+
+        db = sqlite3.connect(at("userdb", "hostile", "users.sqlite"))
+        db.executescript("CREATE TABLE users(name TEXT); INSERT INTO users VALUES ('ada');")
+        db.commit()
+        db.close()
+        make_user_file(at("wl_list", "hostile", "list.yaml"), "load: [1, 2]\ngen: 5\n")   # sections not mappings
+        for name, data in (("a.tar", "x" * 15), ("b.tar", "")):   # no samples in any file
+            make_user_file(os.path.join(at("idx_nosamples", "idx_nosamples"), name), data)
+        # nested 100 000 deep: the parsers recurse per level (a RecursionError slipped past `except ValueError`)
+        make_user_file(at("deep", "hostile", "deep.yaml"), "[" * 100_000)
+        make_user_file(at("deep_json", "hostile", "deep.json"), "[" * 100_000)
+        make_user_file(at("empty", "hostile", "empty.yaml"), "")
+        # 4 GiB of NUL bytes (sparse): past every size cap, and one 4 GiB "line" for a line reader; kept
+        # outside base so that the per-row snapshot never hashes it
+        for key, name in (("giant", "giant.yaml"), ("giant_json", "giant.json")):
+            p[key] = os.path.join(os.path.dirname(base), os.path.basename(base) + "-giant", name)
+            os.makedirs(os.path.dirname(p[key]), exist_ok=True)
+            with open(p[key], "wb") as f:
+                f.truncate(4 << 30)
         os.makedirs(at("dircat", "hostile", "catalog.d"))
-        for kind, cat in (("fifo", p["fifo"]), ("dir", p["dircat"]), ("notsql", p["notsql"])):
+        for kind, cat in (("fifo", p["fifo"]), ("dir", p["dircat"]), ("notsql", p["notsql"]), ("userdb", p["userdb"])):
             self.tiers_file(f"tiers_cat_{kind}", [("nvme", p["nvme"], "1MiB"), ("pfs", p["pfs"], None)], catalog=cat)
         # overlapping tier roots
         n, q = p["nvme"], p["pfs"]
@@ -99,17 +119,22 @@ class World:
         self.tiers_file("tiers_nested2", [("nvme", n, "1MiB"), ("pfs", os.path.join(n, "below"), None)])
         self.tiers_file("tiers_null", [("nvme", None, "1MiB"), ("pfs", q, None)])
         self.tiers_file("tiers_empty", [("nvme", "", "1MiB"), ("pfs", q, None)])
+        self.tiers_file("tiers_endpoint_creds", [("nvme", n, "1MiB"), ("pfs", q, None)],
+                        extra={"endpoint_url": "http://AKIAHOSTILE:S3CRETPW@127.0.0.1:1"})
+        self.tiers_file("tiers_options_str", [("nvme", n, "1MiB"), ("pfs", q, None)], extra={"storage_options": "x"})
         # datasets with a hostile member
         for key, what in (("ds_fifo_shard", "fifo"), ("ds_dir_shard", "dir")):
             self.copy_ds(key)
             target = os.path.join(p[key], p["shard"])
             os.unlink(target)
             make_fifo(target) if what == "fifo" else os.makedirs(target)
-        for key, what in (("ds_fifo_manifest", "fifo"), ("ds_dir_manifest", "dir"), ("ds_bad_manifest", "bad")):
+        for key, what in (("ds_fifo_manifest", "fifo"), ("ds_dir_manifest", "dir"), ("ds_bad_manifest", "bad"),
+                          ("ds_loop_manifest", "loop")):
             self.copy_ds(key)
             target = os.path.join(p[key], "manifest.json")
             os.unlink(target)
-            {"fifo": make_fifo, "dir": os.makedirs, "bad": make_non_utf8}[what](target)
+            {"fifo": make_fifo, "dir": os.makedirs, "bad": make_non_utf8,
+             "loop": lambda t: os.symlink(t, t)}[what](target)
         for key in ("idx_fifo", "idx_link", "idx_linkdir"):
             make_user_file(os.path.join(at(key, key), "a.bin"))
         for ext in ("bin", "tar"):
@@ -124,10 +149,11 @@ class World:
         r = run_inprocess(["index", p["gen_indexed"], "--format", "files", "--modality", "images"], timeout_s=60)
         assert r.rc == 0, r.stderr
 
-    def tiers_file(self, key: str, tiers: list, catalog: str | None = None) -> None:
+    def tiers_file(self, key: str, tiers: list, catalog: str | None = None, extra: dict | None = None) -> None:
         import yaml
 
-        doc: dict = {"tiers": [{"name": n, "url": u, **({"capacity": c} if c else {})} for n, u, c in tiers]}
+        doc: dict = {"tiers": [{"name": n, "url": u, **({"capacity": c} if c else {}), **(extra or {})}
+                               for n, u, c in tiers]}
         if catalog:
             doc["catalog"] = catalog
         path = self.p[key] = os.path.join(self.base, "tiers", f"{key}.yaml")
@@ -212,7 +238,9 @@ INPUT_FLAGS: dict[str, list[str]] = {
     "gds bench FILE": ["gds", "bench", "{IN}"],
 }
 HOSTILE_KINDS = {"fifo": ("fifo", "fifo_json"), "directory": ("dir", "dir_json"),
-                 "non-UTF-8": ("bad", "bad_json")}
+                 "non-UTF-8": ("bad", "bad_json"), "nested 100000 deep": ("deep", "deep_json"),
+                 "4 GiB sparse": ("giant", "giant_json")}
+TEXT_KINDS = ("non-UTF-8", "nested 100000 deep", "4 GiB sparse")   # what only a text reader refuses
 NOT_TEXT = {"gds bench FILE"}   # reads bytes: only the kinds of file matter
 
 # flags that name a directory (a root, a work or output directory): a FIFO or a regular file there
@@ -240,7 +268,8 @@ DATASET_READERS: dict[str, list[str]] = {
     "gds bench": ["gds", "bench", "{DS}", "--paths", "cpu"],
     "mlperf run": ["mlperf", "run", "{DS}", "--runs", "1", "--no-checkpoint"],
 }
-BAD_DATASETS = ["ds_fifo_shard", "ds_dir_shard", "ds_fifo_manifest", "ds_dir_manifest", "ds_bad_manifest"]
+BAD_DATASETS = ["ds_fifo_shard", "ds_dir_shard", "ds_fifo_manifest", "ds_dir_manifest", "ds_bad_manifest",
+                "ds_loop_manifest"]
 TIERS_READERS: dict[str, list[str]] = {
     "tiers show": ["tiers", "show", "--tiers", "{T}"],
     "tiers evict": ["tiers", "evict", "--tiers", "{T}", "--tier", "nvme"],
@@ -249,10 +278,11 @@ TIERS_READERS: dict[str, list[str]] = {
     "stage": ["stage", "{ds}", "--tiers", "{T}"],
     "load --tiers": ["load", "{ds}", "--tiers", "{T}", "--steps", "2"],
 }
-BAD_CATALOGS = ["tiers_cat_fifo", "tiers_cat_dir", "tiers_cat_notsql"]
+BAD_CATALOGS = ["tiers_cat_fifo", "tiers_cat_dir", "tiers_cat_notsql", "tiers_cat_userdb"]
 OVERLAPPING_TIERS = {"tiers_same": "is the same directory as", "tiers_same_url": "is the same directory as",
                      "tiers_nested": "inside", "tiers_nested2": "inside", "tiers_null": "url",
-                     "tiers_empty": "url"}
+                     "tiers_empty": "url", "tiers_endpoint_creds": "endpoint_url",
+                     "tiers_options_str": "storage_options"}
 
 
 def _rows():
@@ -286,13 +316,18 @@ def _rows():
     # 4. hostile input files: FIFO, directory, non-UTF-8
     for name, argv in INPUT_FLAGS.items():
         for kind, (yaml_key, json_key) in HOSTILE_KINDS.items():
-            if kind == "non-UTF-8" and name in NOT_TEXT:
+            if kind in TEXT_KINDS and name in NOT_TEXT:
                 continue
             key = json_key if any(w in name for w in ("RESULTS", "compare", "plan")) else yaml_key
             if name == "load --compute file:" and kind == "non-UTF-8":
                 key = "bad_txt"
             rows.append(pytest.param([a.replace("{IN}", "{%s}" % key) for a in argv], "@" + key,
                                      id=f"input:{name} is a {kind}"))
+    for name in ("load --workload", "gen --workload"):   # an empty workload: asked for one, silently got none
+        rows.append(pytest.param([a.replace("{IN}", "{empty}") for a in INPUT_FLAGS[name]], "@empty",
+                                 id=f"input:{name} is empty"))
+        rows.append(pytest.param([a.replace("{IN}", "{wl_list}") for a in INPUT_FLAGS[name]], "must map",
+                                 id=f"input:{name} section is a list"))
     # 4b. a FIFO or a regular file where a directory goes; a FIFO where an output file goes
     for name, (argv, field) in DIR_FLAGS.items():
         for key in ("fifo", "notes"):
@@ -315,6 +350,16 @@ def _rows():
         for fmt in formats:
             rows.append(pytest.param(["index", "{%s}" % d, "--format", fmt, "--modality", "records"], "dataset file",
                                      id=f"index:{d} --format {fmt}"))
+    rows.append(pytest.param(["gds", "bench", "{empty}", "--paths", "cpu"], "empty", id="input:gds bench FILE is empty"))
+    for key in ("empty", "wl"):   # an empty cluster config (the suite ran on defaults); a key the suite has not
+        rows.append(pytest.param(["run", "--config", "{%s}" % key, "--out", "{base}/never"], "--config",
+                                 id=f"input:run --config {key}"))
+    for cat in ("notsql", "userdb", "notes"):   # tiers init names a catalog no command could open
+        rows.append(pytest.param(["tiers", "init", "--nvme", "{nvme}", "--catalog", "{%s}" % cat, "--out",
+                                  "{base}/never.yaml"], "--catalog", id=f"input:tiers init --catalog {cat}"))
+    for extra in ([], ["--format", "tar"], ["--out", "{base}/never.json"]):   # files that hold no sample
+        rows.append(pytest.param(["index", "{idx_nosamples}", *extra], "no samples",
+                                 id=f"index:no samples {' '.join(extra)}"))
     # 8. overlapping tier roots, for every command that reads a tiers file
     for name, argv in TIERS_READERS.items():
         for t, needle in OVERLAPPING_TIERS.items():
@@ -347,6 +392,7 @@ def test_hostile_path_is_refused_and_nothing_changes(world, argv, field):
     if field is not None and field.startswith("@"):   # the line names the hostile file itself
         field = os.path.basename(world.p[field[1:]])
     assert_refused(r, field, within_s=DEADLINE_S)
+    assert "S3CRETPW" not in r.stdout + r.stderr, r.stderr   # (tiers_endpoint_creds' password)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert not changed, f"changed by a refused command: {changed[:5]}"
 

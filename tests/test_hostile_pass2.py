@@ -40,7 +40,7 @@ FOREIGN_STEPS = {
 @pytest.mark.parametrize("tier", ["local", "durable"])
 @pytest.mark.parametrize("case", list(FOREIGN_STEPS))
 def test_checkpoint_rotation_never_deletes_what_iobench_did_not_write(case, tier, tmp_path):
-    from checkpointing.commit_point import list_steps, holds_own_manifest
+    from iobench.checkpointing.commit_point import list_steps, holds_own_manifest
     from iobench.storage import open_backend
 
     local, durable = tmp_path / "local", tmp_path / "durable"
@@ -69,7 +69,7 @@ def test_checkpoint_rotation_never_deletes_what_iobench_did_not_write(case, tier
 
 
 def test_retention_removes_its_own_leftovers_and_keeps_the_directory_of_foreign_files(tmp_path):
-    from checkpointing.commit_point import remove_own_files
+    from iobench.checkpointing.commit_point import remove_own_files
     from iobench.storage import open_backend
 
     d = tmp_path / "step-000000000007"
@@ -208,7 +208,13 @@ def _results(path, doc) -> str:
     ({"schema_version": 1, "command": "load", "metrics": "fast"}, "metrics"),
     ({"schema_version": 1, "command": "load", "metrics": [1, 2]}, "metrics"),
     ({"schema_version": 1, "command": "load", "config": 7}, "config"),
-], ids=["command-int", "command-null", "metrics-str", "metrics-list", "config-int"])
+    ({"schema_version": 1, "command": "load", "environment": [1]}, "environment"),
+    ({"schema_version": 1, "command": "load", "host": "x"}, "host"),
+    ({"schema_version": 1, "command": "load", "world": 3}, "world"),
+    ({"schema_version": 1, "command": "load", "warnings": {"a": 1}}, "warnings"),
+    ({"schema_version": 1, "command": "load", "per_rank": "x"}, "per_rank"),
+], ids=["command-int", "command-null", "metrics-str", "metrics-list", "config-int", "environment-list", "host-str",
+        "world-int", "warnings-dict", "per_rank-str"])
 @pytest.mark.parametrize("reader", ["compare", "report", "plan"])
 def test_results_of_the_wrong_shape_are_refused(doc, field, reader, ds, tmp_path):
     bad = _results(tmp_path / "bad.json", doc)
@@ -329,3 +335,44 @@ def test_a_tiers_files_numbers_are_bounded(key, value, ds, tmp_path):
     before = snapshot(tmp_path, ds)
     assert_refused(run_inprocess(["stage", str(ds), "--tiers", str(t)], timeout_s=10), key, within_s=5)
     assert snapshot(tmp_path, ds) == before
+
+
+# ---- the cache directory: iobench's own files there are read through the input reader too -------
+
+@pytest.mark.parametrize("kind", ["fifo", "not JSON", "nested 100000 deep", "a list"])
+def test_an_unusable_cache_entry_is_rebuilt_never_waited_on(kind, ds, tmp_path, monkeypatch):
+    # a FIFO at the cache's host-ceiling.json blocked `load` in open() forever (> 20 s)
+    from hostile_helpers import make_fifo
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    entry = cache / "host-ceiling.json"
+    if kind == "fifo":
+        make_fifo(entry)
+    else:
+        entry.write_text({"not JSON": "{oops", "nested 100000 deep": "[" * 100_000, "a list": "[1, 2]"}[kind])
+    monkeypatch.setenv("IOBENCH_CACHE_DIR", str(cache))
+    r = run_inprocess(["load", str(ds), "--steps", "2", "-B", "4", "-W", "0", "--host-ceiling", "cached",
+                       "--no-progress"], timeout_s=60)
+    assert r.rc == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+# ---- roots given as URLs: one place under two spellings is the same root -----------------------
+
+@pytest.mark.parametrize("a, b, same", [
+    ("s3://b/x", "s3a://b/x", True), ("s3://b/x", "S3://b/x", True), ("memory://m", "memory:///m", True),
+    ("memory://m/a", "memory:///m", True), ("s3://b/x", "s3://b/x/y", True), ("s3://b/x/", "s3://b/x", True),
+    ("s3://b/x", "s3://b/xy", False), ("s3://b/x", "s3://b//x", False),   # another key prefix in S3
+    ("s3://b/x", "s3://c/x", False),
+])
+def test_tier_urls_that_name_one_place_overlap(a, b, same):
+    from iobench.errors import ConfigError
+    from iobench.tiers.config import tiers_from_mapping
+
+    doc = {"catalog": "/tmp/never.sqlite", "tiers": [{"name": "a", "url": a}, {"name": "b", "url": b}]}
+    if same:
+        with pytest.raises(ConfigError, match="tiers.b.url"):
+            tiers_from_mapping(doc)
+    else:
+        tiers_from_mapping(doc)

@@ -183,6 +183,50 @@ def test_duration_and_rate_flags_refuse_hostile_values(cmd, flag, value, world, 
     assert snapshot(world) == before   # nothing written, replaced or created
 
 
+# ---- --endpoint-url: checked before any work by every command that takes it ------------------
+
+def _endpoint_commands():
+    def walk(p, path):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    yield from walk(sub, path + (name,))
+            elif "--endpoint-url" in a.option_strings:
+                yield " ".join(path)
+    return sorted(set(walk(PARSER, ())))
+
+
+def _endpoint_base(cmd: str, w: Path) -> list[str]:
+    ds = str(w / "ds")
+    return {
+        "check": ["check", str(w / "scratch"), "--step-time", "10ms"], "load": ["load", ds], "verify": ["verify", ds],
+        "ckpt": ["ckpt", "--params", "1e6", "--local", str(w / "l"), "--durable", str(w / "d")],
+        "gen": ["gen", "--num-samples", "8", "--out", str(w / "new")], "index": ["index", ds],
+        "stage": ["stage", ds, "--tiers", str(w / "none.yaml")], "smoke": ["smoke", "--bucket", "iobench"],
+        "tiers init": ["tiers", "init", "--nvme", str(w / "n"), "--out", str(w / "t.yaml")],
+        "mlperf run": ["mlperf", "run", ds], "probe file": ["probe", "file", str(w / "probe")],
+        "probe metadata": ["probe", "metadata", str(w / "probe")],
+        "probe smallfiles": ["probe", "smallfiles", str(w / "probe")], "probe s3": ["probe", "s3", "s3://b/p"],
+        "probe all": ["probe", "all", str(w / "probe")],
+    }[cmd]
+
+
+HOSTILE_ENDPOINTS = {"credentials": "http://AKIAHOSTILE:S3CRETPW@127.0.0.1:1", "port": "http://127.0.0.1:99999",
+                     "scheme": "ftp://127.0.0.1:21", "empty": "", "no host": "http://:9000"}
+
+
+@pytest.mark.parametrize("cmd", _endpoint_commands())
+@pytest.mark.parametrize("what", list(HOSTILE_ENDPOINTS))
+def test_endpoint_url_is_checked_before_work(cmd, what, world):
+    # `tiers init --endpoint-url http://KEY:SECRET@...` wrote the secret into the tiers file: the URL is
+    # checked in iobench.cli before any command runs, whether or not it ever connects
+    before = snapshot(world)
+    r = run_inprocess([*_endpoint_base(cmd, world), "--endpoint-url", HOSTILE_ENDPOINTS[what]], timeout_s=5)
+    assert_refused(r, "--endpoint-url", within_s=5)
+    assert "S3CRETPW" not in r.stdout + r.stderr
+    assert snapshot(world) == before
+
+
 def test_every_text_flag_has_a_base_command(world):
     for cmd, _flag, _kind in _text_flags():
         _base(cmd, world)   # KeyError: a new command with a duration/rate flag needs a base line above
@@ -288,6 +332,127 @@ def test_sigterm_is_handled_like_ctrl_c(name, big, tmp_path):
                                               for k in kids):
         time.sleep(0.2)
     assert not [k for k in kids if psutil.pid_exists(k) and psutil.Process(k).status() != "zombie"]
+
+
+# A signal's exception raised inside a fork hook is "Exception ignored" by Python: a SIGTERM that hit
+# gen while it forked its writers was lost and the run finished, exit 0.  The handler's exception goes
+# to sys.unraisablehook, which sends the signal again to be raised where it can be.
+_SWALLOWED = """
+import os, signal, sys, time
+from iobench import cli
+cli._sigterm_like_sigint()
+def hook():
+    os.kill(os.getpid(), signal.{sig})   # its handler runs here, inside the fork hook, where it cannot raise
+    time.sleep(0.01)
+os.register_at_fork(after_in_parent=hook)
+try:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    for _ in range(200):
+        time.sleep(0.01)
+    print("LOST")
+except KeyboardInterrupt as e:
+    print(type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize("sig, raised", [("SIGTERM", "Terminated"), ("SIGINT", "KeyboardInterrupt")])
+def test_a_signal_swallowed_in_a_fork_hook_is_delivered_again(sig, raised):
+    r = subprocess.run([sys.executable, "-c", _SWALLOWED.format(sig=sig)], capture_output=True, text=True, timeout=30)
+    assert r.stdout.strip() == raised, (r.stdout, r.stderr[-1000:])
+    assert "Exception ignored" not in r.stderr, r.stderr[-1000:]
+
+
+@pytest.mark.parametrize("exc, rc", [("Terminated", 143), ("KeyboardInterrupt", 130)])
+def test_a_signal_before_the_command_starts_is_one_line(exc, rc, monkeypatch, capsys):
+    # SIGTERM while the parser is built (imports of every command module: the first 0.2-0.6 s on a busy
+    # host) was a Terminated traceback, exit 1
+    import iobench.cli as cli
+
+    def interrupted():
+        raise getattr(cli, exc, None) or KeyboardInterrupt()
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["version"]) == rc
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_cancelled_rate_limiter_wakes_its_sleepers_at_once():
+    import threading
+
+    from iobench.io.ratelimit import Cancelled, RateLimiter
+
+    lim = RateLimiter(1.0)            # 1 B/s: a 1000-byte transfer would sleep 1000 s
+    got: list[BaseException] = []
+
+    def move():
+        try:
+            lim.consume(1000)
+        except Cancelled as e:
+            got.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    time.sleep(0.2)
+    lim.cancel()
+    t.join(timeout=5)
+    assert not t.is_alive() and got
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_cuts_a_throttled_checkpoint_upload_short(tmp_path):
+    # 14 MB per save at --durable-bw 1MB: the upload in progress held SIGTERM for 28 s
+    argv = ["ckpt", "--params", "1e6", "--count", "50", "--interval-ms", "200", "--durable-bw", "1MB",
+            "--local", str(tmp_path / "l"), "--durable", str(tmp_path / "d"), "--no-progress"]
+    p = subprocess.Popen(_iobench(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((tmp_path / "d").glob("step-*")):
+            time.sleep(0.05)      # an upload has begun
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 143, err[-2000:]
+    assert took < 10, f"SIGTERM took {took:.1f} s"   # (cut short: well under the 14 s one upload needs)
+    assert not [s for s in (tmp_path / "d").glob("step-*") if not (s / "manifest.json").exists()]   # no half step
+
+
+# a value checked where the config is built is reported under its config key (gen.format); the line
+# names the flag the user typed too, so that the one line names the field as typed
+CONFIG_KEY_ROWS = [
+    (["gen", "--out", "{t}/g", "--format", "bogus"], "--format"),
+    (["gen", "--out", "{t}/g", "--compression", "zstd:99"], "--compression"),
+    (["gen", "--out", "{t}/g", "--compression", "zstd:abc"], "--compression"),
+    (["gen", "--out", "{t}/g", "--checksum", "md5"], "--checksum"),
+    (["gen", "--out", "{t}/g", "--token-dtype", "float32"], "--token-dtype"),
+    (["gen", "--out", "{t}/g", "--shard-size", "0 samples"], "--shard-size"),
+    (["gen", "--out", "{t}/g", "--distribution", "cauchy"], "--distribution"),
+    (["gen", "--out", "{t}/g", "--modality", "smells"], "--modality"),
+    (["probe", "file", "{t}/p", "--rw", "bogus"], "--rw"),
+    (["probe", "file", "{t}/p", "--engine", "bogus"], "--engine"),
+    (["probe", "file", "{t}/p", "--io", "sideways"], "--io"),
+    (["tiers", "init", "--nvme", "{t}/n", "--nvme-capacity", "-1", "--out", "{t}/t.yaml"], "--nvme-capacity"),
+    (["tiers", "init", "--nvme", "{t}/n", "--pfs", "{t}/p", "--pfs-capacity", "lots", "--out", "{t}/t.yaml"],
+     "--pfs-capacity"),
+]
+
+
+@pytest.mark.parametrize("argv, flag", CONFIG_KEY_ROWS, ids=[" ".join(a[:2] + a[-2:]) for a, _ in CONFIG_KEY_ROWS])
+def test_a_config_key_error_names_the_flag_that_was_typed(argv, flag, tmp_path):
+    r = run_inprocess([a.format(t=tmp_path) for a in argv], timeout_s=10)
+    assert_refused(r, flag, within_s=10)
+    assert f"error: {flag} (" in r.stderr_lines[0], r.stderr_lines[0]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_checkpoint_larger_than_memory_is_refused_before_any_directory(tmp_path, capsys):

@@ -151,6 +151,12 @@ def test_headline_says_warmup_and_stability():
     assert "too few batches" in line and "no interval" in line
     sp = repeat_spread([m, m | {"throughput": {**m["throughput"], "steady_samples_per_s": 10.4}}])
     assert sp["n"] == 2 and sp["within_5_percent"] and sp["steady_samples_per_s"]["relative_spread"] > 0
+    # one repeat policy: the mean with its Student t 95% interval, as the suite's merge_repeats gives
+    from iobench.loader.stability import mean_interval
+
+    iv = mean_interval([10.0, 10.4])
+    assert sp["steady_samples_per_s"]["mean"] == iv["value"]
+    assert sp["steady_samples_per_s"]["ci95"] == [iv["low"], iv["high"]] and sp[STALL_RATIO]["ci95"] == [0.1, 0.1]
 
 
 def test_compare_passes_runs_whose_stall_intervals_overlap():

@@ -192,7 +192,7 @@ def test_emitter_array_fast_path_delivers_the_rows_and_ids_of_the_order():
     for slot_bytes, inline in ((64, False), (16, True)):
         pool = SlotPool(ctx, 3, slot_bytes, workers=1)
         r, w = ctx.Pipe(duplex=False)
-        job = SimpleNamespace(synthetic=False, wid=0, lag=0, manifest=SimpleNamespace(total_bytes=80, total_samples=10))
+        job = SimpleNamespace(synthetic=False, wid=0, lag=0, round_need=None, manifest=SimpleNamespace(total_bytes=80, total_samples=10))
         stats = {"busy_s": 0.0, "slot_wait_s": 0.0, "batches": 0, "samples": 0, "payload_bytes": 0}
         emit = _Emitter(job, pool, Sender(w, pool.sent, 0), ctx.Event(), stats)
         try:
@@ -367,7 +367,7 @@ def test_worker_holds_a_batch_only_while_the_consumer_has_two_in_hand():
     ctx = mp.get_context("fork")
     pool = SlotPool(ctx, 8, 64, workers=1)
     r, w = ctx.Pipe(duplex=False)
-    job = SimpleNamespace(synthetic=True, wid=0, lag=0, manifest=SimpleNamespace(total_bytes=8, total_samples=8))
+    job = SimpleNamespace(synthetic=True, wid=0, lag=0, round_need=None, manifest=SimpleNamespace(total_bytes=8, total_samples=8))
     stats = {"busy_s": 0.0, "slot_wait_s": 0.0, "batches": 0, "samples": 0, "payload_bytes": 0}
     emit = _Emitter(job, pool, Sender(w, pool.sent, 0), ctx.Event(), stats)
     ids = np.arange(2)

@@ -176,6 +176,33 @@ def test_paced_requests_do_not_add_up_late_wake_ups(late_s):
     assert end == pytest.approx(1000.0 + 0.1, abs=1e-9)
 
 
+@pytest.mark.parametrize("away_s", [0.0, 0.0005, 0.003])
+def test_a_streamed_transfer_keeps_moving_while_its_caller_is_away(away_s):
+    # 100 pieces of 10 kB at 10 MB/s (1 ms each) of one stream, the caller away `away_s` after each
+    # (parsing it): with a receive buffer the transfer never paused and ends at 100 ms; without one
+    # it ends at 100 x (1 ms + away_s)
+    from iobench.io.ratelimit import RateLimiter
+
+    for carry_s, want in ((0.05, 0.1), (0.0, 0.1 + 99 * away_s)):
+        lim = RateLimiter(10e6)
+        t = 1000.0
+        for i in range(100):
+            end = lim.schedule(10_000, t, carry_s=carry_s if i else 0.0)
+            t = end + away_s
+        assert end == pytest.approx(1000.0 + want, abs=1e-9)
+
+
+def test_a_streamed_transfer_buffers_no_more_than_its_carry():
+    from iobench.io.ratelimit import RateLimiter
+
+    lim = RateLimiter(10e6)
+    assert lim.schedule(10_000, 5.0) == pytest.approx(5.001)
+    # away 1 s with a 2 ms buffer: 2 ms of the next piece arrived meanwhile, not a second's worth
+    assert lim.schedule(30_000, 6.001, carry_s=0.002) == pytest.approx(6.001 - 0.002 + 0.003)
+    # a concurrent request still queues behind the pipe
+    assert lim.schedule(10_000, 6.0, carry_s=0.002) == pytest.approx(6.002 + 0.001)
+
+
 def test_paced_requests_after_an_idle_gap_start_afresh_and_queue_when_concurrent():
     from iobench.io.ratelimit import RateLimiter
 

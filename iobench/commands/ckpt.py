@@ -168,6 +168,8 @@ def run_restore(args) -> int:
 
     from rich.console import Console
 
+    import sys
+
     from ..checkpointing.runner import merge_restore_ranks, open_tiers
     from ..checkpointing.runner import run_restore as restore_run
     from ..dist import detect_world
@@ -214,6 +216,10 @@ def run_restore(args) -> int:
                        if got.resident_ratio is not None else "page-cache residency not measurable"))
     if world.size > 1:
         Console().print(w["world"]["straggler"]["line"])
+    for s in got.skipped:
+        # a newer step that failed verification (or is unreadable) is not silently passed over: the restore
+        # is older than the newest commit, and the user should know why
+        print(f"warning: skipped {s}", file=sys.stderr)
     if args.json:
         res.write(args.json)
     return 0

@@ -27,7 +27,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import json
     import os
     import shutil
     import subprocess
@@ -36,6 +35,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from ..errors import ConfigError
+    from ..io.inputs import loads_json
     from ..watch_hook import SITECUSTOMIZE
 
     cmd = list(args.argv)
@@ -68,7 +68,7 @@ def run(args) -> int:
         docs = []
         for f in sorted(out_dir.glob("loader-*.json")):
             try:
-                docs.append((f, json.loads(f.read_text())))
+                docs.append((f, loads_json(f.read_text())))
             except (OSError, ValueError):
                 continue
         if not docs:

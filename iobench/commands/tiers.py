@@ -74,6 +74,10 @@ def _init(args) -> int:
         output_dir(args.pfs, "--pfs")
     if args.catalog:
         output_file(args.catalog, "--catalog")
+        from ..tiers.catalog import check_catalog_file
+
+        check_catalog_file(args.catalog, "--catalog")   # a file that is no iobench catalog: refused now, not at
+        # the first stage (the tiers file would name a catalog no command can open)
 
     tiers = [TierSpec(name="nvme", url=args.nvme, capacity=args.nvme_capacity, policy=args.policy)]
     if args.pfs:

@@ -77,10 +77,16 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
         except OSError as e:
             raise ConfigError(field, f"cannot read step-time file {body!r} ({e.strerror})",
                               "give a file with one step time per line") from None
-        times = tuple(parse_duration(ln, field, bare_unit="s") for ln in lines if ln and not ln.startswith("#"))
+        times = []
+        for n, ln in enumerate(lines, 1):
+            if ln and not ln.startswith("#"):
+                try:
+                    times.append(parse_duration(ln, field, bare_unit="s"))
+                except ConfigError as e:   # which file, which line: not only the value
+                    raise ConfigError(field, f"{body}:{n}: {e.problem}", e.fix) from None
         if not times:
             raise ConfigError(field, f"{body!r} holds no step times", "one number (seconds) or duration per line")
-        return ComputeModel(kind="file", times_s=times, mode=mode, callback=callback, seed=seed)
+        return ComputeModel(kind="file", times_s=tuple(times), mode=mode, callback=callback, seed=seed)
     params = {}
     for part in body.split(","):
         k, eq, v = part.partition("=")
@@ -127,6 +133,9 @@ def load_callback(target: str) -> Callable:
         fn = getattr(mod, name)
     except (ImportError, AttributeError) as e:
         raise ConfigError("--compute-fn", f"cannot load {target!r} ({e})", "check the module path and name") from e
+    except Exception as e:  # noqa: BLE001 - the user's module failed while importing (SyntaxError, its own raise)
+        raise ConfigError("--compute-fn", f"importing {module!r} raised {type(e).__name__}: {e}",
+                          "fix the module (--debug shows its traceback)") from e
     if not callable(fn):
         raise ConfigError("--compute-fn", f"{target!r} is not callable", "name a function")
     return fn

@@ -72,6 +72,9 @@ class LoadConfig:
                                       # map: extra sample reads each worker keeps in flight
     access: str = "auto"              # map | stream | block | auto (raw, files -> map; others -> stream)
     stream_read_size: str = "64KiB"   # stream: whole samples per piece of a shard's streamed read
+    # stream: the workers advance in rounds (round_need): one starts a batch of round r only once every
+    # batch of round r - 1 was sent, as tf.data's deterministic interleave keeps its files together
+    lockstep: bool = False
     until_stable: bool = False        # run until the stall and P99 intervals are narrow (or max_time_s)
     min_steps: int = 50               # until_stable: never stop before this many steps
     max_time_s: float = 60.0          # until_stable: time cap (the results then say "not stable")
@@ -257,6 +260,24 @@ def slots_for(access: str, workers: int, prefetch: int) -> int:
     return (prefetch * workers if order_of(access) in ("map", "stream") else prefetch) + 1
 
 
+def round_need(owner: np.ndarray, workers: int) -> np.ndarray:
+    """``LoadConfig.lockstep``: row ``r`` holds, per worker, its batches among the first ``r * workers``
+    (the rounds before round ``r``), which it must have sent before any worker starts a batch of
+    round ``r``.  A tf.data batch cut from ``workers`` files read by a deterministic parallel
+    interleave (``TFRecordDataset(num_parallel_reads=W)``: ``block_length=1``, ``sloppy=False``,
+    ``buffer_output_elements`` 2 records per file: tensorflow ``data/ops/readers.py``) takes its
+    records round-robin, so no file runs more than two records ahead of the others; a worker that
+    ran a whole piece ahead per batch of prefetch would read other steps' data while the step it
+    waits for starves (the read throttle shares the disk unevenly), and the step it finally gets
+    finds several more already read: a head start that DLIO's pipeline does not have."""
+    owner = np.asarray(owner, dtype=np.int64)
+    rounds = -(-len(owner) // max(1, workers))
+    need = np.zeros((rounds, workers), dtype=np.int64)
+    for r in range(1, rounds):
+        need[r] = need[r - 1] + np.bincount(owner[(r - 1) * workers:r * workers], minlength=workers)[:workers]
+    return need
+
+
 def _one_cold_pass(cfg: LoadConfig, backend: Backend, manifest: Manifest, schedule: Schedule, rank: int,
                    world: int, until_stable_cap: bool, warnings: list[str]) -> Schedule:
     """A cold load reads storage once: its cache is dropped at setup, so a second pass over a local
@@ -320,6 +341,10 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                         f"the {cfg.workers} workers and the consumer share {usable_cores()} cores, so the numbers "
                         "include that contention (a server on another machine would not take the loader's cores)")
     schedule = build_schedule(cfg, manifest, rank, world)
+    if cfg.lockstep and (schedule.access != "stream" or cfg.workers < 2):
+        raise ConfigError("load.lockstep", f"keeps stream workers in rounds; this load is {schedule.access} "
+                                           f"with {cfg.workers} worker(s)",
+                          "drop lockstep, or use access=stream with 2 or more workers")
     if not synthetic and cfg.cache == "cold":
         schedule = _one_cold_pass(cfg, backend, manifest, schedule, rank, world, until_stable_cap, warnings)
     if order_of(schedule.access) == "map" and not synthetic:
@@ -397,6 +422,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     rx = None
     read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
     lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
+    need = round_need(owner, cfg.workers) if cfg.lockstep else None
     rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
     # The start-up clock starts before the first worker does: a worker reads as soon as it is ready,
     # while the next ones are forked, and those bytes count in wall_s_with_startup (DESIGN rule 13).
@@ -406,7 +432,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
                             total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
                             access=schedule.access, stream_read_size=read_size,
-                            lag=lag)
+                            lag=lag, round_need=need)
             p = ctx.Process(target=run_worker, args=(job, st.source, pool, Sender(pipes[wid][1], pool.sent, wid), stop),
                             daemon=True, name=f"iobench-load-{wid}")
             p.start()

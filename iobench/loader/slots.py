@@ -101,6 +101,27 @@ class SlotPool:
         taken = self.taken
         return taken.value >= n or self._wait_until(lambda: taken.value >= n, stop, wid)
 
+    def wait_sent(self, need, stop, wid: int = 0) -> bool:
+        """Block until every worker ``i`` has sent ``need[i]`` batches (the lock step of
+        ``LoadConfig.lockstep``); False if the run is stopping.  The senders wake the waiters
+        (:meth:`notify_others`)."""
+        sent = self.sent
+        n = len(need)
+
+        def ready() -> bool:
+            return all(sent[i] >= need[i] for i in range(n))
+
+        return ready() or self._wait_until(ready, stop, wid)
+
+    def notify_others(self, wid: int) -> None:
+        """Worker ``wid`` has sent a batch: wake the workers that may wait for it (``wait_sent``)."""
+        for i, (_, w) in enumerate(self.wake):
+            if i != wid:
+                try:
+                    os.write(w.fileno(), b"x")
+                except BlockingIOError:  # its pipe is full of wake-ups already
+                    pass
+
     def take(self, k: int, next_worker: int | None = None) -> None:
         """The consumer has batch ``k``: wake the worker whose next batch waited for it."""
         self.taken.value = k + 1

@@ -49,6 +49,9 @@ class WorkerJob:
     access: str = "block"         # map | stream | block
     stream_read_size: int = 64 * 2**10   # stream: bytes of whole samples per piece (at least one sample)
     lag: int = 0                  # map/stream: batch k starts once batch k - lag was taken (Q x W)
+    # stream, LoadConfig.lockstep: round_need[k // workers][i] = batches worker i has sent before batch k
+    # may start (every batch of the earlier rounds); None: the workers run free of each other
+    round_need: Any = None
 
 
 def _decode_jpeg(data) -> np.ndarray:
@@ -174,6 +177,10 @@ class _Emitter:
         t0 = now_ns()
         if lag and k >= lag and not self.pool.wait_taken(k - lag + 1, self.stop, self.job.wid):
             raise _Stopped
+        need = self.job.round_need
+        if need is not None and k >= self.job.workers and \
+                not self.pool.wait_sent(need[k // self.job.workers], self.stop, self.job.wid):
+            raise _Stopped
         self.start_ns = now_ns()   # the batch's work starts now (its index "arrived")
         self.stats["gate_wait_s"] = self.stats.get("gate_wait_s", 0.0) + (self.start_ns - t0) / 1e9
 
@@ -285,6 +292,8 @@ class _Emitter:
                     fill_s=fill_s, requests=requests, ready_ns=ready_ns, start_ns=self.start_ns)
         self.start_ns = None
         self.conn.batch(meta, hold)   # counts it in pool.sent once written
+        if self.job.round_need is not None:
+            self.pool.notify_others(self.job.wid)   # a worker in lock step may wait for this one
 
 
 def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:

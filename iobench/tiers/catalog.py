@@ -90,6 +90,43 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_write_locks)
 
 
+# the tables an iobench catalog holds (``_SCHEMA``); SQLite's own (sqlite_*) are not counted
+OWN_TABLES = frozenset({"meta", "tiers", "datasets", "copies", "pins"})
+
+
+def refuse_foreign(c: sqlite3.Connection, path: str, field: str) -> None:
+    """An existing SQLite database that is not an iobench catalog (the user's own: other tables, no
+    ``meta``) is refused before anything is written to it: the WAL switch and the schema would
+    change the user's file even when the command then refused it."""
+    tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+              if not str(r[0]).startswith("sqlite_")}
+    if tables and ("meta" not in tables or not tables <= OWN_TABLES):
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise ConfigError(field, f"{path} is a SQLite database of something else (tables {shown}), not an iobench "
+                          "catalog", "give the path of an iobench catalog, or a new file")
+
+
+def check_catalog_file(path: str, field: str = "catalog") -> None:
+    """``path`` can become or is an iobench catalog (``check_sqlite``, then its tables), read only:
+    for commands that name a catalog without opening it yet (``tiers init --catalog``)."""
+    from urllib.parse import quote
+
+    from ..io.inputs import check_sqlite
+
+    check_sqlite(path, field)
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        c = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1", uri=True)   # no -shm, no lock
+        try:
+            refuse_foreign(c, path, field)
+        finally:
+            c.close()
+    except sqlite3.DatabaseError as e:
+        raise ConfigError(field, f"{path} cannot be used as a catalog ({e})",
+                          "give the path of an iobench catalog, or a new file") from None
+
+
 def _write_lock(path: str) -> threading.Lock:
     key = (os.getpid(), os.path.abspath(path))
     lock = _WRITE_LOCKS.get(key)
@@ -158,6 +195,7 @@ class Catalog:
             try:
                 c = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                     check_same_thread=True)
+                self._refuse_foreign(c)
                 self._while_locked(self._use_wal, c)
                 # NORMAL in WAL mode survives process crashes; a power loss can only lose a
                 # recent transaction, whose orphaned files `reconcile` removes.
@@ -169,6 +207,13 @@ class Catalog:
                                   "give the path of an iobench catalog, or a new file") from None
             self._local.conn, self._local.pid = c, os.getpid()
         return c
+
+    def _refuse_foreign(self, c: sqlite3.Connection) -> None:
+        try:
+            refuse_foreign(c, self.path, "catalog")
+        except ConfigError:
+            c.close()
+            raise
 
     def _use_wal(self, c: sqlite3.Connection) -> None:
         """Switch the catalog to WAL; the mode is stored in the file: once WAL, nothing to change."""

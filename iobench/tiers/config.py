@@ -60,6 +60,10 @@ class TierSpec:
                 raise ConfigError(f"{field_}.emulation", e.problem,
                                   f"use a profile ({', '.join(p for p in EMULATION_PROFILES if p != 'none')}) "
                                   "or a spec such as pfs+bw:1GB/s") from None
+        if self.endpoint_url:
+            from ..storage import check_endpoint_url
+
+            check_endpoint_url(str(self.endpoint_url), f"{field_}.endpoint_url")   # no user:password@, a port, a host
         if self.capacity is not None and str(self.capacity).lower() not in ("unbounded", "none", "inf"):
             object.__setattr__(self, "capacity", parse_size(self.capacity, f"{field_}.capacity"))
         else:

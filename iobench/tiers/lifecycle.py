@@ -116,7 +116,7 @@ def is_iobench_checkpoint(backend, rel: str) -> bool:
     """Whether ``rel`` on ``backend`` is a checkpoint step iobench committed: a directory whose
     ``manifest.json`` says ``format: iobench-checkpoint``.  That manifest is the record that
     makes an item lifecycle's to move or expire; anything else on a tier is the user's."""
-    import json
+    from ..io.inputs import loads_json
 
     man = f"{rel.strip('/')}/manifest.json"
     try:
@@ -126,7 +126,7 @@ def is_iobench_checkpoint(backend, rel: str) -> bool:
             raw = read_bytes(backend.path(man), "lifecycle item", 64 << 20, "checkpoint manifest")
         else:
             raw = backend.cat(man)
-        data = json.loads(raw)
+        data = loads_json(raw)
     except (OSError, ValueError, ConfigError):
         return False
     return isinstance(data, dict) and data.get("format") == CHECKPOINT_FORMAT

@@ -9,7 +9,6 @@ size) is a reference, not a tier policy.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -102,35 +101,29 @@ def simulate(accesses: Sequence[tuple[str, int]], policy: str, capacity_bytes: i
 
 def read_trace(path: str) -> tuple[list[dict], list[dict]]:
     """(headers, reads) from a JSON-lines trace; reads sorted by time."""
-    from ..io.inputs import open_text_lines
+    from ..io.inputs import loads_json, read_lines
 
     headers, reads = [], []
-    lineno = 0
-    try:
-        with open_text_lines(path, "TRACE", "trace file") as f:
-            for lineno, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    raise ConfigError("TRACE", f"{path}:{lineno} is not JSON", "give a trace written by a load run") \
-                        from None
-                if not isinstance(rec, dict):
-                    raise ConfigError("TRACE", f"{path}:{lineno} is not a trace record", "give a trace written by a "
-                                      "load run")
-                if rec.get("type") == "header":
-                    headers.append(rec)
-                elif rec.get("type") == "read":
-                    if not isinstance(rec.get("t"), (int, float)) or not isinstance(rec.get("bytes"), int) \
-                            or "shard" not in rec or "result" not in rec:
-                        raise ConfigError("TRACE", f"{path}:{lineno} is a read record without t, shard, bytes and "
-                                          "result", "give a trace written by a load run")
-                    reads.append(rec)
-    except UnicodeDecodeError:
-        raise ConfigError("TRACE", f"{path}:{lineno + 1} is not UTF-8 text", "give a trace written by a load run") \
-            from None
+    for lineno, line in read_lines(path, "TRACE", "trace written by a load run"):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rec = loads_json(line)
+        except ValueError:
+            raise ConfigError("TRACE", f"{path}:{lineno} is not JSON", "give a trace written by a load run") \
+                from None
+        if not isinstance(rec, dict):
+            raise ConfigError("TRACE", f"{path}:{lineno} is not a trace record", "give a trace written by a "
+                              "load run")
+        if rec.get("type") == "header":
+            headers.append(rec)
+        elif rec.get("type") == "read":
+            if not isinstance(rec.get("t"), (int, float)) or not isinstance(rec.get("bytes"), int) \
+                    or "shard" not in rec or "result" not in rec:
+                raise ConfigError("TRACE", f"{path}:{lineno} is a read record without t, shard, bytes and "
+                                  "result", "give a trace written by a load run")
+            reads.append(rec)
     if not reads:
         raise ConfigError("TRACE", f"{path} holds no read records", "give a trace written by a load run")
     reads.sort(key=lambda r: (r["t"], r.get("pid", 0)))
