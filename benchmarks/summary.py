@@ -124,7 +124,30 @@ def _rows_mpi(d: dict) -> list[dict]:
     return out
 
 
-DERIVE = {"mpi": _rows_mpi, "load": _rows_load, "generate": _rows_generate, "stage": _rows_stage, "ckpt": _rows_ckpt,
+def _rows_dlio(d: dict) -> list[dict]:
+    """bench_dlio (issue 28's Done-when): iobench within 5% / 3 pp of the bandwidth truth, and at least
+    as close to it as DLIO on the same shape (error ratio <= 1)."""
+    out = []
+    by = {(r["shape"], r["mode"], r["tool"]): r for r in d.get("rows", [])}
+    for (shape, mode, tool), r in by.items():
+        if tool != "iobench" or r.get("truth_samples_per_s") is None or r.get("samples_per_s") is None:
+            continue
+        out.append(_row(f"dlio: {shape} {mode} iobench samples/s vs the bandwidth truth",
+                        r["samples_per_s"] / r["truth_samples_per_s"], 0.95))
+        out.append(_row(f"dlio: {shape} {mode} iobench AU off the truth, absolute pp (lower is better)",
+                        abs(r["au_pp"]), 3.0, "<=", "not a ratio: percentage points"))
+        peer = by.get((shape, mode, "dlio"))
+        if peer and peer.get("samples_rel") is not None and peer.get("au_pp") is not None:
+            # a DLIO error under the table's resolution (0.1% / 0.1 pp) counts as that resolution
+            for what, mine, theirs, floor in (("samples/s", r["samples_rel"], peer["samples_rel"], 0.001),
+                                              ("AU", r["au_pp"], peer["au_pp"], 0.1)):
+                out.append(_row(f"dlio: {shape} {mode} iobench's {what} error vs DLIO's, against the truth "
+                                "(lower is better)", abs(mine) / max(abs(theirs), floor), 1.0, "<=",
+                                "abs(iobench - truth) / abs(DLIO - truth)"))
+    return out
+
+
+DERIVE = {"dlio": _rows_dlio, "mpi": _rows_mpi, "load": _rows_load, "generate": _rows_generate, "stage": _rows_stage, "ckpt": _rows_ckpt,
           "gds_cpu_vs_fio": _rows_gds, "probe_engines": _rows_probe, "fidelity": _rows_load}
 
 

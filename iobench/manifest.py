@@ -251,6 +251,11 @@ def check_dataset_root(backend: Backend, field: str = "dataset") -> None:
     if base.is_local and not os.path.isdir(base.root):
         what = "is a file, not a dataset directory" if os.path.exists(base.root) else "does not exist"
         raise ConfigError(field, f"{backend.url} {what}", "give the root directory of your dataset")
+    man = os.path.join(base.root, MANIFEST_NAME) if base.is_local else ""
+    if man and os.path.islink(man) and not os.path.exists(man):
+        # a symlink that loops or leads nowhere: a broken manifest, not "generation did not finish"
+        raise ConfigError(field, f"{MANIFEST_NAME} at {backend.url} is a symlink that leads nowhere or loops",
+                          "replace it with the manifest itself")
 
 
 def read_manifest(backend: Backend) -> Manifest:

@@ -88,8 +88,22 @@ def real(path: str) -> str:
 
 
 def root_key(url: str) -> str:
-    """A place as compared for overlap: a local path's real path; a URL without its trailing '/'."""
-    return real(url) if is_local(url) else str(url).rstrip("/")
+    """A place as compared for overlap: a local path's real path; a URL as its file system addresses it,
+    under the protocol's canonical name (``s3a://b/x`` is ``s3://b/x``, ``memory:///m`` is ``memory://m``,
+    ``S3://`` is ``s3://``), without a trailing '/'.  What fsspec keeps apart stays apart (``s3://b//x``
+    is another key than ``s3://b/x``)."""
+    if is_local(url):
+        return real(url)
+    scheme, _, rest = str(url).partition("://")
+    proto = scheme.lower()
+    try:
+        import fsspec
+
+        cls = fsspec.get_filesystem_class(proto)
+        names = cls.protocol if isinstance(cls.protocol, (tuple, list)) else (cls.protocol,)
+        return f"{names[0]}://{str(cls._strip_protocol(f'{proto}://{rest}')).strip('/')}"
+    except Exception:  # noqa: BLE001 - an unknown or uninstalled protocol: compared as written
+        return f"{proto}://{rest}".rstrip("/")
 
 
 def within(inner: str, outer: str) -> bool:

@@ -356,3 +356,23 @@ def test_an_unusable_cache_entry_is_rebuilt_never_waited_on(kind, ds, tmp_path, 
                        "--no-progress"], timeout_s=60)
     assert r.rc == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+# ---- roots given as URLs: one place under two spellings is the same root -----------------------
+
+@pytest.mark.parametrize("a, b, same", [
+    ("s3://b/x", "s3a://b/x", True), ("s3://b/x", "S3://b/x", True), ("memory://m", "memory:///m", True),
+    ("memory://m/a", "memory:///m", True), ("s3://b/x", "s3://b/x/y", True), ("s3://b/x/", "s3://b/x", True),
+    ("s3://b/x", "s3://b/xy", False), ("s3://b/x", "s3://b//x", False),   # another key prefix in S3
+    ("s3://b/x", "s3://c/x", False),
+])
+def test_tier_urls_that_name_one_place_overlap(a, b, same):
+    from iobench.errors import ConfigError
+    from iobench.tiers.config import tiers_from_mapping
+
+    doc = {"catalog": "/tmp/never.sqlite", "tiers": [{"name": "a", "url": a}, {"name": "b", "url": b}]}
+    if same:
+        with pytest.raises(ConfigError, match="tiers.b.url"):
+            tiers_from_mapping(doc)
+    else:
+        tiers_from_mapping(doc)

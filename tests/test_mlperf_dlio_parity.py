@@ -110,3 +110,82 @@ def test_lockstep_workers_start_a_round_only_once_the_last_one_was_sent(tfr):
 def test_lockstep_is_refused_where_there_are_no_rounds(tfr, fields):
     with pytest.raises(ConfigError, match="lockstep"):
         run_load(LoadConfig(dataset=tfr, batch_size=6, lockstep=True, **fields))
+
+
+# -- the compliance blocks: "rule-compliant" only when every rule holds, each rule with its source --------------
+
+def _run_inputs(**over):
+    """compliance_for's inputs for a unet3d run on 8 accelerators that follows every rule, then ``over``."""
+    from types import SimpleNamespace
+
+    from iobench.mlperf import rules as R
+    from iobench.mlperf.run import MlperfConfig
+    from iobench.mlperf.workloads import load_mlperf_workload
+
+    wl, _ = load_mlperf_workload("unet3d")
+    cfg_fields = {k: over.pop(k) for k in list(over) if k in ("compute_s", "au_threshold", "synthetic", "emulate",
+                                                              "min_steps", "accelerator")}
+    cfg = MlperfConfig(dataset="/nonexistent", accelerators=8, **cfg_fields)
+    need = R.datasize(64 * 2**30, 1, 8, 1, wl.record_bytes, wl.batch_size)        # 28,000 files
+    files = over.pop("files", need.files)
+    manifest = SimpleNamespace(shards=[None] * files, total_samples=files)
+    out = {"compute_s_per_step": cfg.compute_s or wl.compute_s[cfg.accelerator],
+           "au_threshold": cfg.au_threshold or wl.au_threshold, "au": 0.95, "epochs": wl.epochs,
+           "steps_per_epoch": files // wl.batch_size // 8, "accelerators": 8, "warmup_run": True,
+           "runs": R.DEFAULT_RUNS, "seeds": [1000, 2000, 3000, 4000, 5000], "read_threads": wl.read_threads,
+           "checkpoint": {"bytes": wl.checkpoint.model_bytes, "after_epoch": 5, "seconds_mean": 1.0}}
+    scale = over.pop("scale", 1.0)
+    nodes = over.pop("nodes", 1)
+    out.update(over)
+    return cfg, wl, out, manifest, need, scale, nodes
+
+
+@pytest.mark.parametrize("over, broken", [
+    ({}, set()),
+    ({"files": 2343}, {"dataset size"}),                     # 5x 64 GiB alone: MLPerf needs 28,000
+    ({"scale": 0.01}, {"dataset content"}),
+    ({"synthetic": True}, {"storage"}),
+    ({"emulate": "const:1ms"}, {"storage"}),
+    ({"compute_s": 0.2}, {"step time"}),
+    ({"au_threshold": 0.5}, {"AU threshold"}),
+    ({"epochs": 3}, {"epochs"}),
+    ({"steps_per_epoch": 600}, {"steps per epoch"}),
+    ({"nodes": 2}, {"step barrier"}),                      # across nodes the barrier is once per epoch
+    ({"warmup_run": False}, {"warm-up run"}),
+    ({"runs": 1, "seeds": [1000]}, {"runs"}),
+    ({"seeds": [1000] * 5}, {"seeds"}),
+    ({"checkpoint": None}, {"checkpoint"}),
+    ({"checkpoint": {"bytes": 4991531, "after_epoch": 5, "seconds_mean": 0.1}}, {"checkpoint"}),
+])
+def test_mlperf_run_is_rule_compliant_only_when_every_rule_holds(over, broken):
+    from iobench.mlperf.run import compliance_for
+
+    c = compliance_for(*_run_inputs(**over))
+    assert {r.rule for r in c.broken} == broken
+    assert c.compliant == (not broken)
+    assert c.verdict == ("rule-compliant" if not broken else "not rule-compliant: " + ", ".join(r.rule for r in c.broken))
+    for r in c.rules:                                         # every rule names the file (and section) it comes from
+        assert "mlcommons/storage" in r.source or "dlio_benchmark" in r.source, r
+
+
+@pytest.mark.parametrize("over, broken", [
+    ({}, set()),
+    ({"mode": "default", "processes": 8}, {"processes"}),    # default mode: every one of TP x PP x DP ranks
+    ({"scale": 0.001}, {"checkpoint size"}),
+    ({"checkpoints": 1}, {"checkpoints"}),
+    ({"interval_s": 0.5}, {"interval"}),
+    ({"runs": 1}, {"runs"}),
+    ({"resident": 0.4}, {"cache cleared"}),
+])
+def test_mlperf_ckpt_is_rule_compliant_only_when_every_rule_holds(over, broken):
+    from iobench.mlperf.checkpoint import CkptWorkload, compliance_for
+
+    resident = over.pop("resident", 0.0)
+    processes = over.pop("processes", 8)
+    w = CkptWorkload(model="llama3-8b", out="/nonexistent", **over)
+    c = compliance_for(w, {"ranks_in_model": 8 if w.mode == "subset" else 64, "processes": processes,
+                           "read": {"resident_after_clear_max": resident}})
+    assert {r.rule for r in c.broken} == broken
+    assert c.compliant == (not broken)
+    for r in c.rules:
+        assert "mlcommons/storage" in r.source or "Submission_guidelines.md" in r.source, r
