@@ -82,11 +82,15 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
     fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
-        # --read-ahead 1: the next shard's read (cold: an O_DIRECT pread; warm: a pread into a reused buffer) on a thread
-        # of this process while the consumer gathers this one's batches -- still no worker process
+        # cold: --read-ahead 1, the next shard's O_DIRECT pread on a thread of this process while the
+        # consumer gathers this one's batches (device time hidden) -- still no worker process.
+        # warm: --read-ahead 0 (the default; torch num_workers=0 reads nothing ahead either): the
+        # read is a memory copy, and the gather that follows it on the same core finds the rows in
+        # its caches; a copy on the read-ahead thread, in the other core's, made every gather
+        # about twice as slow (NOTE [ Block buffers ]).  The ra=1 run stays beside it as a diagnostic.
         cfg = LoadConfig(dataset=url, access="block", workers=0, batch_size=batch, shuffle_buffer=8192,
-                         monitor_interval_s=1.0, read_ahead=1, cache=state, odirect=state == "cold",
-                         s3_block_size=f"{SHARD}B")
+                         monitor_interval_s=1.0, read_ahead=int(state == "cold"), cache=state,
+                         odirect=state == "cold", s3_block_size=f"{SHARD}B")
         iob: list[dict] = []
         peer: list[dict] = []
 
@@ -100,20 +104,25 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
                         | {"load_avg": _loadavg()})
 
         floor: list[dict] = []
+        ahead: list[dict] = []
 
-        def one_process(r, state=state, batch=batch, floor=floor):
+        def one_process(r, state=state, batch=batch, floor=floor, ahead=ahead, cfg=cfg):
             if state == "warm":   # bench_load's one-process floor: read each shard, gather every batch, nothing else
                 floor.append(_gather_loop(files, fixed, batch, seed=r))
+                ahead.append(load_rate(LoadConfig(**{**cfg.__dict__, "read_ahead": 1})) | {"load_avg": _loadavg()})
 
         _rounds(rounds, ours, theirs, one_process)
         row = paired_result(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs fio 1 job" +
             (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
             iob, peer, "bytes_per_s", 0.7 if state == "warm" else 0.9,
-            f"{len(files)} shards of {SHARD // MiB} MiB; iobench --workers 0 --access block --read-ahead 1: the "
-            "consumer process reads each shard (warm: one preadv into a reused huge-page buffer, NOTE [ Block buffers ] "
-            "in docs/design.md; cold: --odirect preads of the shard size) on a read-ahead thread and gathers every shuffled batch itself -- no worker "
-            "process, no hand-off; fio reads the same files, one shard-sized request each, and drops the bytes")
+            f"{len(files)} shards of {SHARD // MiB} MiB; iobench --workers 0 --access block: the consumer process "
+            "reads each shard and gathers every shuffled batch itself -- no worker process, no hand-off " +
+            ("(warm, --read-ahead 0: one preadv of the shard into a reused huge-page buffer, then its batches; "
+             "NOTE [ Block buffers ] in docs/design.md)" if state == "warm" else
+             "(cold, --odirect --read-ahead 1: O_DIRECT preads of the shard size on a read-ahead thread while the "
+             "consumer gathers the previous shard's batches)") +
+            "; fio reads the same files, one shard-sized request each, and drops the bytes")
         row["bytes_checked"] = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
                                 "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
         row["load_avg"] = [x["load_avg"] for x in iob + peer]
@@ -124,8 +133,14 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
                 iob, floor, "bytes_per_s", None,
                 "diagnostic, no target: bench_load's _gather_loop -- each shard read with one preadv into a reused "
                 "buffer of the same kind as iobench's and every batch gathered, in one process, one thread, nothing "
-                "else -- the least work of this design; iobench W=0 adds the per-step bookkeeping and reads on its "
-                "read-ahead thread"))
+                "else -- the least work of this design; iobench W=0 adds the per-step bookkeeping"))
+            out.append(paired_result(
+                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 --read-ahead 1 vs fio 1 job --invalidate=0 "
+                "after pre-read", ahead, peer, "bytes_per_s", None,
+                "diagnostic, no target: the same load with the next shard read on a read-ahead thread while this "
+                "one's batches are gathered (the read overlaps, but every gather then reads rows another core "
+                "wrote: NOTE [ Block buffers ])"))
+            out[-1]["load_avg"] = [x["load_avg"] for x in ahead]
     return out
 
 

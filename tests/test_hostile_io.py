@@ -128,11 +128,13 @@ class World:
             target = os.path.join(p[key], p["shard"])
             os.unlink(target)
             make_fifo(target) if what == "fifo" else os.makedirs(target)
-        for key, what in (("ds_fifo_manifest", "fifo"), ("ds_dir_manifest", "dir"), ("ds_bad_manifest", "bad")):
+        for key, what in (("ds_fifo_manifest", "fifo"), ("ds_dir_manifest", "dir"), ("ds_bad_manifest", "bad"),
+                          ("ds_loop_manifest", "loop")):
             self.copy_ds(key)
             target = os.path.join(p[key], "manifest.json")
             os.unlink(target)
-            {"fifo": make_fifo, "dir": os.makedirs, "bad": make_non_utf8}[what](target)
+            {"fifo": make_fifo, "dir": os.makedirs, "bad": make_non_utf8,
+             "loop": lambda t: os.symlink(t, t)}[what](target)
         for key in ("idx_fifo", "idx_link", "idx_linkdir"):
             make_user_file(os.path.join(at(key, key), "a.bin"))
         for ext in ("bin", "tar"):
@@ -266,7 +268,8 @@ DATASET_READERS: dict[str, list[str]] = {
     "gds bench": ["gds", "bench", "{DS}", "--paths", "cpu"],
     "mlperf run": ["mlperf", "run", "{DS}", "--runs", "1", "--no-checkpoint"],
 }
-BAD_DATASETS = ["ds_fifo_shard", "ds_dir_shard", "ds_fifo_manifest", "ds_dir_manifest", "ds_bad_manifest"]
+BAD_DATASETS = ["ds_fifo_shard", "ds_dir_shard", "ds_fifo_manifest", "ds_dir_manifest", "ds_bad_manifest",
+                "ds_loop_manifest"]
 TIERS_READERS: dict[str, list[str]] = {
     "tiers show": ["tiers", "show", "--tiers", "{T}"],
     "tiers evict": ["tiers", "evict", "--tiers", "{T}", "--tier", "nvme"],
@@ -348,6 +351,9 @@ def _rows():
             rows.append(pytest.param(["index", "{%s}" % d, "--format", fmt, "--modality", "records"], "dataset file",
                                      id=f"index:{d} --format {fmt}"))
     rows.append(pytest.param(["gds", "bench", "{empty}", "--paths", "cpu"], "empty", id="input:gds bench FILE is empty"))
+    for key in ("empty", "wl"):   # an empty cluster config (the suite ran on defaults); a key the suite has not
+        rows.append(pytest.param(["run", "--config", "{%s}" % key, "--out", "{base}/never"], "--config",
+                                 id=f"input:run --config {key}"))
     for cat in ("notsql", "userdb", "notes"):   # tiers init names a catalog no command could open
         rows.append(pytest.param(["tiers", "init", "--nvme", "{nvme}", "--catalog", "{%s}" % cat, "--out",
                                   "{base}/never.yaml"], "--catalog", id=f"input:tiers init --catalog {cat}"))

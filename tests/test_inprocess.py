@@ -215,3 +215,29 @@ def test_the_cli_takes_w0_and_memmap(tok, tmp_path, flags, capsys):
     doc = json.loads(out.read_text())
     assert doc["environment"]["loader"]["workers"] == int(flags[flags.index("-W") + 1])
     assert doc["metrics"]["steps"] == 6 and capsys.readouterr().out.startswith("stall ")
+
+
+@pytest.mark.parametrize("workers,read_ahead,most", [(0, 0, 1), (0, 1, 2), (0, 2, 3)])
+def test_block_buffers_are_reused_once_their_block_is_done(tok, monkeypatch, workers, read_ahead, most):
+    """block from local files: a block's buffer goes back to the pool when its batches are done
+    (nothing the loader keeps -- the emitter, the step, the read-ahead queue -- holds it), so a
+    load uses read_ahead + 1 buffers however many blocks it reads (NOTE [ Block buffers ]);
+    the bytes are the shards' own throughout."""
+    from iobench.loader.source import LocalFileSource
+
+    real = LocalFileSource._direct_buffer
+    seen: set[int] = set()
+
+    def spy(self, size):
+        buf = real(self, size)
+        seen.add(buf.__array_interface__["data"][0])
+        return buf
+
+    monkeypatch.setattr(LocalFileSource, "_direct_buffer", spy)
+    truth = _truth(tok)
+    r, got = _run(quiet_cfg(tok, 8, workers=workers, access="block", epochs=2, shuffle_buffer=SHARD, seed=1,
+                            read_ahead=read_ahead))
+    assert r.metrics["steps"] == 2 * SAMPLES // 8
+    assert 1 <= len(seen) <= most
+    for _e, ids, data in got:
+        assert [truth[int(i)] for i in ids] == [bytes(row) for row in data.view(np.uint8)]

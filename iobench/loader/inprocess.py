@@ -6,7 +6,9 @@ There is no worker process, no prefetch slot and no hand-off: the consumer build
 ``k`` (the same readers, the same access patterns and the same batch-building code as a
 worker: ``iobench.loader.worker``'s producers and emitter), runs its step on it, then builds
 batch ``k + 1``.  Nothing is read ahead of the step (``--read-ahead N`` still lets a block's
-read-ahead thread overlap the next block's reads with this one's gathers, in this process).
+read-ahead thread overlap the next block's reads with this one's gathers, in this process;
+from the page cache that costs the gathers more than it hides: NOTE [ Block buffers ] in
+docs/design.md).
 
 What a step records is what ``core._step_loop`` records for a worker-fed step, read the same
 way by ``core._metrics``: ``wait`` is the time the consumer spent producing the batch itself
@@ -27,6 +29,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -145,7 +148,7 @@ class _InProcessEmitter(_Emitter):
         super().__init__(job, pool, step, stop, stats)
         self.step = step
         self._dtypes: dict[str, np.dtype] = {}
-        self._out: tuple | None = None   # (rows' shape, dtype, the slot as that batch array)
+        self._out: tuple | None = None   # (the block's rows, batch size, the slot as that batch array)
 
     def __call__(self, k: int, epoch: int, bd, sel: np.ndarray, io_s: float, prep_s: float, fill_s: float = 0.0,
                  requests: int = 0, more: bool = False, ids: np.ndarray | None = None) -> None:
@@ -158,12 +161,14 @@ class _InProcessEmitter(_Emitter):
         microsecond of Python per batch shows in the throughput."""
         arr = bd.array
         n = len(sel)
-        if arr is None or self.job.synthetic or n * self._row_bytes(arr) > self.pool.slot_bytes:
-            return super().__call__(k, epoch, bd, sel, io_s, prep_s, fill_s, requests, more, ids)
-        tp = now_ns()
         out = self._out
-        if out is None or out[2].shape[0] != n or out[0] != arr.shape[1:] or out[1] != arr.dtype:
-            out = self._out = (arr.shape[1:], arr.dtype, self._slot_view(0, (n,) + arr.shape[1:], arr.dtype))
+        # checked once per block (one rows array per block) and batch size; a weak reference, as
+        # holding the block would keep its buffer from the next block's read
+        if out is None or out[0]() is not arr or out[1] != n:
+            if arr is None or self.job.synthetic or n * self._row_bytes(arr) > self.pool.slot_bytes:
+                return super().__call__(k, epoch, bd, sel, io_s, prep_s, fill_s, requests, more, ids)
+            out = self._out = (weakref.ref(arr), n, self._slot_view(0, (n,) + arr.shape[1:], arr.dtype))
+        tp = now_ns()
         data = out[2]
         # mode="clip": no temporary (the block's order was bounds-checked once); see _Emitter.__call__
         arr.take(sel, axis=0, out=data, mode="clip")

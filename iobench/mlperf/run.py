@@ -286,7 +286,8 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
     """One MLPerf run: all accelerators, ``epochs`` passes (one per epoch, each its first step excluded)."""
     seed = cfg.seed + 1000 * (run_index + 1)   # a new seed every run, the warm-up (-1) too (§6.6.3)
     per: list[dict] = [dict(samples=0, bytes_read=0, wall_s=0.0, au_epochs=[], step_s=[], compute_s=[],
-                            barrier_s=0.0, wait_s=0.0, caches=[], warnings=[], model=[])
+                            barrier_s=0.0, wait_s=0.0, caches=[], warnings=[], model=[], busy_s=0.0,
+                            run_delay_s=0.0, delay_known=True)
                        for _ in range(cfg.accelerators)]
     io_p99: list[list[float]] = [[] for _ in range(cfg.accelerators)]
     walls: list[float] = []
@@ -315,6 +316,12 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
             p["compute_s"].extend(st["compute_s"])
             p["barrier_s"] += sum(st["barrier_s"])
             p["wait_s"] += m["wait_s_total"]
+            for w in m.get("per_worker") or ():      # CPU contention, as the driver reads it (cpu_contention)
+                if w.get("run_delay_s") is None or w.get("busy_s") is None:
+                    p["delay_known"] = False
+                else:
+                    p["busy_s"] += w["busy_s"]
+                    p["run_delay_s"] += w["run_delay_s"]
             if m.get("au_model") is not None:
                 p["model"].append((m["au_model"], len(st["step_s"])))
             p["caches"].append((env.get("cache") or {}).get("declared") or env.get("cache"))
@@ -342,6 +349,8 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
             "bytes_per_s": p["bytes_read"] / p["wall_s"] if p["wall_s"] > 0 else None,
             "wait_s": p["wait_s"], "barrier_wait_s": p["barrier_s"], "batch_io_p99_s": max(io_p99[i], default=0.0),
             "compute_measured_s_mean": measured,
+            # the share of its workers' busy time they spent runnable but waiting for a CPU (schedstat)
+            "cpu_contention": p["run_delay_s"] / p["busy_s"] if p["delay_known"] and p["busy_s"] > 0 else None,
             "cache": p["caches"][0] if p["caches"] else None})
     out = _world_run(per_rank, sum(walls), [w for p in per for w in p["warnings"]])
     out["checkpoint"] = checkpoint

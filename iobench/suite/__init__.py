@@ -81,7 +81,14 @@ class SuiteConfig:
 
 
 def load_suite_config(path: str) -> SuiteConfig:
-    return build(SuiteConfig, load_yaml_file(path, "--config"), "")
+    data = load_yaml_file(path, "--config")
+    if not data:   # (as `--workload`): asked for a config, the suite would silently run with none
+        raise ConfigError("--config", f"{path} is empty: it holds no section",
+                          "give a cluster YAML (tiers, object store), or omit --config for the embedded default")
+    try:
+        return build(SuiteConfig, data, "")
+    except ConfigError as e:   # which file: not only the key inside it
+        raise ConfigError("--config", f"{path}: {e.field}: {e.problem}", e.fix) from None
 
 
 @dataclass
