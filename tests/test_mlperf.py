@@ -296,6 +296,7 @@ def test_find_max_never_claims_more_than_a_kernel_throttled_disk_can_feed(tmp_pa
     for p in fm["probes"]:
         assert p["throughput_bytes_per_s"] <= cap * 1.1
     assert fm["next_step"] is not None and fm["next_step"]["accelerators"] <= bound + 1
+    assert fm["next_step"]["storage_ceiling"]["bytes_per_s"] <= cap * 1.1
 
 
 def test_min_steps_on_a_cold_cache_adds_cold_passes_never_cached_repeats(tmp_path, read_throttle):
@@ -338,3 +339,41 @@ def test_tfrecord_batch_is_cut_across_read_threads(tmp_path):
     assert len(p["au_per_epoch"]) == 2
     w = next(x for x in r["compliance"]["rules"] if x["rule"] == "workload values")
     assert not w["ok"] and not r["rule_compliant"]                  # a user's YAML is an open experiment
+
+
+@pytest.mark.parametrize("no_io, near, contention, share, want", [
+    (True, False, None, None, "storage-bound"),
+    (True, False, 0.10, None, "storage-bound"),
+    (True, False, 0.40, None, "host-bound"),     # the read path waited for a CPU: the no-I/O run does not read
+    (False, False, 0.0, None, "host-bound"),     # fails without I/O too
+    (True, True, 0.0, None, "host-bound"),       # storage delivered near this host's read ceiling
+    # delivered what the storage itself reads: storage-bound, however short of CPU the host also was
+    (True, False, 0.34, 0.91, "storage-bound"),  # a 350 MB/s throttled disk at 319 MB/s, load 6-7
+    (True, True, 0.40, 0.90, "storage-bound"),
+    (True, False, 0.75, 0.49, "host-bound"),     # unthrottled: the disk reads 794 MB/s, the loaders took 392
+    (False, False, 0.0, 0.95, "host-bound"),     # not even without I/O: the host is short first
+])
+def test_a_failing_count_is_labelled_by_the_host_and_storage_evidence(no_io, near, contention, share, want):
+    from iobench.mlperf.findmax import label_stop
+
+    assert label_stop(no_io, near, contention, share) == want
+
+
+def test_the_storage_ceiling_reads_the_dataset_cold_and_under_the_kernel_cap(tmp_path, read_throttle):
+    """The storage's own ceiling (large parallel reads of the dataset's files): never above what the
+    kernel lets through, and the pages it touched dropped again (the next run reads cold)."""
+    from iobench.io.pagecache import residency
+    from iobench.manifest import read_manifest
+    from iobench.mlperf.findmax import storage_ceiling
+    from iobench.storage import open_backend
+
+    out = tmp_path / "u"
+    assert main(["gen", "--workload", "unet3d", "--scale", "0.001", "--num-samples", "224", "--out", str(out),
+                 "--no-progress"]) == 0
+    cap = 12_000_000     # 33 MB of files: 2 s of reads are mostly past the throttle's first slice
+    with read_throttle(str(out), cap):
+        c = storage_ceiling(MlperfConfig(dataset=str(out)), threads=4, time_s=2.0)
+    assert c is not None and c["bytes"] > 0 and c["threads"] == 4
+    assert c["bytes_per_s"] <= cap * 1.1
+    b = open_backend(str(out))
+    assert residency(b, [s.path for s in read_manifest(b).shards]) < 0.05

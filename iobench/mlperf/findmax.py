@@ -13,7 +13,14 @@ Each stop is labelled: the failing count is run once more with no I/O (batches o
 memory).  If that passes, storage was the limit (``storage-bound``); if it fails too, the host could
 not prepare the batches (``host-bound``: CPU for N accelerators x read threads, copies, the harness).
 Beside it, the host's read ceiling (iobench.driver.host_ceiling: the same loader on a copy in
-memory): a stop whose delivered bytes/s reach ``HOST_BOUND`` of it is host-bound too.
+memory): a stop whose delivered bytes/s reach ``HOST_BOUND`` of it is host-bound too, and so is
+one whose loader workers waited for a CPU over ``CONTENDED`` of their busy time (``label_stop``).
+And the storage's own ceiling (``storage_ceiling``: large parallel reads of the dataset's files,
+cold, as fio's sequential job does, in-process): a stop that delivered ``STORAGE_BOUND`` of what the
+storage itself reads is storage-bound whatever else the host was short of -- more CPU would not
+have read faster.  On a loaded 2-core host a 350 MB/s throttled disk delivered 319 MB/s at its
+failing count while the workers waited 34% of their busy time for a CPU: contention alone had
+labelled it host-bound (reports/reference/find_max.md).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from typing import Callable
 from .run import MlperfConfig, run_mlperf
 
 CONFIRM_STEPS = 3        # at most this many full results below / above the probes' answer
+STORAGE_BOUND = 0.85     # delivered >= this share of the storage's own read ceiling: storage is the limit
+_PROBE_CHUNK = 4 << 20   # bytes per read of the storage ceiling (fio's large sequential blocks)
 
 
 def _summary(r: dict, full: bool = False) -> dict:
@@ -53,9 +62,85 @@ def _ceiling(cfg: MlperfConfig, n: int) -> dict | None:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+def storage_ceiling(cfg: MlperfConfig, threads: int, time_s: float = 3.0) -> dict | None:
+    """What the storage itself delivers to ``threads`` parallel large sequential reads of the
+    dataset's own files (each thread its share of the files, ``_PROBE_CHUNK`` per read, for about
+    ``time_s``): O_DIRECT where the file system takes it, else buffered reads of dropped pages.
+    Reads need little CPU, so a loaded host still measures its disk here.  Local datasets only
+    (None elsewhere); the pages it touches are dropped again, so the next run stays cold."""
+    import mmap
+    import os
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..io.inputs import open_regular
+    from ..io.pagecache import drop_pages
+    from ..manifest import read_manifest
+    from ..storage import open_backend
+
+    backend = open_backend(cfg.dataset, endpoint_url=cfg.endpoint_url, field_name="dataset")
+    if not backend.base.is_local:
+        return None
+    paths = [backend.base.local_path(s.path) for s in read_manifest(backend).shards]
+    direct = getattr(os, "O_DIRECT", 0)
+    for p in paths:
+        drop_pages(p)
+    deadline = time.perf_counter() + time_s
+
+    def reader(k: int) -> int:
+        buf = mmap.mmap(-1, _PROBE_CHUNK)     # page-aligned, as O_DIRECT needs
+        done = 0
+        try:
+            for p in paths[k::threads]:
+                try:
+                    fd = open_regular(p, "dataset", flags=direct)
+                except OSError:               # EINVAL: no O_DIRECT on this file system
+                    fd = open_regular(p, "dataset")
+                try:
+                    off = 0
+                    while (n := os.preadv(fd, [buf], off)) > 0:
+                        off += n
+                        done += n
+                        if n < _PROBE_CHUNK or time.perf_counter() > deadline:
+                            break
+                finally:
+                    os.close(fd)
+                if time.perf_counter() > deadline:
+                    break
+        finally:
+            buf.close()
+        return done
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        nbytes = sum(pool.map(reader, range(threads)))
+    seconds = time.perf_counter() - t0
+    for p in paths:
+        drop_pages(p)
+    return {"bytes_per_s": nbytes / seconds if seconds > 0 else None, "bytes": nbytes, "seconds": seconds,
+            "threads": threads, "method": f"{threads} threads of {_PROBE_CHUNK >> 20} MiB sequential reads of the "
+                                          "dataset's files, cold (O_DIRECT where taken)"}
+
+
+def label_stop(no_io_passed: bool, near_ceiling: bool, contention: float | None,
+               storage_share: float | None = None) -> str:
+    """A failing count's label: ``host-bound`` where the same count fails without I/O; else
+    ``storage-bound`` where it delivered ``STORAGE_BOUND`` of what the storage itself reads
+    (``storage_share``); else ``host-bound`` where storage delivered near this host's read ceiling,
+    or where the loaders' workers waited for a CPU over ``driver.CONTENDED`` of their busy time (the
+    read path's CPU was the limit: on a loaded 2-core host the no-I/O run, which does not read,
+    still passes); else ``storage-bound``."""
+    from ..driver import CONTENDED
+
+    if no_io_passed and storage_share is not None and storage_share >= STORAGE_BOUND:
+        return "storage-bound"
+    contended = contention is not None and contention > CONTENDED
+    return "storage-bound" if no_io_passed and not near_ceiling and not contended else "host-bound"
+
+
 def _bound(cfg: MlperfConfig, n: int, fail: dict, world) -> dict:
-    """Why ``n`` accelerators fail: the same count without I/O, and the host's read ceiling, tell storage
-    from host."""
+    """Why ``n`` accelerators fail: the same count without I/O, the host's read ceiling and the
+    workers' CPU contention tell storage from host."""
     from ..driver import HOST_BOUND
 
     synthetic = run_mlperf(dataclasses.replace(cfg, accelerators=n, synthetic=True, runs=1, warmup=False), world)
@@ -63,16 +148,30 @@ def _bound(cfg: MlperfConfig, n: int, fail: dict, world) -> dict:
     cap = (ceiling or {}).get("bytes_per_s") or 0.0
     near_ceiling = bool(cap and fail["throughput_bytes_per_s"] >= HOST_BOUND * cap)
     worst = fail["worst_accelerator"]
-    bound = "storage-bound" if synthetic["passed"] and not near_ceiling else "host-bound"
+    shares = [r["cpu_contention"] for r in fail["per_rank"] if r.get("cpu_contention") is not None]
+    contention = max(shares) if shares else None
+    wl, _, _ = cfg.resolve()
+    try:
+        storage = storage_ceiling(cfg, threads=min(16, n * (cfg.workers or wl.read_threads)))
+    except Exception as e:  # noqa: BLE001 — a label's evidence must not fail the search
+        storage = {"error": f"{type(e).__name__}: {e}"}
+    sbps = (storage or {}).get("bytes_per_s")
+    share = fail["throughput_bytes_per_s"] / sbps if sbps else None
+    bound = label_stop(synthetic["passed"], near_ceiling, contention, share)
     worst_rank = next(r for r in fail["per_rank"] if r["rank"] == worst)
     model = worst_rank.get("au_model")
     why = (f"without I/O the same {n} accelerators reach AU {synthetic['au']:.1%}" +
            (f"; storage delivered {fail['throughput_bytes_per_s'] / 1e6:.1f} MB/s, {fail['throughput_bytes_per_s'] / cap:.0%} "
-            f"of this host's read ceiling ({cap / 1e6:.1f} MB/s)" if cap else "") + ": " +
+            f"of this host's read ceiling ({cap / 1e6:.1f} MB/s)" if cap else "") +
+           (f"; the loaders' workers waited {contention:.0%} of their busy time for a CPU" if contention is not None
+            else "") +
+           (f"; the storage itself reads {sbps / 1e6:.1f} MB/s (large parallel reads, cold): {share:.0%} of it was "
+            "delivered" if share is not None and sbps else "") + ": " +
            ("the storage path is the limit" if bound == "storage-bound" else
             "this host is the limit (CPU, copies, its read path, the harness), storage aside"))
     return {"accelerators": n, "au": fail["au"], "au_min": fail["au_min"], "worst_accelerator": worst,
             "bound": bound, "au_without_io": synthetic["au"], "au_model_worst": model, "host_ceiling": ceiling,
+            "cpu_contention": contention, "storage_ceiling": storage, "storage_share": share,
             "delivered_bytes_per_s": fail["throughput_bytes_per_s"],
             "worst_wait_s": worst_rank["wait_s"], "worst_batch_io_p99_s": worst_rank["batch_io_p99_s"],
             "explanation": why + (f"; the loader model replaying its workers' times gives AU {model:.1%}: the rest "

@@ -53,7 +53,7 @@ class MlperfConfig:
     client_memory: int = 0              # bytes per client node; 0: this host's memory
     cache: str = "auto"                 # auto: cold every epoch when the dataset is under 5x memory
     workers: int = 0                    # 0: the workload's read threads
-    prefetch: int = 0                   # 0: DLIO's 2 batches (prefetch_for)
+    prefetch: int = 0                   # 0: as DLIO sets it from prefetch_size 2 (prefetch_for)
     au_threshold: float = 0.0           # 0: the workload's
     seed: int = 0
     endpoint_url: str | None = None
@@ -160,15 +160,21 @@ def loader_group(wl: MlperfWorkload, workers: int) -> int:
 DLIO_PREFETCH_SIZE = 2   # DLIO utils/config.py ``prefetch_size`` (reader.prefetch_size): batches ahead
 
 
-def prefetch_for(group: int) -> int:
-    """Loader prefetch per worker: DLIO's ``prefetch_size`` of 2 batches, for PyTorch's map-style loader
-    (``prefetch_factor``) and for tf.data (``dataset.prefetch(prefetch_size)``, DLIO reader/tf_reader.py
-    ``next``).  Pieces of a tf.data batch (``group`` > 1) are 2 per worker, i.e. 2 whole batches, and the
-    workers advance in lock step (LoadConfig.lockstep): tf.data's interleave keeps its files within 2
-    records of each other.  Free-running workers 4 pieces deep (the old setting) let the excluded first
-    step absorb the read of ~4 batches and the measured steps start with 3 in hand: AU 50.9-51.6% for a
-    truth of 48.8% (4 epochs), 0.55-0.79 s of buffered steps computed with the disk idle at the epoch's end;
-    in lock step 48.5% (2 epochs) and 0.24 s (one step): resnet50 shape at 100 MB/s, benchmarks/bench_dlio.py."""
+def prefetch_for(wl: MlperfWorkload, workers: int, group: int) -> int:
+    """Loader prefetch per worker, from DLIO's ``prefetch_size`` of 2 batches.
+
+    PyTorch (map; DLIO data_loader/torch_data_loader.py ``read``): ``prefetch_factor =
+    ceil(prefetch_size / read_threads)`` per worker -- unet3d's 4 workers keep 1 batch each in flight,
+    4 in all, not 2 each.  tf.data (stream; reader/tf_reader.py ``next``): ``dataset.prefetch(prefetch_size)``
+    after the batch, so 2 per worker; a batch cut in pieces (``group`` > 1) is then 2 whole batches, its
+    workers in lock step (LoadConfig.lockstep) as tf.data's interleave keeps its files within 2 records
+    of each other.  Free-running workers 4 pieces deep (the old setting) let the excluded first step
+    absorb the read of ~4 batches and the measured steps start with 3 in hand: AU 50.9-51.6% for a
+    truth of 48.8% (4 epochs), 0.55-0.79 s of buffered steps computed with the disk idle at the epoch's
+    end; in lock step 48.5% (2 epochs) and 0.24 s (one step): resnet50 shape at 100 MB/s,
+    benchmarks/bench_dlio.py."""
+    if wl.access == "map":
+        return max(1, math.ceil(DLIO_PREFETCH_SIZE / max(1, workers)))
     return DLIO_PREFETCH_SIZE
 
 
@@ -179,7 +185,7 @@ def _load_fields(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, cache:
     shuffle, buffer = wl.loader_shuffle()
     workers = cfg.workers or wl.read_threads
     group = loader_group(wl, workers)
-    return {"dataset": cfg.dataset, "workers": workers, "prefetch": cfg.prefetch or prefetch_for(group),
+    return {"dataset": cfg.dataset, "workers": workers, "prefetch": cfg.prefetch or prefetch_for(wl, workers, group),
             "batch_size": wl.batch_size // group, "epochs": 1, "steps": steps * group, "shuffle": shuffle,
             "shuffle_buffer": buffer, "drop_last": wl.drop_last and wl.access == "map", "seed": seed,
             "lockstep": group > 1,
@@ -280,7 +286,8 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
     """One MLPerf run: all accelerators, ``epochs`` passes (one per epoch, each its first step excluded)."""
     seed = cfg.seed + 1000 * (run_index + 1)   # a new seed every run, the warm-up (-1) too (§6.6.3)
     per: list[dict] = [dict(samples=0, bytes_read=0, wall_s=0.0, au_epochs=[], step_s=[], compute_s=[],
-                            barrier_s=0.0, wait_s=0.0, caches=[], warnings=[], model=[])
+                            barrier_s=0.0, wait_s=0.0, caches=[], warnings=[], model=[], busy_s=0.0,
+                            run_delay_s=0.0, delay_known=True)
                        for _ in range(cfg.accelerators)]
     io_p99: list[list[float]] = [[] for _ in range(cfg.accelerators)]
     walls: list[float] = []
@@ -309,6 +316,12 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
             p["compute_s"].extend(st["compute_s"])
             p["barrier_s"] += sum(st["barrier_s"])
             p["wait_s"] += m["wait_s_total"]
+            for w in m.get("per_worker") or ():      # CPU contention, as the driver reads it (cpu_contention)
+                if w.get("run_delay_s") is None or w.get("busy_s") is None:
+                    p["delay_known"] = False
+                else:
+                    p["busy_s"] += w["busy_s"]
+                    p["run_delay_s"] += w["run_delay_s"]
             if m.get("au_model") is not None:
                 p["model"].append((m["au_model"], len(st["step_s"])))
             p["caches"].append((env.get("cache") or {}).get("declared") or env.get("cache"))
@@ -336,6 +349,8 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
             "bytes_per_s": p["bytes_read"] / p["wall_s"] if p["wall_s"] > 0 else None,
             "wait_s": p["wait_s"], "barrier_wait_s": p["barrier_s"], "batch_io_p99_s": max(io_p99[i], default=0.0),
             "compute_measured_s_mean": measured,
+            # the share of its workers' busy time they spent runnable but waiting for a CPU (schedstat)
+            "cpu_contention": p["run_delay_s"] / p["busy_s"] if p["delay_known"] and p["busy_s"] > 0 else None,
             "cache": p["caches"][0] if p["caches"] else None})
     out = _world_run(per_rank, sum(walls), [w for p in per for w in p["warnings"]])
     out["checkpoint"] = checkpoint
