@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigError
 from .paths import check_inside, contained_rel
@@ -161,11 +161,25 @@ class Manifest:
         if not isinstance(raw, list):
             raise ConfigError("manifest.shards", f"must be a list of shard entries, got {_kind(raw)}", _REGEN)
         shards = tuple(ShardEntry.from_dict(s, f"manifest.shards[{i}]") for i, s in enumerate(raw))
+        if not shards:   # (verify said OK about a directory of shards the manifest did not list)
+            raise ConfigError("manifest.shards", "lists no shard", _REGEN)
         seen: set[str] = set()
+        first = 0
+        placed = []
         for i, s in enumerate(shards):
             if s.path in seen:
                 raise ConfigError(f"manifest.shards[{i}].path", f"{s.path!r} is listed twice", _REGEN)
+            if s.path == MANIFEST_NAME or s.index_path == MANIFEST_NAME:   # load read the manifest as a shard
+                raise ConfigError(f"manifest.shards[{i}].path", f"names the manifest itself ({MANIFEST_NAME})", _REGEN)
+            if "first_sample" not in raw[i]:   # it starts where the shards before it end (not at 0 for every one)
+                s = replace(s, first_sample=first)
+            elif s.first_sample != first:      # global sample ids follow the shards
+                raise ConfigError(f"manifest.shards[{i}].first_sample", f"is {s.first_sample}, but the shards "
+                                  f"before it hold {first} samples", _REGEN)
             seen.add(s.path)
+            placed.append(s)
+            first += s.samples
+        shards = tuple(placed)
         _check_totals(d, shards)
         return cls(format=d["format"], modality=d["modality"], compression=d.get("compression", "none"),
                    seed=seed, spec=d.get("spec", {}), shards=shards, version=version,
@@ -188,13 +202,35 @@ def _check_kinds(d: dict) -> None:
         raise ConfigError("manifest.modality", f"unknown modality {d['modality']!r}", nearest(d["modality"], modalities))
     comp = d.get("compression", "none")
     level = comp.partition(":")[2]
-    if comp != "none" and not (comp.startswith("zstd:") and level.lstrip("-").isdigit()):
-        raise ConfigError("manifest.compression", f"unknown compression {comp!r}", "none or zstd:LEVEL")
+    if comp != "none" and not (comp.startswith("zstd:") and level.lstrip("-").isdigit()
+                               and -(1 << 17) <= int(level) <= 22):   # zstd's own range of levels
+        raise ConfigError("manifest.compression", f"unknown compression {comp!r}", "none or zstd:LEVEL (LEVEL <= 22)")
     spec = d.get("spec") or {}
+    from .bounds import memory_cap
+
     for key in _SPEC_COUNTS:
         v = spec.get(key)
         if v is not None and (not _is_count(v) or v < 1):
             raise ConfigError(f"manifest.spec.{key}", f"must be an integer >= 1, got {v!r}", _REGEN)
+    # one sample's size as the spec implies it: the loader sizes its slots from it (seq_len 10^15 died
+    # with ENOMEM allocating them, after the workers had started)
+    sample = {"seq_len": 8 * (spec.get("seq_len") or 0), "record_bytes": spec.get("record_bytes") or 0,
+              "image_width": 3 * (spec.get("image_width") or 0) * (spec.get("image_height") or 1)}
+    for key, nbytes in sample.items():
+        if nbytes > memory_cap():
+            raise ConfigError(f"manifest.spec.{key}", f"{spec[key]}: one sample would not fit in this host's "
+                              "memory", _REGEN)
+    td = spec.get("token_dtype")
+    if td is not None and td != "auto":
+        import numpy as np
+
+        try:
+            ok = np.dtype(td).kind in "ui"
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ConfigError("manifest.spec.token_dtype", f"{td!r} is not an integer dtype", "uint16, uint32, "
+                              "int32 or int64")
     algo = (d.get("extra") or {}).get("checksum")
     from .io.checksum import KNOWN_ALGOS
 

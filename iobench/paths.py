@@ -65,6 +65,10 @@ def contained_rel(rel, field: str, *, allow_empty: bool = False) -> str:
 def check_inside(root: str, rel: str, field: str) -> str:
     """The real path of local ``root/rel``; ConfigError when a symlink takes it outside ``root``."""
     real_root = os.path.realpath(root)
+    long = next((c for c in rel.split("/") if len(c.encode(errors="surrogateescape")) > 255), None)
+    if long is not None:   # no local file system holds such a name: "File name too long" named no field
+        raise ConfigError(field, f"a name in {rel[:40]!r}... is {len(long.encode(errors='surrogateescape'))} bytes, "
+                          "more than a file system allows (255)", "regenerate the file that holds it")
     full = os.path.realpath(os.path.join(real_root, rel))
     if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
         raise ConfigError(field, f"{rel!r} resolves through a symlink to {full}, outside {root}",

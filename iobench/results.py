@@ -250,6 +250,8 @@ def read_results(path: str | os.PathLike) -> dict:
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise ConfigError("results", f"{path}: {key} is a {type(data[key]).__name__}, not a "
                               f"{'mapping' if kind is dict else 'list'}", "give a file written with --json")
+    if not isinstance(data.get("metrics"), dict):   # required by the schema: compare said "B matches A" of none
+        raise ConfigError("results", f"{path} holds no metrics", "give a file written with --json")
     # masked as it comes in: a file written by hand, by an older iobench or elsewhere may hold a
     # URL's credentials, and every report, comparison and plan made from it would repeat them
     return redact_urls(data)

@@ -213,8 +213,10 @@ def _results(path, doc) -> str:
     ({"schema_version": 1, "command": "load", "world": 3}, "world"),
     ({"schema_version": 1, "command": "load", "warnings": {"a": 1}}, "warnings"),
     ({"schema_version": 1, "command": "load", "per_rank": "x"}, "per_rank"),
+    ({"schema_version": 1, "command": "load"}, "no metrics"),
+    ({"schema_version": 1, "command": "load", "metrics": None}, "no metrics"),
 ], ids=["command-int", "command-null", "metrics-str", "metrics-list", "config-int", "environment-list", "host-str",
-        "world-int", "warnings-dict", "per_rank-str"])
+        "world-int", "warnings-dict", "per_rank-str", "metrics-missing", "metrics-null"])
 @pytest.mark.parametrize("reader", ["compare", "report", "plan"])
 def test_results_of_the_wrong_shape_are_refused(doc, field, reader, ds, tmp_path):
     bad = _results(tmp_path / "bad.json", doc)

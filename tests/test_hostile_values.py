@@ -476,8 +476,17 @@ MANIFEST_EDITS = {
     "vocab_size": (lambda d: d["spec"].update(vocab_size=-3), "manifest.spec.vocab_size"),
     "samples>bytes": (lambda d: d["shards"][0].update(samples=10**15), "manifest.shards[0].samples"),
     "huge shard": (lambda d: (d["shards"][0].update(samples=10**15, bytes=10**15), d.pop("total_samples"),
-                              d.pop("total_bytes")), "manifest.total_samples"),
+                              d.pop("total_bytes"), [s.pop("first_sample") for s in d["shards"]]),
+                   "manifest.total_samples"),   # (first_sample left out: consistent in every other way)
     "offsets": (lambda d: d["shards"][0].update(offsets=[0, 1]), "manifest.shards[0].offsets"),
+    # hostile25: accepted (or a traceback) before
+    "seq_len past memory": (lambda d: d["spec"].update(seq_len=10**15), "manifest.spec.seq_len"),   # ENOMEM
+    "token_dtype": (lambda d: d["spec"].update(token_dtype="float128"), "manifest.spec.token_dtype"),
+    "first_sample": (lambda d: d["shards"][1].update(first_sample=99), "manifest.shards[1].first_sample"),
+    "no shards": (lambda d: d.update(shards=[]), "manifest.shards"),
+    "shard is the manifest": (lambda d: d["shards"][0].update(path="manifest.json"), "manifest.shards[0].path"),
+    "name too long": (lambda d: d["shards"][0].update(path="a" * 5000), "manifest.shards[0].path"),
+    "zstd level": (lambda d: d.update(compression="zstd:99"), "manifest.compression"),
 }
 
 
