@@ -189,3 +189,21 @@ def test_mlperf_ckpt_is_rule_compliant_only_when_every_rule_holds(over, broken):
     assert c.compliant == (not broken)
     for r in c.rules:
         assert "mlcommons/storage" in r.source or "Submission_guidelines.md" in r.source, r
+
+
+@pytest.mark.parametrize("workload, workers, want", [
+    ("unet3d", 4, 1),       # PyTorch: prefetch_factor = ceil(prefetch_size 2 / read_threads 4) = 1 per worker
+    ("unet3d", 1, 2),
+    ("unet3d", 3, 1),
+    ("resnet50", 8, 2),     # tf.data: prefetch(2) whole batches, cut in one piece per worker
+    ("cosmoflow", 4, 2),
+])
+def test_prefetch_per_worker_is_dlios(workload, workers, want):
+    """DLIO data_loader/torch_data_loader.py ``read``: ``prefetch_factor = ceil(prefetch_size / read_threads)``;
+    reader/tf_reader.py ``next``: ``prefetch(buffer_size=prefetch_size)`` (utils/config.py prefetch_size = 2,
+    which no MLPerf workload config sets)."""
+    from iobench.mlperf.run import loader_group, prefetch_for
+    from iobench.mlperf.workloads import TABLE
+
+    wl = TABLE[workload]
+    assert prefetch_for(wl, workers, loader_group(wl, workers)) == want

@@ -53,7 +53,7 @@ class MlperfConfig:
     client_memory: int = 0              # bytes per client node; 0: this host's memory
     cache: str = "auto"                 # auto: cold every epoch when the dataset is under 5x memory
     workers: int = 0                    # 0: the workload's read threads
-    prefetch: int = 0                   # 0: DLIO's 2 batches (prefetch_for)
+    prefetch: int = 0                   # 0: as DLIO sets it from prefetch_size 2 (prefetch_for)
     au_threshold: float = 0.0           # 0: the workload's
     seed: int = 0
     endpoint_url: str | None = None
@@ -160,15 +160,21 @@ def loader_group(wl: MlperfWorkload, workers: int) -> int:
 DLIO_PREFETCH_SIZE = 2   # DLIO utils/config.py ``prefetch_size`` (reader.prefetch_size): batches ahead
 
 
-def prefetch_for(group: int) -> int:
-    """Loader prefetch per worker: DLIO's ``prefetch_size`` of 2 batches, for PyTorch's map-style loader
-    (``prefetch_factor``) and for tf.data (``dataset.prefetch(prefetch_size)``, DLIO reader/tf_reader.py
-    ``next``).  Pieces of a tf.data batch (``group`` > 1) are 2 per worker, i.e. 2 whole batches, and the
-    workers advance in lock step (LoadConfig.lockstep): tf.data's interleave keeps its files within 2
-    records of each other.  Free-running workers 4 pieces deep (the old setting) let the excluded first
-    step absorb the read of ~4 batches and the measured steps start with 3 in hand: AU 50.9-51.6% for a
-    truth of 48.8% (4 epochs), 0.55-0.79 s of buffered steps computed with the disk idle at the epoch's end;
-    in lock step 48.5% (2 epochs) and 0.24 s (one step): resnet50 shape at 100 MB/s, benchmarks/bench_dlio.py."""
+def prefetch_for(wl: MlperfWorkload, workers: int, group: int) -> int:
+    """Loader prefetch per worker, from DLIO's ``prefetch_size`` of 2 batches.
+
+    PyTorch (map; DLIO data_loader/torch_data_loader.py ``read``): ``prefetch_factor =
+    ceil(prefetch_size / read_threads)`` per worker -- unet3d's 4 workers keep 1 batch each in flight,
+    4 in all, not 2 each.  tf.data (stream; reader/tf_reader.py ``next``): ``dataset.prefetch(prefetch_size)``
+    after the batch, so 2 per worker; a batch cut in pieces (``group`` > 1) is then 2 whole batches, its
+    workers in lock step (LoadConfig.lockstep) as tf.data's interleave keeps its files within 2 records
+    of each other.  Free-running workers 4 pieces deep (the old setting) let the excluded first step
+    absorb the read of ~4 batches and the measured steps start with 3 in hand: AU 50.9-51.6% for a
+    truth of 48.8% (4 epochs), 0.55-0.79 s of buffered steps computed with the disk idle at the epoch's
+    end; in lock step 48.5% (2 epochs) and 0.24 s (one step): resnet50 shape at 100 MB/s,
+    benchmarks/bench_dlio.py."""
+    if wl.access == "map":
+        return max(1, math.ceil(DLIO_PREFETCH_SIZE / max(1, workers)))
     return DLIO_PREFETCH_SIZE
 
 
@@ -179,7 +185,7 @@ def _load_fields(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, cache:
     shuffle, buffer = wl.loader_shuffle()
     workers = cfg.workers or wl.read_threads
     group = loader_group(wl, workers)
-    return {"dataset": cfg.dataset, "workers": workers, "prefetch": cfg.prefetch or prefetch_for(group),
+    return {"dataset": cfg.dataset, "workers": workers, "prefetch": cfg.prefetch or prefetch_for(wl, workers, group),
             "batch_size": wl.batch_size // group, "epochs": 1, "steps": steps * group, "shuffle": shuffle,
             "shuffle_buffer": buffer, "drop_last": wl.drop_last and wl.access == "map", "seed": seed,
             "lockstep": group > 1,
