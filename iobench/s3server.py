@@ -25,6 +25,29 @@ from pathlib import Path
 from .errors import EndpointError, MissingDependencyError
 
 
+_PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def _die_with(parent: int):
+    """A ``preexec_fn`` that ties the server's life to this process: the kernel sends it SIGKILL
+    when its parent dies, however it dies.  An iobench killed by SIGKILL (no handler runs: an OOM
+    kill, ``kill -9``, a CI timeout) otherwise left its server running, 140 MB each, for good.
+    None off Linux, and off the main thread: the signal fires when the *thread* that forked exits."""
+    import threading
+
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl   # looked up here: the child only calls it
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:   # the parent died before the call: nothing would send the signal
+            os._exit(1)
+    return preexec
+
+
 def find_weed() -> str:
     """Path of the `weed` binary: next to this interpreter first, then on PATH."""
     here = Path(sys.executable).parent / "weed"
@@ -114,7 +137,7 @@ class S3Server:
     def _launch(self) -> None:
         log = open(Path(self.data_dir) / "weed.log", "ab")
         self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
+                                      start_new_session=True, preexec_fn=_die_with(os.getpid()))
         log.close()
         self.pid = self._proc.pid
         try:

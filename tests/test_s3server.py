@@ -52,3 +52,41 @@ def test_private_server_stops_and_cleans_up():
     assert not os.path.exists(data_dir)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path):
+    """SIGKILL runs no handler: the kernel ends the server with its parent (PR_SET_PDEATHSIG), where
+    a killed `iobench run` or `smoke` had left its server running for good."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time\nfrom iobench.s3server import S3Server\ns = S3Server(bucket='orphan').start()\n"
+            "print(s.pid, s.data_dir, flush=True)\ntime.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    data_dir = None
+    try:
+        pid_text, data_dir = p.stdout.readline().split(maxsplit=1)
+        pid = int(pid_text)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            if open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z"):
+                break    # dead, waiting for its reaper
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("the server outlived the process that started it")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if data_dir is not None:
+            import shutil
+
+            shutil.rmtree(data_dir.strip(), ignore_errors=True)   # no handler ran to remove it
