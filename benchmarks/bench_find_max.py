@@ -139,13 +139,15 @@ def to_markdown(meta: dict, cases: dict, differ: bool, met: bool) -> str:
          f"disk's reads at {meta['throttle_bytes_per_s'] / 1e6:g} MB/s, so storage feeds N* = floor(B / (0.9 d)) = "
          f"**{meta['predicted_throttled']}** accelerators at AU ≥ 90%.", "",
          "| case | command | answer | label of the next count | delivered at the next count | host ceiling | "
-         "fio (O_DIRECT seq) | load avg | s |", "|---|---|---|---|---|---|---|---|---|"]
+         "storage ceiling (find-max's own) | fio (O_DIRECT seq) | load avg | s |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
     for name, c in cases.items():
         fm = c["find_max"]
         ns = fm.get("next_step") or {}
         ceil = ((ns.get("host_ceiling") or {}).get("bytes_per_s") or 0) / 1e6
+        sto = ((ns.get("storage_ceiling") or {}).get("bytes_per_s") or 0) / 1e6
         L.append(f"| {name} | `{c['command']}` | {fm['max_accelerators_per_node']} | {ns.get('bound', '-')} | "
-                 f"{(ns.get('delivered_bytes_per_s') or 0) / 1e6:.0f} MB/s | {ceil:.0f} MB/s | "
+                 f"{(ns.get('delivered_bytes_per_s') or 0) / 1e6:.0f} MB/s | {ceil:.0f} MB/s | {sto:.0f} MB/s | "
                  f"{(c['fio_bytes_per_s'] or 0) / 1e6:.0f} MB/s | {c['load_avg_1m_start']:.1f}–"
                  f"{c['load_avg_1m_end']:.1f} | {c['seconds']:.0f} |")
     L += ["", f"**Answers {'differ' if differ else 'are the same'}; target "

@@ -541,3 +541,29 @@ def test_probe_list_flags_refuse_hostile_values(probe, flag, value, tmp_path):
     r = run_inprocess(["probe", probe, *target, f"{flag}={value}"], timeout_s=10)
     assert_refused(r, within_s=10)
     assert not (tmp_path / "p").exists()
+
+
+def test_slots_made_before_a_signal_are_unlinked(monkeypatch):
+    # SIGTERM 1 s into `check` (the loader setting up) left "3 leaked shared_memory objects" for the
+    # resource tracker, and its warning lines after the one line
+    import multiprocessing as mp
+    from multiprocessing import shared_memory
+
+    from iobench.loader import slots
+
+    real, made = shared_memory.SharedMemory, []
+
+    def interrupted_at_the_third(*a, **kw):
+        if len(made) == 2:
+            raise KeyboardInterrupt()
+        shm = real(*a, **kw)
+        made.append(shm.name)
+        return shm
+
+    monkeypatch.setattr(shared_memory, "SharedMemory", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        slots.SlotPool(mp.get_context("fork"), 4, 4096)
+    monkeypatch.undo()
+    for name in made:
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name=name)

@@ -412,21 +412,25 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     # served from this host needs one of them: spinning would starve it).
     spin_s = _SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0
     pool = SlotPool(ctx, st.slots, st.slot_bytes, cfg.workers, spin_s=spin_s)
-    owner = schedule.owner
-    pipes = [ctx.Pipe(duplex=False) for _ in range(cfg.workers)]
-    stop = ctx.Event()
-    procs = []
-    monitor = SystemMonitor(cfg.monitor_interval_s)
-    rec = _Steps()
-    bar = None
-    rx = None
-    read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
-    lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
-    need = round_need(owner, cfg.workers) if cfg.lockstep else None
-    rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
-    # The start-up clock starts before the first worker does: a worker reads as soon as it is ready,
-    # while the next ones are forked, and those bytes count in wall_s_with_startup (DESIGN rule 13).
-    rec.t_spawn = now_ns()
+    try:   # a signal while the rest is set up (SIGTERM 1 s into `check`) must not leak the slots
+        owner = schedule.owner
+        pipes = [ctx.Pipe(duplex=False) for _ in range(cfg.workers)]
+        stop = ctx.Event()
+        procs = []
+        monitor = SystemMonitor(cfg.monitor_interval_s)
+        rec = _Steps()
+        bar = None
+        rx = None
+        read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
+        lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
+        need = round_need(owner, cfg.workers) if cfg.lockstep else None
+        rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
+        # The start-up clock starts before the first worker does: a worker reads as soon as it is ready,
+        # while the next ones are forked, and those bytes count in wall_s_with_startup (DESIGN rule 13).
+        rec.t_spawn = now_ns()
+    except BaseException:
+        pool.close()
+        raise
     try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),

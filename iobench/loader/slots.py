@@ -28,7 +28,15 @@ class SlotPool:
         # inter-processor interrupt on a VM, 20-40 us of the consumer's step (measured, W=1, compute 0).
         self.spin_ns = int(spin_s * 1e9)
         self.slot_bytes = max(int(slot_bytes), 1)
-        self.shms = [shared_memory.SharedMemory(create=True, size=self.slot_bytes) for _ in range(n_slots)]
+        self.shms = []
+        try:
+            for _ in range(n_slots):
+                self.shms.append(shared_memory.SharedMemory(create=True, size=self.slot_bytes))
+        except BaseException:   # (a signal, ENOMEM) halfway: the segments made so far are unlinked, not leaked
+            for shm in self.shms:
+                shm.close()
+                shm.unlink()
+            raise
         # Batches of each slot released so far: written only by the consumer, read by workers.
         # A release is one store plus a byte down the wake pipe of the worker that fills the
         # slot next — no lock and no wake-up handshake on the consumer's critical path.

@@ -347,9 +347,10 @@ def _anonymous(size: int) -> mmap.mmap:
     """A page-aligned private buffer of at least ``size`` bytes, in transparent huge pages where
     the kernel gives them (``madvise`` mode included; a huge page is committed whole, so only
     buffers of a few of them ask).  Why huge pages: a batch gathered from a block buffer touches
-    a random 4 KiB page per 1 KiB row, and with 4 KiB pages each row costs a TLB miss (a page
-    walk) -- the gather took twice as long as from a buffer the TLB covers, an 8 MiB buffer
-    being 2048 small pages but 4 huge ones (see NOTE [ Block buffers ] in docs/design.md)."""
+    a random page per 1 KiB row; an 8 MiB buffer is 2048 small pages, more than the TLB holds
+    beside everything else, but 4 huge ones (NOTE [ Block buffers ] in docs/design.md; most of
+    the gain over the old mapped path came from reading on the gathering core, this is the
+    smaller part)."""
     if size < 2 * _HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
         return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     m = mmap.mmap(-1, -(-size // _HUGE) * _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
