@@ -109,7 +109,7 @@ def test_dataset_directory_uses_the_manifest(tmp_path):
     entries = []
     for i in range(2):
         create_file(str(tmp_path / f"shard-{i}.bin"), 300_000 + i, seed=i)
-        entries.append(ShardEntry(path=f"shard-{i}.bin", bytes=300_000 + i, samples=1, checksum="xxh64:0"))
+        entries.append(ShardEntry(path=f"shard-{i}.bin", bytes=300_000 + i, samples=1, first_sample=i, checksum="xxh64:0"))
     write_manifest(open_backend(str(tmp_path)), Manifest(format="raw", modality="tokens", compression="none",
                                                          seed=0, spec={}, shards=tuple(entries)))
     out = run_bench(cfg(str(tmp_path), io_sizes=["128KiB"], threads=[1], cache=["warm"], qd1_samples=3))
