@@ -299,8 +299,8 @@ def _one_cold_pass(cfg: LoadConfig, backend: Backend, manifest: Manifest, schedu
         warnings.append(f"--cache cold: the run stops at the end of one pass ({one_pass} steps), because a second "
                         "would read the page cache the first filled")
         return build_schedule(replace(cfg, steps=one_pass), manifest, rank, world)
-    field, what = ("load.steps", f"{cfg.steps} steps") if cfg.steps else ("load.epochs", f"{cfg.epochs} epochs")
-    raise ConfigError(field, f"a cold run of {what} reads the {format_bytes(nbytes)} dataset "
+    key, what = ("load.steps", f"{cfg.steps} steps") if cfg.steps else ("load.epochs", f"{cfg.epochs} epochs")
+    raise ConfigError(key, f"a cold run of {what} reads the {format_bytes(nbytes)} dataset "
                       f"{len(schedule.plans)} times, and the page cache holds it after the first pass (one pass is "
                       f"{one_pass} steps): the later passes would read memory, not storage",
                       f"use --epochs 1 or --steps {one_pass} or fewer; `iobench mlperf run` drops the cache before "
