@@ -523,6 +523,13 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
     if previous:
         previous |= {p for p in pending if _safe_rel(p)}
         backend.write_bytes(SUPERSEDED_NAME, json.dumps({"files": sorted(previous)}).encode(), fsync=True)
+    elif pending:
+        # A first generation records what it is about to write too: a run killed after its first
+        # shard was renamed into place left a shard and no manifest, and the next gen refused the
+        # directory as the user's.  (Removed again on success or failure: ``end_first_record``.)  Not
+        # fsynced: lost in a power cut, the next gen only refuses the directory, as before; nothing is lost.
+        backend.write_bytes(SUPERSEDED_NAME, json.dumps({"files": sorted(p for p in pending if _safe_rel(p))}).encode(),
+                            fsync=False)
     if backend.exists(MANIFEST_NAME):
         backend.rm(MANIFEST_NAME)
         if backend.is_local:
@@ -530,6 +537,14 @@ def unpublish(backend: Backend, pending=()) -> set[str]:
 
             fsync_dir(backend.root)
     return previous
+
+
+def end_first_record(backend: Backend, previous: set[str]) -> None:
+    """A first generation's record (``unpublish``) goes when the run ends, published or failed (no
+    directory fsync: if the removal is lost, the record names only files the manifest lists)."""
+    if not previous:
+        with contextlib.suppress(FileNotFoundError):
+            backend.rm(SUPERSEDED_NAME)
 
 
 def least_bytes(spec: GenSpec) -> int:
@@ -792,6 +807,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
             # This run's shards, and what is left of the dataset it was replacing (already withdrawn).
             _remove_quietly(backend, [p.path for p in plans] + [fmt.index_path(p.path) for p in plans])
             _remove_shard_temp_files(backend, _ours())   # a writer killed mid-shard leaves its temp file behind
+            end_first_record(backend, previous)
             if created_root:   # the directory this run made, when nothing else is in it (rmdir: only if empty)
                 with contextlib.suppress(OSError):
                     os.rmdir(backend.base.root)
@@ -809,6 +825,7 @@ def generate(spec: GenSpec, out_url: str, *, endpoint_url: str | None = None, st
             raise
     manifest = _publish(spec, fmt, backend, entries)
     removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+    end_first_record(backend, previous)
     if stats is not None:
         stats.update(stale_removed=removed, leftover_temp_files_removed=leftovers,
                      seconds=(time.perf_counter_ns() - t0) / 1e9, bytes=manifest.total_bytes,
@@ -902,6 +919,8 @@ def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_op
             _remove_temp_files(backend, previous)
             if not _remove_files(backend, previous)[1]:
                 _remove_files(backend, [SUPERSEDED_NAME])
+        elif world.rank == 0:
+            end_first_record(backend, previous)
         err = StorageError(f"generation failed on rank {bad[0][0]}, no manifest written: {bad[0][1]}")
         err.collective = True
         raise err
@@ -913,6 +932,7 @@ def _generate_ranks(spec, fmt, backend, plans, out_url, endpoint_url, storage_op
     if world.rank == 0:
         manifest = _publish(spec, fmt, backend, [e for es, _ in gathered for e in es])
         removed = _finish_replacement(backend, previous, manifest_files(manifest)) if previous else 0
+        end_first_record(backend, previous)
         if stats is not None:
             per_rank = [st for _, st in gathered]
             stats.update(stale_removed=removed, seconds=(time.perf_counter_ns() - t_start) / 1e9,

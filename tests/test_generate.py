@@ -294,6 +294,47 @@ def test_a_killed_regeneration_is_cleaned_up_by_the_next_one(tmp_path):
     assert verify_dataset(str(tmp_path)).ok
 
 
+@pytest.mark.parametrize("after", [10, 20], ids=["after-1-shard", "after-2-shards"])
+def test_a_killed_first_generation_is_cleaned_up_by_the_next_one(tmp_path, after):
+    """A first generation killed after its first shards were renamed into place left shards and no
+    manifest, and the next gen refused the directory as the user's; its record names them as gen's."""
+    import multiprocessing as mp
+
+    from iobench.generate import SUPERSEDED_NAME
+
+    out = tmp_path / "ds"
+
+    def child():
+        import iobench.synth as synth
+
+        real = synth.TokenSynth.rows
+
+        def dying(self, start, stop):
+            if start >= after:
+                os._exit(9)                                  # no cleanup of any kind runs
+            return real(self, start, stop)
+
+        synth.TokenSynth.rows = dying
+        generate(_regen_spec(40), str(out), progress=False)
+
+    p = mp.get_context("fork").Process(target=child)
+    p.start()
+    p.join(60)
+    assert p.exitcode == 9
+    assert not (out / MANIFEST_NAME).exists() and SUPERSEDED_NAME in _names(out)
+    assert any(n.endswith(".tfrecord") for n in _names(out))       # a finished shard of the killed run
+    new = generate(_regen_spec(10, seed=1), str(out), progress=False)   # no --force needed
+    assert _names(out) == {MANIFEST_NAME, new.shards[0].path, new.shards[0].index_path}
+    assert verify_dataset(str(out)).ok
+
+
+def test_a_first_generation_leaves_no_record(tmp_path):
+    from iobench.generate import SUPERSEDED_NAME
+
+    m = generate(_regen_spec(20), str(tmp_path / "ds"), progress=False)
+    assert SUPERSEDED_NAME not in _names(tmp_path / "ds") and len(m.shards) == 2
+
+
 def test_regenerating_on_s3_removes_stale_objects_only(s3_server, s3_prefix):
     import s3fs
 
