@@ -3,20 +3,14 @@ report whose tables are empty (a throttled row skipped on a host without a throt
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_front_door", ROOT / "benchmarks" / "bench_front_door.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_front_door")
 
 
 @pytest.mark.parametrize("args, says", [

@@ -3,20 +3,14 @@ that says how far a short epoch departs from it (why the unet3d shape has 84 ste
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench_helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_dlio", ROOT / "benchmarks" / "bench_dlio.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_dlio")
 
 
 def test_epoch_model_by_hand(bench):
