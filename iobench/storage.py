@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Iterator
 from urllib.parse import urlparse
 
@@ -25,8 +25,8 @@ import fsspec
 from .io.atomic import atomic_open
 from .errors import ConfigError, EndpointError, MissingDependencyError
 
-SUPPORTED_PROTOCOLS = ("file", "s3", "memory")  # built in; any other installed fsspec protocol works too
 # Protocols without directories: prefixes appear with their objects.
+_KINDS = {"file": "local", "memory": "memory"}
 _NO_DIRS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "http", "https", "hf", "oss")
 # Clients for S3 reads: "s3fs" (fsspec's, always there with the s3 extra), "obstore" (Rust
 # object_store client, the s3fast extra; ~2x s3fs per GET here, see reports/reference/load.md),
@@ -48,17 +48,20 @@ def storage_kind(url: str) -> str:
 
 
 def _kind(protocol: str) -> str:
-    if protocol == "file":
-        return "local"
-    if protocol == "memory":
-        return "memory"
-    if protocol in _NO_DIRS and protocol not in ("http", "https", "hf"):
-        return "object"
-    return "other"
+    """The storage kind of a protocol (the table the factories pick their classes by)."""
+    return _KINDS.get(protocol) or ("object" if protocol in _NO_DIRS and protocol not in ("http", "https", "hf") else "other")
 
 
 @dataclass
 class Backend:
+    """Storage at a root URL through an fsspec filesystem: any protocol fsspec knows (gs, az, hf,
+    http(s), sftp, ...), and the base of one class per storage kind (``LocalBackend``,
+    ``MemoryBackend``, ``S3Backend``), which ``open_backend`` picks.
+
+    Capability flags: callers read these instead of branching on the protocol.  Each storage
+    kind's class sets its own, and only its class knows what it can do; a new kind is a subclass
+    that sets its flags and overrides the requests it serves better."""
+
     url: str
     protocol: str
     root: str
@@ -66,33 +69,22 @@ class Backend:
     endpoint_url: str | None = None
     reader: Any = field(default=None, repr=False)   # a faster client for ranged GETs (ObstoreReader), or None
 
-    # Capability flags: callers read these instead of branching on the protocol.  This class
-    # is the one place that knows what each protocol can do; a new backend sets its flags here
-    # (or in a subclass) and every caller follows.
+    is_local = False                  # files on a local (POSIX) file system: paths, fds, page cache, fsync
+    # the S3 API through s3fs (conditional create with If-None-Match, S3 probes, endpoint URL)
+    speaks_s3 = False
+    supports_bulk_transfer = False    # one call moves many files concurrently (s3fs put/rm lists, multipart)
+    shared_between_processes = True   # other processes see the same data (false for memory://)
+    supports_odirect = False          # reads with O_DIRECT (no page cache)
+
     @property
     def kind(self) -> str:
         """'local', 'memory', 'object' or 'other' (``storage_kind``)."""
         return _kind(self.protocol)
 
     @property
-    def is_local(self) -> bool:
-        """Files on a local (POSIX) file system: paths, fds, page cache, fsync."""
-        return self.protocol == "file"
-
-    @property
     def is_object_store(self) -> bool:
         """Object semantics: no directories, objects appear whole on completion (s3, gs, az, ...)."""
         return self.kind == "object"
-
-    @property
-    def speaks_s3(self) -> bool:
-        """The S3 API through s3fs (conditional create with If-None-Match, S3 probes, endpoint URL)."""
-        return self.protocol in ("s3", "s3a")
-
-    @property
-    def shared_between_processes(self) -> bool:
-        """Other processes see the same data (false for memory://, which lives in this process)."""
-        return self.protocol != "memory"
 
     @property
     def server_on_this_host(self) -> bool:
@@ -111,11 +103,6 @@ class Backend:
             return False
 
     @property
-    def supports_pread(self) -> bool:
-        """Positional reads without a request round trip (local files, in-process memory)."""
-        return self.protocol in ("file", "memory")
-
-    @property
     def parallel_ranged_reads(self) -> bool:
         """Ranged reads of one object, in parallel, beat one whole read (object stores)."""
         return self.is_object_store
@@ -128,21 +115,18 @@ class Backend:
         return self.reader is not None
 
     @property
-    def supports_bulk_transfer(self) -> bool:
-        """One call moves many files concurrently (s3fs put/rm lists, multipart)."""
-        return self.speaks_s3
-
-    @property
     def has_directories(self) -> bool:
         return self.protocol not in _NO_DIRS
 
     @property
-    def supports_range_reads(self) -> bool:
-        return True
+    def read_client(self) -> str:
+        """Which client serves reads: 'obstore', 's3fs', or the protocol's fsspec filesystem."""
+        return self.protocol
 
     @property
-    def supports_odirect(self) -> bool:
-        return self.protocol == "file" and hasattr(os, "O_DIRECT")
+    def base(self) -> "Backend":
+        """The innermost real backend (wrappers override; a plain backend is its own)."""
+        return self
 
     def path(self, rel: str = "") -> str:
         """Full path (as the filesystem names it) of ``rel`` under the root; never outside it.
@@ -160,42 +144,34 @@ class Backend:
         return f"{self.root.rstrip('/')}/{rel}" if self.root else rel
 
     def local_path(self, rel: str = "") -> str:
-        if not self.is_local:
-            raise ConfigError("url", f"{self.url} is not a local path", "give a local directory")
-        return self.path(rel)
+        raise ConfigError("url", f"{self.url} is not a local path", "give a local directory")
 
     def child(self, rel: str) -> "Backend":
         """A backend rooted at ``rel`` below this one, sharing the filesystem object."""
-        return Backend(url=self.url.rstrip("/") + "/" + rel.strip("/"), protocol=self.protocol,
-                       root=self.path(rel), fs=self.fs, endpoint_url=self.endpoint_url, reader=self.reader)
-
-    @property
-    def read_client(self) -> str:
-        """Which client serves reads: 'obstore', 's3fs', or the protocol's fsspec filesystem."""
-        return self.reader.name if self.reader is not None else ("s3fs" if self.protocol == "s3" else self.protocol)
-
-    @property
-    def base(self) -> "Backend":
-        """The innermost real backend (wrappers override; a plain backend is its own)."""
-        return self
+        return replace(self, url=self.url.rstrip("/") + "/" + rel.strip("/"), root=self.path(rel))
 
     def connect(self) -> None:
         """Open clients and sessions now, before a measured clock starts (no-op where nothing to open)."""
-        if self.reader is not None:
-            # obstore serves the reads; s3fs's botocore session (~0.3 CPU-s) is made only if needed
-            self.reader.store(self.root.split("/", 1)[0])
-        elif self.speaks_s3:
-            self.fs.connect()
+
+    def check_reachable(self, field_name: str = "url") -> None:
+        """Fail fast, with exit code 2, when the storage cannot be reached (``check_reachable``)."""
+        try:
+            self.fs.info(self.root)
+        except FileNotFoundError:
+            raise EndpointError(field_name, f"nothing at {self.url}", "check the URL") from None
+        except PermissionError:
+            raise EndpointError(field_name, f"access to {self.url} was denied",
+                                "check the credentials in the environment or profile (never put them in flags)") from None
+        except Exception as e:  # noqa: BLE001 - connection refused, DNS, timeouts, auth libraries' own errors
+            raise EndpointError(field_name, f"cannot reach {self.url} ({type(e).__name__})",
+                                "check the URL and that the server is running") from e
 
     def relative(self, full: str) -> str | None:
         """``full`` (as the filesystem lists it) relative to the root; None when it is outside."""
-        full = str(full)
-        if self.protocol == "memory" and not full.startswith("/"):
-            full = "/" + full   # fsspec's memory filesystem lists paths without their leading '/'
         root = self.root.rstrip("/")
-        if not full.startswith(root + "/"):
+        if not str(full).startswith(root + "/"):
             return None
-        return full[len(root) + 1:]
+        return str(full)[len(root) + 1:]
 
     def describe(self) -> dict:
         from .results import redact_text
@@ -212,64 +188,29 @@ class Backend:
         return int(self.fs.size(self.path(rel)))
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
-            return self.reader.get_range(self.path(rel), start, end).to_bytes()
         return self.cat_buffer(rel, start, end)
 
     def cat_buffer(self, rel: str, start: int | None, end: int | None):
         """Bytes ``[start, end)`` of ``rel`` as a read-only buffer (len(), memoryview()), not
         necessarily ``bytes``: a fast client's own buffer is handed over without a copy (a whole
         shard read in one GET is parsed where it landed)."""
-        if self.reader is not None:
-            return self.reader.get_range(self.path(rel), start, end)
-        if self.is_local:
-            _require_regular(self.path(rel))
         return self.fs.cat_file(self.path(rel), start=start, end=end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
         """Bytes ``[start, end)`` of ``rel`` into the writable buffer ``out``; returns the count.
 
         Reads land in the caller's buffer (a loader's reused shard buffer) with one copy at
-        most: local files ``preadv`` straight into it, a fast client copies once out of its
-        own buffer.  A short count means the object ended early.
+        most (local files ``preadv`` straight into it, a fast client copies once out of its own
+        buffer).  A short count means the object ended early.
         """
         out = memoryview(out).cast("B")[:end - start]
-        if self.is_local:
-            from .io.inputs import open_regular
-
-            fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
-            try:
-                got = 0
-                while got < len(out):
-                    n = os.preadv(fd, [out[got:]], start + got)
-                    if n <= 0:
-                        break
-                    got += n
-                return got
-            finally:
-                os.close(fd)
-        if self.reader is None and self.speaks_s3:
-            return _s3fs_get_into(self.fs, self.path(rel), start, end, out)
-        data = self.reader.get_range(self.path(rel), start, end) if self.reader is not None \
-            else self.fs.cat_file(self.path(rel), start=start, end=end)
+        data = self.cat_buffer(rel, start, end)
         n = min(len(data), len(out))
         out[:n] = memoryview(data)[:n]
         return n
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
-        if self.is_local and "r" in mode:
-            _require_regular(self.path(rel))
         return self.fs.open(self.path(rel), mode, **kw)
-
-    def memory_buffer(self, rel: str) -> memoryview:
-        """A memory:// object's bytes as a view of its own buffer, without a copy (fsspec's
-        per-call path costs ~50 us a request; the loader's null-storage floor reads this)."""
-        if self.protocol != "memory":
-            raise ConfigError("url", f"{self.url} is not memory://", "read it with cat()")
-        try:
-            return self.fs.store[self.fs._strip_protocol(self.path(rel))].getbuffer()
-        except KeyError:
-            raise FileNotFoundError(self.path(rel)) from None
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         """Bytes ``start:end`` as the next piece of a sequential stream over ``rel`` (a loader's
@@ -284,16 +225,7 @@ class Backend:
             return []
 
     def rm(self, rel: str, recursive: bool = False) -> None:
-        full = self.path(rel)
-        if self.is_local and rel.strip("/"):
-            # Never delete through a symlinked directory that leads out of the root.
-            from .paths import check_inside
-
-            head, _, name = rel.strip("/").rpartition("/")
-            check_inside(self.root, head, "path")
-            if recursive:
-                check_inside(self.root, rel.strip("/"), "path")
-        self.fs.rm(full, recursive=recursive)
+        self.fs.rm(self.path(rel), recursive=recursive)
 
     def makedirs(self, rel: str = "") -> None:
         if self.has_directories:  # S3 has none; prefixes appear with their objects
@@ -302,19 +234,6 @@ class Backend:
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
         """A writable file that becomes visible under ``rel`` only when the block succeeds."""
-        if self.is_local:
-            from .paths import check_inside
-
-            check_inside(self.root, rel.strip("/").rpartition("/")[0], "path")   # no symlinked dir out of the root
-            with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
-                yield f
-            return
-        if self.protocol == "memory":
-            # fsspec's memory files are visible from open(); publish the bytes only at the end.
-            buf = io.BytesIO()
-            yield buf
-            self.fs.pipe_file(self.path(rel), buf.getvalue())
-            return
         f = self.fs.open(self.path(rel), "wb")
         try:
             yield f
@@ -331,6 +250,157 @@ class Backend:
     def write_bytes(self, rel: str, data: bytes, fsync: bool = True) -> None:
         with self.open_output(rel, fsync=fsync) as f:
             f.write(data)
+
+
+class LocalBackend(Backend):
+    """Files on a local (POSIX) file system: reads open regular files only (fsspec's ``open``
+    of a FIFO blocks forever), writes are atomic (temp name, fsync, rename, fsync of the
+    directory), and nothing is written or deleted through a symlinked directory out of the root."""
+
+    is_local = True
+    supports_odirect = hasattr(os, "O_DIRECT")
+
+    def local_path(self, rel: str = "") -> str:
+        return self.path(rel)
+
+    def check_reachable(self, field_name: str = "url") -> None:
+        pass
+
+    def cat_buffer(self, rel: str, start: int | None, end: int | None):
+        _require_regular(self.path(rel))
+        return super().cat_buffer(rel, start, end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        from .io.inputs import open_regular
+
+        out = memoryview(out).cast("B")[:end - start]
+        fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
+        try:
+            got = 0
+            while got < len(out):
+                n = os.preadv(fd, [out[got:]], start + got)
+                if n <= 0:
+                    break
+                got += n
+            return got
+        finally:
+            os.close(fd)
+
+    def open(self, rel: str, mode: str = "rb", **kw) -> IO:
+        if "r" in mode:
+            _require_regular(self.path(rel))
+        return super().open(rel, mode, **kw)
+
+    def rm(self, rel: str, recursive: bool = False) -> None:
+        full, rel = self.path(rel), rel.strip("/")   # path() refuses a '..' first
+        if rel:
+            # Never delete through a symlinked directory that leads out of the root.
+            from .paths import check_inside
+
+            check_inside(self.root, rel.rpartition("/")[0], "path")
+            if recursive:
+                check_inside(self.root, rel, "path")
+        self.fs.rm(full, recursive=recursive)
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        from .paths import check_inside
+
+        check_inside(self.root, rel.strip("/").rpartition("/")[0], "path")   # no symlinked dir out of the root
+        with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
+            yield f
+
+
+class MemoryBackend(Backend):
+    """memory://: objects in this process (fsspec's memory filesystem), the null-storage floor."""
+
+    shared_between_processes = False
+
+    def check_reachable(self, field_name: str = "url") -> None:
+        pass
+
+    def relative(self, full: str) -> str | None:
+        # fsspec's memory filesystem lists paths without their leading '/'
+        return super().relative(full if str(full).startswith("/") else "/" + str(full))
+
+    def memory_buffer(self, rel: str) -> memoryview:
+        """An object's bytes as a view of its own buffer, without a copy (fsspec's per-call path
+        costs ~50 us a request; the loader's null-storage floor reads this)."""
+        try:
+            return self.fs.store[self.fs._strip_protocol(self.path(rel))].getbuffer()
+        except KeyError:
+            raise FileNotFoundError(self.path(rel)) from None
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        # fsspec's memory files are visible from open(); publish the bytes only at the end.
+        buf = io.BytesIO()
+        yield buf
+        self.fs.pipe_file(self.path(rel), buf.getvalue())
+
+
+class S3Backend(Backend):
+    """S3 through s3fs, its reads optionally through a faster client (``reader``, obstore)."""
+
+    speaks_s3 = True
+    supports_bulk_transfer = True
+
+    @property
+    def read_client(self) -> str:
+        return self.reader.name if self.reader is not None else "s3fs"
+
+    def connect(self) -> None:
+        if self.reader is not None:
+            # obstore serves the reads; s3fs's botocore session (~0.3 CPU-s) is made only if needed
+            self.reader.store(self.root.split("/", 1)[0])
+        else:
+            self.fs.connect()
+
+    def check_reachable(self, field_name: str = "url") -> None:
+        bucket = self.root.split("/", 1)[0]
+        where = self.endpoint_url or "the default AWS endpoint"
+        if self.endpoint_url:
+            # One TCP connect first: a refused or silent endpoint is named in seconds, not after the
+            # S3 client's and s3fs's retry ladders (~20 s for a refused port).
+            import socket
+
+            u = urlparse(self.endpoint_url)
+            port = u.port or (443 if u.scheme == "https" else 80)
+            try:
+                socket.create_connection((u.hostname or "", port), timeout=5).close()
+            except OSError as e:
+                raise EndpointError(field_name, f"cannot reach {where} ({e.strerror or type(e).__name__})",
+                                    "check --endpoint-url and that the server is running") from None
+        try:
+            self.fs.ls(bucket, refresh=True)
+        except FileNotFoundError:
+            raise EndpointError(field_name, f"bucket {bucket!r} does not exist at {where}",
+                                "create it first or pick another bucket") from None
+        except PermissionError:
+            raise EndpointError(field_name, f"access to bucket {bucket!r} at {where} was denied",
+                                "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+        except Exception as e:  # connection refused, DNS, timeouts -- or no credentials at all
+            name = type(e).__name__
+            if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in str(e).lower():
+                raise EndpointError(field_name, f"no usable credentials for {where} ({name})",
+                                    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)") from e
+            raise EndpointError(field_name, f"cannot reach {where} ({name})",
+                                "check --endpoint-url and that the server is running") from e
+
+    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
+            return self.reader.get_range(self.path(rel), start, end).to_bytes()
+        return super().cat(rel, start, end)
+
+    def cat_buffer(self, rel: str, start: int | None, end: int | None):
+        if self.reader is not None:
+            return self.reader.get_range(self.path(rel), start, end)
+        return super().cat_buffer(rel, start, end)
+
+    def cat_into(self, rel: str, start: int, end: int, out) -> int:
+        if self.reader is not None:
+            return super().cat_into(rel, start, end, out)
+        return _s3fs_get_into(self.fs, self.path(rel), start, end, memoryview(out).cast("B")[:end - start])
 
 
 # Attempts the S3 client makes per request on its own: botocore's (3, "standard" mode) inside
@@ -515,21 +585,20 @@ def _s3_reader(client: str, opts: dict, field_name: str):
 def open_backend(url: str, endpoint_url: str | None = None, storage_options: dict | None = None,
                  field_name: str = "url", check: bool = False, client_attempts: int | None = None,
                  s3_client: str = "s3fs") -> Backend:
-    """Open the storage at ``url`` (local path, file://, s3://bucket/prefix, memory://)."""
+    """Open the storage at ``url`` (local path, file://, s3://bucket/prefix, memory://): the
+    factory that picks the class of its storage kind."""
     if not url:
         raise ConfigError(field_name, "is empty", "give a local path, s3://bucket/prefix or memory://name")
     parsed = urlparse(str(url))
     protocol = url_protocol(url)
-    if protocol not in SUPPORTED_PROTOCOLS:
-        return _open_fsspec(str(url), protocol, storage_options, field_name)
     if protocol == "file":
-        root = os.path.abspath(parsed.path if parsed.scheme else str(url))
-        fs = fsspec.filesystem("file", skip_instance_cache=True)
-        return Backend(url=str(url), protocol="file", root=root, fs=fs)
+        return LocalBackend(url=str(url), protocol="file", root=os.path.abspath(parsed.path if parsed.scheme else str(url)),
+                            fs=fsspec.filesystem("file", skip_instance_cache=True))
     if protocol == "memory":
-        root = "/" + (parsed.netloc + parsed.path).strip("/")
-        fs = fsspec.filesystem("memory")
-        return Backend(url=str(url), protocol="memory", root=root, fs=fs)
+        return MemoryBackend(url=str(url), protocol="memory", root="/" + (parsed.netloc + parsed.path).strip("/"),
+                             fs=fsspec.filesystem("memory"))
+    if protocol != "s3":
+        return _open_fsspec(str(url), protocol, storage_options, field_name)
     try:
         import s3fs
     except ImportError as e:
@@ -540,12 +609,11 @@ def open_backend(url: str, endpoint_url: str | None = None, storage_options: dic
     fs = s3fs.S3FileSystem(**opts, **_shared_session(opts))
     if client_attempts is not None:
         fs.retries = client_attempts   # s3fs's own loop around each call (class default: 5)
-    root = (parsed.netloc + parsed.path).rstrip("/")
-    backend = Backend(url=str(url), protocol="s3", root=root, fs=fs,
-                      endpoint_url=opts["client_kwargs"].get("endpoint_url"),
-                      reader=_s3_reader(s3_client, opts, field_name))
+    backend = S3Backend(url=str(url), protocol="s3", root=(parsed.netloc + parsed.path).rstrip("/"), fs=fs,
+                        endpoint_url=opts["client_kwargs"].get("endpoint_url"),
+                        reader=_s3_reader(s3_client, opts, field_name))
     if check:
-        check_reachable(backend, field_name)
+        backend.check_reachable(field_name)
     return backend
 
 
@@ -593,11 +661,9 @@ def _open_fsspec(url: str, protocol: str, storage_options: dict | None, field_na
     except TypeError as e:
         raise ConfigError("--storage-option", f"{protocol}:// does not take these options ({e})",
                           "check the KEY names against the filesystem's documentation") from None
-    if protocol in ("http", "https"):
-        root = url.rstrip("/")
-    else:
-        root = fs._strip_protocol(url).rstrip("/")
-    return Backend(url=url, protocol=protocol, root=root, fs=fs)
+    root = url.rstrip("/") if protocol in ("http", "https") else fs._strip_protocol(url).rstrip("/")
+    # s3a:// is the S3 API through s3fs as well
+    return (S3Backend if protocol == "s3a" else Backend)(url=url, protocol=protocol, root=root, fs=fs)
 
 
 def parse_storage_options(items: list[str] | None, field_name: str = "--storage-option") -> dict:
@@ -629,47 +695,6 @@ def parse_storage_options(items: list[str] | None, field_name: str = "--storage-
 
 
 def check_reachable(backend: Backend, field_name: str = "url") -> None:
-    """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing."""
-    if backend.protocol not in ("s3", "file", "memory"):
-        try:
-            backend.fs.info(backend.root)
-        except FileNotFoundError:
-            raise EndpointError(field_name, f"nothing at {backend.url}", "check the URL") from None
-        except PermissionError:
-            raise EndpointError(field_name, f"access to {backend.url} was denied",
-                                "check the credentials in the environment or profile (never put them in flags)") from None
-        except Exception as e:  # noqa: BLE001 - connection refused, DNS, timeouts, auth libraries' own errors
-            raise EndpointError(field_name, f"cannot reach {backend.url} ({type(e).__name__})",
-                                "check the URL and that the server is running") from e
-        return
-    if not backend.speaks_s3:
-        return
-    bucket = backend.root.split("/", 1)[0]
-    where = backend.endpoint_url or "the default AWS endpoint"
-    if backend.endpoint_url:
-        # One TCP connect first: a refused or silent endpoint is named in seconds, not after the
-        # S3 client's and s3fs's retry ladders (~20 s for a refused port).
-        import socket
-
-        u = urlparse(backend.endpoint_url)
-        port = u.port or (443 if u.scheme == "https" else 80)
-        try:
-            socket.create_connection((u.hostname or "", port), timeout=5).close()
-        except OSError as e:
-            raise EndpointError(field_name, f"cannot reach {where} ({e.strerror or type(e).__name__})",
-                                "check --endpoint-url and that the server is running") from None
-    try:
-        backend.fs.ls(bucket, refresh=True)
-    except FileNotFoundError:
-        raise EndpointError(field_name, f"bucket {bucket!r} does not exist at {where}",
-                            "create it first or pick another bucket") from None
-    except PermissionError:
-        raise EndpointError(field_name, f"access to bucket {bucket!r} at {where} was denied",
-                            "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
-    except Exception as e:  # connection refused, DNS, timeouts -- or no credentials at all
-        name = type(e).__name__
-        if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in str(e).lower():
-            raise EndpointError(field_name, f"no usable credentials for {where} ({name})",
-                                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or an AWS profile)") from e
-        raise EndpointError(field_name, f"cannot reach {where} ({name})",
-                            "check --endpoint-url and that the server is running") from e
+    """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing
+    (each storage kind checks its own way: ``Backend.check_reachable``)."""
+    backend.check_reachable(field_name)

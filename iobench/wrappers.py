@@ -246,10 +246,14 @@ class BackendWrapper(Backend):
                          endpoint_url=inner.endpoint_url)
         self.inner = inner
 
-    supports_pread = _inner_flag("supports_pread")
+    is_local = _inner_flag("is_local")
+    speaks_s3 = _inner_flag("speaks_s3")
+    supports_bulk_transfer = _inner_flag("supports_bulk_transfer")
+    shared_between_processes = _inner_flag("shared_between_processes")
     supports_odirect = _inner_flag("supports_odirect")
     parallel_ranged_reads = _inner_flag("parallel_ranged_reads")
     zero_copy_reads = _inner_flag("zero_copy_reads")
+    read_client = _inner_flag("read_client")
 
     def _wrap_child(self, inner_child: Backend) -> "BackendWrapper":
         raise NotImplementedError
@@ -259,6 +263,18 @@ class BackendWrapper(Backend):
 
     def describe(self) -> dict:
         return self.inner.describe()
+
+    def local_path(self, rel: str = "") -> str:
+        return self.inner.local_path(rel)
+
+    def relative(self, full: str) -> str | None:
+        return self.inner.relative(full)
+
+    def connect(self) -> None:
+        self.inner.connect()
+
+    def check_reachable(self, field_name: str = "url") -> None:
+        self.inner.check_reachable(field_name)
 
     def _meta(self, fn, *args):
         """Every metadata request (``exists``, ``size``, ``ls``) passes here: the hook for subclasses."""
@@ -290,10 +306,6 @@ class BackendWrapper(Backend):
 
     def cat_stream(self, rel: str, start: int, end: int, first: bool = True) -> bytes:
         return self._read(self.inner.cat_stream, rel, start, end, first, first=first)
-
-    @property
-    def read_client(self) -> str:
-        return self.inner.read_client
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         return self.inner.open(rel, mode, **kw)
@@ -387,8 +399,7 @@ STREAM_BUFFER_BYTES = 1 << 20
 class EmulatedBackend(BackendWrapper):
     """Adds a latency per request and caps bandwidth; results should say "emulated"."""
 
-    # Positional reads and O_DIRECT on the files underneath would skip the added latency.
-    supports_pread = False
+    # O_DIRECT on the files underneath would skip the added latency.
     supports_odirect = False
 
     def __init__(self, inner: Backend, spec: "EmulationSpec | str", seed: int = 0) -> None:
@@ -573,8 +584,7 @@ class InjectedTimeout(TimeoutError):
 class FaultyBackend(BackendWrapper):
     """Fails read requests with probability ``error_rate`` and times them out with ``timeout_rate``."""
 
-    # Positional reads and O_DIRECT on the files underneath would skip the injected faults.
-    supports_pread = False
+    # O_DIRECT on the files underneath would skip the injected faults.
     supports_odirect = False
 
     def __init__(self, inner: Backend, error_rate: float = 0.0, timeout_rate: float = 0.0, seed: int = 0,

@@ -23,7 +23,7 @@ from typing import Callable, cast
 
 from ..errors import IntegrityError
 from ..metrics import now_ns
-from ..storage import Backend
+from ..storage import Backend, LocalBackend
 from .checksum import matches, new_hasher
 from .inputs import open_regular_file
 from .retry import RetryPolicy, any_failure
@@ -63,7 +63,7 @@ def iter_chunks(backend: Backend, rel: str, nbytes: int, chunk: int = CHUNK):
 
 def _plain_local(b: Backend) -> bool:
     """A local backend with no wrapper around it (emulation must see every read)."""
-    return type(b) is Backend and b.is_local
+    return isinstance(b, LocalBackend)   # wrappers are not LocalBackends
 
 
 _tls = threading.local()
