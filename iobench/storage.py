@@ -22,8 +22,12 @@ from urllib.parse import urlparse
 
 import fsspec
 
-from .io.atomic import atomic_open
+from .config import nearest
 from .errors import ConfigError, EndpointError, MissingDependencyError
+from .io.atomic import atomic_open
+from .io.inputs import loads_yaml, open_regular, require_regular
+from .paths import check_inside
+from .results import redact_text
 
 # Protocols without directories: prefixes appear with their objects.
 _KINDS = {"file": "local", "memory": "memory"}
@@ -174,8 +178,6 @@ class Backend:
         return str(full)[len(root) + 1:]
 
     def describe(self) -> dict:
-        from .results import redact_text
-
         return {"url": redact_text(self.url), "protocol": self.protocol,
                 "endpoint_url": redact_text(self.endpoint_url) if self.endpoint_url else None,
                 "read_client": self.read_client}
@@ -271,8 +273,6 @@ class LocalBackend(Backend):
         return super().cat_buffer(rel, start, end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
-        from .io.inputs import open_regular
-
         out = memoryview(out).cast("B")[:end - start]
         fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
         try:
@@ -295,8 +295,6 @@ class LocalBackend(Backend):
         full, rel = self.path(rel), rel.strip("/")   # path() refuses a '..' first
         if rel:
             # Never delete through a symlinked directory that leads out of the root.
-            from .paths import check_inside
-
             check_inside(self.root, rel.rpartition("/")[0], "path")
             if recursive:
                 check_inside(self.root, rel, "path")
@@ -304,8 +302,6 @@ class LocalBackend(Backend):
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
-        from .paths import check_inside
-
         check_inside(self.root, rel.strip("/").rpartition("/")[0], "path")   # no symlinked dir out of the root
         with atomic_open(self.path(rel), "wb", fsync=fsync) as f:
             yield f
@@ -416,8 +412,6 @@ def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
     """An S3 endpoint as http(s)://host[:port], before any connection (exit 2, one line): a malformed
     one (port out of range, broken IPv6) was a ValueError traceback, and one with ``user:password@``
     reached the server as a host name and failed 13-22 s later as "no usable credentials"."""
-    from .results import redact_text
-
     shown = redact_text(endpoint)
     fix = "use e.g. http://127.0.0.1:9000"
     try:
@@ -440,8 +434,6 @@ _NOT_A_FILE_FIX = "replace it with a regular file"
 
 def _require_regular(path: str) -> None:
     """Local reads open only regular files: fsspec's ``open`` of a FIFO blocks forever."""
-    from .io.inputs import require_regular
-
     require_regular(path, "path", _NOT_A_FILE_FIX)
 
 
@@ -458,12 +450,8 @@ def s3_options(endpoint_url: str | None = None, storage_options: dict | None = N
     opts["client_kwargs"] = client_kwargs
     opts["config_kwargs"] = {"connect_timeout": 5, "read_timeout": 60,
                              "retries": {"max_attempts": client_attempts or CLIENT_ATTEMPTS, "mode": "standard"}}
-    if storage_options:
-        for k, v in storage_options.items():
-            if k == "client_kwargs":
-                opts["client_kwargs"] = {**opts["client_kwargs"], **v}
-            else:
-                opts[k] = v
+    for k, v in (storage_options or {}).items():
+        opts[k] = {**opts["client_kwargs"], **v} if k == "client_kwargs" else v
     return opts
 
 
@@ -566,8 +554,6 @@ _OBSTORE_PID: int | None = None   # the process whose runtime obstore started in
 
 def _s3_reader(client: str, opts: dict, field_name: str):
     if client not in S3_CLIENTS:
-        from .config import nearest
-
         raise ConfigError(f"{field_name} (s3 client)", f"unknown client {client!r}", nearest(client, S3_CLIENTS))
     if client == "s3fs":
         return None
@@ -580,6 +566,15 @@ def _s3_reader(client: str, opts: dict, field_name: str):
     if client == "auto" and _OBSTORE_PID is not None and os.getpid() != _OBSTORE_PID:
         return None   # forked from a process that ran obstore: its runtime would hang here
     return ObstoreReader(opts)
+
+
+def planned_read_client(url: str, s3_client: str = "s3fs", endpoint_url: str | None = None,
+                        storage_options: dict | None = None) -> str:
+    """The client ``open_backend`` would read ``url`` with, without opening it ('fsspec' but for s3://)."""
+    if url_protocol(url) != "s3":
+        return "fsspec"
+    r = _s3_reader(s3_client, s3_options(endpoint_url, storage_options), "load.s3_client")
+    return r.name if r is not None else "s3fs"
 
 
 def open_backend(url: str, endpoint_url: str | None = None, storage_options: dict | None = None,
@@ -678,8 +673,6 @@ def parse_storage_options(items: list[str] | None, field_name: str = "--storage-
             # not quoted: a mistyped `secret:VALUE` (or a bare secret) is a credential
             raise ConfigError(field_name, f"option {n} ({len(item)} characters, not shown) is not KEY=VALUE",
                               "e.g. --storage-option anon=true")
-        from .io.inputs import loads_yaml
-
         try:
             parsed = loads_yaml(value) if value else ""
         except yaml.YAMLError:

@@ -79,23 +79,13 @@ class EmulationSpec:
             s = self.latency_s
         elif self.kind == "normal":
             s = max(0.0, rng.gauss(self.latency_s, self.std_s))
-        elif self.kind == "lognormal":
-            s = rng.lognormvariate(self.mu, self.sigma)
+        elif self.kind == "lognormal":   # p50 > 0 and p99 >= p50: the parser's checks
+            s = rng.lognormvariate(math.log(self.p50_s), math.log(self.p99_s / self.p50_s) / _Z99)
         else:
             s = 0.0
         if self.spike_p > 0 and rng.random() < self.spike_p:
             s += self.spike_s
         return s
-
-    @property
-    def mu(self) -> float:
-        return math.log(self.p50_s) if self.p50_s > 0 else 0.0
-
-    @property
-    def sigma(self) -> float:
-        if self.p50_s <= 0 or self.p99_s <= self.p50_s:
-            return 0.0
-        return math.log(self.p99_s / self.p50_s) / _Z99
 
     def transfer_s(self, nbytes: int) -> float:
         """Least time ``nbytes`` may take under the bandwidth cap."""
@@ -158,7 +148,7 @@ def _duration(v: str) -> float:
     return parse_duration(v, _FIELD)
 
 
-def parse_emulation(spec: str) -> EmulationSpec:
+def parse_emulation(spec: str | None) -> EmulationSpec:
     """Parse an emulation spec string (see the module docstring); bad specs raise ConfigError."""
     text = (spec or "").strip()
     if spec is not None and not text:
@@ -167,18 +157,17 @@ def parse_emulation(spec: str) -> EmulationSpec:
         return EmulationSpec()
     out = EmulationSpec(text=text)
     kinds = ("const", "normal", "lognormal", "spike", "bw")
-    seen: dict[str, str] = {}   # what each term sets: a second latency model or bandwidth would silently win
+    seen: dict[str | None, str] = {}   # what each term sets: a second latency model or bandwidth would silently win
     for term in (t.strip() for t in text.split("+")):
         if not term:
             raise ConfigError(_FIELD, f"empty term in {text!r}", _FIX)
         name, _, body = term.partition(":")
         name = name.strip().lower()
-        sets = ("latency",) if name in ("const", "normal", "lognormal") else (name,) if name in ("spike", "bw") \
-            else ("latency",) if name in PROFILES and not body else ()
-        for what in sets:
-            if what in seen:
-                raise ConfigError(_FIELD, f"{term!r} and {seen[what]!r} both set the {what}",
-                                  "give one latency model, one bw and one spike at most")
+        what = "latency" if name in kinds[:3] or (name in PROFILES and not body) else name if name in kinds else None
+        if what in seen:
+            raise ConfigError(_FIELD, f"{term!r} and {seen[what]!r} both set the {what}",
+                              "give one latency model, one bw and one spike at most")
+        if what:
             seen[what] = term
         if name in PROFILES and not body:
             prof = PROFILES[name]
@@ -220,11 +209,7 @@ def parse_emulation(spec: str) -> EmulationSpec:
 
 
 def resolve_emulation(spec: "str | EmulationSpec | None") -> EmulationSpec:
-    if spec is None:
-        return EmulationSpec()
-    if isinstance(spec, EmulationSpec):
-        return spec
-    return parse_emulation(spec)
+    return spec if isinstance(spec, EmulationSpec) else parse_emulation(spec)
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,21 +8,28 @@ dataset's backend; the tiers package supplies one that stages shards through fas
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import random as _random
+import sys
 import threading
+from array import array
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+
+from iobench.errors import IntegrityError
 from iobench.io.inputs import open_regular
 from iobench.io.retry import RetryPolicy
 from iobench.manifest import ShardEntry
+from iobench.metrics import now_ns
+from iobench.storage import open_backend, planned_read_client, storage_kind
+from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
 _NOT_REGULAR = "replace it with the shard file"   # a FIFO or device where a shard should be
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 class ShardSource:
@@ -43,24 +50,24 @@ class ShardSource:
     supports_odirect = False       # whole shards read with O_DIRECT (no page cache)
     concurrent_reads = False       # read_shards may run in several threads at once, and gains from it
 
-    _whole: "bytes | memoryview | None" = None   # the default read_piece's current shard
+    _whole: bytes | memoryview | None = None   # the default read_piece's current shard
 
     def open(self, worker_id: int = 0) -> None:
         """Called once in each worker process before the first read (``worker_id``: its seed offset)."""
 
-    def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+    def read_shard(self, shard: ShardEntry) -> bytes | memoryview:
         """The whole shard's contents (one request); a short shard is an ``IntegrityError``."""
         raise NotImplementedError
 
-    def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
+    def read_shards(self, shards: list[ShardEntry]) -> list[bytes | memoryview]:
         """Several shards' contents (a loader block), in order."""
         return [self.read_shard(s) for s in shards]
 
-    def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes | memoryview:
         """Bytes ``start:start+length`` of the shard (one request where ``supports_range_reads``)."""
         return _exact(memoryview(self.read_shard(shard))[start:start + length], length, shard.path, start)
 
-    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes | memoryview:
         """The next piece of one sequential streamed read of the shard (``first``: its first piece,
         which pays the request's latency).  By default the first piece reads the whole shard."""
         if first or self._whole is None:
@@ -71,21 +78,19 @@ class ShardSource:
         """``read_piece`` into ``out`` (a writable byte buffer of the piece's length)."""
         memoryview(out).cast("B")[:] = memoryview(self.read_piece(shard, start, len(out), first)).cast("B")
 
-    def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
-                     out: "np.ndarray", inflight: int = 1) -> int:
+    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
+                     out: np.ndarray, inflight: int = 1) -> int:
         """A batch of fixed-size records (record r of a shard at ``first + r * length``): sample i
         is record ``local[i]`` of ``shards[shard_of[i]]`` and lands in ``out[i]`` (the batch's
         order: ``out`` may be the batch's shared-memory slot).  The caller has checked that every
         record lies in its shard.  Returns the requests made: here one ``read_range`` per record,
         grouped by shard (``inflight``: reads a source may keep in flight at once)."""
-        import numpy as np
-
         order = np.argsort(shard_of, kind="stable")
         for p, s, x in zip(order.tolist(), shard_of[order].tolist(), local[order].tolist()):
             out[p] = np.frombuffer(self.read_range(shards[s], first + x * length, length), dtype=np.uint8)
         return len(local)
 
-    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+    def read_block_records(self, shards, first: int, length: int, check) -> np.ndarray | None:
         """A block of shards of fixed-size records as one (records, length) array, each shard's
         records landing straight in their place; None where this source cannot (the caller then
         uses ``read_shards``).  ``check(header, shard, records)`` vets each shard's header."""
@@ -109,8 +114,6 @@ class ShardSource:
 
 def short_read(where: str, got: int, want: int, start: int | None = None):
     """The IntegrityError of a read that returned fewer bytes than asked (one message everywhere)."""
-    from iobench.errors import IntegrityError
-
     at = f" offset {start}:" if start is not None else ""
     return IntegrityError(f"{where}:{at} short read ({got} of {want} bytes)")
 
@@ -221,11 +224,6 @@ class BackendSource(ShardSource):
     supports_pieces = True
 
     def open(self, worker_id: int = 0) -> None:
-        from array import array
-
-        from iobench.storage import open_backend
-        from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
-
         # client_attempts=1: self.retry makes every attempt, so each one is counted (iobench.io.retry)
         b = open_backend(self.url, endpoint_url=self.endpoint_url, storage_options=self.storage_options or None,
                          client_attempts=1, s3_client=self.s3_client)
@@ -252,18 +250,18 @@ class BackendSource(ShardSource):
         where = lambda: f"GET {self.backend.path(rel)}" + (f" bytes {start}-{end}" if start is not None else "")  # noqa: E731
         return self.retry.call(fn, where, self._rng)
 
-    def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+    def read_shard(self, shard: ShardEntry) -> bytes | memoryview:
         data = self._get(lambda: self.backend.cat(shard.path), shard.path)
         if len(data) < shard.bytes:
             raise short_read(shard.path, len(data), shard.bytes)
         return data
 
-    def read_range(self, shard: ShardEntry, start: int, length: int) -> "bytes | memoryview":
+    def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes | memoryview:
         """Bytes ``start:start+length`` of the shard as one request (a ranged GET)."""
         return _exact(self._get(lambda: self.backend.cat(shard.path, start, start + length), shard.path, start,
                                 start + length), length, shard.path, start)
 
-    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> "bytes | memoryview":
+    def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes | memoryview:
         """The next piece of one sequential streamed read of the shard (one request's latency)."""
         end = start + length
         return _exact(self._get(lambda: self.backend.cat_stream(shard.path, start, end, first), shard.path, start,
@@ -283,18 +281,12 @@ class BackendSource(ShardSource):
     def _flush_log(self) -> None:
         log = self._log
         if log:
-            import numpy as np
-
             self.backend.record_many("read", np.frombuffer(log, dtype=np.int64), nread=self._log_bytes)
             del log[:]
             self._log_bytes = 0
 
     def _direct_buffer(self, size: int):
         """A page-aligned buffer, reused once nothing refers to it (fresh ones cost a page fault per page)."""
-        import sys
-
-        import numpy as np
-
         # Under the lock: two read-ahead threads must not both take the same free buffer (the
         # returned reference is on this frame's stack before the lock is released).
         with self._lock:
@@ -318,25 +310,16 @@ class BackendSource(ShardSource):
         if self.backend is not None:
             self._flush_log()
 
-    def _planned_client(self) -> str:
-        """The client the workers will read with (describe() runs in the parent, before open())."""
-        if not str(self.url).startswith("s3://"):
-            return "fsspec"
-        from iobench.storage import _s3_reader, s3_options
-
-        r = _s3_reader(self.s3_client, s3_options(self.endpoint_url, self.storage_options or None), "load.s3_client")
-        return r.name if r is not None else "s3fs"
-
     def describe(self) -> dict:
-        from iobench.wrappers import resolve_emulation
-
         spec = resolve_emulation(self.emulation)
         return {"kind": "backend", "url": self.url, "endpoint_url": self.endpoint_url,
                 "emulated": spec.describe() if spec.active else None,
                 "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
                 if (self.error_rate or self.timeout_rate) else None,
                 "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
-                "read_client": self.backend.read_client if self.backend is not None else self._planned_client(),
+                # the client the workers will read with (describe() runs in the parent, before open())
+                "read_client": self.backend.read_client if self.backend is not None else
+                planned_read_client(self.url, self.s3_client, self.endpoint_url, self.storage_options or None),
                 "retry": {"attempts": self.retry.attempts, "budget_s": self.retry.budget_s}}
 
 
@@ -369,11 +352,9 @@ def _exact(data, want: int, where: str, start: int | None = None):
     return data
 
 
-def _by_shard(shard_of: "np.ndarray", local: "np.ndarray"):
+def _by_shard(shard_of: np.ndarray, local: np.ndarray):
     """A batch's records grouped by shard (stable): (order, local record per sorted record, cut
     points of the groups, the groups' shard indices)."""
-    import numpy as np
-
     n = len(local)
     order = np.argsort(shard_of, kind="stable")
     so = shard_of[order]
@@ -382,13 +363,11 @@ def _by_shard(shard_of: "np.ndarray", local: "np.ndarray"):
     return order, local[order], cuts, groups
 
 
-def gather_rows(rows_of, shard_of: "np.ndarray", local: "np.ndarray", out: "np.ndarray", scratch):
+def gather_rows(rows_of, shard_of: np.ndarray, local: np.ndarray, out: np.ndarray, scratch):
     """Sample i = row ``local[i]`` of ``rows_of(shard_of[i])`` (a shard's (records, length) array)
     into ``out[i]``: one gather per shard into ``scratch`` (grown where it is too small, and
     returned), then one gather into the batch's order.  mode="clip": no temporary (the caller
     checked the bounds)."""
-    import numpy as np
-
     n, length = len(local), out.shape[1]
     if scratch is None or scratch.shape[0] < n or scratch.shape[1] != length:
         scratch = np.empty((max(n, 256), length), dtype=np.uint8)
@@ -401,7 +380,7 @@ def gather_rows(rows_of, shard_of: "np.ndarray", local: "np.ndarray", out: "np.n
     return scratch
 
 
-def _whole_records(shards, first: int, length: int) -> "list[int] | None":
+def _whole_records(shards, first: int, length: int) -> list[int] | None:
     """Records per shard where every shard is exactly a header of ``first`` bytes and whole
     records of ``length`` (as its manifest entry says); None otherwise (the general path checks it)."""
     counts = [(s.bytes - first) // length for s in shards]
@@ -411,8 +390,6 @@ def _whole_records(shards, first: int, length: int) -> "list[int] | None":
 
 
 def _shorter_than_manifest(shard: ShardEntry, got: int):
-    from iobench.errors import IntegrityError
-
     return IntegrityError(f"{shard.path}: offset {got}: file is shorter than the manifest's {shard.bytes} bytes")
 
 
@@ -452,8 +429,6 @@ class _InPlaceSource(BackendSource):
         return h
 
     def read_range(self, shard: ShardEntry, start: int, length: int) -> bytes:
-        from iobench.metrics import now_ns
-
         h = self._handle(shard)
         t0 = now_ns()
         data = self._at(h, start, length)
@@ -463,7 +438,7 @@ class _InPlaceSource(BackendSource):
     def read_piece(self, shard: ShardEntry, start: int, length: int, first: bool) -> bytes:
         return self.read_range(shard, start, length)
 
-    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+    def read_block_records(self, shards, first: int, length: int, check) -> np.ndarray | None:
         counts = _whole_records(shards, first, length)
         if counts is None:
             return None
@@ -516,8 +491,6 @@ class LocalFileSource(_InPlaceSource):
         alone was a second round trip to the device per shard at queue depth 1 (0.1-10 ms on
         this VM's disk, most of the gap to fio, which reads 8 MiB per file and skips the tail).
         """
-        from iobench.metrics import now_ns
-
         align = mmap.PAGESIZE
         size = -(-shard.bytes // align) * align
         buf = self._direct_buffer(size)
@@ -540,8 +513,6 @@ class LocalFileSource(_InPlaceSource):
             os.close(fd)
         self.backend.record("read", now_ns() - t0, nread=min(off, shard.bytes))
         if off < shard.bytes:
-            from iobench.errors import IntegrityError
-
             raise IntegrityError(f"{shard.path}: offset {off}: short O_DIRECT read ({off} of {shard.bytes} bytes)")
         return memoryview(buf[:shard.bytes])
 
@@ -563,22 +534,18 @@ class LocalFileSource(_InPlaceSource):
     def read_piece_into(self, shard: ShardEntry, start: int, out, first: bool) -> None:
         """One preadv straight into ``out``: no bytes object per piece, whose fresh pages cost a
         fault per 4 KiB, and no second copy."""
-        from iobench.metrics import now_ns
-
         fd = self._handle(shard)
         t0 = now_ns()
         got = os.preadv(fd, [out], start)
         self._logged(now_ns() - t0, got)
         _exact(got, len(out), shard.path, start)
 
-    def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
-                     out: "np.ndarray", inflight: int = 1) -> int:
+    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
+                     out: np.ndarray, inflight: int = 1) -> int:
         """A preadv per record straight into its row, grouped by shard (one descriptor looked up
         per shard, not per record), ``inflight`` of them at a time (the calling thread and
         ``inflight - 1`` helpers, ``_ReadCrew``; 1: one after another, as a DataLoader worker's
         ``__getitem__`` does)."""
-        from iobench.metrics import now_ns
-
         n = len(local)
         order, lo, cuts, groups = _by_shard(shard_of, local)
         rows = order.tolist()
@@ -603,10 +570,6 @@ class LocalFileSource(_InPlaceSource):
 
     def _crew_reads(self, shards, groups, cuts, rows, offs, out, length: int, inflight: int) -> None:
         """One batch's record preads, ``inflight`` at a time (read_records' threads)."""
-        import itertools
-
-        from iobench.metrics import now_ns
-
         fds = []
         for g, s in enumerate(groups):
             fds += [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
@@ -629,7 +592,7 @@ class LocalFileSource(_InPlaceSource):
 
         crew.run(reads)
 
-    def read_block_records(self, shards, first: int, length: int, check) -> "np.ndarray | None":
+    def read_block_records(self, shards, first: int, length: int, check) -> np.ndarray | None:
         """One preadv per shard, the header into a scratch buffer and the records into the block
         (a reused buffer in huge pages: NOTE [ Block buffers ] in docs/design.md says why a read
         beats mapping the page cache here).  None with O_DIRECT (whole shards are read then)."""
@@ -638,8 +601,6 @@ class LocalFileSource(_InPlaceSource):
         return super().read_block_records(shards, first, length, check)
 
     def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
-        from iobench.metrics import now_ns
-
         head = self._head
         if head is None or len(head) != first:
             head = self._head = bytearray(first)
@@ -672,17 +633,13 @@ class MemorySource(_InPlaceSource):
     def _at(buf: memoryview, start: int, length: int) -> bytes:
         return bytes(buf[start:start + length])
 
-    def _records_view(self, shard: ShardEntry, first: int, length: int) -> "np.ndarray":
+    def _records_view(self, shard: ShardEntry, first: int, length: int) -> np.ndarray:
         """The shard's records as a (records, length) view of the object (cached)."""
-        import numpy as np
-
         views = self._views
         view = views.get((shard.path, first, length))
         if view is None:
             src = np.frombuffer(self._handle(shard), dtype=np.uint8)
             if len(src) < shard.bytes:
-                from iobench.errors import IntegrityError
-
                 raise IntegrityError(f"{shard.path}: object holds {len(src)} bytes, the manifest says "
                                      f"{shard.bytes}")
             nrec = (len(src) - first) // length
@@ -691,14 +648,10 @@ class MemorySource(_InPlaceSource):
             view = views[(shard.path, first, length)] = src[first:first + nrec * length].reshape(nrec, length)
         return view
 
-    def read_records(self, shards, shard_of: "np.ndarray", local: "np.ndarray", first: int, length: int,
-                     out: "np.ndarray", inflight: int = 1) -> int:
+    def read_records(self, shards, shard_of: np.ndarray, local: np.ndarray, first: int, length: int,
+                     out: np.ndarray, inflight: int = 1) -> int:
         """One gather per shard into a reused scratch array, then one gather into ``out`` (each
         request's time is then the gathers' time / the records)."""
-        import numpy as np
-
-        from iobench.metrics import now_ns
-
         n = len(local)
         t0 = now_ns()
         self._scratch = gather_rows(lambda s: self._records_view(shards[s], first, length), shard_of, local, out,
@@ -711,10 +664,6 @@ class MemorySource(_InPlaceSource):
 
     def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
         """One copy of the object's records into the block."""
-        import numpy as np
-
-        from iobench.metrics import now_ns
-
         t0 = now_ns()
         np.copyto(rows, self._records_view(shard, first, rows.shape[1])[:len(rows)])
         self.backend.record("read", now_ns() - t0, nread=shard.bytes)
@@ -766,10 +715,10 @@ class ObjectStoreSource(BackendSource):
             self._get_into(shard.path, 0, shard.bytes, memoryview(buf)[:shard.bytes])
         return memoryview(buf[:shard.bytes])
 
-    def read_shard(self, shard: ShardEntry) -> "bytes | memoryview":
+    def read_shard(self, shard: ShardEntry) -> bytes | memoryview:
         return self.read_shards([shard])[0]
 
-    def read_shards(self, shards: "list[ShardEntry]") -> "list[bytes | memoryview]":
+    def read_shards(self, shards: list[ShardEntry]) -> list[bytes | memoryview]:
         """Every shard cut into GETs of about ``block_size``, all of the block's GETs sharing one
         pool of ``concurrency`` in flight: a block of small shards costs about one round trip per
         ``concurrency`` GETs, not one per shard."""
@@ -782,17 +731,12 @@ class ObjectStoreSource(BackendSource):
                 return [self._get_buffer(s) for s in shards]
             return [self._get_whole_into(s) for s in shards]
         bufs = [self._direct_buffer(s.bytes) for s in shards]
-        jobs = []
-        for s, buf in zip(shards, bufs):
-            out = memoryview(buf)
-            for start, end in ranged_gets(s.bytes, self.block_size):
-                jobs.append((s.path, start, end, out[start:end]))
+        jobs = [(s.path, a, b, memoryview(buf)[a:b])
+                for s, buf in zip(shards, bufs) for a, b in ranged_gets(s.bytes, self.block_size)]
         if len(jobs) == 1 or self.concurrency == 1:
             for j in jobs:
                 self._get_into(*j)
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
             with self._lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="iobench-get")
@@ -819,9 +763,6 @@ def backend_source(url: str, **options) -> BackendSource:
     class per storage kind, each reading in that kind's fastest way.  Emulated or faulty local
     and memory storage is read by the generic ``BackendSource``, so that every request passes
     the wrappers (a pread or a gather would go round them); object stores' GETs pass them anyway."""
-    from iobench.storage import storage_kind
-    from iobench.wrappers import resolve_emulation
-
     kind = storage_kind(url)
     wrapped = resolve_emulation(options.get("emulation")).active or options.get("error_rate") or \
         options.get("timeout_rate")

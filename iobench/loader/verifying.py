@@ -48,15 +48,12 @@ class _Open:
         elif end > self.at:   # past the hash (start > at): keep it for later
             self.ahead[start] = bytes(data)
             self.ahead_bytes += len(data)
-        while True:
-            nxt = [s for s in self.ahead if s <= self.at]
-            if not nxt:
-                return
-            piece = self.ahead.pop(nxt[0])
+        while (nxt := next((s for s in self.ahead if s <= self.at), None)) is not None:
+            piece = self.ahead.pop(nxt)
             self.ahead_bytes -= len(piece)
-            if nxt[0] + len(piece) > self.at:
-                self.hasher.update(memoryview(piece)[self.at - nxt[0]:])
-                self.at = nxt[0] + len(piece)
+            if nxt + len(piece) > self.at:
+                self.hasher.update(memoryview(piece)[self.at - nxt:])
+                self.at = nxt + len(piece)
 
 
 class VerifyingSource(ShardSource):
@@ -139,16 +136,13 @@ class VerifyingSource(ShardSource):
         if st is None:
             st = self._open[shard.path] = _Open(shard)
         if st.ahead_bytes + len(data) > AHEAD_BYTES and start > st.at:
-            st.take(st.at, self._bytes(shard, st.at, start - st.at))   # too much kept: read the gap once
+            st.take(st.at, self.inner.read_range(shard, st.at, start - st.at))   # too much kept: read the gap once
         st.take(start, data)
         self.seconds += time.perf_counter() - t0
         if st.at >= shard.bytes:
             del self._open[shard.path]
             self._done(shard, st.hasher, shard.bytes, time.perf_counter())
         return data
-
-    def _bytes(self, shard, start: int, length: int):
-        return self.inner.read_range(shard, start, length)
 
     def finish(self) -> None:
         """Check the shards whose stream stopped before their end (a tar's end-of-archive padding,
@@ -158,23 +152,19 @@ class VerifyingSource(ShardSource):
             _path, st = self._open.popitem()
             t0 = time.perf_counter()
             while st.at < st.shard.bytes:
-                nxt = min((s for s in st.ahead), default=st.shard.bytes)
+                nxt = min(st.ahead, default=st.shard.bytes)
                 if nxt > st.at:
-                    st.take(st.at, self._bytes(st.shard, st.at, nxt - st.at))
+                    st.take(st.at, self.inner.read_range(st.shard, st.at, nxt - st.at))
                 else:
                     st.take(nxt, b"")   # a kept piece the hash has reached
             self._done(st.shard, st.hasher, st.shard.bytes, t0)
 
     def stats(self) -> dict:
-        out = dict(self.inner.stats())
-        out["verify"] = {"shards": self.shards, "bytes": self.bytes, "seconds": self.seconds,
-                         "unfinished": len(self._open)}
-        return out
+        return {**self.inner.stats(), "verify": {"shards": self.shards, "bytes": self.bytes, "seconds": self.seconds,
+                                                 "unfinished": len(self._open)}}
 
     def describe(self) -> dict:
-        d = dict(self.inner.describe())
-        d["verify_checksums"] = True
-        return d
+        return {**self.inner.describe(), "verify_checksums": True}
 
 
 def check_sizes(backend, shards) -> None:
