@@ -50,9 +50,9 @@ def machine_line(m: dict, unit: str = "cores") -> str:
     return f"{m['cpu_count']} {unit}, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python {m['python']}"
 
 
-def loadavg(m: dict | None = None) -> str:
-    """The 1, 5 and 15 minute load averages, now or at the start of ``machine()``'s run."""
-    return ", ".join(f"{x:.1f}" for x in (m["load_avg_at_start"] if m else os.getloadavg()))
+def loadavg(xs=None) -> str:
+    """The 1, 5 and 15 minute load averages ``xs`` (as recorded, else now) as text."""
+    return ", ".join(f"{x:.1f}" for x in (os.getloadavg() if xs is None else xs))
 
 
 def filesystem(where: str | Path) -> dict:
@@ -74,13 +74,17 @@ def notes(name: str) -> str:
 
 # ------------------------------------------------------------------ paired alternating rounds
 
-def alternating(rounds: int, sides: dict[str, Callable[[], Any]]) -> dict[str, list]:
-    """Run every side once per round, the order reversed every other round; each side's values."""
+def alternating(rounds: int, sides: dict[str, Callable[[], Any]],
+                after: dict[str, Callable[[int], Any]] | None = None) -> dict[str, list]:
+    """Run every side once per round, the order reversed every other round, then each of ``after``
+    (given the round's number) in its fixed order; each one's values."""
     names = list(sides)
-    out: dict[str, list] = {n: [] for n in names}
+    out: dict[str, list] = {n: [] for n in [*names, *(after or {})]}
     for r in range(rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
             out[n].append(sides[n]())
+        for n, fn in (after or {}).items():
+            out[n].append(fn(r))
     return out
 
 
@@ -222,8 +226,8 @@ def set_cache(files: list[str], state: str) -> float:
 # ------------------------------------------------------------------ Markdown
 
 def table(head: list[str], rows: list[list], align: str = "---") -> list[str]:
-    """A Markdown table's lines."""
-    return ["| " + " | ".join(head) + " |", "|" + "|".join([align] * len(head)) + "|",
+    """A Markdown table's lines (``align``: the rule under every column but the first, e.g. ``---:``)."""
+    return ["| " + " | ".join(head) + " |", "|---|" + "|".join([align] * (len(head) - 1)) + "|",
             *("| " + " | ".join(str(c) for c in r) + " |" for r in rows)]
 
 
@@ -236,20 +240,21 @@ def num(x, fmt: str = ".2f") -> str:
     return "—" if x is None else format(x, fmt)
 
 
-def header(title: str, meta: dict, *, seconds: bool = True) -> list[str]:
-    """A report's opening: the title, the command and the machine with its load average (``meta``:
-    ``command``, ``machine()``'s dict, ``seconds``)."""
+def header(title: str, meta: dict) -> list[str]:
+    """A report's opening: the title, the command, the machine with its load average and the run's
+    seconds (``meta``: ``command``, ``machine()``'s dict, ``seconds``)."""
     m = meta["machine"]
     return [f"# {title}", "", f"Command: `{meta['command']}`  ",
-            f"Machine: {machine_line(m)}; {m['note']} (load average at start {m['load_avg_at_start'][0]:.1f})."
-            + (f"  Run took {meta['seconds']:.0f} s." if seconds and "seconds" in meta else ""), ""]
+            f"Machine: {machine_line(m)}; {m['note']} (load average at start {m['load_avg_at_start'][0]:.1f}).  ",
+            f"Run took {meta['seconds']:.0f} s.", ""]
 
 
 def updates(meta: dict, tail: str = "Those rows come from the rerun; the rest from the run above.") -> list[str]:
-    """A line per ``--merge`` rerun recorded under ``meta['updates']``."""
+    """A paragraph per ``--merge`` rerun recorded under ``meta['updates']``."""
     return [x for u in meta.get("updates", []) for x in (
-        f"Rerun with `{u['command']}` (load average at start {u['machine']['load_avg_at_start'][0]:.1f}, "
-        f"{u['seconds']:.0f} s): " + "; ".join(u["sections"]) + ". " + tail, "")]
+        f"Rerun with `{u['command']}` ({u['machine']['cpu_count']} cores, {u['machine']['note']}; load average at "
+        f"start {u['machine']['load_avg_at_start'][0]:.1f}, {u['seconds']:.0f} s): " + "; ".join(u["sections"])
+        + ". " + tail, "")]
 
 
 def row_notes(results: list[dict]) -> list[str]:
@@ -301,7 +306,12 @@ def write_report(out: str | Path, data: dict, markdown: str, rows: list[dict] | 
 
 def sections_option(ap: argparse.ArgumentParser, names, merge: bool = True) -> None:
     """``--sections`` (a comma-separated subset of ``names``) and, with ``merge``, ``--merge``."""
-    ap.add_argument("--sections", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
+    def chosen(text: str) -> str:
+        bad = [x for x in (x.strip() for x in text.split(",")) if x and x not in names]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {','.join(names)}")
+        return text
+    ap.add_argument("--sections", type=chosen, default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
     if merge:
         ap.add_argument("--merge", action="store_true",
                         help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
