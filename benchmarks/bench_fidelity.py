@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from math import nan
 from pathlib import Path
 
 from iobench.blockdev import device_of, diskstats_read_bytes, own_cgroup
@@ -205,29 +206,25 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
         runs = alternating(rounds, {"iobench": iobench_side, "peer": peer_side})
         iob, peer = runs["iobench"], runs["peer"]
 
-        def med(rows, k):
-            v = median(rows, k)
-            return float("nan") if v is None else v
-
         def amp(rows):
             return statistics.median((r["device_io"] or {}).get("read_amplification") or 0 for r in rows)
 
-        busy = med(iob, "steady_busy_s")
+        # each side's medians over the rounds (nan where no round had the value)
+        med = {f"{side}_{name}": nan if (v := median(rows, key)) is None else v
+               for side, rows in (("iobench", iob), ("peer", peer))
+               for name, key in (("stall", STALL_RATIO), ("steady_stall", "steady_stall_ratio"),
+                                 ("formula_own_bytes", "formula_stall_own_bytes"), ("busy", "steady_busy_s"))}
         out.append({
             "section": f"throttled {name}", "pattern": pattern, "peer": peer_kind, "bandwidth_bytes_per_s": bw,
             "batch_bytes": batch_bytes, "compute_s": compute_s, "workers": W, "prefetch": Q, "steps": steps,
-            "rounds": rounds,
-            "iobench_stall": med(iob, STALL_RATIO), "peer_stall": med(peer, STALL_RATIO),
-            "iobench_steady_stall": med(iob, "steady_stall_ratio"), "peer_steady_stall": med(peer, "steady_stall_ratio"),
-            "diff_pp": 100 * (med(iob, STALL_RATIO) - med(peer, STALL_RATIO)),
-            "steady_diff_pp": 100 * (med(iob, "steady_stall_ratio") - med(peer, "steady_stall_ratio")),
-            "formula_stall": bandwidth_stall(busy, batch_bytes, bw),
-            "formula_stall_amplified": bandwidth_stall(busy, batch_bytes * amp(iob), bw),
+            "rounds": rounds, **{k: v for k, v in med.items() if not k.endswith("_busy")},
+            "diff_pp": 100 * (med["iobench_stall"] - med["peer_stall"]),
+            "steady_diff_pp": 100 * (med["iobench_steady_stall"] - med["peer_steady_stall"]),
+            "formula_stall": bandwidth_stall(med["iobench_busy"], batch_bytes, bw),
+            "formula_stall_amplified": bandwidth_stall(med["iobench_busy"], batch_bytes * amp(iob), bw),
             "formula_note": "1 - consumer time per step / (batch bytes / bandwidth); 'amplified': batch bytes x "
                             "iobench's read amplification",
             "iobench_read_amplification": amp(iob), "peer_read_amplification": amp(peer),
-            "iobench_formula_own_bytes": med(iob, "formula_stall_own_bytes"),
-            "peer_formula_own_bytes": med(peer, "formula_stall_own_bytes"),
             "iobench_runs": iob, "peer_runs": peer})
     return out
 
@@ -508,23 +505,24 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                      f"before the counter is read): {own('iobench')}, {own('peer')}."
                      if None not in (r.get("iobench_formula_own_bytes"), r.get("peer_formula_own_bytes")) else ""), ""]
         else:
+            why = ("fio tells the kernel its reads are random, so it reads no more than asked" if "FADV_RANDOM" in
+                   r["section"] else "a diagnostic beside the target row" if "cold cache:" in r["section"] else
+                   "the harness's ceiling with the page cache in the way")
+            extra = []
+            if r.get("round_ratios"):
+                extra += ["Per-round ratios: " + ", ".join(f"{x:.2f}" for x in r["round_ratios"]) + "."]
+            if r.get("peer_device_kib_per_read") is not None:
+                ik = r.get("iobench_device_kib_per_read")
+                extra += ["Device KiB read per 4 KiB read (median over rounds, /proc/diskstats, the whole disk): "
+                          + (f"iobench {ik:.2f}, " if ik is not None else "") + f"fio {r['peer_device_kib_per_read']:.2f}."]
+            lat = [x for x in r.get("iobench_read_latency_s") or [] if x.get("p50") is not None]
+            if lat and r.get("target"):
+                extra += ["iobench's pread latency per round (p50 / p99 / max, µs): " + "; ".join(
+                    f"{1e6 * x['p50']:.0f} / {1e6 * x['p99']:.0f} / {1e6 * x['max']:.0f}" for x in lat) + "."]
             L += [f"## {r['section']}", "", f"{r['note']}.", "",
                   f"iobench {r['iobench']:,.0f} vs peer {r['peer']:,.0f} {r['metric']}: ratio **{r['ratio']:.2f}** "
                   + (f"(target ≥ {r['target']}: {'met' if r['met'] else 'NOT met'})." if r["target"] else
-                     ("(no target: fio tells the kernel its reads are random, so it reads no more than asked)."
-                      if "FADV_RANDOM" in r["section"] else "(no target: a diagnostic beside the target row)."
-                      if "cold cache:" in r["section"] else
-                      "(no target: the harness's ceiling with the page cache in the way).")), ""]
-            if r.get("round_ratios"):
-                L[-1:-1] = ["", "Per-round ratios: " + ", ".join(f"{x:.2f}" for x in r["round_ratios"]) + "."]
-            if r.get("peer_device_kib_per_read") is not None:
-                ik = r.get("iobench_device_kib_per_read")
-                L[-1:-1] = ["", "Device KiB read per 4 KiB read (median over rounds, /proc/diskstats, the whole disk): "
-                            + (f"iobench {ik:.2f}, " if ik is not None else "") + f"fio {r['peer_device_kib_per_read']:.2f}."]
-            lat = [x for x in r.get("iobench_read_latency_s") or [] if x.get("p50") is not None]
-            if lat and r.get("target"):
-                L[-1:-1] = ["", "iobench's pread latency per round (p50 / p99 / max, µs): " + "; ".join(
-                    f"{1e6 * x['p50']:.0f} / {1e6 * x['p99']:.0f} / {1e6 * x['max']:.0f}" for x in lat) + "."]
+                     f"(no target: {why})."), *(x for e in extra for x in ("", e)), ""]
     L += ["## Reading these numbers", "", notes("fidelity"), ""]
     return "\n".join(L) + "\n"
 

@@ -619,31 +619,24 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
     r = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
                             shuffle_buffer=8192, monitor_interval_s=0.1))
     m = r.metrics
-    series, steps_t = m["system"]["series"], m["series"]["t_s"]
-    per_epoch = len(steps_t) // E
-    bounds = [steps_t[i * per_epoch] for i in range(E)] + [float("inf")]
-    peaks = []
-    for e in range(E):
-        xs = [s["uss_bytes"] for s in series if bounds[e] <= s["t_s"] < bounds[e + 1]
-              and s["processes_alive"] == m["system"]["processes"]]
-        peaks.append(max(xs) if xs else None)
+    sysm, steps_t = m["system"], m["series"]["t_s"]
+    bounds = [steps_t[i * (len(steps_t) // E)] for i in range(E)] + [float("inf")]
+    peaks = [max((s["uss_bytes"] for s in sysm["series"] if bounds[e] <= s["t_s"] < bounds[e + 1]
+                  and s["processes_alive"] == sysm["processes"]), default=None) for e in range(E)]
     limit = 256 * MiB + 2 * Q * m["batch_bytes"]
-    peak = m["system"]["peak_uss_bytes"]
-    first, last = peaks[0], peaks[-1]
+    peak, first, last = sysm["peak_uss_bytes"], peaks[0], peaks[-1]
     drift = (last - first) / first if first and last else None
     from fsspec.implementations.memory import MemoryFileSystem
     MemoryFileSystem.store.clear()
-    return [{"section": "memory: peak USS of all loader processes (W=2, Q=4, batch 256 x 1 KiB)",
-             "metric": "peak_uss_bytes", "iobench": {"peak_uss_bytes": peak, "per_epoch_peak_uss_bytes": peaks,
-                                                      "processes": m["system"]["processes"]},
-             "peer": {"limit_bytes": limit, "what": "256 MiB + 2 x Q x batch bytes"},
-             "ratio": peak / limit if peak else None, "target": "<= 1.0; last epoch's peak at most 5% above the first's",
+    return [{**row("memory: peak USS of all loader processes (W=2, Q=4, batch 256 x 1 KiB)", "peak_uss_bytes",
+                   {"peak_uss_bytes": peak, "per_epoch_peak_uss_bytes": peaks, "processes": sysm["processes"]},
+                   {"limit_bytes": limit, "what": "256 MiB + 2 x Q x batch bytes"}, peak / limit if peak else None,
+                   "<= 1.0; last epoch's peak at most 5% above the first's",
+                   "the parent holds the memory:// dataset itself (64 MiB); USS counts each process's own pages, "
+                   "sampled every 0.1 s while all processes are alive (a worker's exit moves pages it shared "
+                   "into the parent's USS)"),
              "met": bool(peak and peak <= limit and drift is not None and drift <= 0.05),
-             "drift_last_vs_first_epoch": drift,
-             "peak_pss_bytes": m["system"]["peak_pss_bytes"],
-             "note": "the parent holds the memory:// dataset itself (64 MiB); USS counts each process's own pages, "
-                     "sampled every 0.1 s while all processes are alive (a worker's exit moves pages it shared "
-                     "into the parent's USS)"}]
+             "drift_last_vs_first_epoch": drift, "peak_pss_bytes": sysm["peak_pss_bytes"]}]
 
 
 SECTIONS = {"overhead": bench_overhead, "access": bench_access, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,

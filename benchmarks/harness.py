@@ -100,11 +100,6 @@ def ratios(ours: list, peer: list, key: str | None = None) -> dict:
             "spread": [min(seq), max(seq)] if seq else None}
 
 
-def median_ratio(ours: list[float], peer: list[float]) -> float | None:
-    """The median of the per-round ratios ours / peer (None without a usable round)."""
-    return ratios(ours, peer)["median"]
-
-
 def median(runs: list, key: str | None = None):
     """The median of the values (of ``key``) that are not None; None if there are none."""
     vals = [v for v in (_value(r, key) for r in runs) if v is not None]
