@@ -464,7 +464,7 @@ def to_markdown(results: list[dict], meta: dict) -> str:
     m = meta["machine"]
     L = ["# Loader fidelity: iobench's stall against ground truth", "",
          f"Command: `{meta['command']}`  ", f"Machine: {machine_line(m)}; shared with ~8 agents' builds and tests (load "
-         f"average {loadavg(m['load_avg_at_start'])} at start, {loadavg(meta['load_avg_at_end'])} at end). "
+         f"average {loadavg(m)} at start, {loadavg(meta['load_avg_at_end'])} at end). "
          f"Run took {meta['seconds']:.0f} s.", ""]
     L += ["Verdict:", ""] + [f"- {v}" for v in verdicts(results)] + [""]
     for u in meta.get("updates", []):

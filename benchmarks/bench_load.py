@@ -252,10 +252,6 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     return out
 
 
-S3_PEERS = ("s3fs cat_file loop", "obstore get loop", "obstore get_async, as many in flight as iobench",
-            "s3torchconnectorclient (AWS CRT) get_object loop")
-
-
 def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int = 4) -> None:
     """One peer reading the objects in ``paths_file``, in its own process; prints a JSON line.
 
@@ -354,10 +350,8 @@ def _cpu_s(pid: int) -> float:
 
 
 def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_flight: int = 4) -> dict:
-    args = [sys.executable, __file__, "--s3-peer", name, "--s3-paths", str(paths_file), "--s3-in-flight",
-            str(in_flight)]
-    if emulate:
-        args += ["--s3-emulate", emulate]
+    args = [sys.executable, __file__, "--peer", json.dumps({"s3": {"name": name, "paths_file": str(paths_file),
+                                                                  "emulate": emulate, "in_flight": in_flight}})]
     for attempt in range(2):  # one retry: a peer that dies once (signal, server hiccup) is tried again
         s0, c0 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
         t, p = timed(lambda: subprocess.run(args, env={**os.environ, **srv.env()}, capture_output=True, text=True,
@@ -493,9 +487,6 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
 
 # ---- file formats against their own libraries: whole processes, default access, cold and warm ----
 
-FILE_PEERS = ("webdataset", "pyarrow", "tfrecord")
-
-
 def file_peer_main(kind: str, paths_file: str) -> None:
     """One format peer reading every shard in ``paths_file`` once, in its own process; prints a JSON line."""
     t0 = time.perf_counter()
@@ -564,7 +555,8 @@ def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, ta
                         "workers": w, "in_process_samples_per_s": m["throughput"]["samples_per_s"]}
 
             def peer_side() -> dict:
-                r, so = side([sys.executable, __file__, "--file-peer", peer, "--file-paths", str(paths_file)])
+                r, so = side([sys.executable, __file__, "--peer",
+                              json.dumps({"file": {"kind": peer, "paths_file": str(paths_file)}})])
                 d = last_json(so)
                 return {"samples_per_s": d["samples"] / r["wall_s"], "samples": d["samples"], **r,
                         "in_process_s": d["in_process_s"], "payload_bytes": d.get("payload_bytes")}
@@ -679,18 +671,15 @@ def main(argv=None) -> int:
     ap.add_argument("--replay", metavar="RUN.json",
                     help="run nothing: take the rows of an earlier run's OUT.json (with --merge, into OUT), "
                          "so a branch's measured sections land on a report that moved on meanwhile")
-    ap.add_argument("--s3-peer", choices=S3_PEERS, help=argparse.SUPPRESS)   # internal: one peer process
-    ap.add_argument("--s3-paths", help=argparse.SUPPRESS)
-    ap.add_argument("--s3-emulate", help=argparse.SUPPRESS)
-    ap.add_argument("--s3-in-flight", type=int, default=4, help=argparse.SUPPRESS)
-    ap.add_argument("--file-peer", choices=FILE_PEERS, help=argparse.SUPPRESS)   # internal: one format peer
-    ap.add_argument("--file-paths", help=argparse.SUPPRESS)
+    # internal: run one peer process, {"s3" | "file": its arguments} as JSON
+    ap.add_argument("--peer", type=json.loads, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.file_peer:
-        file_peer_main(args.file_peer, args.file_paths)
-        return 0
-    if args.s3_peer:
-        s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate, args.s3_in_flight)
+    if args.peer:
+        [(kind, kw)] = args.peer.items()
+        if kind == "file":
+            file_peer_main(**kw)
+            return 0
+        s3_peer_main(**kw)
         sys.stdout.flush()
         # Skip interpreter finalisation: obstore's runtime, torn down with asyncio's loop there,
         # sometimes aborts the process after the measurement is printed.

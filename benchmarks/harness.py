@@ -50,9 +50,11 @@ def machine_line(m: dict, unit: str = "cores") -> str:
     return f"{m['cpu_count']} {unit}, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python {m['python']}"
 
 
-def loadavg(xs=None) -> str:
-    """The 1, 5 and 15 minute load averages ``xs`` (as recorded, else now) as text."""
-    return ", ".join(f"{x:.1f}" for x in (os.getloadavg() if xs is None else xs))
+def loadavg(m=None) -> str:
+    """The 1, 5 and 15 minute load averages as text: now, at the start of ``machine()``'s dict ``m``, or a
+    recorded list ``m``."""
+    xs = os.getloadavg() if m is None else m["load_avg_at_start"] if isinstance(m, dict) else m
+    return ", ".join(f"{x:.1f}" for x in xs)
 
 
 def filesystem(where: str | Path) -> dict:
