@@ -136,11 +136,7 @@ def markdown(r: dict) -> str:
                          gib(x["fio_bytes_per_s"]), gib(x["python_readinto_bytes_per_s"]), f"{x['ratio']:.2f}",
                          f"{x['iobench_cpu_s_per_gb']:.3f}"] for x in r["rows"]]), "",
         f"Geometric mean of the ratios: **{r['geomean_ratio']:.2f}**.", "",
-        "Reading the table: warm rows measure the page-cache copy path (no device I/O); cold rows include "
-        "the disk; direct rows bypass the page cache in both tools (O_DIRECT).  `iobench` times only its read calls "
-        "(the harness loop between calls is outside), fio reports its job runtime.  Where fio's warm numbers fall far "
-        "below the naive Python loop, the gap is fio's (psync per-IO bookkeeping on this VM), not iobench being "
-        "several times faster than the hardware allows; the cold and direct rows are the fairer comparison.", ""])
+        harness.notes("gds_cpu_vs_fio"), ""])
 
 
 if __name__ == "__main__":

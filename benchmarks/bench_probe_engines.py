@@ -117,10 +117,7 @@ def render(rows, penalty, args, where: str) -> str:
              f"Machine: {where}", "",
              "Same test file, same job, same run; fio with `ioengine=psync numjobs=qd` (the built-in engine's "
              "model); medians of ABBA repetitions. Ratio = built-in ÷ fio.", "",
-             "How to read it: where the device is the bottleneck (O_DIRECT rows) both engines wait on the "
-             "same requests and the ratio should sit near 1; where the engine's own per-request cost is the "
-             "bottleneck (warm page cache, several threads) fio's C loop wins, because the built-in engine's "
-             "threads take turns on the GIL. Use fio for page-cache and very high IOPS numbers.", "",
+             harness.notes("probe_engines"), "",
              *harness.table(["job", "built-in IOPS", "fio IOPS", "ratio", "built-in p50 µs", "fio p50 µs",
                              "built-in p99 µs", "fio p99 µs", "fio libaio IOPS"],
                             [[r["job"], f"{r['py_iops']:,.0f}", f"{r['fio_iops']:,.0f}", f"{r['ratio_iops']:.2f}",
