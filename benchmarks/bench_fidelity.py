@@ -150,13 +150,13 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
         url = str(work / ("raw" if pattern == "map" else "tar"))
         man, paths = dataset(url, **gen, seq_len=32768, vocab_size=50000, fsync=True)
         batch_bytes = batch * (sample_bytes or man.total_bytes / man.total_samples)
-        thr, why = _throttle(paths[0], bw)
+        thr, why = _throttle(url, bw)
         if thr is None:
             out += skipped(f"throttled {name}", why)
             continue
-        cfg = LoadConfig(dataset=url, workers=W, prefetch=Q,
-                         batch_size=batch, steps=steps, cache="cold", compute=f"{compute_s * 1000:.3f}ms",
-                         monitor_interval_s=1.0, seed=1, access=pattern, **({"shuffle_buffer": 32} if pattern == "stream" else {}))
+        cfg = LoadConfig(dataset=url, workers=W, prefetch=Q, batch_size=batch, steps=steps, cache="cold",
+                         compute=f"{compute_s * 1000:.3f}ms", monitor_interval_s=1.0, seed=1, access=pattern,
+                         **({"shuffle_buffer": 32} if pattern == "stream" else {}))
         peer_spec = {"kind": peer_kind, "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
                      "compute_s": compute_s, "seed": 1}
         if peer_kind == "torch-map":
