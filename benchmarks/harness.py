@@ -5,10 +5,13 @@ are noise, so iobench and its peer run in the same rounds, in alternating order 
 a drift in the machine's load favours neither), and each round gives one ratio; a row reports
 the median of them, with their spread.
 
-A benchmark script here is: an argument parser (``parser``), a scratch directory (``scratch``),
-sections that time sides with ``alternating`` and turn them into rows with ``ratios``, and
-``write_report``: OUT.json (everything), OUT.md (its own table) and, where the script has peer
-rows, OUT.rows.json (``summary.write_rows``: what benchmarks/summary.py collects).
+A benchmark script here is: an argument parser (``parser``, ``sections_option``), a scratch
+directory (``scratch``) with its data (``dataset``: one ``iobench gen``), sections that time sides
+with ``alternating`` (the peers through ``fio`` or ``run_json`` for a peer process) and turn them
+into rows (``paired_row``: the median per-round ratio; ``row``, ``skipped``), and ``write_report`` /
+``write_results``: OUT.json (everything), OUT.md (its own table, from ``header``, ``table`` and
+the hand-written ``notes``) and, where the script has peer rows, OUT.rows.json
+(``summary.write_rows``: what benchmarks/summary.py collects).
 """
 
 from __future__ import annotations
