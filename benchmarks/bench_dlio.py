@@ -327,8 +327,10 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         "2 epochs, page cache dropped before each; DLIO: 1 epoch (a second would read the page cache).  Each tool "
         "reads its own copy of the shape, made by its own generator.",
         "",
-        "iobench's samples/s is every sample over each epoch's whole wall, worker start and the excluded first "
-        "step included (Submission_guidelines.md §4: the first step's I/O \"are included in the samples/second\"); "
+        "iobench's samples/s is every sample over each epoch's wall from its first read to its last step's end: "
+        "the excluded first step's I/O in (Submission_guidelines.md §4: \"The I/O operations that are excluded "
+        "from the AU calculation are included in the samples/second\"), starting processes before the first read "
+        "out (not I/O); "
         "DLIO's is (steps - 2) x batch over the time of the steps after the first (statscounter.py "
         "`compute_metrics_train`: `throughput = (len(compute) - 2) / total_time * batch_size`, `total_time` less "
         "the first step's `proc`), which alone reads (steps - 2) / (steps - 1) of the steady rate: -2.0% at 50 steps "
