@@ -10,6 +10,7 @@ mlperf's samples/s and bytes/s run from the first read to the end of the last st
 from __future__ import annotations
 
 import multiprocessing.process
+import os
 import time
 
 import pytest
@@ -76,3 +77,30 @@ def test_mlperf_clock_runs_from_the_first_read(tmp_path, monkeypatch):
     assert run["wall_s_from_first_io"] == rank["wall_s_from_first_io"]
     assert r["samples_per_s"] == pytest.approx(run["samples"] / run["wall_s_from_first_io"])
     assert rank["samples_per_s"] == pytest.approx(rank["samples"] / rank["wall_s_from_first_io"])
+
+
+def test_accelerators_start_reading_together_whatever_their_setup_took(tmp_path, monkeypatch):
+    """The start barrier is after each accelerator's loader setup: one whose setup is 1 s slower must not
+    let the other read alone for that second (the excluded first step would absorb its head start)."""
+    import iobench.loader.core as core
+
+    out = tmp_path / "unet3d"
+    assert main(["gen", "--workload", "unet3d", "--scale", "0.0001", "--num-samples", "28", "--out", str(out),
+                 "--no-progress"]) == 0
+    setup, loop = core._setup, core._step_loop
+
+    def slow_setup(cfg, storage_options, source, rank, *a, **k):
+        if rank == 1:
+            time.sleep(1.0)
+        return setup(cfg, storage_options, source, rank, *a, **k)
+
+    def timed_loop(st, *a, **k):     # in each accelerator's process: when its workers start
+        (tmp_path / f"start-{os.getpid()}").write_text(str(time.monotonic()))
+        return loop(st, *a, **k)
+
+    monkeypatch.setattr(core, "_setup", slow_setup)
+    monkeypatch.setattr(core, "_step_loop", timed_loop)
+    run_mlperf(MlperfConfig(dataset=str(out), accelerators=2, compute_s=0.01, epochs=1, runs=1, warmup=False,
+                            cache="as-is", checkpoint=False))
+    starts = [float(p.read_text()) for p in tmp_path.glob("start-*")]
+    assert len(starts) == 2 and max(starts) - min(starts) < 0.5

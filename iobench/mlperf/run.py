@@ -37,6 +37,7 @@ CACHE_MODES = ("auto", "cold", "as-is")
 # here, per epoch, so they do not apply to it.
 _LOADER_ONLY = ("not stable after", "warm-up (worker start")
 MIN_MEASURED_STEPS = 1     # per epoch, after the excluded first step
+START_TIMEOUT_S = 600.0    # the accelerators' start barrier: every loader's setup (cold pages dropped) done
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,12 @@ def _consumer(cfg_dict: dict, rank: int, world: int, synthetic: bool, barrier, s
     try:
         cfg = LoadConfig(**cfg_dict)
         sync.arm(compute_s, step_barrier, group)
-        barrier.wait(timeout=120)
-        run = run_load(cfg, rank=rank, world=world, synthetic=synthetic)
+        # The accelerators start reading together: the barrier after each one's loader setup (the cold
+        # pages dropped and checked per file, the schedule), just before its workers start.  Before the
+        # setup, one accelerator started reading 1.0 s before the other (unet3d shape, 2 accelerators at
+        # 100 MB/s, a loaded host) and the excluded first step absorbed its head start.
+        run = run_load(cfg, rank=rank, world=world, synthetic=synthetic,
+                       ready=lambda: barrier.wait(timeout=START_TIMEOUT_S))
         m = run.metrics
         series = m.pop("series", None) or {}
         sleeps = list(sync.STEP.sleep_s)
@@ -112,10 +117,11 @@ def _consumer(cfg_dict: dict, rank: int, world: int, synthetic: bool, barrier, s
                                          list(sync.STEP.barrier_s))
         q.put(("ok", rank, m, run.environment, run.warnings))
     except BaseException as e:  # noqa: BLE001 — reported to the coordinator, which raises it
-        try:
-            step_barrier.abort()   # the others must not wait for this one's next step
-        except Exception:  # noqa: BLE001
-            pass
+        for b in (barrier, step_barrier):   # the others must not wait for this one's start or next step
+            try:
+                b.abort()
+            except Exception:  # noqa: BLE001
+                pass
         q.put(("error", rank, f"{type(e).__name__}: {e}", None, None))
 
 
