@@ -5,10 +5,13 @@ are noise, so iobench and its peer run in the same rounds, in alternating order 
 a drift in the machine's load favours neither), and each round gives one ratio; a row reports
 the median of them, with their spread.
 
-A benchmark script here is: an argument parser (``parser``), a scratch directory (``scratch``),
-sections that time sides with ``alternating`` and turn them into rows with ``ratios``, and
-``write_report``: OUT.json (everything), OUT.md (its own table) and, where the script has peer
-rows, OUT.rows.json (``summary.write_rows``: what benchmarks/summary.py collects).
+A benchmark script here is: an argument parser (``parser``, ``sections_option``), a scratch
+directory (``scratch``) with its data (``dataset``: one ``iobench gen``), sections that time sides
+with ``alternating`` (the peers through ``fio`` or ``run_json`` for a peer process) and turn them
+into rows (``paired_row``: the median per-round ratio; ``row``, ``skipped``), and ``write_report`` /
+``write_results``: OUT.json (everything), OUT.md (its own table, from ``header``, ``table`` and
+the hand-written ``notes``) and, where the script has peer rows, OUT.rows.json
+(``summary.write_rows``: what benchmarks/summary.py collects).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from iobench.results import host_info
 
+REF = Path(__file__).resolve().parents[1] / "reports" / "reference"
 SHARED = "a shared 2-core VM: other work ran while measuring, so only same-run ratios are meaningful"
 MiB = 2**20
 
@@ -49,9 +53,11 @@ def machine_line(m: dict, unit: str = "cores") -> str:
     return f"{m['cpu_count']} {unit}, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python {m['python']}"
 
 
-def loadavg(m: dict | None = None) -> str:
-    """The 1, 5 and 15 minute load averages, now or at the start of ``machine()``'s run."""
-    return ", ".join(f"{x:.1f}" for x in (m["load_avg_at_start"] if m else os.getloadavg()))
+def loadavg(m=None) -> str:
+    """The 1, 5 and 15 minute load averages as text: now, at the start of ``machine()``'s dict ``m``, or a
+    recorded list ``m``."""
+    xs = os.getloadavg() if m is None else m["load_avg_at_start"] if isinstance(m, dict) else m
+    return ", ".join(f"{x:.1f}" for x in xs)
 
 
 def filesystem(where: str | Path) -> dict:
@@ -64,15 +70,26 @@ def fio_version() -> str:
     return subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
 
 
+def notes(name: str) -> str:
+    """The hand-written notes on a benchmark's numbers, ``reports/reference/NAME.notes.md`` (kept
+    across reruns, and where numbers measured once belong: docs/design.md's note on design notes)."""
+    f = REF / f"{name}.notes.md"
+    return f.read_text().strip() if f.exists() else ""
+
+
 # ------------------------------------------------------------------ paired alternating rounds
 
-def alternating(rounds: int, sides: dict[str, Callable[[], Any]]) -> dict[str, list]:
-    """Run every side once per round, the order reversed every other round; each side's values."""
+def alternating(rounds: int, sides: dict[str, Callable[[], Any]],
+                after: dict[str, Callable[[int], Any]] | None = None) -> dict[str, list]:
+    """Run every side once per round, the order reversed every other round, then each of ``after``
+    (given the round's number) in its fixed order; each one's values."""
     names = list(sides)
-    out: dict[str, list] = {n: [] for n in names}
+    out: dict[str, list] = {n: [] for n in [*names, *(after or {})]}
     for r in range(rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
             out[n].append(sides[n]())
+        for n, fn in (after or {}).items():
+            out[n].append(fn(r))
     return out
 
 
@@ -88,11 +105,6 @@ def ratios(ours: list, peer: list, key: str | None = None) -> dict:
             "spread": [min(seq), max(seq)] if seq else None}
 
 
-def median_ratio(ours: list[float], peer: list[float]) -> float | None:
-    """The median of the per-round ratios ours / peer (None without a usable round)."""
-    return ratios(ours, peer)["median"]
-
-
 def median(runs: list, key: str | None = None):
     """The median of the values (of ``key``) that are not None; None if there are none."""
     vals = [v for v in (_value(r, key) for r in runs) if v is not None]
@@ -106,6 +118,32 @@ def median_run(runs: list[dict], key: str) -> dict:
 
 
 # ------------------------------------------------------------------ timing and the peers' tools
+
+def met(ratio, target, direction: str = ">=") -> bool | None:
+    """Whether ``ratio`` meets a numeric ``target`` (None without a target or a ratio)."""
+    if target is None or not isinstance(target, (int, float)):
+        return None
+    return ratio is not None and (ratio >= target if direction == ">=" else ratio <= target)
+
+
+def row(section: str, metric: str, ours, peer, ratio, target, note: str, **extra) -> dict:
+    """One results row, the shape summary.py reads: ``section``, ``metric``, both sides, ``ratio``, ``target``, ``met``."""
+    return {"section": section, "metric": metric, "iobench": ours, "peer": peer, "ratio": ratio, "target": target,
+            "met": met(ratio, target), "note": note, **extra}
+
+
+def paired_row(section: str, ours: list[dict], peer: list[dict], metric: str, target, note: str, **extra) -> dict:
+    """A row from alternating rounds of dicts: the median of the per-round ratios of ``metric`` (the host
+    swings between rounds, so each round's pair is the comparison), each side's median run beside it."""
+    r = ratios(ours, peer, metric)
+    rounds = {"per_round_ratios": r["per_round"], "median_ratio": r["median"], "in_round_order": r["in_round_order"]}
+    return row(section, metric, median_run(ours, metric), median_run(peer, metric), r["median"], target, note,
+               rounds=rounds, **extra)
+
+
+def skipped(section: str, why: str) -> list[dict]:
+    return [{"section": section, "skipped": why}]
+
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """(seconds, fn()'s result)."""
@@ -128,6 +166,53 @@ def fio_json(text: str) -> dict:
     return json.loads(text[text.index("{"):])
 
 
+def fio(*options: str, timeout: float = 900) -> tuple[float, dict]:
+    """``fio --output-format=json --group_reporting OPTIONS``: (wall seconds, the first job's report)."""
+    t, p = timed(lambda: subprocess.run(["fio", "--output-format=json", "--group_reporting", *options],
+                                        capture_output=True, text=True, check=True, timeout=timeout))
+    return t, fio_json(p.stdout)["jobs"][0]
+
+
+def fio_rate(side: dict) -> float | None:
+    """Bytes per second of a fio job's ``read`` or ``write`` side over its runtime."""
+    return side["io_bytes"] / (side["runtime"] / 1000) if side["runtime"] else None
+
+
+def last_json(text: str) -> dict:
+    """The JSON object a peer process printed as its last line."""
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def run_json(args: list[str], what: str, timeout: float = 900, **kw) -> dict:
+    """Run a peer process that prints one JSON line last; that line, or RuntimeError with its stderr."""
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {p.returncode}): {p.stderr[-2000:]}")
+    return last_json(p.stdout)
+
+
+def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modality: str = "tokens",
+            seq_len: int = 512, vocab_size: int = 32000, fsync: bool = False, gen: dict | None = None, **spec):
+    """``iobench gen`` of one dataset (GenSpec fields as keywords; ``gen``: generate()'s own, e.g. the
+    endpoint): (its manifest, each shard's path: local, or bucket/key for an object store)."""
+    from iobench.generate import GenSpec, generate
+
+    m = generate(GenSpec(format=fmt, modality=modality, num_samples=int(samples), shard_size=shard, seq_len=seq_len,
+                         vocab_size=vocab_size, fsync=fsync, **spec), str(url), progress=False, **(gen or {}))
+    root = str(url).split("://", 1)[-1]
+    return m, [f"{root}/{s.path}" for s in m.shards]
+
+
+@contextmanager
+def stopwatch(into: dict, key: str) -> Iterator[None]:
+    """Adds the seconds the block took to ``into[key]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[key] = time.perf_counter() - t0
+
+
 def set_cache(files: list[str], state: str) -> float:
     """Warm (read every file) or cold (drop its pages); returns the largest resident fraction left."""
     from iobench.io.pagecache import drop_pages, file_residency, warm_file
@@ -136,6 +221,44 @@ def set_cache(files: list[str], state: str) -> float:
         (warm_file if state == "warm" else drop_pages)(f)
     res = [file_residency(f) for f in files]
     return max((r for r in res if r is not None), default=0.0)
+
+
+# ------------------------------------------------------------------ Markdown
+
+def table(head: list[str], rows: list[list], align: str = "---") -> list[str]:
+    """A Markdown table's lines (``align``: the rule under every column but the first, e.g. ``---:``)."""
+    return ["| " + " | ".join(head) + " |", "|---|" + "|".join([align] * (len(head) - 1)) + "|",
+            *("| " + " | ".join(str(c) for c in r) + " |" for r in rows)]
+
+
+def yes_no(met: bool | None) -> str:
+    return "yes" if met else "no" if met is not None else "—"
+
+
+def num(x, fmt: str = ".2f") -> str:
+    """``x`` formatted, or a dash for a missing value."""
+    return "—" if x is None else format(x, fmt)
+
+
+def header(title: str, meta: dict) -> list[str]:
+    """A report's opening: the title, the command, the machine with its load average and the run's
+    seconds (``meta``: ``command``, ``machine()``'s dict, ``seconds``)."""
+    m = meta["machine"]
+    return [f"# {title}", "", f"Command: `{meta['command']}`  ",
+            f"Machine: {machine_line(m)}; {m['note']} (load average at start {m['load_avg_at_start'][0]:.1f}).  ",
+            f"Run took {meta['seconds']:.0f} s.", ""]
+
+
+def updates(meta: dict, tail: str = "Those rows come from the rerun; the rest from the run above.") -> list[str]:
+    """A paragraph per ``--merge`` rerun recorded under ``meta['updates']``."""
+    return [x for u in meta.get("updates", []) for x in (
+        f"Rerun with `{u['command']}` ({u['machine']['cpu_count']} cores, {u['machine']['note']}; load average at "
+        f"start {u['machine']['load_avg_at_start'][0]:.1f}, {u['seconds']:.0f} s): " + "; ".join(u["sections"])
+        + ". " + tail, "")]
+
+
+def row_notes(results: list[dict]) -> list[str]:
+    return ["Notes:", ""] + [f"- {r['section']}: {r['note']}" for r in results if r.get("note")]
 
 
 # ------------------------------------------------------------------ the script around the sections
@@ -183,7 +306,12 @@ def write_report(out: str | Path, data: dict, markdown: str, rows: list[dict] | 
 
 def sections_option(ap: argparse.ArgumentParser, names, merge: bool = True) -> None:
     """``--sections`` (a comma-separated subset of ``names``) and, with ``merge``, ``--merge``."""
-    ap.add_argument("--sections", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
+    def chosen(text: str) -> str:
+        bad = [x for x in (x.strip() for x in text.split(",")) if x and x not in names]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {','.join(names)}")
+        return text
+    ap.add_argument("--sections", type=chosen, default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
     if merge:
         ap.add_argument("--merge", action="store_true",
                         help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
