@@ -12,7 +12,9 @@ the loader's ``idle`` (it may take worker messages while the step sleeps, as sle
 from __future__ import annotations
 
 import importlib
+import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -66,7 +68,7 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
     text = str(spec).strip()
     kind, sep, body = text.partition(":")
     if not sep or kind not in ("const", "normal", "lognormal", "file"):
-        return ComputeModel(kind="const", mean_s=parse_duration(text, field), mode=mode, callback=callback, seed=seed)
+        kind, body = "const", text
     if kind == "const":
         return ComputeModel(kind="const", mean_s=parse_duration(body, field), mode=mode, callback=callback, seed=seed)
     if kind == "file":
@@ -111,7 +113,6 @@ def load_callback(target: str) -> Callable:
         raise ConfigError("--compute-fn", f"{target!r} is not module:function", "e.g. mytrain:step or mytrain.py:step")
     try:
         if module.endswith(".py"):
-            import os
             from importlib import util as ilu
 
             if not os.path.isfile(module):
@@ -122,9 +123,6 @@ def load_callback(target: str) -> Callable:
             mod = ilu.module_from_spec(spec)
             spec.loader.exec_module(mod)
         else:
-            import os
-            import sys
-
             # `python train.py` would find a module beside it; the `iobench` script does not put the
             # current directory on sys.path, so add it (last: installed packages win)
             if os.getcwd() not in sys.path and "" not in sys.path:
@@ -185,16 +183,12 @@ class Compute:
                     while time.perf_counter_ns() < end:
                         pass
                 else:
-                    _sleep_until(t0 + int(d * 1e9), idle)
+                    sleep_until(t0 + int(d * 1e9), idle)
         return (time.perf_counter_ns() - t0) / 1e9
 
 
 def sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:
     """Sleep until ``deadline_ns`` (perf_counter), handing the time to ``idle`` where given."""
-    _sleep_until(deadline_ns, idle)
-
-
-def _sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:
     while True:  # a signal, or idle work, may return early
         left = deadline_ns - time.perf_counter_ns()
         if left <= 0:

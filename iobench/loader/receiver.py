@@ -19,7 +19,7 @@ import select
 from os import sched_yield
 from pickle import HIGHEST_PROTOCOL
 from pickle import dumps as _dumps
-from time import perf_counter_ns
+from time import perf_counter, perf_counter_ns, sleep
 
 from ..errors import StorageError
 from .messages import Done, Failed, Ready
@@ -179,8 +179,6 @@ class Receiver:
     def idle(self, timeout_s: float) -> None:
         """Take messages for up to ``timeout_s`` (returns early once something arrived)."""
         if not self.readers:
-            from time import sleep
-
             sleep(timeout_s)
             return
         self._pump(timeout_s)
@@ -198,8 +196,6 @@ class Receiver:
         return len(self.batches)
 
     def wait_done(self, n: int, timeout_s: float) -> None:
-        from time import perf_counter
-
         end = perf_counter() + timeout_s
         while len(self.done) < n and self.readers and perf_counter() < end:
             if not self._pump(0.2) and all(not p.is_alive() for p in self.procs):
