@@ -21,6 +21,7 @@ from ..dist.world import usable_cores
 from ..errors import ConfigError, IobenchError
 from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
+from ..synth import token_dtype_for
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .sampler import ACCESS_PATTERNS, order_of
@@ -83,8 +84,11 @@ class LoadConfig:
     start_method: str = "fork"
 
     def __post_init__(self) -> None:
+        from ..storage import S3_CLIENTS
+        from ..wrappers import parse_emulation
+
         for name, low in (("workers", 0), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
-                          ("s3_concurrency", 1), ("retries", 1)):
+                          ("s3_concurrency", 1), ("retries", 1), ("min_steps", 2)):
             v = getattr(self, name)
             if v < low:
                 raise ConfigError(f"load.{name}", f"must be at least {low}, got {v}", f"give {name} >= {low}")
@@ -99,23 +103,15 @@ class LoadConfig:
         if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not self.p99_ci > 0:
             raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
                               "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
-        if self.min_steps < 2:
-            raise ConfigError("load.min_steps", f"must be at least 2, got {self.min_steps}", "give min_steps >= 2")
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
-        check_choice("load.cache", self.cache, CACHE_STATES)
-        from ..storage import S3_CLIENTS
-
-        check_choice("load.s3_client", self.s3_client, S3_CLIENTS)
-        check_choice("load.compute_mode", self.compute_mode, MODES)
-        check_choice("load.start_method", self.start_method, START_METHODS)
+        for name, choices in (("cache", CACHE_STATES), ("s3_client", S3_CLIENTS), ("compute_mode", MODES),
+                              ("start_method", START_METHODS), ("access", ACCESS_PATTERNS + ("auto",))):
+            check_choice(f"load.{name}", getattr(self, name), choices)
         parse_size(self.s3_block_size, "load.s3_block_size")
         parse_size(self.stream_read_size, "load.stream_read_size")
-        check_choice("load.access", self.access, ACCESS_PATTERNS + ("auto",))
         self.compute_model()  # validates the compute spec
         check_workers_fit_fd_limit(self)
-        from ..wrappers import parse_emulation
-
         parse_emulation(self.emulate)
 
     def compute_model(self) -> ComputeModel:
@@ -177,9 +173,8 @@ def _token_row_bytes(manifest) -> int | None:
     if manifest.modality != "tokens" or "seq_len" not in spec:
         return None
     dt = spec.get("token_dtype", "auto")
-    if dt not in ("uint16", "uint32"):
-        dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
-    return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    return int(spec["seq_len"]) * token_dtype_for(int(spec.get("vocab_size", 65536)),
+                                                  dt if dt in ("uint16", "uint32") else "auto").itemsize
 
 
 def one_sample_bytes(manifest) -> int:
