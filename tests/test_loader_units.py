@@ -389,3 +389,32 @@ def test_worker_holds_a_batch_only_while_the_consumer_has_two_in_hand():
         r.close()
         w.close()
         pool.close()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_failing_compute_fn_names_itself_and_the_step(tmp_path_factory, workers):
+    """A callback step that raises ends the load with an IobenchError naming the function, the step
+    and the error (its traceback chained), with workers and without."""
+    import sys
+    import types
+
+    from loader_helpers import quiet_cfg, tokens_dataset
+
+    from iobench.errors import IobenchError
+    from iobench.loader.core import run_load
+
+    def step(batch, k):
+        if k == 2:
+            raise ValueError("boom")
+
+    mod = types.ModuleType("iobench_failing_step")
+    mod.step = step
+    sys.modules["iobench_failing_step"] = mod
+    url = tokens_dataset(tmp_path_factory, "failing", 64, 16)
+    try:
+        with pytest.raises(IobenchError, match=r"--compute-fn iobench_failing_step:step failed at step 2: "
+                                               r"ValueError: boom") as e:
+            run_load(quiet_cfg(url, 4, workers=workers, compute_mode="callback", compute_fn="iobench_failing_step:step"))
+    finally:
+        del sys.modules["iobench_failing_step"]
+    assert isinstance(e.value.__cause__, ValueError)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IobenchError
 from ..units import parse_duration
 
 MODES = ("sleep", "spin", "callback")
@@ -171,10 +171,15 @@ class Compute:
     def __call__(self, batch: Any, step: int, idle: Callable[[float], Any] | None = None) -> float:
         """Run the step; in sleep mode ``idle(seconds)`` may use the host thread while the device computes."""
         t0 = time.perf_counter_ns()
-        if isinstance(self._fn, StepCallback):
-            self._fn(batch, step, idle)
-        elif self._fn is not None:
-            self._fn(batch, step)
+        if self._fn is not None:
+            try:
+                if isinstance(self._fn, StepCallback):
+                    self._fn(batch, step, idle)
+                else:
+                    self._fn(batch, step)
+            except Exception as e:   # the user's step failed: name it and the step, keep its traceback
+                raise IobenchError(f"--compute-fn {self.model.callback} failed at step {step}: "
+                                   f"{type(e).__name__}: {e}") from e
         else:
             d = self.duration(step)
             if d > 0:

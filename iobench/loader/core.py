@@ -18,7 +18,7 @@ import numpy as np
 from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..dist.world import usable_cores
-from ..errors import ConfigError, IobenchError
+from ..errors import ConfigError
 from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
 from ..synth import token_dtype_for
@@ -446,14 +446,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             if lag:
                 pool.take(k, int(owner[k + lag]) if k + lag < total else None)
             rec.depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
-            # Like a host thread while the accelerator computes: take worker messages meanwhile.
-            try:
-                c = compute(batch, k, idle=rx.idle)
-            except Exception as e:
-                if cfg.compute_mode != "callback":
-                    raise
-                raise IobenchError(f"--compute-fn {cfg.compute_fn} failed at step {k}: "
-                                   f"{type(e).__name__}: {e}") from e
+            c = compute(batch, k, idle=rx.idle)   # like a host thread while the accelerator computes: takes messages
             del batch
             pool.release(k, int(owner[k + pool.n]) if k + pool.n < total else None)
             t2 = now_ns()
