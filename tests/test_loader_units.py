@@ -418,3 +418,20 @@ def test_a_failing_compute_fn_names_itself_and_the_step(tmp_path_factory, worker
     finally:
         del sys.modules["iobench_failing_step"]
     assert isinstance(e.value.__cause__, ValueError)
+
+
+def test_the_open_file_limit_refuses_too_many_workers_or_too_deep_a_prefetch(monkeypatch, tmp_path):
+    """Before any process starts: a worker count the fd limit cannot carry names --workers (with the most
+    that fit), a prefetch depth it cannot carry names --prefetch; a load that fits passes."""
+    import resource
+
+    from iobench.loader.core import LoadConfig
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (100, 100))
+    LoadConfig(dataset=str(tmp_path), workers=2, prefetch=2)   # 64 + 2 x 8 + 5 slots = 85 descriptors
+    with pytest.raises(ConfigError, match=r"20 batches in flight per worker need ~121 open files") as e:
+        LoadConfig(dataset=str(tmp_path), workers=2, prefetch=20)
+    assert e.value.field == "--prefetch"
+    with pytest.raises(ConfigError, match=r"10 workers need ~165 open files, the limit is 100") as e:
+        LoadConfig(dataset=str(tmp_path), workers=10, prefetch=2)
+    assert e.value.field == "--workers" and "use at most 3 workers" in str(e.value.fix)

@@ -44,16 +44,11 @@ class ComputeModel:
         return self.mean_s
 
     def describe(self) -> dict:
-        d: dict[str, Any] = {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s}
-        if self.kind == "normal":
-            d["std_s"] = self.spread_s
-        if self.kind == "lognormal":
-            d["p50_s"], d["p99_s"] = self.mean_s, self.spread_s
-        if self.kind == "file":
-            d["steps_in_file"] = len(self.times_s)
-        if self.callback:
-            d["callback"] = self.callback
-        return d
+        by_kind: dict[str, dict[str, Any]] = {"normal": {"std_s": self.spread_s}, "file": {"steps_in_file": len(self.times_s)},
+                                              "lognormal": {"p50_s": self.mean_s, "p99_s": self.spread_s}}
+        params = by_kind.get(self.kind, {})
+        return {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s, **params,
+                **({"callback": self.callback} if self.callback else {})}
 
 
 def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str | None = None,

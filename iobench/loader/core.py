@@ -155,16 +155,16 @@ def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return
-    slots = slots_for("map", cfg.workers, cfg.prefetch)
-    need = _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots
-    if need > soft:
-        if _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots_for("map", cfg.workers, 1) <= soft:
-            # the workers fit; their prefetch depth is what asks for the slots
-            raise ConfigError("--prefetch", f"{cfg.prefetch} batches in flight per worker need ~{need} open files, "
-                              f"the limit is {soft}", "lower --prefetch, or raise the limit (ulimit -n)")
-        top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
-        raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
-                          f"use at most {top} workers, or raise the limit (ulimit -n)")
+    base = _FDS_BASE + cfg.workers * _FDS_PER_WORKER
+    need = base + slots_for("map", cfg.workers, cfg.prefetch)
+    if need <= soft:
+        return
+    if base + slots_for("map", cfg.workers, 1) <= soft:   # the workers fit; their prefetch depth asks for the slots
+        raise ConfigError("--prefetch", f"{cfg.prefetch} batches in flight per worker need ~{need} open files, "
+                          f"the limit is {soft}", "lower --prefetch, or raise the limit (ulimit -n)")
+    top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
+    raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
+                      f"use at most {top} workers, or raise the limit (ulimit -n)")
 
 
 def _token_row_bytes(manifest) -> int | None:
