@@ -102,11 +102,10 @@ def mean_interval(values) -> dict:
     v = np.asarray(values, dtype=float)
     n = len(v)
     out = {"n": n, "method": "mean of independent repeats, Student t 95%"}
-    if n == 0:
-        return out | {"value": None, "low": None, "high": None, "half_width": None, "note": "no values"}
-    value = float(v.mean())
-    if n < 2:
-        return out | {"value": value, "low": None, "high": None, "half_width": None, "note": "one repeat: no interval"}
+    value = float(v.mean()) if n else None
+    if value is None or n < 2:
+        return out | {"value": value, "low": None, "high": None, "half_width": None,
+                      "note": "one repeat: no interval" if n else "no values"}
     half = t975(n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
     return out | {"value": value, "low": value - half, "high": value + half, "half_width": half}
 
