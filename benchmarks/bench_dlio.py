@@ -33,6 +33,7 @@ and dlio.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -184,6 +185,7 @@ def main() -> int:
     from iobench.manifest import read_manifest
     from iobench.mlperf.run import loader_group
     from iobench.mlperf.workloads import TABLE
+    from iobench.results import now_iso
     from iobench.storage import open_backend
     from iobench.throttle import ReadThrottle
     from iobench.units import parse_size
@@ -223,11 +225,7 @@ def main() -> int:
                         if not a.no_dlio:
                             _drop(dl)
                         load0 = os.getloadavg()[0]
-                        if cap is not None:
-                            with ReadThrottle(dev, cap, tag="benchdlio"):
-                                r = run_iobench(name, ib) if tool == "iobench" else \
-                                    run_dlio(name, dl, venv, record, work / "out", log)
-                        else:
+                        with ReadThrottle(dev, cap, tag="benchdlio") if cap is not None else contextlib.nullcontext():
                             r = run_iobench(name, ib) if tool == "iobench" else \
                                 run_dlio(name, dl, venv, record, work / "out", log)
                         r["load_avg"] = load0
@@ -256,7 +254,7 @@ def main() -> int:
                                  "rounds": len(ok), "errors": [r["error"] for r in rs if "error" in r],
                                  "sample_bytes": sb})
                 raw.append({"shape": name, "mode": mode, "per_round": per, "command": _command(a, name),
-                            "finished": _now()})
+                            "finished": now_iso()})
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -264,12 +262,6 @@ def main() -> int:
         rows, raw = _merged(a, rows, raw)
         write(a, rows, raw, bw)
     return 0
-
-
-def _now() -> str:
-    from iobench.results import now_iso
-
-    return now_iso()
 
 
 def _command(a, shape: str) -> str:
@@ -327,14 +319,17 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         "2 epochs, page cache dropped before each; DLIO: 1 epoch (a second would read the page cache).  Each tool "
         "reads its own copy of the shape, made by its own generator.",
         "",
-        "iobench's samples/s is every sample over each epoch's whole wall, worker start and the excluded first "
-        "step included (Submission_guidelines.md §4: the first step's I/O \"are included in the samples/second\"); "
+        "iobench's samples/s is every sample over each epoch's wall from its first read to its last step's end: "
+        "the excluded first step's I/O in (Submission_guidelines.md §4: \"The I/O operations that are excluded "
+        "from the AU calculation are included in the samples/second\"), starting processes before the first read "
+        "out (not I/O); "
         "DLIO's is (steps - 2) x batch over the time of the steps after the first (statscounter.py "
         "`compute_metrics_train`: `throughput = (len(compute) - 2) / total_time * batch_size`, `total_time` less "
         "the first step's `proc`), which alone reads (steps - 2) / (steps - 1) of the steady rate: -2.0% at 50 steps "
         "(resnet50), -1.2% at 84 (unet3d), -0.3% at 320 (cosmoflow).  AU: both count the steps after the first of "
         "each epoch, the barrier after the first inside the window (`compute_metrics_train`); iobench counts the "
-        "nominal step time, DLIO the measured sleep (an oversleep on a loaded host raises DLIO's AU).",
+        "nominal step time, DLIO the measured sleep (an oversleep on a loaded host raises DLIO's AU); iobench's "
+        "accelerators meet at a barrier after their loaders' setup, so they start reading together.",
         "",
         "Epoch model: the same cap and shape, one epoch of an ideal loader that hands each read thread a whole "
         "batch (`epoch_model` in bench_dlio.py: the threads' first batches land together, the last group is "

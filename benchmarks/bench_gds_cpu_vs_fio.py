@@ -13,10 +13,9 @@ ratio iobench / fio.
 
 from __future__ import annotations
 
-import json
+import itertools
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,14 +35,11 @@ from iobench.units import format_bytes, parse_size
 def fio_read(path: str, size: int, io_size: int, threads: int, cache_state: str) -> float:
     """bytes/s fio reports for a read of the whole file by ``threads`` psync jobs."""
     per_job = size // threads // io_size * io_size
-    cmd = ["fio", "--name=gdscpu", f"--filename={path}", "--rw=read", f"--bs={io_size}", "--ioengine=psync",
-           f"--numjobs={threads}", "--thread", f"--size={per_job}", f"--offset_increment={per_job}",
-           "--group_reporting", f"--direct={1 if cache_state == 'direct' else 0}",
-           f"--invalidate={0 if cache_state == 'warm' else 1}",
-           "--output-format=json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
-    job = json.loads(out.stdout)["jobs"][0]["read"]
-    return job["io_bytes"] / (job["runtime"] / 1e3) if job["runtime"] else float("nan")
+    _, job = harness.fio("--name=gdscpu", f"--filename={path}", "--rw=read", f"--bs={io_size}", "--ioengine=psync",
+                         f"--numjobs={threads}", "--thread", f"--size={per_job}", f"--offset_increment={per_job}",
+                         f"--direct={1 if cache_state == 'direct' else 0}",
+                         f"--invalidate={0 if cache_state == 'warm' else 1}", timeout=300)
+    return harness.fio_rate(job["read"]) or float("nan")
 
 
 def python_read(path: str, io_size: int) -> float:
@@ -86,33 +82,29 @@ def main(argv=None) -> int:
         path = str(work / "data.bin")
         create_file(path, size, seed=0)
         cfg = build(GdsBenchConfig, {"target": path, "paths": ["cpu"], "qd1_samples": 0, "verify": False}, "gds")
-        for state in args.cache.split(","):
-            for io in [parse_size(s) for s in args.io_sizes.split(",")]:
-                for t in [int(t) for t in args.threads.split(",")]:
-                    def fio(io=io, t=t, state=state):
-                        prepare_file(path, "cold" if state == "direct" else state)
-                        return fio_read(path, size, io, t, state)
+        for state, io, t in itertools.product(args.cache.split(","), [parse_size(s) for s in args.io_sizes.split(",")],
+                                              [int(t) for t in args.threads.split(",")]):
+            def fio(io=io, t=t, state=state):
+                prepare_file(path, "cold" if state == "direct" else state)
+                return fio_read(path, size, io, t, state)
 
-                    def naive(io=io, state=state):
-                        prepare_file(path, state)
-                        return python_read(path, io)
-                    runs = harness.alternating(args.repeat, {
-                        "iobench": lambda io=io, t=t, state=state: iobench_read(path, io, t, state, cfg), "fio": fio})
-                    ours, cpu = [b for b, _ in runs["iobench"]], [c for _, c in runs["iobench"]]
-                    theirs = runs["fio"]
-                    # the naive loader at 1 thread only, after the pairs (it has no ratio of its own)
-                    py_runs = [naive() for _ in range(args.repeat)] if t == 1 and state != "direct" else []
-                    row = {"cache": state, "io_size_bytes": io, "threads": t,
-                           "iobench_bytes_per_s": statistics.median(ours), "fio_bytes_per_s": statistics.median(theirs),
-                           "python_readinto_bytes_per_s": harness.median(py_runs),
-                           "iobench_cpu_s_per_gb": statistics.median(cpu),
-                           "runs": {"iobench": ours, "fio": theirs, "python_readinto": py_runs}}
-                    row["ratio"] = row["iobench_bytes_per_s"] / row["fio_bytes_per_s"]
-                    rows.append(row)
-                    py = (f"  python {row['python_readinto_bytes_per_s'] / 2**30:6.2f} GiB/s" if py_runs else "")
-                    print(f"{state:6} io={format_bytes(io):>9} threads={t}: iobench {row['iobench_bytes_per_s'] / 2**30:6.2f} "
-                          f"GiB/s  fio {row['fio_bytes_per_s'] / 2**30:6.2f} GiB/s{py}  ratio {row['ratio']:.2f}",
-                          flush=True)
+            def naive(io=io, state=state):
+                prepare_file(path, state)
+                return python_read(path, io)
+            runs = harness.alternating(args.repeat, {
+                "iobench": lambda io=io, t=t, state=state: iobench_read(path, io, t, state, cfg), "fio": fio})
+            ours, cpu = [b for b, _ in runs["iobench"]], [c for _, c in runs["iobench"]]
+            # the naive loader at 1 thread only, after the pairs (it has no ratio of its own)
+            py_runs = [naive() for _ in range(args.repeat)] if t == 1 and state != "direct" else []
+            row = {"cache": state, "io_size_bytes": io, "threads": t, "iobench_bytes_per_s": statistics.median(ours),
+                   "fio_bytes_per_s": statistics.median(runs["fio"]), "python_readinto_bytes_per_s": harness.median(py_runs),
+                   "iobench_cpu_s_per_gb": statistics.median(cpu),
+                   "runs": {"iobench": ours, "fio": runs["fio"], "python_readinto": py_runs}}
+            row["ratio"] = row["iobench_bytes_per_s"] / row["fio_bytes_per_s"]
+            rows.append(row)
+            py = f"  python {row['python_readinto_bytes_per_s'] / 2**30:6.2f} GiB/s" if py_runs else ""
+            print(f"{state:6} io={format_bytes(io):>9} threads={t}: iobench {row['iobench_bytes_per_s'] / 2**30:6.2f} "
+                  f"GiB/s  fio {row['fio_bytes_per_s'] / 2**30:6.2f} GiB/s{py}  ratio {row['ratio']:.2f}", flush=True)
         facts = file_facts(path)
     report = {"benchmark": "gds cpu path vs fio", "date": now_iso(), "host": host_info(), "fio": harness.fio_version(),
               "file": {"size_bytes": size, "fs_type": facts.get("fs_type"), "driver": facts.get("driver")},
@@ -128,33 +120,23 @@ def main(argv=None) -> int:
 
 def markdown(r: dict) -> str:
     h = r["host"]
-    lines = [
-        "# GPU-read `cpu` path vs fio (same file, same run)",
-        "",
+    gib = lambda x: f"{x / 2**30:.2f}" if x else "-"  # noqa: E731
+    return "\n".join([
+        "# GPU-read `cpu` path vs fio (same file, same run)", "",
         f"Command: `.venv/bin/python benchmarks/bench_gds_cpu_vs_fio.py --out reports/reference` ({r['date']}).",
         f"Machine: {h['cpu']}, {h['cpu_count']} CPUs, {format_bytes(h['memory_bytes'])} RAM, {h['os']}, "
         f"Python {h['python']}, {r['fio']}; file of {format_bytes(r['file']['size_bytes'])} on "
         f"{r['file']['fs_type']} ({r['file']['driver'] or 'no block device'}).",
         f"The machine was shared with other work while measuring: read the ratios, not the absolute rates. "
-        f"Median of {r['repeat']} alternating runs per row.",
-        "",
-        "`python` is the naive loader (one thread, buffered `readinto`), measured at 1 thread only.",
-        "",
-        "| cache | io size | threads | iobench GiB/s | fio GiB/s | python GiB/s | iobench / fio | iobench CPU-s/GB |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for x in r["rows"]:
-        lines.append(f"| {x['cache']} | {format_bytes(x['io_size_bytes'])} | {x['threads']} | "
-                     f"{x['iobench_bytes_per_s'] / 2**30:.2f} | {x['fio_bytes_per_s'] / 2**30:.2f} | "
-                     + (f"{x['python_readinto_bytes_per_s'] / 2**30:.2f}" if x["python_readinto_bytes_per_s"] else "-")
-                     + f" | {x['ratio']:.2f} | {x['iobench_cpu_s_per_gb']:.3f} |")
-    lines += ["", f"Geometric mean of the ratios: **{r['geomean_ratio']:.2f}**.", "",
-              "Reading the table: warm rows measure the page-cache copy path (no device I/O); cold rows include "
-              "the disk; direct rows bypass the page cache in both tools (O_DIRECT).  `iobench` times only its read calls (the harness loop between calls is outside), fio "
-              "reports its job runtime.  Where fio's warm numbers fall far below the naive Python loop, the "
-              "gap is fio's (psync per-IO bookkeeping on this VM), not iobench being several times faster "
-              "than the hardware allows; the cold and direct rows are the fairer comparison.", ""]
-    return "\n".join(lines)
+        f"Median of {r['repeat']} alternating runs per row.", "",
+        "`python` is the naive loader (one thread, buffered `readinto`), measured at 1 thread only.", "",
+        *harness.table(["cache", "io size", "threads", "iobench GiB/s", "fio GiB/s", "python GiB/s", "iobench / fio",
+                        "iobench CPU-s/GB"],
+                       [[x["cache"], format_bytes(x["io_size_bytes"]), x["threads"], gib(x["iobench_bytes_per_s"]),
+                         gib(x["fio_bytes_per_s"]), gib(x["python_readinto_bytes_per_s"]), f"{x['ratio']:.2f}",
+                         f"{x['iobench_cpu_s_per_gb']:.3f}"] for x in r["rows"]]), "",
+        f"Geometric mean of the ratios: **{r['geomean_ratio']:.2f}**.", "",
+        harness.notes("gds_cpu_vs_fio"), ""])
 
 
 if __name__ == "__main__":

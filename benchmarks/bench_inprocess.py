@@ -41,7 +41,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
-from bench_load import MiB, _fio, _gather_loop, load_rate, machine, median_run, paired_result
+from bench_load import MiB, _fio, _gather_loop, load_rate
+from harness import machine, median_run, paired_row as paired_result
 from summary import DERIVE, merge_results, write_rows
 
 from iobench.generate import GenSpec, generate
@@ -100,7 +101,7 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
         def theirs(r, state=state, peer=peer):
             for f in files:
                 (warm_file if state == "warm" else drop_pages)(f)
-            peer.append(_fio(files, SHARD, 1, direct=(state == "cold"), out_json=work / "fio.json")
+            peer.append(_fio(files, SHARD, 1, direct=(state == "cold"))
                         | {"load_avg": _loadavg()})
 
         floor: list[dict] = []

@@ -16,7 +16,6 @@ elsewhere (``--out``), so a branch's sections land on a report that changed in t
 
 from __future__ import annotations
 
-from iobench.schema import STALL_RATIO
 import argparse
 import json
 import os
@@ -28,19 +27,20 @@ from pathlib import Path
 
 import psutil
 
-from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
+from iobench.schema import STALL_RATIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (alternating, command, cpu_seconds, machine, median_run, parser, ratios, run_sections, scratch,
-                     sections_option, set_cache, timed, write_results)
+from harness import (alternating, command, cpu_seconds, dataset, fio, fio_rate, header, last_json, machine,
+                     median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
+                     set_cache, skipped, table, timed, updates, write_results, yes_no)
 
 MiB = 2**20
 REPEATS = 3
 FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
 
 
-def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
+def load_rate(cfg: LoadConfig, **kw) -> dict:
     r = run_load(cfg, **kw)
     m = r.metrics
     return {"bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
@@ -50,13 +50,9 @@ def load_rate(cfg: LoadConfig, key: str = "bytes_per_s", **kw) -> dict:
                                                                             if k != "series"}}
 
 
-def section_result(name, iob, peer, metric, target, note, extra=None):
-    ratio = iob[metric] / peer[metric] if peer and peer.get(metric) else None
-    d = {"section": name, "metric": metric, "iobench": iob, "peer": peer, "ratio": ratio, "target": target,
-         "met": (ratio is not None and ratio >= target) if target is not None else None, "note": note}
-    if extra:
-        d.update(extra)
-    return d
+def floor_row(name: str, iob: dict, peer: dict, metric: str, note: str) -> dict:
+    """A row against a fixed floor (``peer``: the floor's value of ``metric``): target 1.0."""
+    return row(name, metric, iob, peer, iob[metric] / peer[metric], 1.0, note)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -67,8 +63,7 @@ def _floor_rows(name: str, scale: float, accesses: tuple[str, ...]) -> list[tupl
     from fsspec.implementations.memory import MemoryFileSystem
 
     url = f"memory://bench-{name}/tok"
-    generate(GenSpec(format="raw", modality="tokens", num_samples=int(131072 * scale), seq_len=512, vocab_size=32000,
-                     shard_size="4MiB", fsync=False), url, progress=False)
+    dataset(url, 131072 * scale, "4MiB")
     out = []
     for access in accesses:
         base = LoadConfig(dataset=url, access=access, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192,
@@ -87,13 +82,12 @@ AU_PEER = {"accelerator_utilization": 0.99, "what": "target from the issue"}
 def bench_overhead(work: Path, scale: float) -> list[dict]:
     """Harness overhead on null storage: memory backend, 1 KiB token samples, batch 256."""
     [(_, top, au)] = _floor_rows("overhead", scale, ("block",))
-    return [section_result("overhead: samples/s, compute 0, W=1 (memory backend)", top,
-                           {"steady_samples_per_s": 1_000_000.0, "what": "target from issue 13 item 7"},
-                           "steady_samples_per_s", 1.0,
-                           "1 KiB samples, batch 256, 1 worker, block access; peer = issue 13's floor of 1M "
-                           "samples/s (best of 3 runs)"),
-            section_result("overhead: AU at compute 5 ms (memory backend)", au, AU_PEER,
-                           "accelerator_utilization", 1.0, "300 steps; stall = consumer-side harness cost")]
+    return [floor_row("overhead: samples/s, compute 0, W=1 (memory backend)", top,
+                      {"steady_samples_per_s": 1_000_000.0, "what": "target from issue 13 item 7"}, "steady_samples_per_s",
+                      "1 KiB samples, batch 256, 1 worker, block access; peer = issue 13's floor of 1M "
+                      "samples/s (best of 3 runs)"),
+            floor_row("overhead: AU at compute 5 ms (memory backend)", au, AU_PEER, "accelerator_utilization",
+                      "300 steps; stall = consumer-side harness cost")]
 
 
 def bench_access(work: Path, scale: float) -> list[dict]:
@@ -101,34 +95,29 @@ def bench_access(work: Path, scale: float) -> list[dict]:
     map makes one request per sample, stream one streamed request per shard read in 64 KiB pieces."""
     out = []
     for access, fast, paced in _floor_rows("access", scale, ("map", "stream")):
-        out += [section_result(f"overhead: samples/s, compute 0, W=1, access {access} (memory backend)", fast,
-                               {"steady_samples_per_s": 100_000.0, "what": "floor for this pattern"},
-                               "steady_samples_per_s", 1.0,
-                               "1 KiB samples, batch 256, 1 worker; peer 100k samples/s: issue 13's 1M floor "
-                               "is stated for the block harness (the overhead row); map makes one request per "
-                               "sample and stream copies each piece into its shuffle buffer, so their floor "
-                               "is kept at 100k (best of 3 runs)"),
-                section_result(f"overhead: AU at compute 5 ms, access {access} (memory backend)", paced, AU_PEER,
-                               "accelerator_utilization", 1.0, "300 steps")]
+        out += [floor_row(f"overhead: samples/s, compute 0, W=1, access {access} (memory backend)", fast,
+                          {"steady_samples_per_s": 100_000.0, "what": "floor for this pattern"}, "steady_samples_per_s",
+                          "1 KiB samples, batch 256, 1 worker; peer 100k samples/s: issue 13's 1M floor "
+                          "is stated for the block harness (the overhead row); map makes one request per "
+                          "sample and stream copies each piece into its shuffle buffer, so their floor "
+                          "is kept at 100k (best of 3 runs)"),
+                floor_row(f"overhead: AU at compute 5 ms, access {access} (memory backend)", paced, AU_PEER,
+                          "accelerator_utilization", "300 steps")]
     return out
 
 
-def _fio(files: list[str], bs: int, jobs: int, direct: bool, out_json: Path, iodepth: int = 1) -> dict:
-    groups = [files[i::jobs] for i in range(jobs)]
-    args = ["fio", "--output-format=json", f"--output={out_json}", "--group_reporting"]
+def _fio(files: list[str], bs: int, jobs: int, direct: bool, iodepth: int = 1) -> dict:
     folder = os.path.dirname(files[0])
     assert all(os.path.dirname(f) == folder for f in files)
-    for i, g in enumerate(groups):
-        # names relative to --directory: fio refuses a --filename list over 4096 characters
-        engine = ["--ioengine=psync"] if iodepth == 1 else ["--ioengine=libaio", f"--iodepth={iodepth}"]
-        args += [f"--name=j{i}", "--rw=read", f"--bs={bs}", *engine, f"--direct={int(direct)}",
-                 "--invalidate=0", f"--directory={folder}", "--filename=" + ":".join(os.path.basename(f) for f in g),
-                 "--file_service_type=sequential"]
-    t, _ = timed(lambda: subprocess.run(args, check=True, stdout=subprocess.DEVNULL))
-    rep = json.loads(out_json.read_text())["jobs"][0]["read"]
-    return {"bytes_per_s": rep["io_bytes"] / (rep["runtime"] / 1000) if rep["runtime"] else None,
-            "bytes_read": rep["io_bytes"], "runtime_s": rep["runtime"] / 1000, "wall_s": t, "jobs": jobs,
-            "bs": bs, "direct": direct}
+    engine = ["--ioengine=psync"] if iodepth == 1 else ["--ioengine=libaio", f"--iodepth={iodepth}"]
+    # names relative to --directory: fio refuses a --filename list over 4096 characters
+    t, job = fio(*(a for i in range(jobs) for a in (
+        f"--name=j{i}", "--rw=read", f"--bs={bs}", *engine, f"--direct={int(direct)}", "--invalidate=0",
+        f"--directory={folder}", "--filename=" + ":".join(os.path.basename(f) for f in files[i::jobs]),
+        "--file_service_type=sequential")))
+    rep = job["read"]
+    return {"bytes_per_s": fio_rate(rep), "bytes_read": rep["io_bytes"], "runtime_s": rep["runtime"] / 1000,
+            "wall_s": t, "jobs": jobs, "bs": bs, "direct": direct}
 
 
 def _gather_loop(files: list[str], fixed, batch: int, seed: int = 0, mapped: bool = False) -> dict:
@@ -196,47 +185,38 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     one process), and report iobench against it: that ratio is the price of the hand-off alone.
     """
     if not shutil.which("fio"):
-        return [{"section": "fio", "skipped": "fio not installed"}]
+        return skipped("fio", "fio not installed")
     url = str(work / "raw-tokens")
     shard = 8 * MiB
     # 1 GiB (128 shards): at 32 shards a cold round was 32 requests in 0.3 s, and this disk's
     # speed moves by +-30% within seconds, so 3 such rounds measured the disk, not iobench
     # (rows 0.66-1.02 from one hour to the next; 10 sandwiched rounds at 1 GiB: 0.90).
-    m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(1048576 * scale), seq_len=512,
-                         vocab_size=32000, shard_size=f"{shard}B", fsync=True), url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
+    m, files = dataset(url, 1048576 * scale, f"{shard}B", fsync=True)
     W = 1  # one stream each: the consumer is one process, as fio's job is
-    base = LoadConfig(dataset=url, access="block",
-                      workers=W, prefetch=4, batch_size=256, shuffle_buffer=8192, monitor_interval_s=1.0,
-                      read_ahead=1)
     from iobench.formats import get_format
 
     fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
-        iob, peer, gather, mapped, peer_qd2 = [], [], [], [], []
-        cfg = LoadConfig(**{**base.__dict__, "cache": state, "batch_size": batch, "odirect": state == "cold",
-                            "s3_block_size": f"{shard}B"})
-        for r in range(FIO_ROUNDS):
-            # the sides swap which goes first every round, so a drift of the disk or the host
-            # within a round does not always favour the same side
-            for side in (("iob", "fio") if r % 2 == 0 else ("fio", "iob")):
-                if side == "iob":
-                    iob.append(load_rate(cfg))
-                else:
-                    set_cache(files, state)
-                    peer.append(_fio(files, shard, W, direct=(state == "cold"), out_json=work / "fio.json"))
-            if state == "warm":
-                gather.append(_gather_loop(files, fixed, batch, seed=r))
-                mapped.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
-            else:   # is the device saturated by one request in flight? (then more would only hide gaps)
-                peer_qd2.append(_fio(files, shard, W, direct=True, out_json=work / "fio.json", iodepth=2))
-        same = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
-                "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
-        out.append(paired_result(
+        cold = state == "cold"
+        cfg = LoadConfig(dataset=url, access="block", workers=W, prefetch=4, batch_size=batch, shuffle_buffer=8192,
+                         monitor_interval_s=1.0, read_ahead=1, cache=state, odirect=cold, s3_block_size=f"{shard}B")
+
+        def fio_side(cold=cold, state=state) -> dict:
+            set_cache(files, state)
+            return _fio(files, shard, W, direct=cold)
+
+        # the sides swap which goes first every round, so a drift of the disk or the host within a
+        # round does not always favour the same side; the diagnostics run after them
+        after = ({"fio_qd2": lambda r: _fio(files, shard, W, direct=True, iodepth=2)} if cold else
+                 {"gather": lambda r, batch=batch: _gather_loop(files, fixed, batch, seed=r),
+                  "mapped": lambda r, batch=batch: _gather_loop(files, fixed, batch, seed=r, mapped=True)})
+        runs = alternating(FIO_ROUNDS, {"iob": lambda cfg=cfg: load_rate(cfg), "fio": fio_side}, after)
+        iob, peer = runs["iob"], runs["fio"]
+        out.append(paired_row(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs fio {W} jobs" +
-            (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
-            iob, peer, "bytes_per_s", 0.7 if state == "warm" else 0.9,
+            (" --direct=1" if cold else " --invalidate=0 after pre-read"),
+            iob, peer, "bytes_per_s", 0.9 if cold else 0.7,
             f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
             f"collates {batch}-sample batches into shared memory and hands each to the consumer; "
             "iobench --read-ahead 1; "
@@ -245,54 +225,31 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             "in docs/design.md; fio preads the shard into its buffer and drops it); "
             "cold = iobench --odirect (O_DIRECT preads of the shard size into aligned buffers); "
             "fio is a fair peer for the reads (same files and bytes, one shard-sized request per shard, "
-            "one stream; fio skips each shard's 64-byte tail), not for the delivery: see the gather rows"))
-        out[-1]["bytes_checked"] = same
-        if peer_qd2:
-            out.append(paired_result(
-                f"raw tokens, {state}: fio 2 requests in flight (libaio --iodepth=2) vs fio 1 (psync)",
-                peer_qd2, peer, "bytes_per_s", None,
-                "diagnostic, no target: the same O_DIRECT shard reads with a second request in flight; near 1 means "
-                "one request saturates this device, so a loader keeping two in flight would only hide its own gaps "
-                "between reads, not use device parallelism fio leaves idle"))
-        if gather:
-            out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: one-process read + shuffled gather (no hand-off) "
-                "vs fio", gather, peer, "bytes_per_s", None,
-                "diagnostic, no target: the same shard reads as fio plus the shuffled gather of every batch, "
-                "in one process (benchmarks/bench_load.py _gather_loop): the price of the gather alone"))
-            out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs one-process read + shuffled gather",
-                iob, gather, "bytes_per_s", None,
-                "diagnostic, no target: iobench against the same reads and gather with no worker process and "
-                "no hand-off: the price of the per-batch hand-off (slot, pipe message, wake-ups, Batch view)"))
-        if mapped:
-            out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: one-process map + shuffled gather (no hand-off) vs fio",
-                mapped, peer, "bytes_per_s", None,
-                "diagnostic, no target: the mapped alternative (iobench's warm design before NOTE [ Block buffers ]) "
-                "with no worker process and no hand-off -- each shard mapped with MAP_POPULATE and every batch "
-                "gathered from the page cache, in one process (_gather_loop mapped=True)"))
-            out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs one-process map + shuffled gather",
-                iob, mapped, "bytes_per_s", None,
-                "diagnostic, no target: iobench (read + gather) against the mapped alternative in one process (the "
-                "worker process, the read-ahead thread and the per-batch hand-off on 2 cores included)"))
+            "one stream; fio skips each shard's 64-byte tail), not for the delivery: see the gather rows",
+            bytes_checked={"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
+                           "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}))
+        head = f"raw tokens, {state}, batch {batch} x 1 KiB"
+        diagnostics = [
+            (f"raw tokens, {state}: fio 2 requests in flight (libaio --iodepth=2) vs fio 1 (psync)", "fio_qd2", "fio",
+             "the same O_DIRECT shard reads with a second request in flight; near 1 means one request saturates this "
+             "device, so a loader keeping two in flight would only hide its own gaps between reads, not use device "
+             "parallelism fio leaves idle"),
+            (f"{head}: one-process read + shuffled gather (no hand-off) vs fio", "gather", "fio",
+             "the same shard reads as fio plus the shuffled gather of every batch, in one process "
+             "(benchmarks/bench_load.py _gather_loop): the price of the gather alone"),
+            (f"{head}: iobench W={W} vs one-process read + shuffled gather", "iob", "gather",
+             "iobench against the same reads and gather with no worker process and no hand-off: the price of the "
+             "per-batch hand-off (slot, pipe message, wake-ups, Batch view)"),
+            (f"{head}: one-process map + shuffled gather (no hand-off) vs fio", "mapped", "fio",
+             "the mapped alternative (iobench's warm design before NOTE [ Block buffers ]) with no worker process "
+             "and no hand-off -- each shard mapped with MAP_POPULATE and every batch gathered from the page cache, "
+             "in one process (_gather_loop mapped=True)"),
+            (f"{head}: iobench W={W} vs one-process map + shuffled gather", "iob", "mapped",
+             "iobench (read + gather) against the mapped alternative in one process (the worker process, the "
+             "read-ahead thread and the per-batch hand-off on 2 cores included)")]
+        out += [paired_row(name, runs[a], runs[b], "bytes_per_s", None, "diagnostic, no target: " + note)
+                for name, a, b, note in diagnostics if a in runs and b in runs]
     return out
-
-
-def paired_result(name: str, iob: list[dict], peer: list[dict], metric: str, target, note: str) -> dict:
-    """A row from alternating rounds: the median of the per-round ratios (the host swings between
-    rounds, so each round's pair is the comparison), with the median runs shown beside it."""
-    rs = ratios(iob, peer, metric)["per_round"]
-    r = section_result(name, median_run(iob, metric), median_run(peer, metric), metric, target, note,
-                       extra={"rounds": {"per_round_ratios": rs, "median_ratio": rs[len(rs) // 2] if rs else None}})
-    r["ratio"] = r["rounds"]["median_ratio"]
-    r["met"] = (r["ratio"] is not None and r["ratio"] >= target) if target is not None else None
-    return r
-
-
-S3_PEERS = ("s3fs cat_file loop", "obstore get loop", "obstore get_async, as many in flight as iobench",
-            "s3torchconnectorclient (AWS CRT) get_object loop")
 
 
 def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int = 4) -> None:
@@ -360,16 +317,12 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
                                force_path_style=True)
         c.head_object(bucket, keys[0])
         run = lambda: sum(len(ch) for k in keys for ch in c.get_object(bucket, k))  # noqa: E731
-    import resource
-
-    def cpu() -> float:   # this process only: the parent's figure adds interpreter start and imports
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-    c0 = cpu()
+    c0 = cpu_seconds()
     t, n = timed(run)
-    # client_cpu_s: this process's CPU inside the clock (its GETs), comparable with the server's
-    # CPU for the side; the whole-process figure the parent records adds interpreter start and imports.
-    print(json.dumps({"bytes_read": n, "wall_s": t, "bytes_per_s": n / t, "client_cpu_s": cpu() - c0,
+    # client_cpu_s: this process's CPU inside the clock (its GETs; it has no child processes), comparable
+    # with the server's CPU for the side; the whole-process figure the parent records adds interpreter
+    # start and imports.
+    print(json.dumps({"bytes_read": n, "wall_s": t, "bytes_per_s": n / t, "client_cpu_s": cpu_seconds() - c0,
                       "process_s": time.perf_counter() - t_start}))
 
 
@@ -397,17 +350,15 @@ def _cpu_s(pid: int) -> float:
 
 
 def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_flight: int = 4) -> dict:
-    args = [sys.executable, __file__, "--s3-peer", name, "--s3-paths", str(paths_file), "--s3-in-flight",
-            str(in_flight)]
-    if emulate:
-        args += ["--s3-emulate", emulate]
+    args = [sys.executable, __file__, "--peer", json.dumps({"s3": {"name": name, "paths_file": str(paths_file),
+                                                                  "emulate": emulate, "in_flight": in_flight}})]
     for attempt in range(2):  # one retry: a peer that dies once (signal, server hiccup) is tried again
         s0, c0 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
         t, p = timed(lambda: subprocess.run(args, env={**os.environ, **srv.env()}, capture_output=True, text=True,
                                             timeout=600))
         s1, c1 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
         if p.returncode == 0:
-            return {**json.loads(p.stdout.strip().splitlines()[-1]), "whole_process_s": t, "attempts": attempt + 1,
+            return {**last_json(p.stdout), "whole_process_s": t, "attempts": attempt + 1,
                     "server_cpu_s": s1 - s0, "in_flight": in_flight if "in flight" in name else 1,
                     "client_cpu_s_whole_process": c1 - c0}
         print(f"[s3] peer {name!r} exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
@@ -464,10 +415,8 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
     with S3Server(bucket="iobench") as srv:
         opts = {"key": srv.access_key, "secret": srv.secret_key}
         url = "s3://iobench/bench/raw-tokens"
-        m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(2 * 262144 * scale), seq_len=512,
-                             vocab_size=32000, shard_size=f"{shard}B", fsync=False), url,
-                     endpoint_url=srv.endpoint_url, storage_options=opts, progress=False)
-        paths = [f"iobench/bench/raw-tokens/{s.path}" for s in m.shards]
+        m, paths = dataset(url, 2 * 262144 * scale, f"{shard}B",
+                           gen={"endpoint_url": srv.endpoint_url, "storage_options": opts})
         total = sum(s.bytes for s in m.shards)
         # One worker per core, although the server runs here too: W = cores - 1 measured slower on
         # 2 cores (one worker's core then carries all the collation and hand-off as well as its GETs).
@@ -486,13 +435,11 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             cfg = LoadConfig(dataset=url, endpoint_url=srv.endpoint_url, access="block", workers=w, prefetch=4,
                              batch_size=256, shuffle_buffer=8192, s3_block_size=f"{bs}B", s3_concurrency=conc,
                              monitor_interval_s=1.0, read_ahead=ra, emulate=emulate or "none")
-            sides = {"iobench (obstore)": lambda: _with_cpu(srv, lambda: load_rate(
-                         LoadConfig(**{**cfg.__dict__, "s3_client": "obstore"}), storage_options=opts)),
-                     "iobench (s3fs)": lambda: _with_cpu(srv, lambda: load_rate(
-                         LoadConfig(**{**cfg.__dict__, "s3_client": "s3fs"}), storage_options=opts))}
+            def iob(cfg=cfg, **change) -> dict:
+                return _with_cpu(srv, lambda: load_rate(LoadConfig(**{**cfg.__dict__, **change}), storage_options=opts))
+            sides = {"iobench (obstore)": lambda: iob(s3_client="obstore"), "iobench (s3fs)": lambda: iob(s3_client="s3fs")}
             if not emulate:   # diagnostic: the same reads with 32x fewer batch hand-offs to the consumer
-                sides[ONE_BATCH] = lambda: _with_cpu(srv, lambda: load_rate(
-                    LoadConfig(**{**cfg.__dict__, "s3_client": "obstore", "batch_size": 8192}), storage_options=opts))
+                sides[ONE_BATCH] = lambda: iob(s3_client="obstore", batch_size=8192)
             peers = _s3_peer_names(emulate)
             paths_file = work / "s3-paths.txt"
             paths_file.write_text("\n".join(paths))
@@ -503,11 +450,6 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                 return r
             runs = alternating(S3_ROUNDS, {**sides, **{k: lambda k=k: peer_run(k) for k in peers}})
 
-            # Per-round ratios, then their median: the server and the host swing between rounds.
-            def ratio_vs(a: str, b: str) -> dict:
-                r = ratios(runs[a], runs[b], "bytes_per_s")
-                # in_round_order: odd rounds ran in reverse order, so a position effect shows there
-                return {"per_round_ratios": r["per_round"], "median_ratio": r["median"], "in_round_order": r["in_round_order"]}
             fastest = max(peers, key=lambda k: median_run(runs[k], "bytes_per_s").get("bytes_per_s") or 0)
             tag = f", emulated {emulate} latency" if emulate else ""
             common = (f"{len(paths)} objects of {shard // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
@@ -523,35 +465,27 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
             if emulate:
                 common += ("; every GET (iobench's and the peers') waits a latency drawn from the "
                            "'object' profile (lognormal p50 50 ms, p99 500 ms, 400 MB/s per stream)")
-            medians = {k: median_run(v, "bytes_per_s") for k, v in runs.items()}
-            for side in sides:
-                for peer, target in (("s3fs cat_file loop", 1.5), (fastest, 0.9)):
-                    if side == "iobench (s3fs)" and peer != "s3fs cat_file loop":
-                        continue
-                    if side == ONE_BATCH:
-                        if peer != fastest:
-                            continue
-                        target = None   # not a target row: where the gap goes (reads vs batch hand-offs)
-                    r = section_result(f"S3{tag}: {side} vs {peer}", medians[side], medians[peer], "bytes_per_s",
-                                       target, common, extra={"rounds": ratio_vs(side, peer),
-                                                              "all_peers": {k: medians[k] for k in peers},
-                                                              "read_plan": plan.to_dict() if not emulate else None,
-                                                              "probe_points": probe_points if not emulate else None})
-                    r["ratio"] = r["rounds"]["median_ratio"]
-                    r["met"] = r["ratio"] is not None and r["ratio"] >= target if target is not None else None
-                    if side == ONE_BATCH:
-                        r["note"] += ("; diagnostic row, no target: batches of 8192 samples (one per 8 MiB block) "
-                                      "instead of 256, i.e. 32x fewer hand-offs through the slots and pipes")
-                    out.append(r)
-                    if peer == fastest and fastest == "s3fs cat_file loop":
-                        break
+            s3fs_peer = "s3fs cat_file loop"
+            pairs = [("iobench (obstore)", s3fs_peer, 1.5), ("iobench (obstore)", fastest, 0.9),
+                     ("iobench (s3fs)", s3fs_peer, 1.5), (ONE_BATCH, fastest, None)]
+            seen = set()
+            for side, peer, target in pairs:
+                if side not in sides or (side, peer) in seen:   # the fastest peer may be s3fs itself
+                    continue
+                seen.add((side, peer))
+                # per-round ratios, then their median: the server and the host swing between rounds;
+                # in_round_order: odd rounds ran in reverse order, so a position effect shows there
+                out.append(paired_row(
+                    f"S3{tag}: {side} vs {peer}", runs[side], runs[peer], "bytes_per_s", target, common + (
+                        "; diagnostic row, no target: batches of 8192 samples (one per 8 MiB block) instead of 256, "
+                        "i.e. 32x fewer hand-offs through the slots and pipes" if side == ONE_BATCH else ""),
+                    all_peers={k: median_run(runs[k], "bytes_per_s") for k in peers},
+                    read_plan=plan.to_dict() if not emulate else None,
+                    probe_points=probe_points if not emulate else None))
     return out
 
 
 # ---- file formats against their own libraries: whole processes, default access, cold and warm ----
-
-FILE_PEERS = ("webdataset", "pyarrow", "tfrecord")
-
 
 def file_peer_main(kind: str, paths_file: str) -> None:
     """One format peer reading every shard in ``paths_file`` once, in its own process; prints a JSON line."""
@@ -589,64 +523,63 @@ def _whole(args: list[str]) -> tuple[float, str, float]:
     return t, p.stdout, c1 - c0
 
 
-def _vs_format_peer(work: Path, spec: GenSpec, peer: str, label: str, note: str, target: float,
+def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, target: float,
                     workers: tuple[int, ...] = (1, 2), batch: int = 256, extra: tuple[str, ...] = ()) -> list[dict]:
     """``iobench load`` with its defaults (the format's default access pattern: stream for tar, Parquet
     and TFRecord; real worker processes) against the format's own library in one process, each a
     whole process timed from exec to exit (imports and start-up included), page cache warm and
     cold, REPEATS alternating rounds; the sides swap which goes first every round.
 
-    The dataset is ``spec`` generated under ``work``; ``note`` may name ``{samples}``, ``{mib}`` and
-    ``{shards}`` of what was generated."""
-    url = str(work / f"{spec.format}-{spec.modality}")
-    m = generate(spec, url, progress=False)
-    files = [os.path.join(url, s.path) for s in m.shards]
+    The dataset is ``spec`` (``harness.dataset``'s arguments) generated under ``work``; ``note`` may
+    name ``{samples}``, ``{mib}`` and ``{shards}`` of what was generated."""
+    url = str(work / f"{spec['fmt']}-{spec['modality']}")
+    m, files = dataset(url, **spec)
     note = note.format(samples=m.total_samples, mib=m.total_bytes / MiB, shards=len(files))
     paths_file = work / f"{peer}-paths.txt"
     paths_file.write_text("\n".join(files))
     jpath = work / "load.json"
-    iob_exe = str(Path(sys.executable).parent / "iobench")
     out = []
     for state in ("warm", "cold"):
         for w in workers:
-            iob_cmd = [iob_exe, "load", url, "-W", str(w), "--batch-size", str(batch), "--epochs", "1",
-                       "--cache", "as-is", "--no-progress", "--json", str(jpath), *extra]
-            peer_cmd = [sys.executable, __file__, "--file-peer", peer, "--file-paths", str(paths_file)]
-            def iob_side(w=w, iob_cmd=iob_cmd, peer_cmd=peer_cmd) -> dict:
+            def side(cmd: list[str], state=state) -> tuple[dict, str]:
                 resident = set_cache(files, state)
-                t, _, cpu = _whole(iob_cmd)
-                m = json.loads(jpath.read_text())["metrics"]
-                return {"samples_per_s": m["samples"] / t, "samples": m["samples"], "wall_s": t, "cpu_s": cpu,
-                        "access": m["access"], "workers": w, "resident_at_start": resident,
-                        "in_process_samples_per_s": m["throughput"]["samples_per_s"]}
+                t, so, cpu = _whole(cmd)
+                return {"wall_s": t, "cpu_s": cpu, "resident_at_start": resident}, so
 
-            def peer_side(peer_cmd=peer_cmd) -> dict:
-                resident = set_cache(files, state)
-                t, so, cpu = _whole(peer_cmd)
-                d = json.loads(so.strip().splitlines()[-1])
-                return {"samples_per_s": d["samples"] / t, "samples": d["samples"], "wall_s": t, "cpu_s": cpu,
-                        "resident_at_start": resident, "in_process_s": d["in_process_s"],
-                        "payload_bytes": d.get("payload_bytes")}
+            def iob_side(w=w) -> dict:
+                r, _ = side([str(Path(sys.executable).parent / "iobench"), "load", url, "-W", str(w), "--batch-size",
+                             str(batch), "--epochs", "1", "--cache", "as-is", "--no-progress", "--json", str(jpath),
+                             *extra])
+                m = json.loads(jpath.read_text())["metrics"]
+                return {"samples_per_s": m["samples"] / r["wall_s"], "samples": m["samples"], **r, "access": m["access"],
+                        "workers": w, "in_process_samples_per_s": m["throughput"]["samples_per_s"]}
+
+            def peer_side() -> dict:
+                r, so = side([sys.executable, __file__, "--peer",
+                              json.dumps({"file": {"kind": peer, "paths_file": str(paths_file)}})])
+                d = last_json(so)
+                return {"samples_per_s": d["samples"] / r["wall_s"], "samples": d["samples"], **r,
+                        "in_process_s": d["in_process_s"], "payload_bytes": d.get("payload_bytes")}
             runs = alternating(REPEATS, {"iob": iob_side, "peer": peer_side})
             iob, pr = runs["iob"], runs["peer"]
             if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
                 raise RuntimeError(f"{label}: iobench and the peer read different sample counts "
                                    f"({[i['samples'] for i in iob]} vs {[p['samples'] for p in pr]})")
-            out.append(paired_result(label.format(workers=w, state=state), iob, pr, "samples_per_s", target,
-                                     f"{note}; page cache {state} before each process (cold: pages dropped, largest "
-                                     f"resident fraction left {max(r['resident_at_start'] for r in iob + pr):.0%}); "
-                                     f"whole-process wall time from exec to exit, imports included; iobench: "
-                                     f"`iobench load -W {w} -B {batch}` with its default access "
-                                     f"({iob[0]['access']}); median of {REPEATS} alternating rounds; cpu_s = user + "
-                                     "system seconds of the whole process tree"))
+            out.append(paired_row(label.format(workers=w, state=state), iob, pr, "samples_per_s", target,
+                                  f"{note}; page cache {state} before each process (cold: pages dropped, largest "
+                                  f"resident fraction left {max(r['resident_at_start'] for r in iob + pr):.0%}); "
+                                  f"whole-process wall time from exec to exit, imports included; iobench: "
+                                  f"`iobench load -W {w} -B {batch}` with its default access "
+                                  f"({iob[0]['access']}); median of {REPEATS} alternating rounds; cpu_s = user + "
+                                  "system seconds of the whole process tree"))
     return out
 
 
 def bench_tar(work: Path, scale: float) -> list[dict]:
     """Tar (WebDataset) images without decode: iobench vs the webdataset library."""
     return _vs_format_peer(
-        work, GenSpec(format="tar", modality="images", num_samples=int(12000 * scale), image_width=160,
-                      image_height=120, shard_size="4MiB", fsync=False),
+        work, {"fmt": "tar", "modality": "images", "samples": 12000 * scale, "image_width": 160, "image_height": 120,
+               "shard": "4MiB"},
         "webdataset", "tar images, no decode, {state}: iobench W={workers} vs webdataset.WebDataset (1 process)",
         "{samples} JPEGs ({mib:.0f} MiB) in {shards} shards; iobench delivers batches of 64 image byte strings "
         "(labels included), webdataset yields one dict per sample; torch is not installed, so the peer runs without "
@@ -655,8 +588,7 @@ def bench_tar(work: Path, scale: float) -> list[dict]:
 
 def bench_parquet(work: Path, scale: float) -> list[dict]:
     return _vs_format_peer(
-        work, GenSpec(format="parquet", modality="tokens", num_samples=int(524288 * scale), seq_len=512,
-                      vocab_size=32000, shard_size="64MiB", fsync=False),
+        work, {"fmt": "parquet", "modality": "tokens", "samples": 524288 * scale, "shard": "64MiB"},
         "pyarrow", "parquet tokens, {state}: iobench W={workers} vs pyarrow ParquetFile.iter_batches (1 process)",
         "{samples} samples of 512 uint16 tokens ({mib:.0f} MiB of Parquet: no compression, Parquet keeps uint16 as "
         "INT32) in {shards} shards; the peer only decodes Arrow batches, iobench also shuffles (the default buffer of "
@@ -665,8 +597,7 @@ def bench_parquet(work: Path, scale: float) -> list[dict]:
 
 def bench_tfrecord(work: Path, scale: float) -> list[dict]:
     return _vs_format_peer(
-        work, GenSpec(format="tfrecord", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
-                      vocab_size=32000, shard_size="8MiB", fsync=False),
+        work, {"fmt": "tfrecord", "modality": "tokens", "samples": 65536 * scale, "shard": "8MiB"},
         "tfrecord", "tfrecord tokens, {state}: iobench W={workers} vs tfrecord.reader.tfrecord_loader (1 process)",
         "{samples} samples ({mib:.0f} MiB) in {shards} shards; iobench checks both CRCs of every record, the peer "
         "checks none", 1.0)
@@ -675,37 +606,29 @@ def bench_tfrecord(work: Path, scale: float) -> list[dict]:
 def bench_memory(work: Path, scale: float) -> list[dict]:
     """Peak USS summed over the loader's processes, and its drift across epochs."""
     url = "memory://bench-mem/tok"
-    generate(GenSpec(format="raw", modality="tokens", num_samples=int(65536 * scale), seq_len=512,
-                     vocab_size=32000, shard_size="4MiB", fsync=False), url, progress=False)
+    dataset(url, 65536 * scale, "4MiB")
     Q, B, E = 4, 256, 4
     r = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
                             shuffle_buffer=8192, monitor_interval_s=0.1))
     m = r.metrics
-    series, steps_t = m["system"]["series"], m["series"]["t_s"]
-    per_epoch = len(steps_t) // E
-    bounds = [steps_t[i * per_epoch] for i in range(E)] + [float("inf")]
-    peaks = []
-    for e in range(E):
-        xs = [s["uss_bytes"] for s in series if bounds[e] <= s["t_s"] < bounds[e + 1]
-              and s["processes_alive"] == m["system"]["processes"]]
-        peaks.append(max(xs) if xs else None)
+    sysm, steps_t = m["system"], m["series"]["t_s"]
+    bounds = [steps_t[i * (len(steps_t) // E)] for i in range(E)] + [float("inf")]
+    peaks = [max((s["uss_bytes"] for s in sysm["series"] if bounds[e] <= s["t_s"] < bounds[e + 1]
+                  and s["processes_alive"] == sysm["processes"]), default=None) for e in range(E)]
     limit = 256 * MiB + 2 * Q * m["batch_bytes"]
-    peak = m["system"]["peak_uss_bytes"]
-    first, last = peaks[0], peaks[-1]
+    peak, first, last = sysm["peak_uss_bytes"], peaks[0], peaks[-1]
     drift = (last - first) / first if first and last else None
     from fsspec.implementations.memory import MemoryFileSystem
     MemoryFileSystem.store.clear()
-    return [{"section": "memory: peak USS of all loader processes (W=2, Q=4, batch 256 x 1 KiB)",
-             "metric": "peak_uss_bytes", "iobench": {"peak_uss_bytes": peak, "per_epoch_peak_uss_bytes": peaks,
-                                                      "processes": m["system"]["processes"]},
-             "peer": {"limit_bytes": limit, "what": "256 MiB + 2 x Q x batch bytes"},
-             "ratio": peak / limit if peak else None, "target": "<= 1.0; last epoch's peak at most 5% above the first's",
+    return [{**row("memory: peak USS of all loader processes (W=2, Q=4, batch 256 x 1 KiB)", "peak_uss_bytes",
+                   {"peak_uss_bytes": peak, "per_epoch_peak_uss_bytes": peaks, "processes": sysm["processes"]},
+                   {"limit_bytes": limit, "what": "256 MiB + 2 x Q x batch bytes"}, peak / limit if peak else None,
+                   "<= 1.0; last epoch's peak at most 5% above the first's",
+                   "the parent holds the memory:// dataset itself (64 MiB); USS counts each process's own pages, "
+                   "sampled every 0.1 s while all processes are alive (a worker's exit moves pages it shared "
+                   "into the parent's USS)"),
              "met": bool(peak and peak <= limit and drift is not None and drift <= 0.05),
-             "drift_last_vs_first_epoch": drift,
-             "peak_pss_bytes": m["system"]["peak_pss_bytes"],
-             "note": "the parent holds the memory:// dataset itself (64 MiB); USS counts each process's own pages, "
-                     "sampled every 0.1 s while all processes are alive (a worker's exit moves pages it shared "
-                     "into the parent's USS)"}]
+             "drift_last_vs_first_epoch": drift, "peak_pss_bytes": sysm["peak_pss_bytes"]}]
 
 
 SECTIONS = {"overhead": bench_overhead, "access": bench_access, "fio": bench_fio, "s3": bench_s3, "tar": bench_tar,
@@ -713,46 +636,27 @@ SECTIONS = {"overhead": bench_overhead, "access": bench_access, "fio": bench_fio
 
 
 def to_markdown(results: list[dict], meta: dict) -> str:
-    lines = ["# Loader vs peers (reference run)", "",
-             f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']['cpu_count']} cores, "
-             f"{meta['machine']['memory_bytes'] / 2**30:.0f} GiB, {meta['machine']['os']}, Python "
-             f"{meta['machine']['python']}; {meta['machine']['note']} (load average at start "
-             f"{meta['machine']['load_avg_at_start'][0]:.1f}).  ", f"Run took {meta['seconds']:.0f} s.", ""]
-    for u in meta.get("updates", []):
-        lines += [f"Rerun with `{u['command']}` ({u['machine']['cpu_count']} cores, {u['machine']['note']}; "
-                  f"load average at start {u['machine']['load_avg_at_start'][0]:.1f}, {u['seconds']:.0f} s): " +
-                  "; ".join(u["sections"]) + ". Those rows come from the rerun; the rest from the run above.", ""]
-    lines += [
-             "Ratios are iobench / peer, measured in the same run on the same bytes: the median of the "
-             f"per-round ratios of {REPEATS} alternating rounds (rows measured before 2026-11-30 22:00 UTC: "
-             "best of each side instead).", "",
-             "| comparison | metric | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
-    for r in results:
-        if "skipped" in r:
-            lines.append(f"| {r['section']} | skipped: {r['skipped']} | | | | | |")
-            continue
-        metric = r["metric"]
-        iv = r["iobench"].get(metric)
-        pv = r["peer"].get(metric) if r["peer"] else None
-        if pv is None and r["peer"]:
-            pv = r["peer"].get("limit_bytes")
+    def fmt(v, metric: str) -> str:
+        if v is None:
+            return "—"
+        if "bytes" in metric:
+            return f"{v / MiB:,.1f} MiB" + ("/s" if metric.endswith("_per_s") else "")
+        return f"{v:.2%}" if metric == "accelerator_utilization" else f"{v:,.0f}"
 
-        def fmt(v):
-            if v is None:
-                return "—"
-            if "bytes" in metric:
-                return f"{v / MiB:,.1f} MiB" + ("/s" if metric.endswith("_per_s") else "")
-            if metric == "accelerator_utilization":
-                return f"{v:.2%}"
-            return f"{v:,.0f}"
-        ratio = f"{r['ratio']:.2f}" if r.get("ratio") is not None else "—"
-        lines.append(f"| {r['section']} | {metric} | {fmt(iv)} | {fmt(pv)} | {ratio} | {r['target']} | "
-                     f"{'yes' if r['met'] else 'no' if r['met'] is not None else '—'} |")
-    lines += ["", "Notes:", ""]
-    for r in results:
-        if r.get("note"):
-            lines.append(f"- {r['section']}: {r['note']}")
-    return "\n".join(lines) + "\n"
+    def cells(r: dict) -> list:
+        if "skipped" in r:
+            return [r["section"], f"skipped: {r['skipped']}", "", "", "", "", ""]
+        metric, peer = r["metric"], r["peer"] or {}
+        pv = peer.get(metric) if peer.get(metric) is not None else peer.get("limit_bytes")
+        return [r["section"], metric, fmt(r["iobench"].get(metric), metric), fmt(pv, metric),
+                "—" if r.get("ratio") is None else f"{r['ratio']:.2f}", r["target"], yes_no(r["met"])]
+    return "\n".join([
+        *header("Loader vs peers (reference run)", meta), *updates(meta),
+        "Ratios are iobench / peer, measured in the same run on the same bytes: the median of the "
+        f"per-round ratios of {REPEATS} alternating rounds (rows measured before 2026-11-30 22:00 UTC: "
+        "best of each side instead).", "",
+        *table(["comparison", "metric", "iobench", "peer", "ratio", "target", "met"], [cells(r) for r in results]),
+        "", *row_notes(results)]) + "\n"
 
 
 # How rows written before rows carried their section key begin (for --merge).
@@ -767,36 +671,28 @@ def main(argv=None) -> int:
     ap.add_argument("--replay", metavar="RUN.json",
                     help="run nothing: take the rows of an earlier run's OUT.json (with --merge, into OUT), "
                          "so a branch's measured sections land on a report that moved on meanwhile")
-    ap.add_argument("--s3-peer", choices=S3_PEERS, help=argparse.SUPPRESS)   # internal: one peer process
-    ap.add_argument("--s3-paths", help=argparse.SUPPRESS)
-    ap.add_argument("--s3-emulate", help=argparse.SUPPRESS)
-    ap.add_argument("--s3-in-flight", type=int, default=4, help=argparse.SUPPRESS)
-    ap.add_argument("--file-peer", choices=FILE_PEERS, help=argparse.SUPPRESS)   # internal: one format peer
-    ap.add_argument("--file-paths", help=argparse.SUPPRESS)
+    # internal: run one peer process, {"s3" | "file": its arguments} as JSON
+    ap.add_argument("--peer", type=json.loads, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.file_peer:
-        file_peer_main(args.file_peer, args.file_paths)
-        return 0
-    if args.s3_peer:
-        s3_peer_main(args.s3_peer, args.s3_paths, args.s3_emulate, args.s3_in_flight)
+    if args.peer:
+        [(kind, kw)] = args.peer.items()
+        if kind == "file":
+            file_peer_main(**kw)
+            return 0
+        s3_peer_main(**kw)
         sys.stdout.flush()
         # Skip interpreter finalisation: obstore's runtime, torn down with asyncio's loop there,
         # sometimes aborts the process after the measurement is printed.
         os._exit(0)
     if args.replay:
         earlier = json.loads(Path(args.replay).read_text())
-        return write_report(Path(args.out), earlier["meta"], earlier["results"], args.merge)
-    t0 = time.perf_counter()
-    with scratch("load", args.work) as work:
-        results = run_sections(SECTIONS, args.sections, work, args.scale)
-    meta = {"command": command("bench_load.py", argv), "machine": machine(), "seconds": time.perf_counter() - t0}
-    return write_report(Path(args.out), meta, results, args.merge)
-
-
-def write_report(out: Path, meta: dict, results: list[dict], merge: bool) -> int:
-    """OUT.json, OUT.rows.json and OUT.md from this run's rows (with ``merge``, in place of only
-    the sections it ran)."""
-    return write_results(out, meta, results, merge, to_markdown, "load", _LEGACY_PREFIX)
+        meta, results = earlier["meta"], earlier["results"]
+    else:
+        t0 = time.perf_counter()
+        with scratch("load", args.work) as work:
+            results = run_sections(SECTIONS, args.sections, work, args.scale)
+        meta = {"command": command("bench_load.py", argv), "machine": machine(), "seconds": time.perf_counter() - t0}
+    return write_results(args.out, meta, results, args.merge, to_markdown, "load", _LEGACY_PREFIX)
 
 
 if __name__ == "__main__":

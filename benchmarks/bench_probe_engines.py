@@ -68,22 +68,20 @@ def main() -> int:
         for rw, bs, qd, direct, cache in JOBS:
             job = Job(path=path, file_size=args.file_size, rw=rw, bs=bs, qd=qd, direct=direct,
                       runtime_s=args.runtime, qd_model="threads")
-            aio = Job(**{**job.__dict__, "qd_model": "async"})
             runs = harness.alternating(args.reps, {"py": lambda: one(py_engine, job, cache),
                                                    "fio": lambda: one(fio_engine, job, cache)})
-            py, fio = runs["py"], runs["fio"]
-            fio_aio = one(fio_engine, aio, cache) if direct else None
+            aio = one(fio_engine, Job(**{**job.__dict__, "qd_model": "async"}), cache) if direct else None
             row = {"job": f"{rw} {bs // 1024} KiB qd{qd} {'direct' if direct else 'buffered ' + cache}",
                    **{f"{side}_{k}": harness.median(runs[side], k) for k in ("iops", "p50", "p99") for side in runs},
-                   "fio_libaio_iops": fio_aio["iops"] if fio_aio else None}
+                   "fio_libaio_iops": aio["iops"] if aio else None}
             row["ratio_iops"] = row["py_iops"] / row["fio_iops"]
             rows.append(row)
-            raw.append({"job": row["job"], "python": py, "fio_psync": fio, "fio_libaio": fio_aio})
+            raw.append({"job": row["job"], "python": runs["py"], "fio_psync": runs["fio"], "fio_libaio": aio})
             print(f"{row['job']:<32} built-in/fio IOPS {row['ratio_iops']:.2f}", file=sys.stderr)
         os.unlink(path)
         penalty = smallfiles(str(base), args.smallfiles) if args.smallfiles else None
-        report = render(rows, penalty, args, str(base))
         where = machine(os.path.dirname(base))
+    report = render(rows, penalty, args, where)
     if args.out:
         harness.write_report(args.out, {"rows": rows, "raw": raw, "smallfiles": penalty, "machine": where}, report)
     else:
@@ -103,44 +101,40 @@ def smallfiles(base: str, samples: int) -> dict:
         with ProbeArea.open(os.path.join(base, f"sf-{modality}"), 2 << 30) as area:
             m = run_smallfiles_probe(area, cfg)["metrics"]
         out[modality] = {"penalty": m["penalty"], "best": m["best_shard_format"], "reader": cfg.reader,
-                         "samples_per_s_wall": {f: v.get("samples_per_s_wall") for f, v in m["formats"].items()},
                          "mean_sample_bytes": m["mean_sample_bytes"],
-                         "samples_per_s": {f: v["samples_per_s"] for f, v in m["formats"].items()},
-                         "per_sample_s": {f: v["per_sample_s"] for f, v in m["formats"].items()}}
+                         **{k: {f: v.get(k) for f, v in m["formats"].items()}
+                            for k in ("samples_per_s_wall", "samples_per_s", "per_sample_s")}}
         print(f"small files {modality}: penalty {m['penalty']:.1f}x", file=sys.stderr)
     return out
 
 
-def render(rows, penalty, args, base: str) -> str:
+def render(rows, penalty, args, where: str) -> str:
     us = lambda s: f"{s * 1e6:.0f}"  # noqa: E731
     lines = ["# Storage probe: built-in Python engine vs fio", "",
              f"Command: `.venv/bin/python benchmarks/bench_probe_engines.py --runtime {args.runtime} "
              f"--reps {args.reps} --smallfiles {args.smallfiles}` ({time.strftime('%Y-%m-%d')})", "",
-             f"Machine: {machine(os.path.dirname(base))}", "",
+             f"Machine: {where}", "",
              "Same test file, same job, same run; fio with `ioengine=psync numjobs=qd` (the built-in engine's "
              "model); medians of ABBA repetitions. Ratio = built-in ÷ fio.", "",
-             "How to read it: where the device is the bottleneck (O_DIRECT rows) both engines wait on the "
-             "same requests and the ratio should sit near 1; where the engine's own per-request cost is the "
-             "bottleneck (warm page cache, several threads) fio's C loop wins, because the built-in engine's "
-             "threads take turns on the GIL. Use fio for page-cache and very high IOPS numbers.", "",
-             "| job | built-in IOPS | fio IOPS | ratio | built-in p50 µs | fio p50 µs | built-in p99 µs | fio p99 µs "
-             "| fio libaio IOPS |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['job']} | {r['py_iops']:,.0f} | {r['fio_iops']:,.0f} | {r['ratio_iops']:.2f} | "
-                     f"{us(r['py_p50'])} | {us(r['fio_p50'])} | {us(r['py_p99'])} | {us(r['fio_p99'])} | "
-                     + (f"{r['fio_libaio_iops']:,.0f} |" if r["fio_libaio_iops"] else "— |"))
+             harness.notes("probe_engines"), "",
+             *harness.table(["job", "built-in IOPS", "fio IOPS", "ratio", "built-in p50 µs", "fio p50 µs",
+                             "built-in p99 µs", "fio p99 µs", "fio libaio IOPS"],
+                            [[r["job"], f"{r['py_iops']:,.0f}", f"{r['fio_iops']:,.0f}", f"{r['ratio_iops']:.2f}",
+                              us(r["py_p50"]), us(r["fio_p50"]), us(r["py_p99"]), us(r["fio_p99"]),
+                              harness.num(r["fio_libaio_iops"], ",.0f")] for r in rows], "---:")]
     if penalty:
+        def cell(v, f):
+            s, w = v["samples_per_s"][f], v["samples_per_s_wall"].get(f)
+            return f"{s:,.0f} ({w:,.0f})" if w else f"{s:,.0f}"
         lines += ["", "## Small-file penalty (`iobench probe smallfiles`: same samples, cold page cache, read "
                   "through the iobench loader with 4 worker processes)", "",
                   "samples/s = workers ÷ worker busy time per sample (read + parse; start-up excluded); "
                   "wall = samples ÷ wall time including worker start-up. Penalty = best shard format ÷ files.", "",
-                  "| modality | mean sample | files samples/s (wall) | tar samples/s (wall) | raw samples/s (wall) "
-                  "| penalty |", "|---|---:|---:|---:|---:|---:|"]
-        for mod, v in penalty.items():
-            s, w = v["samples_per_s"], v["samples_per_s_wall"]
-            cell = lambda f: f"{s[f]:,.0f} ({w[f]:,.0f})" if w.get(f) else f"{s[f]:,.0f}"  # noqa: E731
-            lines.append(f"| {mod} | {v['mean_sample_bytes'] / 1024:.0f} KiB | {cell('files')} | {cell('tar')} "
-                         f"| {cell('raw')} | {v['penalty']:.1f}× ({v['best']}) |")
+                  *harness.table(["modality", "mean sample", "files samples/s (wall)", "tar samples/s (wall)",
+                                  "raw samples/s (wall)", "penalty"],
+                                 [[mod, f"{v['mean_sample_bytes'] / 1024:.0f} KiB", cell(v, "files"), cell(v, "tar"),
+                                   cell(v, "raw"), f"{v['penalty']:.1f}× ({v['best']})"] for mod, v in penalty.items()],
+                                 "---:")]
     return "\n".join(lines) + "\n"
 
 

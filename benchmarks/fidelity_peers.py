@@ -69,27 +69,22 @@ def cgroup_read_bytes(spec: dict) -> int | None:
 
 
 def consume(it, steps: int, compute_s: float, nbytes) -> dict:
-    wait, comp, t_s = [], [], []
-    samples = total_bytes = 0
+    out: dict = {"wait_s": [], "compute_s": [], "t_s": [], "samples": 0, "bytes": 0}
     t_start = time.perf_counter()
     for _step in range(steps):
         t0 = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
+        batch = next(it, None)
+        if batch is None:
             break
         t1 = time.perf_counter()
         n, b = nbytes(batch)
-        samples += n
-        total_bytes += b
+        out["samples"] += n
+        out["bytes"] += b
         if compute_s:
             time.sleep(compute_s)
-        t2 = time.perf_counter()
-        wait.append(t1 - t0)
-        comp.append(t2 - t1)
-        t_s.append(t0 - t_start)
-    return {"wait_s": wait, "compute_s": comp, "t_s": t_s, "samples": samples, "bytes": total_bytes,
-            "wall_s": time.perf_counter() - t_start}
+        for k, v in (("wait_s", t1 - t0), ("compute_s", time.perf_counter() - t1), ("t_s", t0 - t_start)):
+            out[k].append(v)
+    return {**out, "wall_s": time.perf_counter() - t_start}
 
 
 def torch_map(spec: dict) -> dict:

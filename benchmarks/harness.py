@@ -5,10 +5,14 @@ are noise, so iobench and its peer run in the same rounds, in alternating order 
 a drift in the machine's load favours neither), and each round gives one ratio; a row reports
 the median of them, with their spread.
 
-A benchmark script here is: an argument parser (``parser``), a scratch directory (``scratch``),
-sections that time sides with ``alternating`` and turn them into rows with ``ratios``, and
-``write_report``: OUT.json (everything), OUT.md (its own table) and, where the script has peer
-rows, OUT.rows.json (``summary.write_rows``: what benchmarks/summary.py collects).
+A benchmark script here is: an argument parser (``parser``, ``sections_option``), a scratch
+directory (``scratch``) with its data (``dataset``: one ``iobench gen``), sections that time sides
+with ``alternating`` (the peers through ``fio`` or ``run_json`` for a peer process, iobench as a
+user runs it through ``iobench_json``) and turn them into rows (``paired_row``: the median
+per-round ratio; ``row``, ``skipped``), and ``write_report`` / ``write_results``: OUT.json
+(everything; ``run_meta``: how, where and when it ran), OUT.md (its own table, from ``header`` or
+``run_line``, ``table`` and the hand-written ``notes``) and, where the script has peer rows,
+OUT.rows.json (``summary.write_rows``: what benchmarks/summary.py collects).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from iobench.results import host_info
 
+REF = Path(__file__).resolve().parents[1] / "reports" / "reference"
 SHARED = "a shared 2-core VM: other work ran while measuring, so only same-run ratios are meaningful"
 MiB = 2**20
 
@@ -49,9 +54,11 @@ def machine_line(m: dict, unit: str = "cores") -> str:
     return f"{m['cpu_count']} {unit}, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python {m['python']}"
 
 
-def loadavg(m: dict | None = None) -> str:
-    """The 1, 5 and 15 minute load averages, now or at the start of ``machine()``'s run."""
-    return ", ".join(f"{x:.1f}" for x in (m["load_avg_at_start"] if m else os.getloadavg()))
+def loadavg(m=None) -> str:
+    """The 1, 5 and 15 minute load averages as text: now, at the start of ``machine()``'s dict ``m``, or a
+    recorded list ``m``."""
+    xs = os.getloadavg() if m is None else m["load_avg_at_start"] if isinstance(m, dict) else m
+    return ", ".join(f"{x:.1f}" for x in xs)
 
 
 def filesystem(where: str | Path) -> dict:
@@ -64,15 +71,26 @@ def fio_version() -> str:
     return subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
 
 
+def notes(name: str) -> str:
+    """The hand-written notes on a benchmark's numbers, ``reports/reference/NAME.notes.md`` (kept
+    across reruns, and where numbers measured once belong: docs/design.md's note on design notes)."""
+    f = REF / f"{name}.notes.md"
+    return f.read_text().strip() if f.exists() else ""
+
+
 # ------------------------------------------------------------------ paired alternating rounds
 
-def alternating(rounds: int, sides: dict[str, Callable[[], Any]]) -> dict[str, list]:
-    """Run every side once per round, the order reversed every other round; each side's values."""
+def alternating(rounds: int, sides: dict[str, Callable[[], Any]],
+                after: dict[str, Callable[[int], Any]] | None = None) -> dict[str, list]:
+    """Run every side once per round, the order reversed every other round, then each of ``after``
+    (given the round's number) in its fixed order; each one's values."""
     names = list(sides)
-    out: dict[str, list] = {n: [] for n in names}
+    out: dict[str, list] = {n: [] for n in [*names, *(after or {})]}
     for r in range(rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
             out[n].append(sides[n]())
+        for n, fn in (after or {}).items():
+            out[n].append(fn(r))
     return out
 
 
@@ -88,11 +106,6 @@ def ratios(ours: list, peer: list, key: str | None = None) -> dict:
             "spread": [min(seq), max(seq)] if seq else None}
 
 
-def median_ratio(ours: list[float], peer: list[float]) -> float | None:
-    """The median of the per-round ratios ours / peer (None without a usable round)."""
-    return ratios(ours, peer)["median"]
-
-
 def median(runs: list, key: str | None = None):
     """The median of the values (of ``key``) that are not None; None if there are none."""
     vals = [v for v in (_value(r, key) for r in runs) if v is not None]
@@ -106,6 +119,32 @@ def median_run(runs: list[dict], key: str) -> dict:
 
 
 # ------------------------------------------------------------------ timing and the peers' tools
+
+def met(ratio, target, direction: str = ">=") -> bool | None:
+    """Whether ``ratio`` meets a numeric ``target`` (None without a target or a ratio)."""
+    if target is None or not isinstance(target, (int, float)):
+        return None
+    return ratio is not None and (ratio >= target if direction == ">=" else ratio <= target)
+
+
+def row(section: str, metric: str, ours, peer, ratio, target, note: str, **extra) -> dict:
+    """One results row, the shape summary.py reads: ``section``, ``metric``, both sides, ``ratio``, ``target``, ``met``."""
+    return {"section": section, "metric": metric, "iobench": ours, "peer": peer, "ratio": ratio, "target": target,
+            "met": met(ratio, target), "note": note, **extra}
+
+
+def paired_row(section: str, ours: list[dict], peer: list[dict], metric: str, target, note: str, **extra) -> dict:
+    """A row from alternating rounds of dicts: the median of the per-round ratios of ``metric`` (the host
+    swings between rounds, so each round's pair is the comparison), each side's median run beside it."""
+    r = ratios(ours, peer, metric)
+    rounds = {"per_round_ratios": r["per_round"], "median_ratio": r["median"], "in_round_order": r["in_round_order"]}
+    return row(section, metric, median_run(ours, metric), median_run(peer, metric), r["median"], target, note,
+               rounds=rounds, **extra)
+
+
+def skipped(section: str, why: str) -> list[dict]:
+    return [{"section": section, "skipped": why}]
+
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     """(seconds, fn()'s result)."""
@@ -128,6 +167,76 @@ def fio_json(text: str) -> dict:
     return json.loads(text[text.index("{"):])
 
 
+def fio(*options: str, timeout: float = 900) -> tuple[float, dict]:
+    """``fio --output-format=json --group_reporting OPTIONS``: (wall seconds, the first job's report)."""
+    t, p = timed(lambda: subprocess.run(["fio", "--output-format=json", "--group_reporting", *options],
+                                        capture_output=True, text=True, check=True, timeout=timeout))
+    return t, fio_json(p.stdout)["jobs"][0]
+
+
+def fio_rate(side: dict) -> float | None:
+    """Bytes per second of a fio job's ``read`` or ``write`` side over its runtime."""
+    return side["io_bytes"] / (side["runtime"] / 1000) if side["runtime"] else None
+
+
+def last_json(text: str) -> dict:
+    """The JSON object a peer process printed as its last line."""
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def run_json(args: list[str], what: str, timeout: float = 900, **kw) -> dict:
+    """Run a peer process that prints one JSON line last; that line, or RuntimeError with its stderr."""
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {p.returncode}): {p.stderr[-2000:]}")
+    return last_json(p.stdout)
+
+
+def iobench_exe() -> str:
+    """The ``iobench`` console script beside the interpreter that runs the benchmark."""
+    return str(Path(sys.executable).parent / "iobench")
+
+
+def iobench_json(args: list[str], timeout: float = 900, throttle=None, **kw) -> tuple[dict, dict]:
+    """``iobench ARGS --json OUT`` (inside ``throttle``, a ReadThrottle, when given): the results file, and
+    the run (``command`` as the reports print it, ``seconds``, ``stdout``, ``stderr``).  Exit 1 is an
+    answer (a target missed); any other failure raises with the command's stderr."""
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    cmd = [iobench_exe(), *args, "--json", str(out)]
+    try:
+        with throttle or nullcontext():
+            seconds, p = timed(lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw))
+        if p.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        doc = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    return doc, {"command": " ".join(cmd[1:]).replace(str(out), "OUT.json"), "seconds": seconds,
+                 "stdout": p.stdout, "stderr": p.stderr}
+
+
+def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modality: str = "tokens",
+            seq_len: int = 512, vocab_size: int = 32000, fsync: bool = False, gen: dict | None = None, **spec):
+    """``iobench gen`` of one dataset (GenSpec fields as keywords; ``gen``: generate()'s own, e.g. the
+    endpoint): (its manifest, each shard's path: local, or bucket/key for an object store)."""
+    from iobench.generate import GenSpec, generate
+
+    m = generate(GenSpec(format=fmt, modality=modality, num_samples=int(samples), shard_size=shard, seq_len=seq_len,
+                         vocab_size=vocab_size, fsync=fsync, **spec), str(url), progress=False, **(gen or {}))
+    root = str(url).split("://", 1)[-1]
+    return m, [f"{root}/{s.path}" for s in m.shards]
+
+
+@contextmanager
+def stopwatch(into: dict, key: str) -> Iterator[None]:
+    """Adds the seconds the block took to ``into[key]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[key] = time.perf_counter() - t0
+
+
 def set_cache(files: list[str], state: str) -> float:
     """Warm (read every file) or cold (drop its pages); returns the largest resident fraction left."""
     from iobench.io.pagecache import drop_pages, file_residency, warm_file
@@ -136,6 +245,50 @@ def set_cache(files: list[str], state: str) -> float:
         (warm_file if state == "warm" else drop_pages)(f)
     res = [file_residency(f) for f in files]
     return max((r for r in res if r is not None), default=0.0)
+
+
+# ------------------------------------------------------------------ Markdown
+
+def table(head: list[str], rows: list[list], align: str = "---") -> list[str]:
+    """A Markdown table's lines (``align``: the rule under every column but the first, e.g. ``---:``)."""
+    return ["| " + " | ".join(head) + " |", "|---|" + "|".join([align] * (len(head) - 1)) + "|",
+            *("| " + " | ".join(str(c) for c in r) + " |" for r in rows)]
+
+
+def yes_no(met: bool | None) -> str:
+    return "yes" if met else "no" if met is not None else "—"
+
+
+def num(x, fmt: str = ".2f") -> str:
+    """``x`` formatted, or a dash for a missing value."""
+    return "—" if x is None else format(x, fmt)
+
+
+def header(title: str, meta: dict) -> list[str]:
+    """A report's opening: the title, the command, the machine with its load average and the run's
+    seconds (``meta``: ``command``, ``machine()``'s dict, ``seconds``)."""
+    m = meta["machine"]
+    return [f"# {title}", "", f"Command: `{meta['command']}`  ",
+            f"Machine: {machine_line(m)}; {m['note']} (load average at start {m['load_avg_at_start'][0]:.1f}).  ",
+            f"Run took {meta['seconds']:.0f} s.", ""]
+
+
+def run_line(meta: dict, at: str = "") -> str:
+    """'`COMMAND` — STARTED, N s; 2 cores, load average 1.0, 2.0, 3.0' from ``run_meta``."""
+    return (f"`{meta['command']}` — {meta['started']}, {meta['seconds']:.0f} s; {meta['machine']['cpu_count']} cores, "
+            f"load average {loadavg(meta['machine'])}{at}.")
+
+
+def updates(meta: dict, tail: str = "Those rows come from the rerun; the rest from the run above.") -> list[str]:
+    """A paragraph per ``--merge`` rerun recorded under ``meta['updates']``."""
+    return [x for u in meta.get("updates", []) for x in (
+        f"Rerun with `{u['command']}` ({u['machine']['cpu_count']} cores, {u['machine']['note']}; load average at "
+        f"start {u['machine']['load_avg_at_start'][0]:.1f}, {u['seconds']:.0f} s): " + "; ".join(u["sections"])
+        + ". " + tail, "")]
+
+
+def row_notes(results: list[dict]) -> list[str]:
+    return ["Notes:", ""] + [f"- {r['section']}: {r['note']}" for r in results if r.get("note")]
 
 
 # ------------------------------------------------------------------ the script around the sections
@@ -154,6 +307,14 @@ def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: 
 def command(script: str, argv: list[str] | None = None) -> str:
     """How this run was started, as the reports print it."""
     return " ".join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run_meta(script: str, argv: list[str] | None, started: float, **extra) -> dict:
+    """A report's ``meta``: how the run was started, the machine, when (UTC) and for how long
+    (``started``: its ``time.time()``), and the benchmark's own facts."""
+    return {"command": command(script, argv), "machine": machine(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "seconds": time.time() - started,
+            **extra}
 
 
 @contextmanager
@@ -183,7 +344,12 @@ def write_report(out: str | Path, data: dict, markdown: str, rows: list[dict] | 
 
 def sections_option(ap: argparse.ArgumentParser, names, merge: bool = True) -> None:
     """``--sections`` (a comma-separated subset of ``names``) and, with ``merge``, ``--merge``."""
-    ap.add_argument("--sections", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
+    def chosen(text: str) -> str:
+        bad = [x for x in (x.strip() for x in text.split(",")) if x and x not in names]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {','.join(names)}")
+        return text
+    ap.add_argument("--sections", type=chosen, default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
     if merge:
         ap.add_argument("--merge", action="store_true",
                         help="replace only these sections' rows in an existing OUT.json/OUT.md, keep the rest")
@@ -218,3 +384,4 @@ def write_results(out: str | Path, meta: dict, results: list[dict], merge: bool,
     write_report(out, {"meta": meta, "results": results}, markdown(results, meta),
                  DERIVE[rows]({"results": results}) if rows else None, command=meta["command"])
     return 0
+

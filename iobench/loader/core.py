@@ -502,8 +502,9 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
 
 def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
              progress: bool = False, synthetic: bool = False, manifest=None, deliver=None,
-             stop_rule=None) -> LoadRun:
-    """Run one load and return its metrics (see module docstring): setup, step loop, metrics."""
+             stop_rule=None, ready=None) -> LoadRun:
+    """Run one load and return its metrics (see module docstring): setup, step loop, metrics.
+    ``ready``: called after the setup, before the first worker starts (e.g. a barrier across ranks)."""
     cap = False
     if cfg.until_stable and stop_rule is None:
         from .stability import StopRule
@@ -514,6 +515,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             cap = True
             cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
     st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver, until_stable_cap=cap)
+    if ready is not None:
+        ready()
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
