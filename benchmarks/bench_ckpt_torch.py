@@ -167,9 +167,6 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     torch.save({"t0": torch.zeros(4096, dtype=torch.uint8)}, str(warm / "torch" / "state.pt"))
     dcp.save({"t0": torch.zeros(4096, dtype=torch.uint8)}, checkpoint_id=str(warm / "dcp"))
     for r in range(-1, rounds):   # round -1 warms every side up (imports, thread pools, first faults)
-        if r == 0:
-            for v in (*times.values(), *counters.values()):
-                v.clear()      # the warm-up round is not counted
         sides = ["iobench", "torch", "dcp"]
         order = sides[r % 3:] + sides[:r % 3]   # rotate who goes first
         live.touch(r + 2)   # the same state for all three sides this round, changed from the last
@@ -213,6 +210,9 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
             counters[RESTORES[side]].append(got["counters"])
         for side in ("torch", "dcp"):
             shutil.rmtree(work / f"{side}-{r}", ignore_errors=True)
+        if r < 0:
+            for v in (*times.values(), *counters.values()):
+                v.clear()      # the warm-up round is not counted
     ck.close()
 
     def pair(peer: str, mine: str, target: float) -> dict:
