@@ -18,7 +18,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from itertools import count
@@ -35,26 +34,33 @@ from iobench.checkpointing.snapshot import LiveState, Staging, local_ranks
 from iobench.checkpointing.state import from_params
 from iobench.storage import open_backend
 
-from harness import alternating, machine, parser, scratch, timed, write_report
+from harness import alternating, fio, machine, parser, scratch, timed, write_report
 
 MiB = 1024 * 1024
 
 
-def spec_of(mib: int, ranks: int = 8):
-    # bf16-mixed-adam: 14 bytes per parameter
-    return from_params(-(-mib * MiB // 14), dp=ranks, zero_stage=3)
+def live_state(mib: int, ranks: int = 8) -> LiveState:
+    """The live state of a ``mib`` MiB checkpoint over ``ranks`` data-parallel ranks (ZeRO-3), filled."""
+    spec = from_params(-(-mib * MiB // 14), dp=ranks, zero_stage=3)   # bf16-mixed-adam: 14 bytes per parameter
+    live = LiveState(spec, local_ranks(spec))
+    live.fill(0, 1)
+    return live
+
+
+def staged(live: LiveState) -> Staging:
+    """Staging buffers holding a snapshot of ``live`` (pages faulted in, as a reused buffer's are)."""
+    staging = Staging(live.spec, live.ranks)
+    staging.snapshot(live)
+    return staging
 
 
 def bench_snapshot(mib: int, reps: int) -> dict:
-    spec = spec_of(mib)
-    live = LiveState(spec, local_ranks(spec))
-    live.fill(0, 1)
-    staging = Staging(spec, live.ranks)
-    flat_src = [a.view(np.uint8).reshape(-1) for r in live.ranks for a in live.arrays[r]]
+    live = live_state(mib)
+    staging = staged(live)
+    flat_src = [a for r in live.ranks for a in live.flat[r]]
     total = sum(a.size for a in flat_src)
     dst = np.empty(total, dtype=np.uint8)
-    staging.snapshot(live)       # warm: fault in the staging pages, as a reused buffer would be
-    dst[:] = 0
+    dst[:] = 0                   # faulted in, as the staging pages are
 
     def memcpy():
         t0 = time.perf_counter_ns()
@@ -65,18 +71,14 @@ def bench_snapshot(mib: int, reps: int) -> dict:
         return (time.perf_counter_ns() - t0) / 1e9
 
     runs = alternating(reps * 3, {"memcpy": memcpy, "ours": lambda: staging.snapshot(live) / 1e9})
-    ours, peer = runs["ours"], runs["memcpy"]
-    r = statistics.median(ours) / statistics.median(peer)
-    return {"bytes": total, "snapshot_s_median": statistics.median(ours), "memcpy_s_median": statistics.median(peer),
-            "ratio_snapshot_over_memcpy": r, "target": "<= 1.2", "pass": r <= 1.2}
+    ours, peer = statistics.median(runs["ours"]), statistics.median(runs["memcpy"])
+    return {"bytes": total, "snapshot_s_median": ours, "memcpy_s_median": peer,
+            "ratio_snapshot_over_memcpy": ours / peer, "target": "<= 1.2", "pass": ours / peer <= 1.2}
 
 
 def bench_local_write(mib: int, reps: int, root: Path) -> dict:
-    spec = spec_of(mib)
-    live = LiveState(spec, local_ranks(spec))
-    live.fill(0, 1)
-    staging = Staging(spec, live.ranks)
-    staging.snapshot(live)
+    live = live_state(mib)
+    staging = staged(live)
     total = staging.nbytes
     fio_size = total // (8 * len(live.ranks) * MiB) * 8 * len(live.ranks) * MiB
     n = count()
@@ -94,22 +96,20 @@ def bench_local_write(mib: int, reps: int, root: Path) -> dict:
     def run_fio():
         f = root / f"fio{next(n)}"
         f.mkdir()
-        wall, out = timed(lambda: subprocess.run(
-            ["fio", "--name=ckpt", f"--directory={f}", "--rw=write", "--bs=8M", f"--size={fio_size}",
-             f"--nrfiles={len(live.ranks)}", "--file_service_type=sequential", "--numjobs=1", "--ioengine=psync",
-             "--end_fsync=1", "--fallocate=none", "--output-format=json"], capture_output=True, text=True, check=True))
-        job = json.loads(out.stdout)["jobs"][0]
+        wall, job = fio("--name=ckpt", f"--directory={f}", "--rw=write", "--bs=8M", f"--size={fio_size}",
+                        f"--nrfiles={len(live.ranks)}", "--file_service_type=sequential", "--numjobs=1",
+                        "--ioengine=psync", "--end_fsync=1", "--fallocate=none")
         shutil.rmtree(f)
         # fio's rate is bytes over its job runtime (the end fsync is part of the job); the wall time of
         # the whole fio process (start-up, file layout) is kept beside it for reference
         return job["write"]["bw_bytes"], job["write"]["io_bytes"] / wall
 
     runs = alternating(reps, {"fio": run_fio, "ours": run_ours})   # alternate who goes first
-    ours, peer, fio_own = runs["ours"], [p for p, _ in runs["fio"]], [w for _, w in runs["fio"]]
-    r = statistics.median(ours) / statistics.median(peer)
-    return {"bytes": total, "files": len(live.ranks), "ours_bytes_per_s_median": statistics.median(ours),
-            "fio_bytes_per_s_median": statistics.median(peer), "ratio_ours_over_fio": r, "target": ">= 0.8",
-            "pass": r >= 0.8, "fio_bytes_per_s_by_process_wall_time_median": statistics.median(fio_own),
+    ours, peer = statistics.median(runs["ours"]), statistics.median(p for p, _ in runs["fio"])
+    return {"bytes": total, "files": len(live.ranks), "ours_bytes_per_s_median": ours,
+            "fio_bytes_per_s_median": peer, "ratio_ours_over_fio": ours / peer, "target": ">= 0.8",
+            "pass": ours / peer >= 0.8, "fio_bytes_per_s_by_process_wall_time_median": statistics.median(
+                w for _, w in runs["fio"]),
             "fio": "one job, rw=write bs=8M psync, the same 8 files written one after another "
                    "(file_service_type=sequential), end_fsync=1, fallocate=none (the engine does not preallocate either); "
                    "peer rate = fio's reported write bw_bytes"}
@@ -120,15 +120,13 @@ def bench_s3(mib: int, reps: int, root: Path) -> dict:
 
     from iobench.s3server import S3Server
 
-    spec = spec_of(mib)
-    live = LiveState(spec, local_ranks(spec))
-    live.fill(0, 1)
+    live = live_state(mib)
     with S3Server(bucket="iobench") as srv:
-        opts = {"key": srv.access_key, "secret": srv.secret_key}
         fs = s3fs.S3FileSystem(**srv.storage_options())
-        base = open_backend("s3://iobench/ours", endpoint_url=srv.endpoint_url, storage_options=opts)
+        base = open_backend("s3://iobench/ours", endpoint_url=srv.endpoint_url,
+                            storage_options={"key": srv.access_key, "secret": srv.secret_key})
         local = open_backend(str(root / "s3local"))
-        with Checkpointer(spec, live.ranks, local, None, EngineConfig(mode="sync", keep_local=1)) as ck:
+        with Checkpointer(live.spec, live.ranks, local, None, EngineConfig(mode="sync", keep_local=1)) as ck:
             ck.save(1, live)
         manifest = cp.load_manifest(local, 1)
         d = local.local_path(cp.step_dir(1))
@@ -145,10 +143,9 @@ def bench_s3(mib: int, reps: int, root: Path) -> dict:
         # alternate who goes first, so neither always meets a colder cache or server; round 0 warms up
         # both clients (connections, credentials) and is left out
         runs = alternating(reps + 1, {"ours": run_ours, "peer": run_peer})
-        ours, peer = runs["ours"][1:], runs["peer"][1:]
-    r = statistics.median(ours) / statistics.median(peer)
-    return {"bytes": spec.params * 14, "ours_upload_and_manifest_s_median": statistics.median(ours),
-            "s3fs_put_s_median": statistics.median(peer), "ratio_ours_over_put_time": r,
+    ours, peer = statistics.median(runs["ours"][1:]), statistics.median(runs["peer"][1:])
+    return {"bytes": live.spec.params * 14, "ours_upload_and_manifest_s_median": ours, "s3fs_put_s_median": peer,
+            "ratio_ours_over_put_time": ours / peer,
             "note": "ours = upload of the rank files (s3fs bulk put) + conditional manifest PUT; peer = s3fs put"}
 
 

@@ -39,17 +39,18 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import command, machine, parser, ratios, scratch, write_report  # benchmarks/ is not a package
+from harness import (command, machine, machine_line, notes, parser, ratios, run_json, scratch, set_cache, table, timed,
+                     write_report)  # benchmarks/ is not a package
 
 MiB = 2**20
-TARGETS = {  # peer time / iobench time
-    "blocking pause vs DCP async_save": 1.0,
-    "blocking pause vs torch.save": 1.0,
-    "time to durable vs torch.save + fsync": 0.8,
-    "time to durable vs DCP async_save": 0.8,
-    "restore (cold) vs DCP load": 1.0,
-    "restore (cold) vs torch.load": 1.0,
-}
+# comparison: (the peer's times, iobench's times, the target for peer time / iobench time)
+PAIRS = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking", 1.0),
+         "blocking pause vs torch.save": ("torch_save", "iobench_blocking", 1.0),
+         "time to durable vs torch.save + fsync": ("torch_save_durable", "iobench_durable", 0.8),
+         "time to durable vs DCP async_save": ("dcp_durable", "iobench_durable", 0.8),
+         "restore (cold) vs DCP load": ("dcp_load", "iobench_restore", 1.0),
+         "restore (cold) vs torch.load": ("torch_load", "iobench_restore", 1.0)}
+RESTORES = {"iobench": "iobench_restore", "torch": "torch_load", "dcp": "dcp_load"}
 
 
 def _fsync_path(path: str) -> None:
@@ -99,53 +100,36 @@ def restore_child(job: dict) -> dict:
 
         restore([("local", open_backend(str(warm / "iobench")))], cold=False, verify=True)
         backend = open_backend(str(d))
-        c0 = _io_counters()
-        res = restore([("local", backend)], cold=True, verify=True)
-        c1 = _io_counters()
-        out = {"seconds": res.seconds, "step": res.step, "bytes": res.bytes_read}
-    else:
+
+        def load():
+            return restore([("local", backend)], cold=True, verify=True)
+    elif side == "torch":
         import torch
 
-        if side == "torch":
-            torch.load(str(warm / "torch" / "state.pt"), weights_only=True)
-            c0 = _io_counters()
-            t0 = time.perf_counter()
-            loaded = torch.load(str(d / "state.pt"), weights_only=True)
-            seconds = time.perf_counter() - t0
-            c1 = _io_counters()
-        else:
-            import torch.distributed.checkpoint as dcp
+        torch.load(str(warm / "torch" / "state.pt"), weights_only=True)
 
-            dcp.load({"t0": torch.empty(4096, dtype=torch.uint8)}, checkpoint_id=str(warm / "dcp"))
-            loaded = {f"t{i}": torch.empty(n, dtype=torch.uint8) for i, n in enumerate(job["sizes"])}
-            c0 = _io_counters()
-            t0 = time.perf_counter()
+        def load():
+            return torch.load(str(d / "state.pt"), weights_only=True)
+    else:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        dcp.load({"t0": torch.empty(4096, dtype=torch.uint8)}, checkpoint_id=str(warm / "dcp"))
+        loaded = {f"t{i}": torch.empty(n, dtype=torch.uint8) for i, n in enumerate(job["sizes"])}
+
+        def load():
             dcp.load(loaded, checkpoint_id=str(d / "dcp"))
-            seconds = time.perf_counter() - t0
-            c1 = _io_counters()
-        out = {"seconds": seconds, "bytes": sum(t.numel() for t in loaded.values()),
-               "t0": _digest(loaded["t0"].numpy())}
+            return loaded
+    c0 = _io_counters()
+    seconds, got = timed(load)
+    c1 = _io_counters()
+    if side == "iobench":
+        out = {"seconds": got.seconds, "step": got.step, "bytes": got.bytes_read}
+    else:
+        out = {"seconds": seconds, "bytes": sum(t.numel() for t in got.values()), "t0": _digest(got["t0"].numpy())}
     out["counters"] = {"device_read_bytes": c1[0] - c0[0], "minor_faults": c1[1] - c0[1],
                        "major_faults": c1[2] - c0[2]}
     return out
-
-
-def _restore_in_child(job: dict) -> dict:
-    import subprocess
-
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--restore-child", json.dumps(job)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"restore child ({job['side']}) failed: {proc.stderr.strip()[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _drop_tree(root: Path) -> None:
-    from iobench.io.pagecache import drop_pages
-
-    for p in root.rglob("*"):
-        if p.is_file():
-            drop_pages(str(p))
 
 
 def one_size(mib: int, rounds: int, work: Path) -> dict:
@@ -162,17 +146,16 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     live.fill(0, 1)
     arrays = live.arrays[0]
     sd = {f"t{i}": torch.from_numpy(a.view("uint8").reshape(-1)) for i, a in enumerate(arrays)}
-    nbytes = sum(t.numel() for t in sd.values())
     sizes = [t.numel() for t in sd.values()]
+    nbytes = sum(sizes)
     times: dict[str, list[float]] = {k: [] for k in (
         "iobench_blocking", "iobench_durable", "torch_save", "torch_save_durable", "dcp_blocking", "dcp_durable",
         "iobench_restore", "dcp_load", "torch_load")}
     # per restore side and round: device bytes read, minor and major faults (see _io_counters)
-    counters: dict[str, list[dict]] = {k: [] for k in ("iobench_restore", "dcp_load", "torch_load")}
+    counters: dict[str, list[dict]] = {k: [] for k in RESTORES.values()}
     # One engine for the whole run, as a training job keeps one: its staging buffers are reused.
     ours = open_backend(str(work / f"iobench-{mib}"))
     ck = Checkpointer(spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
-    times_all = times
     # tiny checkpoints of each kind, for the restore children's untimed warm-up (see restore_child)
     warm = work / f"warm-{mib}"
     tiny = from_params(4096)
@@ -184,8 +167,6 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     torch.save({"t0": torch.zeros(4096, dtype=torch.uint8)}, str(warm / "torch" / "state.pt"))
     dcp.save({"t0": torch.zeros(4096, dtype=torch.uint8)}, checkpoint_id=str(warm / "dcp"))
     for r in range(-1, rounds):   # round -1 warms every side up (imports, thread pools, first faults)
-        times = {k: [] for k in times_all} if r < 0 else times_all
-        count = {k: [] for k in counters} if r < 0 else counters
         sides = ["iobench", "torch", "dcp"]
         order = sides[r % 3:] + sides[:r % 3]   # rotate who goes first
         live.touch(r + 2)   # the same state for all three sides this round, changed from the last
@@ -200,110 +181,74 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
                 continue
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
+            t0 = time.perf_counter()
             if side == "torch":
-                path = str(d / "state.pt")
-                t0 = time.perf_counter()
-                torch.save(sd, path)
+                torch.save(sd, str(d / "state.pt"))
                 t1 = time.perf_counter()
-                _fsync_path(path)
+                _fsync_path(str(d / "state.pt"))
                 _fsync_path(str(d))
-                t2 = time.perf_counter()
-                times["torch_save"].append(t1 - t0)
-                times["torch_save_durable"].append(t2 - t0)
             else:
-                t0 = time.perf_counter()
                 fut = dcp.async_save(sd, checkpoint_id=str(d / "dcp"))
                 t1 = time.perf_counter()
                 fut.result()
-                t2 = time.perf_counter()
-                times["dcp_blocking"].append(t1 - t0)
-                times["dcp_durable"].append(t2 - t0)
+            t2 = time.perf_counter()
+            blocking, durable = {"torch": ("torch_save", "torch_save_durable"), "dcp": ("dcp_blocking", "dcp_durable")}[side]
+            times[blocking].append(t1 - t0)
+            times[durable].append(t2 - t0)
         # restore, cold, alternating order; each side reads what it wrote this round, in a fresh process
         for side in order:
             d = work / f"{side}-{r}" if side != "iobench" else work / f"iobench-{mib}"
-            _drop_tree(d)
-            key = {"iobench": "iobench_restore", "torch": "torch_load", "dcp": "dcp_load"}[side]
-            got = _restore_in_child({"side": side, "dir": str(d), "sizes": sizes, "warm": str(warm)})
+            set_cache([str(p) for p in d.rglob("*") if p.is_file()], "cold")
+            got = run_json([sys.executable, str(Path(__file__).resolve()), "--restore-child", json.dumps(
+                {"side": side, "dir": str(d), "sizes": sizes, "warm": str(warm)})], f"restore child ({side})")
             if side == "iobench":
                 assert got["step"] == r + 2, got
                 assert got["bytes"] >= nbytes, got
             else:
                 assert got["bytes"] == nbytes and got["t0"] == t0_digest, got
-            times[key].append(got["seconds"])
-            count[key].append(got["counters"])
+            times[RESTORES[side]].append(got["seconds"])
+            counters[RESTORES[side]].append(got["counters"])
         for side in ("torch", "dcp"):
             shutil.rmtree(work / f"{side}-{r}", ignore_errors=True)
+        if r < 0:
+            for v in (*times.values(), *counters.values()):
+                v.clear()      # the warm-up round is not counted
     ck.close()
-    times = times_all
 
-    def ratio(peer: str, ours: str) -> dict:
-        r = ratios(times[peer], times[ours])
-        return {"per_round": r["per_round"], "median": r["median"]}
-    pairs = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking"),
-             "blocking pause vs torch.save": ("torch_save", "iobench_blocking"),
-             "time to durable vs torch.save + fsync": ("torch_save_durable", "iobench_durable"),
-             "time to durable vs DCP async_save": ("dcp_durable", "iobench_durable"),
-             "restore (cold) vs DCP load": ("dcp_load", "iobench_restore"),
-             "restore (cold) vs torch.load": ("torch_load", "iobench_restore")}
+    def pair(peer: str, mine: str, target: float) -> dict:
+        r = ratios(times[peer], times[mine])
+        return {"per_round": r["per_round"], "median": r["median"], "peer": peer, "iobench": mine, "target": target}
     return {"mib": mib, "bytes": nbytes, "tensors": len(sd), "times_s": times, "restore_counters": counters,
             "medians_s": {k: statistics.median(v) for k, v in times.items()},
-            "ratios": {k: {**ratio(*v), "peer": v[0], "iobench": v[1], "target": TARGETS[k]} for k, v in pairs.items()}}
+            "ratios": {k: pair(*v) for k, v in PAIRS.items()}}
 
 
 def rows(res: dict) -> list[dict]:
-    out = []
-    for s in res["sizes"]:
-        for k, r in s["ratios"].items():
-            m = r["median"]
-            out.append({"comparison": f"ckpt {s['mib']} MiB: {k} (peer time / iobench time)", "ratio": m,
-                        "target": r["target"], "direction": ">=", "met": m is not None and m >= r["target"],
-                        "detail": f"{r['peer']} / {r['iobench']}"})
-    return out
+    return [{"comparison": f"ckpt {s['mib']} MiB: {k} (peer time / iobench time)", "ratio": r["median"],
+             "target": r["target"], "direction": ">=", "met": r["median"] is not None and r["median"] >= r["target"],
+             "detail": f"{r['peer']} / {r['iobench']}"} for s in res["sizes"] for k, r in s["ratios"].items()]
 
 
 def markdown(res: dict) -> str:
     m = res["machine"]
     lines = ["# Checkpoints: iobench vs torch.save and torch.distributed.checkpoint", "",
              f"Command: `{res['command']}` at {res['started_at']}.  ",
-             f"Machine: {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, Python "
-             f"{m['python']}, torch {res['torch']}; shared with other work (load average at start "
+             f"Machine: {machine_line(m)}, torch {res['torch']}; shared with other work (load average at start "
              f"{m['load_avg_at_start'][0]:.1f}, at the end {res['load_avg_end'][0]:.1f}).  ",
              f"{res['rounds']} alternating rounds per size (the order rotates); ratio = peer time / iobench time, "
-             "median of the per-round ratios (above 1: iobench is faster).", "",
-             "| state | comparison | iobench | peer | ratio | target | met |", "|---|---|---|---|---|---|---|"]
-    for s in res["sizes"]:
-        med = s["medians_s"]
-        for k, r in s["ratios"].items():
-            ratio = f"{r['median']:.2f}" if r["median"] is not None else "—"
-            met = "yes" if r["median"] is not None and r["median"] >= r["target"] else "**no**"
-            lines.append(f"| {s['mib']} MiB | {k} | {med[r['iobench']] * 1e3:,.0f} ms | "
-                         f"{med[r['peer']] * 1e3:,.0f} ms | {ratio} | >= {r['target']:g} | {met} |")
-    lines += ["", "Restore counters (median per round; the device bytes prove each read was cold):", "",
-              "| state | side | read from device | minor faults | major faults |", "|---|---|---|---|---|"]
-    for s in res["sizes"]:
-        for side, cs in s.get("restore_counters", {}).items():
-            if cs:
-                med = {k: statistics.median(c[k] for c in cs) for k in cs[0]}
-                lines.append(f"| {s['mib']} MiB | {side} | {med['device_read_bytes'] / 2**20:,.0f} MiB | "
-                             f"{med['minor_faults']:,.0f} | {med['major_faults']:,.0f} |")
-    lines += ["", "What each side does:", "",
-              "- iobench: `Checkpointer(mode=async)` with a local tier only; blocking = snapshot into reused "
-              "staging buffers; durable = rank file written and fsynced, directory fsynced, manifest published "
-              "(the commit point); the rank file goes out in 8 MiB chunks, each hashed (xxh3_64) just before its "
-              "write, with its writeback started at once (`sync_file_range`), so the disk works while the next "
-              "chunk is copied and the fsync waits for less. Restore = newest committed checkpoint, page cache "
-              "dropped, the rank file read into a fresh buffer in 16 MiB `preadv`s, each chunk hashed (xxh3_64) on a "
-              "helper thread while the next is read, then verified.",
-              "- Every restore (all three sides) runs and is timed in a fresh process, as after a job restart; "
-              "imports and DCP's destination tensors are not timed. In the long-lived benchmark process "
-              "torch.load's tensors had landed on memory that earlier sides had faulted in and freed (0 minor "
-              "faults for 256 MiB, against 65.5k — one per 4 KiB page — in a fresh process), while iobench's "
-              "one large buffer is always a fresh mapping.",
-              "- torch.save: pickled state dict of the same tensors (views of iobench's arrays), then fsync of the "
-              "file and the directory (torch.save itself does not fsync).",
-              "- DCP: `torch.distributed.checkpoint.async_save` without a process group (one rank), "
-              "FileSystemWriter defaults (sync_files=True); blocking = until async_save returns (its CPU staging "
-              "copy), durable = until the future resolves. Load = `dcp.load` into preallocated tensors.",
+             "median of the per-round ratios (above 1: iobench is faster).", ""]
+    lines += table(["state", "comparison", "iobench", "peer", "ratio", "target", "met"],
+                   [[f"{s['mib']} MiB", k, f"{s['medians_s'][r['iobench']] * 1e3:,.0f} ms",
+                     f"{s['medians_s'][r['peer']] * 1e3:,.0f} ms", "—" if r["median"] is None else f"{r['median']:.2f}",
+                     f">= {r['target']:g}", "yes" if r["median"] is not None and r["median"] >= r["target"] else "**no**"]
+                    for s in res["sizes"] for k, r in s["ratios"].items()])
+    lines += ["", "Restore counters (median per round; the device bytes prove each read was cold):", ""]
+    counts = [(s["mib"], side, {k: statistics.median(c[k] for c in cs) for k in cs[0]})
+              for s in res["sizes"] for side, cs in s.get("restore_counters", {}).items() if cs]
+    lines += table(["state", "side", "read from device", "minor faults", "major faults"],
+                   [[f"{mib} MiB", side, f"{c['device_read_bytes'] / 2**20:,.0f} MiB", f"{c['minor_faults']:,.0f}",
+                     f"{c['major_faults']:,.0f}"] for mib, side, c in counts])
+    lines += ["", "What each side does:", "", notes("ckpt_torch"),
               "", "Per-round times are in the JSON beside this file."]
     return "\n".join(lines) + "\n"
 
@@ -314,8 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--restore-child", default=None, help=argparse.SUPPRESS)   # internal: one timed restore
     args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")   # DCP warns that no process group is initialised: one rank is intended
     if args.restore_child:
-        warnings.filterwarnings("ignore")
         print(json.dumps(restore_child(json.loads(args.restore_child))), flush=True)
         return 0
     try:
@@ -331,7 +276,6 @@ def main(argv=None) -> int:
             subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(Path(__file__).resolve().parents[1]),
                             "torch==2.13.0"], check=True)
         os.execv(str(py), [str(py), __file__, *(argv if argv is not None else sys.argv[1:])])
-    warnings.filterwarnings("ignore")   # DCP warns that no process group is initialised: one rank is intended
     res = {"command": command("bench_ckpt_torch.py", argv), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "machine": machine(), "torch": torch.__version__, "rounds": args.rounds, "sizes": []}
     with scratch("ckpt-torch", args.work) as work:

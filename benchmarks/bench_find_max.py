@@ -16,7 +16,6 @@ the two answers differ (the unthrottled one the larger) and each carries its lab
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,38 +24,21 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from bench_front_door import fio_read, refuse  # noqa: E402  (benchmarks/ is not a package)
-from harness import machine  # noqa: E402
-from summary import write_rows  # noqa: E402
-
-
-def _iobench() -> str:
-    return str(Path(sys.executable).parent / "iobench")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_front_door import fio_read, refuse  # (benchmarks/ is not a package)
+from harness import iobench_exe, iobench_json, run_line, run_meta, table, write_report
+from summary import summary_row
 
 
 def find_max(data: str, a, throttle=None) -> dict:
-    out = Path(tempfile.mkstemp(suffix=".json")[1])
-    cmd = [_iobench(), "mlperf", "run", data, "--find-max", "--compute-s", str(a.compute_s), "--epochs", "1",
-           "--runs", "1", "--no-warmup", "--no-checkpoint", "--max-accelerators", str(a.max), "--json", str(out),
-           "--force"]
-    t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
-    if throttle is not None:
-        with throttle:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    else:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if p.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
-    doc = json.loads(out.read_text())
-    out.unlink()
+    doc, run = iobench_json(["mlperf", "run", data, "--find-max", "--compute-s", str(a.compute_s), "--epochs", "1",
+                             "--runs", "1", "--no-warmup", "--no-checkpoint", "--max-accelerators", str(a.max),
+                             "--force"], timeout=1800, throttle=throttle)
     fm = doc["metrics"]["find_max"]
-    return {"find_max": {k: v for k, v in fm.items() if k != "result_at_max"}, "seconds": time.perf_counter() - t0,
-            "load_avg_1m_start": load0, "load_avg_1m_end": os.getloadavg()[0],
-            "command": " ".join(cmd[1:]).replace(str(out), "OUT.json"), "stdout": p.stdout[-3000:]}
+    return {"find_max": {k: v for k, v in fm.items() if k != "result_at_max"}, "seconds": run["seconds"],
+            "load_avg_1m_start": load0, "load_avg_1m_end": os.getloadavg()[0], "command": run["command"],
+            "stdout": run["stdout"][-3000:]}
 
 
 def main(argv=None) -> int:
@@ -71,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compute-s", type=float, default=0.1)
     ap.add_argument("--max", type=int, default=16)
     ap.add_argument("--work", default="/var/tmp")
-    ap.add_argument("--out", default=str(ROOT / "reports" / "reference" / "find_max"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "reports" / "reference" / "find_max"))
     a = ap.parse_args(argv)
     bw = parse_size(a.throttle, "--throttle")
     ok, why = available()
@@ -83,16 +65,14 @@ def main(argv=None) -> int:
     data = str(work / "unet3d")
     t_start = time.time()
     try:
-        subprocess.run([_iobench(), "gen", "--workload", "unet3d", "--scale", str(a.scale), "--num-samples",
+        subprocess.run([iobench_exe(), "gen", "--workload", "unet3d", "--scale", str(a.scale), "--num-samples",
                         str(a.files), "--out", data, "--no-progress"], check=True, capture_output=True, timeout=1800)
         files = sorted(str(p) for p in Path(data).rglob("*.npz"))
         total = sum(os.path.getsize(f) for f in files)
-        per_step = 7 * total / len(files)                 # unet3d: batch 7
-        demand = per_step / a.compute_s
+        demand = 7 * total / len(files) / a.compute_s     # unet3d: batch 7
         predicted = int(bw // (0.9 * demand))
-        cases = {}
         fio_free = fio_read(files[:64])
-        cases["unthrottled"] = {**find_max(data, a), "fio_bytes_per_s": fio_free}
+        cases = {"unthrottled": {**find_max(data, a), "fio_bytes_per_s": fio_free}}
         thr = ReadThrottle(dev, bw, tag="find-max")
         with thr:
             fio_thr = fio_read(files[:64])
@@ -101,66 +81,56 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for name, c in cases.items():
-        fm = c["find_max"]
-        print(f"[{name}] {fm['headline']} ({c['seconds']:.0f} s, load {c['load_avg_1m_start']:.1f})", flush=True)
-    u, t = cases["unthrottled"]["find_max"], cases["throttled"]["find_max"]
+        print(f"[{name}] {c['find_max']['headline']} ({c['seconds']:.0f} s, load {c['load_avg_1m_start']:.1f})",
+              flush=True)
+    u, t = (cases[k]["find_max"]["max_accelerators_per_node"] for k in ("unthrottled", "throttled"))
     label = {k: (c["find_max"].get("next_step") or {}).get("bound") for k, c in cases.items()}
-    differ = u["max_accelerators_per_node"] != t["max_accelerators_per_node"]
     # the unthrottled disk is the faster storage: an answer below the throttled one is the host's noise
-    met = differ and u["max_accelerators_per_node"] > t["max_accelerators_per_node"] and \
-        label["throttled"] == "storage-bound" and label["unthrottled"] in ("storage-bound", "host-bound")
-    meta = {"command": " ".join(["python", "benchmarks/bench_find_max.py", *(argv or sys.argv[1:])]),
-            "machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
-            "seconds": time.time() - t_start, "files": a.files, "scale": a.scale, "dataset_bytes": total,
-            "compute_s": a.compute_s, "demand_bytes_per_s": demand, "throttle_bytes_per_s": bw,
-            "predicted_throttled": predicted}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "cases": cases, "differ": differ, "met": met},
-                                                   indent=1, default=str) + "\n")
-    out.with_suffix(".md").write_text(to_markdown(meta, cases, differ, met))
-    write_rows(out.name, [{"comparison": f"mlperf find-max, {bw / 1e6:g} MB/s throttle vs unthrottled: different "
-                                         "answers (unthrottled larger), each labelled (throttled storage-bound)",
-                           "ratio": 1.0 if met else 0.0, "target": 1.0, "direction": ">=", "met": met,
-                           "detail": f"{t['max_accelerators_per_node']} ({label['throttled']}) vs "
-                                     f"{u['max_accelerators_per_node']} ({label['unthrottled']})"}],
-               ref=out.parent, command=meta["command"])
-    print(out.with_suffix(".md").read_text())
+    met = u > t and label["throttled"] == "storage-bound" and label["unthrottled"] in ("storage-bound", "host-bound")
+    meta = run_meta("bench_find_max.py", argv, t_start, files=a.files, scale=a.scale, dataset_bytes=total,
+                    compute_s=a.compute_s, demand_bytes_per_s=demand, throttle_bytes_per_s=bw,
+                    predicted_throttled=predicted)
+    res = {"meta": meta, "cases": cases, "differ": u != t, "met": met}
+    write_report(a.out, res, to_markdown(meta, cases, u != t, met), rows(res), command=meta["command"])
     return 0
 
 
+def rows(res: dict) -> list[dict]:
+    """The one summary row: both answers, each with its label, and whether they tell storage from host."""
+    c = res["cases"]
+    label = {k: f"{v['find_max']['max_accelerators_per_node']} ({(v['find_max'].get('next_step') or {}).get('bound')})"
+             for k, v in c.items()}
+    return [summary_row(f"mlperf find-max, {res['meta']['throttle_bytes_per_s'] / 1e6:g} MB/s throttle vs unthrottled: "
+                        "different answers (unthrottled larger), each labelled (throttled storage-bound)",
+                        1.0 if res["met"] else 0.0, 1.0, ">=", f"{label['throttled']} vs {label['unthrottled']}")]
+
+
 def to_markdown(meta: dict, cases: dict, differ: bool, met: bool) -> str:
-    L = ["# `mlperf run --find-max`: the storage's limit apart from the host's", "",
-         f"`{meta['command']}` — {meta['started']}, {meta['seconds']:.0f} s; {meta['machine']['cpu_count']} cores, "
-         f"load average {', '.join(f'{x:.1f}' for x in meta['machine']['load_avg_at_start'])} at the start.", "",
-         f"unet3d-shaped npz files ({meta['files']} files, {meta['dataset_bytes'] / 1e6:.0f} MB, scale "
-         f"{meta['scale']}), compute {meta['compute_s'] * 1e3:g} ms per step: one accelerator needs "
-         f"{meta['demand_bytes_per_s'] / 1e6:.1f} MB/s. Cold cache every epoch. Throttled: the kernel caps the "
-         f"disk's reads at {meta['throttle_bytes_per_s'] / 1e6:g} MB/s, so storage feeds N* = floor(B / (0.9 d)) = "
-         f"**{meta['predicted_throttled']}** accelerators at AU ≥ 90%.", "",
-         "| case | command | answer | label of the next count | delivered at the next count | host ceiling | "
-         "storage ceiling (find-max's own) | fio (O_DIRECT seq) | load avg | s |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, c in cases.items():
-        fm = c["find_max"]
-        ns = fm.get("next_step") or {}
-        ceil = ((ns.get("host_ceiling") or {}).get("bytes_per_s") or 0) / 1e6
-        sto = ((ns.get("storage_ceiling") or {}).get("bytes_per_s") or 0) / 1e6
-        L.append(f"| {name} | `{c['command']}` | {fm['max_accelerators_per_node']} | {ns.get('bound', '-')} | "
-                 f"{(ns.get('delivered_bytes_per_s') or 0) / 1e6:.0f} MB/s | {ceil:.0f} MB/s | {sto:.0f} MB/s | "
-                 f"{(c['fio_bytes_per_s'] or 0) / 1e6:.0f} MB/s | {c['load_avg_1m_start']:.1f}–"
-                 f"{c['load_avg_1m_end']:.1f} | {c['seconds']:.0f} |")
-    L += ["", f"**Answers {'differ' if differ else 'are the same'}; target "
-              f"{'met' if met else 'missed'}** (different answers, the unthrottled one the larger, the throttled "
-              "one storage-bound).", "",
-          "## Headlines as printed", ""]
+    def mb(bps) -> str:
+        return f"{(bps or 0) / 1e6:.0f} MB/s"
+
+    def line(name: str, c: dict) -> list:
+        ns = c["find_max"].get("next_step") or {}
+        return [name, f"`{c['command']}`", c["find_max"]["max_accelerators_per_node"], ns.get("bound", "-"),
+                mb(ns.get("delivered_bytes_per_s")), mb((ns.get("host_ceiling") or {}).get("bytes_per_s")),
+                mb((ns.get("storage_ceiling") or {}).get("bytes_per_s")), mb(c["fio_bytes_per_s"]),
+                f"{c['load_avg_1m_start']:.1f}–{c['load_avg_1m_end']:.1f}", f"{c['seconds']:.0f}"]
+    L = ["# `mlperf run --find-max`: the storage's limit apart from the host's", "", run_line(meta, " at the start"), "",
+         f"unet3d-shaped npz files ({meta['files']} files, {meta['dataset_bytes'] / 1e6:.0f} MB, scale {meta['scale']}), compute "
+         f"{meta['compute_s'] * 1e3:g} ms per step: one accelerator needs {meta['demand_bytes_per_s'] / 1e6:.1f} MB/s. Cold "
+         f"cache every epoch. Throttled: the kernel caps the disk's reads at {meta['throttle_bytes_per_s'] / 1e6:g} MB/s, so "
+         f"storage feeds N* = floor(B / (0.9 d)) = **{meta['predicted_throttled']}** accelerators at AU ≥ 90%.", ""]
+    L += table(["case", "command", "answer", "label of the next count", "delivered at the next count", "host ceiling",
+                "storage ceiling (find-max's own)", "fio (O_DIRECT seq)", "load avg", "s"],
+               [line(name, c) for name, c in cases.items()])
+    L += ["", f"**Answers {'differ' if differ else 'are the same'}; target {'met' if met else 'missed'}** (different answers, "
+              "the unthrottled one the larger, the throttled one storage-bound).", "", "## Headlines as printed", ""]
     for name, c in cases.items():
         fm = c["find_max"]
         L.append(f"- **{name}**: {fm['headline']}")
         if fm.get("next_step"):
             L.append(f"  - why: {fm['next_step']['explanation']}")
-        L.append("  - probes: " + ", ".join(f"{p['accelerators']}: AU {p['au_min']:.1%} "
-                                            f"({'pass' if p['passed'] else 'FAIL'}, "
+        L.append("  - probes: " + ", ".join(f"{p['accelerators']}: AU {p['au_min']:.1%} ({'pass' if p['passed'] else 'FAIL'}, "
                                             f"{p['throughput_bytes_per_s'] / 1e6:.0f} MB/s)" for p in fm["probes"]))
     return "\n".join(L) + "\n"
 

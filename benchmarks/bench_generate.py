@@ -22,10 +22,10 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from itertools import count
 from pathlib import Path
@@ -37,7 +37,7 @@ from iobench.results import now_iso
 from iobench.units import format_bytes, parse_size
 
 import harness
-from harness import alternating, cpu_seconds, fio_json, median, timed
+from harness import alternating, cpu_seconds, fio, median, table, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,26 +47,22 @@ class PeakRSS:
 
     def __init__(self, exclude: set[int] = frozenset()) -> None:
         self.exclude = set(exclude)
-        self.peak = 0
-        self.peak_procs = 0
+        self.peak = self.peak_procs = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
-            total, n = 0, 0
-            procs = [me] + me.children(recursive=True)
-            for p in procs:
-                if p.pid in self.exclude:
-                    continue
-                try:
-                    total += p.memory_info().rss
-                    n += 1
-                except psutil.Error:
-                    pass
-            if total > self.peak:
-                self.peak, self.peak_procs = total, n
+            rss = []
+            for p in [me, *me.children(recursive=True)]:
+                if p.pid not in self.exclude:
+                    try:
+                        rss.append(p.memory_info().rss)
+                    except psutil.Error:
+                        pass
+            if sum(rss) > self.peak:
+                self.peak, self.peak_procs = sum(rss), len(rss)
             self._stop.wait(0.02)
 
     def __enter__(self) -> "PeakRSS":
@@ -80,71 +76,65 @@ class PeakRSS:
 
 def run_fio(path: Path, size: int) -> dict:
     c0 = cpu_seconds()
-    wall, out = timed(lambda: subprocess.run(
-        ["fio", "--name=seqwrite", f"--filename={path}", "--rw=write", "--bs=1M", f"--size={size}", "--ioengine=psync",
-         "--end_fsync=1", "--output-format=json"], capture_output=True, text=True, check=True))
-    job = fio_json(out.stdout)["jobs"][0]["write"]
+    wall, job = fio("--name=seqwrite", f"--filename={path}", "--rw=write", "--bs=1M", f"--size={size}", "--ioengine=psync",
+                    "--end_fsync=1")
+    job = job["write"]
     path.unlink(missing_ok=True)
     # fio's own bandwidth can leave out the end fsync; its wall time, like ours, includes it.
     return {"bytes": job["io_bytes"], "seconds": wall, "bytes_per_s": job["io_bytes"] / wall,
             "fio_reported_bytes_per_s": job["bw_bytes"], "cpu_s": cpu_seconds() - c0}
 
 
-def run_gen(spec: GenSpec, url: str, exclude=frozenset(), sample_rss: bool = False, **kw) -> dict:
-    """One timed generation.  RSS sampling polls every process, so timed runs leave it off."""
+def run_gen(spec: GenSpec, url: str, exclude=frozenset(), sample_rss: bool = False, remove: bool = False,
+            **kw) -> dict:
+    """One timed generation (``remove``: the local dataset deleted after).  RSS sampling polls every
+    process, so timed runs leave it off."""
     stats: dict = {}
     c0 = cpu_seconds()
     rss = PeakRSS(exclude)
-    if sample_rss:
-        rss.__enter__()
     try:
-        m = generate(spec, url, progress=False, stats=stats, **kw)
+        with rss if sample_rss else nullcontext():
+            m = generate(spec, url, progress=False, stats=stats, **kw)
     finally:
-        if sample_rss:
-            rss.__exit__(None, None, None)
-    return {"cpu_s": cpu_seconds() - c0,"bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards), "seconds": stats["seconds"],
-            "bytes_per_s": m.total_bytes / stats["seconds"], "samples_per_s": m.total_samples / stats["seconds"],
-            "peak_rss_bytes": rss.peak if sample_rss else None, "processes": rss.peak_procs if sample_rss else None,
-            "workers": stats["workers"]}
+        if remove:
+            shutil.rmtree(url, ignore_errors=True)
+    return {"cpu_s": cpu_seconds() - c0, "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
+            "seconds": stats["seconds"], "bytes_per_s": m.total_bytes / stats["seconds"],
+            "samples_per_s": m.total_samples / stats["seconds"], "peak_rss_bytes": rss.peak if sample_rss else None,
+            "processes": rss.peak_procs if sample_rss else None, "workers": stats["workers"]}
+
+
+def tokens(size: int, workers: int, **extra) -> GenSpec:
+    """Raw 2048-token sequences, ``size`` bytes in 64 MiB shards (``extra``: other GenSpec fields)."""
+    return GenSpec.from_mapping({"format": "raw", "modality": "tokens", "seq_len": 2048, "num_samples": size // 4096,
+                                 "shard_size": "64MiB", "workers": workers, **extra})
+
+
+def paired(ours: list[dict], peer: list[dict]) -> dict:
+    """The per-round ratios ours / peer of bytes/s, their median, and best vs best."""
+    r = harness.ratios(ours, peer, "bytes_per_s")["in_round_order"]
+    return {"ratio_median": median(r), "ratios": r,
+            "ratio_best": max(g["bytes_per_s"] for g in ours) / max(f["bytes_per_s"] for f in peer)}
 
 
 def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
-    seq_len = 2048
-    spec = GenSpec.from_mapping({"format": "raw", "modality": "tokens", "seq_len": seq_len, "vocab_size": 50257,
-                                 "num_samples": size // (2 * seq_len), "shard_size": "64MiB", "workers": workers})
-
-    def gen() -> dict:
-        r = run_gen(spec, str(work / "tokens"))
-        shutil.rmtree(work / "tokens")
-        return r
-    runs = alternating(rounds, {"fio": lambda: run_fio(work / "fio.bin", size), "gen": gen})
+    spec = tokens(size, workers, vocab_size=50257)
+    runs = alternating(rounds, {"fio": lambda: run_fio(work / "fio.bin", size),
+                                "gen": lambda: run_gen(spec, str(work / "tokens"), remove=True)})
     fio_runs, gen_runs = runs["fio"], runs["gen"]
-    ratios = harness.ratios(gen_runs, fio_runs, "bytes_per_s")["in_round_order"]
-    best = max(g["bytes_per_s"] for g in gen_runs) / max(f["bytes_per_s"] for f in fio_runs)
-    full = run_gen(spec, str(work / "tokens-rss"), sample_rss=True)
-    shutil.rmtree(work / "tokens-rss")
-    small = replace(spec, num_samples=max(1, spec.num_samples // 4))
-    quarter = run_gen(small, str(work / "tokens-quarter"), sample_rss=True)
-    shutil.rmtree(work / "tokens-quarter")
+    full = run_gen(spec, str(work / "tokens-rss"), sample_rss=True, remove=True)
+    quarter = run_gen(replace(spec, num_samples=max(1, spec.num_samples // 4)), str(work / "tokens-quarter"),
+                      sample_rss=True, remove=True)
     return {"size_bytes": size, "workers": workers, "fio": fio_runs, "iobench": gen_runs,
             "cpu_s_per_gib": {"fio": median(fio_runs, "cpu_s") * 2**30 / size,
-                              "iobench": median(gen_runs, "cpu_s") * 2**30 / size},
-            "ratio_median": median(ratios), "ratios": ratios, "ratio_best": best,
+                              "iobench": median(gen_runs, "cpu_s") * 2**30 / size}, **paired(gen_runs, fio_runs),
             "peak_rss_bytes": full["peak_rss_bytes"], "peak_rss_processes": full["processes"],
             "peak_rss_quarter_size_bytes": quarter["peak_rss_bytes"], "peak_rss_quarter_processes": quarter["processes"]}
 
 
-def rss_check(work: Path, size: int, workers: int) -> dict:
-    spec = GenSpec.from_mapping({"format": "raw", "modality": "tokens", "seq_len": 2048,
-                                 "num_samples": size // 4096, "shard_size": "64MiB", "workers": workers})
-    try:
-        return run_gen(spec, str(work / "rss"), sample_rss=True)
-    finally:
-        shutil.rmtree(work / "rss", ignore_errors=True)
-
-
 def images_breakdown(work: Path, n: int, workers: int) -> dict:
     from iobench.formats import get_format
+    from iobench.formats.base import Sample
     from iobench.io.checksum import ChecksumWriter
     from iobench.storage import open_backend
 
@@ -162,8 +152,6 @@ def images_breakdown(work: Path, n: int, workers: int) -> dict:
             t1 = time.perf_counter_ns()
             data = synth.encode(img)
             t2 = time.perf_counter_ns()
-            from iobench.formats.base import Sample
-
             writer.write(Sample(index=i, data=data, label=label))
             parts["image_synthesis"] += t1 - t0
             parts["jpeg_encode"] += t2 - t1
@@ -173,10 +161,8 @@ def images_breakdown(work: Path, n: int, workers: int) -> dict:
     parts["framing_checksum_io"] += time.perf_counter_ns() - t3   # finish, fsync, rename, directory fsync
     total = (time.perf_counter_ns() - t_all) / 1e9
     shutil.rmtree(work / "parts")
-    one = run_gen(spec, str(work / "img1"))
-    shutil.rmtree(work / "img1")
-    many = run_gen(replace(spec, workers=workers), str(work / "imgN"))
-    shutil.rmtree(work / "imgN")
+    one = run_gen(spec, str(work / "img1"), remove=True)
+    many = run_gen(replace(spec, workers=workers), str(work / "imgN"), remove=True)
     per = {k: v / 1e9 / n for k, v in parts.items()}
     return {"samples": n, "bytes": one["bytes"], "mean_sample_bytes": one["bytes"] / n,
             "workers_1": one, f"workers_{workers}": many, "workers": workers,
@@ -189,11 +175,9 @@ def s3_vs_put(work: Path, size: int, workers: int, rounds: int) -> dict:
 
     from iobench.s3server import S3Server
 
-    seq_len = 2048
-    base = {"format": "raw", "modality": "tokens", "seq_len": seq_len, "num_samples": size // (2 * seq_len),
-            "shard_size": "32MiB"}
+    spec = tokens(size, workers, shard_size="32MiB")
     local = work / "s3src"
-    generate(GenSpec.from_mapping(base), str(local), progress=False)
+    generate(spec, str(local), progress=False)   # the peer's files, on local disk
     files = sorted(str(p) for p in local.iterdir() if p.name.startswith("shard-"))
     total = sum(os.path.getsize(f) for f in files)
     with S3Server(bucket="bench") as server:
@@ -206,15 +190,12 @@ def s3_vs_put(work: Path, size: int, workers: int, rounds: int) -> dict:
             return {"bytes": total, "seconds": secs, "bytes_per_s": total / secs}
 
         def gen() -> dict:
-            return run_gen(GenSpec.from_mapping({**base, "workers": workers}), f"s3://bench/gen{next(n)}",
-                           exclude={server.pid}, endpoint_url=server.endpoint_url, storage_options=opts)
+            return run_gen(spec, f"s3://bench/gen{next(n)}", exclude={server.pid}, endpoint_url=server.endpoint_url,
+                           storage_options=opts)
         runs = alternating(rounds, {"put": put, "gen": gen})
-        put_runs, gen_runs = runs["put"], runs["gen"]
-        ratios = harness.ratios(gen_runs, put_runs, "bytes_per_s")["in_round_order"]
-        best = max(g["bytes_per_s"] for g in gen_runs) / max(p["bytes_per_s"] for p in put_runs)
     shutil.rmtree(local)
-    return {"size_bytes": total, "workers": workers, "s3fs_put": put_runs, "iobench": gen_runs,
-            "ratio_median": median(ratios), "ratios": ratios, "ratio_best": best}
+    return {"size_bytes": total, "workers": workers, "s3fs_put": runs["put"], "iobench": runs["gen"],
+            **paired(runs["gen"], runs["put"])}
 
 
 def machine(work: Path) -> dict:
@@ -229,17 +210,17 @@ def machine(work: Path) -> dict:
 def render(res: dict) -> str:
     m = res["machine"]
     t, im, s3 = res["tokens"], res["images"], res.get("s3")
+
+    def rate(run: dict) -> str:
+        return f"{format_bytes(run['bytes_per_s'])}/s"
     lines = [
         "# Generation vs peers (reference run)", "",
         f"Measured {res['started_at']} with `{res['command']}`.", "",
-        f"Machine: {m['cpu_model']} ({m['cpu_count']} cores), {format_bytes(m['memory_bytes'])} RAM, {m['os']}, "
-        f"file system {m['filesystem']['type']} on {m['filesystem']['device']}, {m['fio']}, Python {m['python']}. "
-        f"**{m['note']}.**", "",
+        f"Machine: {m['cpu_model']} ({m['cpu_count']} cores), {format_bytes(m['memory_bytes'])} RAM, {m['os']}, file system "
+        f"{m['filesystem']['type']} on {m['filesystem']['device']}, {m['fio']}, Python {m['python']}. **{m['note']}.**", "",
         "## Raw tokens vs fio sequential write (same size, same file system, fsync at end)", "",
-        "| round | fio | iobench gen | ratio |", "|---|---|---|---|",
-    ]
-    for i, (f, g, r) in enumerate(zip(t["fio"], t["iobench"], t["ratios"])):
-        lines.append(f"| {i} | {format_bytes(f['bytes_per_s'])}/s | {format_bytes(g['bytes_per_s'])}/s | {r:.2f} |")
+        *table(["round", "fio", "iobench gen", "ratio"],
+               [[i, rate(f), rate(g), f"{r:.2f}"] for i, (f, g, r) in enumerate(zip(t["fio"], t["iobench"], t["ratios"]))])]
     lines += ["", f"Size {format_bytes(t['size_bytes'])}, {t['workers']} writer processes; both sides timed by "
               "wall clock from start to durable (fio `--end_fsync=1`, iobench: every shard fsynced before the manifest is published). "
               f"**Median of per-round ratios iobench/fio = {t['ratio_median']:.2f}** (target >= 0.80; best vs best "
@@ -260,30 +241,23 @@ def render(res: dict) -> str:
         lines += [f"**Peak RSS at {format_bytes(rc['bytes'])}: {format_bytes(rc['peak_rss_bytes'])}** summed over "
                   f"{rc['processes']} generator processes (target <= 512 MiB at 10 GiB); that run wrote "
                   f"{format_bytes(rc['bytes_per_s'])}/s.", ""]
-    lines += [
-              "## Tar images (ImageNet-like JPEGs)", "",
+    parts = {"image_synthesis": "image synthesis (crop of a seeded texture)", "jpeg_encode": "JPEG encoding (Pillow, CPU)",
+             "framing_checksum_io": "tar framing + checksum + I/O + fsync"}
+    lines += ["## Tar images (ImageNet-like JPEGs)", "",
               f"{im['samples']} samples, mean {format_bytes(im['mean_sample_bytes'])} per sample.", "",
-              "| writers | samples/s | bytes/s |", "|---|---|---|"]
-    for key in ("workers_1", f"workers_{im['workers']}"):
-        g = im[key]
-        lines.append(f"| {g['workers']} | {g['samples_per_s']:.1f} | {format_bytes(g['bytes_per_s'])}/s |")
-    ps, sh = im["per_sample_s"], im["share"]
-    lines += ["", "Where the time goes (one writer; each stage timed per sample in the same loop):", "",
-              "| part | ms/sample | share |", "|---|---|---|",
-              f"| image synthesis (crop of a seeded texture) | {ps['image_synthesis'] * 1e3:.2f} | "
-              f"{sh['image_synthesis']:.0%} |",
-              f"| JPEG encoding (Pillow, CPU) | {ps['jpeg_encode'] * 1e3:.2f} | {sh['jpeg_encode']:.0%} |",
-              f"| tar framing + checksum + I/O + fsync | {ps['framing_checksum_io'] * 1e3:.2f} | "
-              f"{sh['framing_checksum_io']:.0%} |", ""]
+              *table(["writers", "samples/s", "bytes/s"], [[g["workers"], f"{g['samples_per_s']:.1f}", rate(g)] for g in (
+                  im["workers_1"], im[f"workers_{im['workers']}"])]),
+              "", "Where the time goes (one writer; each stage timed per sample in the same loop):", "",
+              *table(["part", "ms/sample", "share"], [[label, f"{im['per_sample_s'][k] * 1e3:.2f}", f"{im['share'][k]:.0%}"]
+                                                      for k, label in parts.items()]), ""]
     if s3:
         lines += ["## Upload to the embedded S3 server (SeaweedFS) vs plain s3fs put", "",
-                  "| round | s3fs put (files on disk) | iobench gen to s3:// | ratio |", "|---|---|---|---|"]
-        for i, (p, g, r) in enumerate(zip(s3["s3fs_put"], s3["iobench"], s3["ratios"])):
-            lines.append(f"| {i} | {format_bytes(p['bytes_per_s'])}/s | {format_bytes(g['bytes_per_s'])}/s | {r:.2f} |")
-        lines += ["", f"{format_bytes(s3['size_bytes'])}, {s3['workers']} writer threads sharing one s3fs client "
-                  "(s3fs put: its default concurrency); iobench also "
-                  f"generates the tokens while uploading. **Median of per-round ratios = {s3['ratio_median']:.2f}** "
-                  f"(best vs best {s3['ratio_best']:.2f}).", ""]
+                  *table(["round", "s3fs put (files on disk)", "iobench gen to s3://", "ratio"],
+                         [[i, rate(p), rate(g), f"{r:.2f}"] for i, (p, g, r) in enumerate(zip(s3["s3fs_put"], s3["iobench"],
+                                                                                              s3["ratios"]))]),
+                  "", f"{format_bytes(s3['size_bytes'])}, {s3['workers']} writer threads sharing one s3fs client (s3fs put: its "
+                  "default concurrency); iobench also generates the tokens while uploading. **Median of per-round ratios = "
+                  f"{s3['ratio_median']:.2f}** (best vs best {s3['ratio_best']:.2f}).", ""]
     return "\n".join(lines)
 
 
@@ -311,7 +285,8 @@ def main(argv=None) -> int:
         res["tokens"] = tokens_vs_fio(work, parse_size(args.size, "--size"), args.workers, args.rounds)
         if args.rss_size not in ("0", ""):
             print("peak RSS check ...", file=sys.stderr)
-            res["rss_check"] = rss_check(work, parse_size(args.rss_size, "--rss-size"), args.workers)
+            res["rss_check"] = run_gen(tokens(parse_size(args.rss_size, "--rss-size"), args.workers), str(work / "rss"),
+                                       sample_rss=True, remove=True)
         print("tar images ...", file=sys.stderr)
         res["images"] = images_breakdown(work, args.images, args.workers)
         if parse_size(args.s3_size, "--s3-size") if args.s3_size not in ("0", "") else 0:

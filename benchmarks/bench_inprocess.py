@@ -42,8 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
 from bench_load import MiB, _fio, _gather_loop, load_rate
-from harness import machine, median_run
-from harness import paired_row as paired_result
+from harness import machine, median_run, paired_row as paired_result
 from summary import DERIVE, merge_results, write_rows
 
 from iobench.generate import GenSpec, generate

@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from iobench.cli import main as iobench_main
@@ -36,11 +37,21 @@ from iobench.mlperf.findmax import find_max
 from iobench.mlperf.run import MlperfConfig, run_mlperf
 from iobench.results import host_info, now_iso
 
+from harness import notes, table
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _ci(ci) -> str:
+    return f"{_pct(ci[0])}..{_pct(ci[1])}" if ci else "-"
+
+
+def _no_result(fm: dict) -> dict:
+    return {k: v for k, v in fm.items() if k != "result_at_max"}
 
 
 def main() -> int:
@@ -61,68 +72,45 @@ def main() -> int:
     try:
         assert iobench_main(["gen", "--workload", "unet3d", "--scale", str(a.scale), "--num-samples", str(a.files),
                              "--out", str(data), "--no-progress"]) == 0
+        cfg = partial(MlperfConfig, dataset=str(data), compute_s=a.compute_s, epochs=a.epochs)
         rows, raw = [], []
         for n in range(1, a.max + 1):
-            base = MlperfConfig(dataset=str(data), accelerators=n, compute_s=a.compute_s, epochs=a.epochs,
-                                runs=a.runs)
             load0 = os.getloadavg()[0]
-            r = run_mlperf(base)
-            s = run_mlperf(MlperfConfig(dataset=str(data), accelerators=n, compute_s=a.compute_s, epochs=a.epochs,
-                                        runs=1, synthetic=True))
+            r = run_mlperf(cfg(accelerators=n, runs=a.runs))
+            s = run_mlperf(cfg(accelerators=n, runs=1, synthetic=True))
             worst = next(p for p in r["per_rank"] if p["rank"] == r["worst_accelerator"])
-            ci = r["au_ci95_worst"]
-            rows.append([n, _pct(r["au_min"]), f"{_pct(ci[0])}..{_pct(ci[1])}" if ci else "-",
-                         _pct(worst["au_model"]), _pct(s["au_min"]),
-                         f"{r['samples_per_s']:.1f}", f"{r['MB_per_s']:.1f}",
-                         f"{_pct(r['spread']['au_min']['min'])}..{_pct(r['spread']['au_min']['max'])}",
+            spread = r["spread"]["au_min"]
+            rows.append([n, _pct(r["au_min"]), _ci(r["au_ci95_worst"]), _pct(worst["au_model"]), _pct(s["au_min"]),
+                         f"{r['samples_per_s']:.1f}", f"{r['MB_per_s']:.1f}", f"{_pct(spread['min'])}..{_pct(spread['max'])}",
                          "pass" if r["passed"] else "FAIL", f"{load0:.1f}"])
             raw.append({"accelerators": n, "run": {k: v for k, v in r.items() if k != "per_run"},
                         "no_io": {"au_min": s["au_min"], "samples_per_s": s["samples_per_s"]}})
             print(" | ".join(map(str, rows[-1])), flush=True)
-        fm = find_max(MlperfConfig(dataset=str(data), compute_s=a.compute_s, epochs=a.epochs, runs=1),
-                      max_accelerators=a.max, say=print)
+        fm = find_max(cfg(runs=1), max_accelerators=a.max, say=print)
         print(fm["headline"])
         thr = throttled(data, a)
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         ds = raw[0]["run"]["dataset"]
-        md = [
-            "# MLPerf Storage unet3d, scaled down: AU and throughput per simulated accelerator count",
-            "",
-            f"**{fm['headline']}** (this 2-core shared VM, local disk, cold cache every epoch).",
-            "",
-            f"Generated {now_iso()} by `.venv/bin/python benchmarks/bench_mlperf.py --max {a.max} --files {a.files} "
-            f"--scale {a.scale} --compute-s {a.compute_s} --runs {a.runs} --epochs {a.epochs} --throttle {a.throttle} "
-            f"--throttle-compute-s {a.throttle_compute_s}`.",
-            f"Dataset: {ds['files']} npz files, {ds['bytes'] / 1e6:.1f} MB (unet3d sizes x{a.scale}: mean "
-            f"{146600628 * a.scale / 1e3:.0f} kB); batch 7, 4 loader workers per accelerator, compute "
-            f"{a.compute_s * 1e3:g} ms per step; {a.runs} runs x {a.epochs} epochs per count, first step of each "
-            "epoch excluded; not rule-compliant (scaled, and under 5x memory: page cache dropped every epoch).",
-            "",
-            "| accelerators | min AU | worst's 95% interval | model AU (worst) | min AU, no I/O | samples/s | MB/s "
-            "| min AU over runs | verdict (90%) | load avg |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ] + ["| " + " | ".join(map(str, r)) + " |" for r in rows] + [
-            "",
-            "- **model AU**: the discrete-event loader model replaying the worst accelerator's recorded per-batch "
-            "worker times (ground truth computed without the loader's code); it charges nothing for hand-off, so "
-            "the measured AU sits at or slightly below it.",
-            "- **min AU, no I/O**: the same count with batches from memory: the harness's ceiling on this host. "
-            "Where it falls too, the limit is the CPU (2 cores for N consumers x 4 workers), not storage.",
-            "- Absolute numbers on this shared machine are noise; the per-count shape and the agreement with the "
-            "model are the result. MLPerf Storage's own tool (DLIO) runs beside iobench in "
-            "benchmarks/bench_dlio.py (reports/reference/dlio.md).",
-            "",
-            "find-max probes: " + ", ".join(f"{p['accelerators']}: {_pct(p['au_min'])}"
-                                            f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])
-            + (f"; next step: {fm['next_step']['explanation']}" if fm["next_step"] else ""),
-            "",
-        ] + thr["md"]
+        md = ["# MLPerf Storage unet3d, scaled down: AU and throughput per simulated accelerator count", "",
+              f"**{fm['headline']}** (this 2-core shared VM, local disk, cold cache every epoch).", "",
+              f"Generated {now_iso()} by `.venv/bin/python benchmarks/bench_mlperf.py --max {a.max} --files {a.files} "
+              f"--scale {a.scale} --compute-s {a.compute_s} --runs {a.runs} --epochs {a.epochs} --throttle {a.throttle} "
+              f"--throttle-compute-s {a.throttle_compute_s}`.",
+              f"Dataset: {ds['files']} npz files, {ds['bytes'] / 1e6:.1f} MB (unet3d sizes x{a.scale}: mean "
+              f"{146600628 * a.scale / 1e3:.0f} kB); batch 7, 4 loader workers per accelerator, compute "
+              f"{a.compute_s * 1e3:g} ms per step; {a.runs} runs x {a.epochs} epochs per count, first step of each "
+              "epoch excluded; not rule-compliant (scaled, and under 5x memory: page cache dropped every epoch).", "",
+              *table(["accelerators", "min AU", "worst's 95% interval", "model AU (worst)", "min AU, no I/O", "samples/s",
+                      "MB/s", "min AU over runs", "verdict (90%)", "load avg"], rows), "",
+              notes("mlperf"), "",
+              "find-max probes: " + ", ".join(f"{p['accelerators']}: {_pct(p['au_min'])}"
+                                              f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])
+              + (f"; next step: {fm['next_step']['explanation']}" if fm["next_step"] else ""), "",
+              *thr["md"]]
         (out / "mlperf.md").write_text("\n".join(md))
         (out / "mlperf.json").write_text(json.dumps({"host": host_info(), "args": vars(a), "counts": raw,
-                                                     "find_max": {k: v for k, v in fm.items()
-                                                                  if k != "result_at_max"},
-                                                     "throttled": thr["json"]},
+                                                     "find_max": _no_result(fm), "throttled": thr["json"]},
                                                     indent=2, default=str) + "\n")
         print(f"wrote {out / 'mlperf.md'}")
     finally:
@@ -157,25 +145,17 @@ def throttled(data: Path, a) -> dict:
         desc = t.describe()
     print(f"[throttled {a.throttle}/s] {fm['headline']} (predicted {predicted})")
     at = fm["at_max"] or {}
-    md = [
-        f"## With the disk's reads capped at {bw / 1e6:g} MB/s by the kernel (cgroup blkio)",
-        "",
-        f"**{fm['headline']}**; predicted N* = floor(B / (0.9 d)) = floor({bw / 1e6:g} MB/s / (0.9 x "
-        f"{demand / 1e6:.2f} MB/s)) = **{predicted}** (d = 7 x {per_step / 7 / 1e3:.0f} kB per "
-        f"{a.throttle_compute_s * 1e3:g} ms step; 2 loader workers per accelerator, cold cache every epoch).",
-        "",
-        "| accelerators | min AU | worst's 95% interval | MB/s | verdict |",
-        "|---|---|---|---|---|",
-    ] + [f"| {p['accelerators']} | {_pct(p['au_min'])} | "
-         f"{_pct(p['au_ci95_worst'][0]) + '..' + _pct(p['au_ci95_worst'][1]) if p['au_ci95_worst'] else '-'} | "
-         f"{p['throughput_bytes_per_s'] / 1e6:.1f} | {'pass' if p['passed'] else 'FAIL'} |" for p in fm["probes"]] + [
-        "",
-        f"Delivered at the max: {at.get('throughput_bytes_per_s', 0) / 1e6:.1f} MB/s of the {bw / 1e6:g} MB/s cap."
-        + (f" Next step: {fm['next_step']['explanation']}." if fm["next_step"] else ""),
-        "",
-    ]
+    md = [f"## With the disk's reads capped at {bw / 1e6:g} MB/s by the kernel (cgroup blkio)", "",
+          f"**{fm['headline']}**; predicted N* = floor(B / (0.9 d)) = floor({bw / 1e6:g} MB/s / (0.9 x "
+          f"{demand / 1e6:.2f} MB/s)) = **{predicted}** (d = 7 x {per_step / 7 / 1e3:.0f} kB per "
+          f"{a.throttle_compute_s * 1e3:g} ms step; 2 loader workers per accelerator, cold cache every epoch).", "",
+          *table(["accelerators", "min AU", "worst's 95% interval", "MB/s", "verdict"],
+                 [[p["accelerators"], _pct(p["au_min"]), _ci(p["au_ci95_worst"]), f"{p['throughput_bytes_per_s'] / 1e6:.1f}",
+                   "pass" if p["passed"] else "FAIL"] for p in fm["probes"]]), "",
+          f"Delivered at the max: {at.get('throughput_bytes_per_s', 0) / 1e6:.1f} MB/s of the {bw / 1e6:g} MB/s cap."
+          + (f" Next step: {fm['next_step']['explanation']}." if fm["next_step"] else ""), ""]
     return {"md": md, "json": {"cap_bytes_per_s": bw, "predicted": predicted, "demand_bytes_per_s": demand,
-                               "throttle": desc, "find_max": {k: v for k, v in fm.items() if k != "result_at_max"}}}
+                               "throttle": desc, "find_max": _no_result(fm)}}
 
 
 if __name__ == "__main__":

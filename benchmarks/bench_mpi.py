@@ -19,19 +19,18 @@ printed with the results.
 
 from __future__ import annotations
 
-from iobench.schema import STALL_RATIO
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from itertools import count
 from pathlib import Path
 
 from iobench.dist.mpirun import find_mpirun, run_ranks
+from iobench.schema import STALL_RATIO
 
-from harness import alternating, median, parser, ratios, write_report
+from harness import alternating, median, parser, ratios, scratch, table, write_report
 
 PY = sys.executable
 
@@ -41,22 +40,25 @@ def iobench(*args):
 
 
 def launch(n: int, argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    if n == 1:   # a single process, no launcher: the baseline the world numbers are compared with
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    return run_ranks(n, argv, timeout=timeout)
-
-
-def checked(p: subprocess.CompletedProcess) -> None:
+    """``argv`` on ``n`` ranks, checked; one rank is a single process, no launcher: the baseline the
+    world numbers are compared with."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout) if n == 1 else \
+        run_ranks(n, argv, timeout=timeout)
     if p.returncode != 0:
         raise SystemExit(f"command failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def metrics(n: int, out: Path, *args: str) -> dict:
+    """``iobench ARGS --json OUT`` on ``n`` ranks: the merged results' metrics."""
+    launch(n, iobench(*args, "--json", str(out)))
+    return json.loads(out.read_text())["metrics"]
 
 
 def bench_load(ds: str, tmp: Path, rounds: int) -> dict:
     def one(n: int) -> dict:
-        out = tmp / f"load-{n}-{next(k)}.json"
-        checked(launch(n, iobench("load", ds, "--workers", "1", "--batch-size", "32", "--prefetch", "2",
-                                  "--cache", "cold", "--json", str(out))))
-        m = json.loads(out.read_text())["metrics"]
+        m = metrics(n, tmp / f"load-{n}-{next(k)}.json", "load", ds, "--workers", "1", "--batch-size", "32",
+                    "--prefetch", "2", "--cache", "cold")
         return {"samples": m["samples"], "bytes": m["bytes_read"], "wall_s": m["wall_s"],
                 "bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
                 STALL_RATIO: m[STALL_RATIO]}
@@ -64,20 +66,15 @@ def bench_load(ds: str, tmp: Path, rounds: int) -> dict:
     rows = alternating(rounds, {n: lambda n=n: one(n) for n in (1, 2, 3)})
     base = rows[1]
     same = all(r["samples"] == base[0]["samples"] and r["bytes"] == base[0]["bytes"] for v in rows.values() for r in v)
-    out = {"same_total_work": same, "samples": base[0]["samples"], "bytes": base[0]["bytes"], "per_world": {}}
-    for n, v in rows.items():
-        out["per_world"][n] = {"samples_per_s_median": median(v, "samples_per_s"), "wall_s_median": median(v, "wall_s"),
-                               "ratio_to_1_rank_median": ratios(v, base, "samples_per_s")["median"], "rounds": v}
-    return out
+    return {"same_total_work": same, "samples": base[0]["samples"], "bytes": base[0]["bytes"], "per_world": {
+        n: {"samples_per_s_median": median(v, "samples_per_s"), "wall_s_median": median(v, "wall_s"),
+            "ratio_to_1_rank_median": ratios(v, base, "samples_per_s")["median"], "rounds": v} for n, v in rows.items()}}
 
 
 def bench_overhead(ds: str, tmp: Path) -> dict:
     """A load of about 10 s on 3 ranks (emulated 40 ms steps); rank 0's collective time."""
-    out = tmp / "overhead.json"
-    checked(launch(3, iobench("load", ds, "--workers", "1", "--batch-size", "8", "--compute", "40ms",
-                              "--epochs", "1", "--steps", "250", "--json", str(out))))
-    doc = json.loads(out.read_text())
-    m = doc["metrics"]
+    m = metrics(3, tmp / "overhead.json", "load", ds, "--workers", "1", "--batch-size", "8", "--compute", "40ms",
+                "--epochs", "1", "--steps", "250")
     coll = m["world"]["collectives"]
     transfer = sum(v["transfer_s"] for v in coll.values())
     waits = sum(v["wait_s"] for v in coll.values())
@@ -108,9 +105,7 @@ if w.rank == 0:
 
 
 def bench_barrier(reps: int = 2000) -> dict:
-    p = run_ranks(3, [PY, "-c", _BARRIER, str(reps)], timeout=120)
-    checked(p)
-    d = json.loads(p.stdout.strip().splitlines()[-1])
+    d = json.loads(launch(3, [PY, "-c", _BARRIER, str(reps)], timeout=120).stdout.strip().splitlines()[-1])
     d["ratio_bounded_to_native"] = d["bounded_barrier_s"] / d["native_barrier_s"]
     return d
 
@@ -120,32 +115,28 @@ def bench_ckpt(tmp: Path, rounds: int) -> dict:
 
     def one(n: int) -> dict:
         i = next(k)
-        dur, out = tmp / f"ck-{n}-{i}", tmp / f"ck-{n}-{i}.json"
-        checked(launch(n, iobench("ckpt", "--params", "6e6", "--dp", "3", "--zero", "3", "--count", "3",
-                                  "--mode", "sync", "--durable", str(dur), "--json", str(out))))
-        ck = json.loads(out.read_text())["metrics"]["checkpoint"]
+        dur = tmp / f"ck-{n}-{i}"
+        ck = metrics(n, tmp / f"ck-{n}-{i}.json", "ckpt", "--params", "6e6", "--dp", "3", "--zero", "3", "--count", "3",
+                     "--mode", "sync", "--durable", str(dur))["checkpoint"]
         row = {"bytes_per_save": ck["state"]["bytes_per_save"] if n == 1 else ck["bytes_per_save"],
                "save_s_p50": ck["local_write_s"]["p50"], "commit_latency_s_p50": ck["commit_latency_s"]["p50"]}
         if n != 1:
             row.update(commit_after_slowest_s_p50=ck["commit_after_slowest_rank_s"]["p50"],
                        durable_spread_s_p50=ck["durable_spread_s"]["p50"])
         # the restored checkpoint is the same on any number of processes
-        restore = tmp / f"rs-{n}-{i}.json"
-        checked(launch(n, iobench("ckpt", "restore", "--durable", str(dur), "--json", str(restore))))
-        row["restored_bytes"] = json.loads(restore.read_text())["metrics"]["checkpoint"]["restore_bytes"]
+        row["restored_bytes"] = metrics(n, tmp / f"rs-{n}-{i}.json", "ckpt", "restore", "--durable",
+                                        str(dur))["checkpoint"]["restore_bytes"]
         return row
     rows = alternating(rounds, {n: lambda n=n: one(n) for n in (1, 3)})
-    same = len({r["bytes_per_save"] for v in rows.values() for r in v}) == 1 and \
-        len({r["restored_bytes"] for v in rows.values() for r in v}) == 1
+    same = all(len({r[key] for v in rows.values() for r in v}) == 1 for key in ("bytes_per_save", "restored_bytes"))
     ratio = ratios(rows[3], rows[1], "commit_latency_s_p50")["median"]
     return {"same_bytes": same, "rows": rows, "commit_latency_ratio_3_to_1_median": ratio}
 
 
 def make_dataset(tmp: Path) -> str:
     ds = str(tmp / "ds")
-    checked(subprocess.run(iobench("gen", "--format", "raw", "--modality", "tokens", "--num-samples", "24000",
-                                   "--shard-size", "500 samples", "--seq-len", "512", "--out", ds,
-                                   "--no-progress"), capture_output=True, text=True))
+    launch(1, iobench("gen", "--format", "raw", "--modality", "tokens", "--num-samples", "24000", "--shard-size",
+                      "500 samples", "--seq-len", "512", "--out", ds, "--no-progress"))
     return ds
 
 
@@ -158,18 +149,16 @@ def render(r: dict) -> str:
     L += ["## 1. Load: the same dataset on 1, 2, 3 ranks (1 worker each)", "",
           f"Merged samples and bytes equal the single-process run's exactly: **{ld['same_total_work']}** "
           f"({ld['samples']} samples, {ld['bytes']} bytes).", "",
-          "| ranks | world samples/s (median) | ratio to 1 rank | wall s (slowest rank) |", "|---|---|---|---|"]
-    for n, v in ld["per_world"].items():
-        L.append(f"| {n} | {v['samples_per_s_median']:,.0f} | {v['ratio_to_1_rank_median']:.2f} | "
-                 f"{v['wall_s_median']:.2f} |")
-    L += ["", "On 2 cores, more ranks add readers but compete for the same CPUs: the ratio says what this machine "
+          *table(["ranks", "world samples/s (median)", "ratio to 1 rank", "wall s (slowest rank)"],
+                 [[n, f"{v['samples_per_s_median']:,.0f}", f"{v['ratio_to_1_rank_median']:.2f}", f"{v['wall_s_median']:.2f}"]
+                  for n, v in ld["per_world"].items()]), "",
+          "On 2 cores, more ranks add readers but compete for the same CPUs: the ratio says what this machine "
           "gives, not what a cluster would.", ""]
     o = r["overhead"]
     L += ["## 2. Aggregation overhead in a ~10 s run (3 ranks)", "",
           f"Wall {o['wall_s']:.2f} s, {o['steps']} steps. Transfers after every rank arrived + the merge: "
-          f"{o['transfer_and_merge_s'] * 1e3:.1f} ms = **{o['overhead_ratio']:.3%}** of the run (target < 1 %). "
-          f"Waiting for ranks to arrive: {o['waits_s'] * 1e3:.1f} ms ({o['waits_ratio']:.2%}; launch skew, "
-          "reported apart).", ""]
+          f"{o['transfer_and_merge_s'] * 1e3:.1f} ms = **{o['overhead_ratio']:.3%}** of the run (target < 1 %). Waiting for "
+          f"ranks to arrive: {o['waits_s'] * 1e3:.1f} ms ({o['waits_ratio']:.2%}; launch skew, reported apart).", ""]
     b = r["barrier"]
     L += ["## 3. Bounded barrier vs MPI_Barrier (3 ranks)", "",
           f"Ibarrier + Test polling {b['bounded_barrier_s'] * 1e6:.0f} µs vs Barrier {b['native_barrier_s'] * 1e6:.0f} µs "
@@ -177,19 +166,15 @@ def render(r: dict) -> str:
           "The price of never hanging is this per collective; a command makes a handful.", ""]
     c = r["ckpt"]
     L += ["## 4. Checkpoint: 3 ranks' state saved by 1 process vs 3 processes", "",
-          f"Same bytes per save and same restored bytes on both: **{c['same_bytes']}**. Commit latency (each save "
-          f"as long as its slowest rank, MLPerf) 3 processes / 1 process, median: "
-          f"**{c['commit_latency_ratio_3_to_1_median']:.2f}**.", "",
-          "| processes | round | bytes/save | save p50 s (max over ranks) | commit latency p50 s | "
-          "commit after slowest rank p50 s |", "|---|---|---|---|---|---|"]
-    for n, rows in c["rows"].items():
-        for i, row in enumerate(rows):
-            after = row.get("commit_after_slowest_s_p50")
-            L.append(f"| {n} | {i} | {row['bytes_per_save']} | {row['save_s_p50']:.3f} | "
-                     f"{row['commit_latency_s_p50']:.3f} | {'' if after is None else f'{after:.4f}'} |")
-    L += ["", "With 3 processes the commit is a gather of every process's durable report and one manifest "
-          "published by rank 0; 'commit after slowest rank' is the time between the last rank's files being "
-          "durable and that publish.", ""]
+          f"Same bytes per save and same restored bytes on both: **{c['same_bytes']}**. Commit latency (each save as long as its "
+          f"slowest rank, MLPerf) 3 processes / 1 process, median: **{c['commit_latency_ratio_3_to_1_median']:.2f}**.", "",
+          *table(["processes", "round", "bytes/save", "save p50 s (max over ranks)", "commit latency p50 s",
+                  "commit after slowest rank p50 s"],
+                 [[n, i, row["bytes_per_save"], f"{row['save_s_p50']:.3f}", f"{row['commit_latency_s_p50']:.3f}",
+                   "" if row.get("commit_after_slowest_s_p50") is None else f"{row['commit_after_slowest_s_p50']:.4f}"]
+                  for n, rows in c["rows"].items() for i, row in enumerate(rows)]), "",
+          "With 3 processes the commit is a gather of every process's durable report and one manifest published by rank 0; "
+          "'commit after slowest rank' is the time between the last rank's files being durable and that publish.", ""]
     return "\n".join(L) + "\n"
 
 
@@ -197,14 +182,13 @@ def main() -> int:
     ap = parser(__doc__, "reports/reference/mpi", scratch_flag=None)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    path, kind = find_mpirun()
+    _, kind = find_mpirun()
     lib = subprocess.run([PY, "-c", "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"],
                          capture_output=True, text=True, check=False)
     mpi = " ".join(lib.stdout.split()) or "unknown"
     res: dict = {"rounds": args.rounds, "host": os.uname().nodename, "mpi": f"{kind} ({mpi})",
                  "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg())}
-    with tempfile.TemporaryDirectory(prefix="iobench-bench-mpi-") as d:
-        tmp = Path(d)
+    with scratch("mpi") as tmp:
         ds = make_dataset(tmp)
         t0 = time.perf_counter()
         res["load"] = bench_load(ds, tmp, args.rounds)

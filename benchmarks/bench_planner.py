@@ -18,21 +18,18 @@ model, not about this VM's disk.
 
 from __future__ import annotations
 
-from iobench.schema import STALL_RATIO
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
-
 
 from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 from iobench.planner.models import plan
 from iobench.planner.pipeline import data_stall
+from iobench.schema import STALL_RATIO
 
-from harness import machine, parser, write_report
+from harness import machine, parser, scratch, table, write_report
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
@@ -48,11 +45,10 @@ def main() -> int:
     args = ap.parse_args()
     res = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stall": [],
            "prefetch": {}}
-    with tempfile.TemporaryDirectory(prefix="iobench-bench-planner-") as tmp:
-        url = str(Path(tmp) / "tokens")
-        spec = GenSpec.from_mapping({"format": "raw", "modality": "tokens", "num_samples": 16 * (args.steps + 8),
-                                     "seq_len": 512, "shard_size": "16 samples", "seed": 1})
-        generate(spec, url, progress=False)
+    with scratch("planner") as tmp:
+        url = str(tmp / "tokens")
+        generate(GenSpec.from_mapping({"format": "raw", "modality": "tokens", "num_samples": 16 * (args.steps + 8),
+                                       "seq_len": 512, "shard_size": "16 samples", "seed": 1}), url, progress=False)
 
         io_ms = 40.0
         for compute_ms in (20.0, 40.0, 80.0):
@@ -67,10 +63,9 @@ def main() -> int:
         tail = "lognormal:p50=15ms,p99=150ms"
         compute_ms = 30.0
         m1 = load(url, args.steps, compute_ms, tail, prefetch=1)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"schema_version": 1, "metrics": m1}, f, default=str)
-        p = plan("prefetch", {"compute_time": compute_ms / 1e3}, json.loads(Path(f.name).read_text()))
-        os.unlink(f.name)
+        # what `iobench plan prefetch --from` reads: the depth-1 run's results file, as JSON
+        p = plan("prefetch", {"compute_time": compute_ms / 1e3}, json.loads(json.dumps({"schema_version": 1, "metrics": m1},
+                                                                                         default=str)))
         depth = p["outputs"]["depth_recommended"]
         mq = load(url, args.steps, compute_ms, tail, prefetch=depth)
         res["prefetch"] = {"emulation": tail, "compute_ms": compute_ms, "p99_io_s": m1["batch_io_s"]["p99"],
@@ -94,11 +89,9 @@ def render(r: dict, cmd: str) -> str:
              "Storage: a local raw token dataset (one 16-sample shard per batch) behind iobench's latency "
              "emulation; loader with 1 worker, prefetch depth 2, compute emulated by sleeping.", "",
              "## 1. Data stall, pipelined (Eq. 4.2)", "",
-             "| compute | batch I/O (measured mean) | stall predicted | stall measured | measured − predicted |",
-             "|---|---|---|---|---|"]
-    for s in r["stall"]:
-        lines.append(f"| {s['compute_ms']:.0f} ms | {s['io_mean_s'] * 1e3:.1f} ms | {s['predicted']:.1%} | "
-                     f"{s['measured']:.1%} | {(s['measured'] - s['predicted']) * 100:+.1f} points |")
+             *table(["compute", "batch I/O (measured mean)", "stall predicted", "stall measured", "measured − predicted"],
+                    [[f"{s['compute_ms']:.0f} ms", f"{s['io_mean_s'] * 1e3:.1f} ms", f"{s['predicted']:.1%}",
+                      f"{s['measured']:.1%}", f"{(s['measured'] - s['predicted']) * 100:+.1f} points"] for s in r["stall"]])]
     p = r["prefetch"]
     lines += ["", "## 2. Prefetch depth from the measured P99 (Eq. 4.3)", "",
               f"Store: `{p['emulation']}` per batch; compute {p['compute_ms']:.0f} ms. The planner read the depth-1 "

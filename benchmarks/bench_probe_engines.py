@@ -101,10 +101,9 @@ def smallfiles(base: str, samples: int) -> dict:
         with ProbeArea.open(os.path.join(base, f"sf-{modality}"), 2 << 30) as area:
             m = run_smallfiles_probe(area, cfg)["metrics"]
         out[modality] = {"penalty": m["penalty"], "best": m["best_shard_format"], "reader": cfg.reader,
-                         "samples_per_s_wall": {f: v.get("samples_per_s_wall") for f, v in m["formats"].items()},
                          "mean_sample_bytes": m["mean_sample_bytes"],
-                         "samples_per_s": {f: v["samples_per_s"] for f, v in m["formats"].items()},
-                         "per_sample_s": {f: v["per_sample_s"] for f, v in m["formats"].items()}}
+                         **{k: {f: v.get(k) for f, v in m["formats"].items()}
+                            for k in ("samples_per_s_wall", "samples_per_s", "per_sample_s")}}
         print(f"small files {modality}: penalty {m['penalty']:.1f}x", file=sys.stderr)
     return out
 

@@ -7,11 +7,12 @@ the median of them, with their spread.
 
 A benchmark script here is: an argument parser (``parser``, ``sections_option``), a scratch
 directory (``scratch``) with its data (``dataset``: one ``iobench gen``), sections that time sides
-with ``alternating`` (the peers through ``fio`` or ``run_json`` for a peer process) and turn them
-into rows (``paired_row``: the median per-round ratio; ``row``, ``skipped``), and ``write_report`` /
-``write_results``: OUT.json (everything), OUT.md (its own table, from ``header``, ``table`` and
-the hand-written ``notes``) and, where the script has peer rows, OUT.rows.json
-(``summary.write_rows``: what benchmarks/summary.py collects).
+with ``alternating`` (the peers through ``fio`` or ``run_json`` for a peer process, iobench as a
+user runs it through ``iobench_json``) and turn them into rows (``paired_row``: the median
+per-round ratio; ``row``, ``skipped``), and ``write_report`` / ``write_results``: OUT.json
+(everything; ``run_meta``: how, where and when it ran), OUT.md (its own table, from ``header`` or
+``run_line``, ``table`` and the hand-written ``notes``) and, where the script has peer rows,
+OUT.rows.json (``summary.write_rows``: what benchmarks/summary.py collects).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,29 @@ def run_json(args: list[str], what: str, timeout: float = 900, **kw) -> dict:
     return last_json(p.stdout)
 
 
+def iobench_exe() -> str:
+    """The ``iobench`` console script beside the interpreter that runs the benchmark."""
+    return str(Path(sys.executable).parent / "iobench")
+
+
+def iobench_json(args: list[str], timeout: float = 900, throttle=None, **kw) -> tuple[dict, dict]:
+    """``iobench ARGS --json OUT`` (inside ``throttle``, a ReadThrottle, when given): the results file, and
+    the run (``command`` as the reports print it, ``seconds``, ``stdout``, ``stderr``).  Exit 1 is an
+    answer (a target missed); any other failure raises with the command's stderr."""
+    out = Path(tempfile.mkstemp(suffix=".json")[1])
+    cmd = [iobench_exe(), *args, "--json", str(out)]
+    try:
+        with throttle or nullcontext():
+            seconds, p = timed(lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw))
+        if p.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        doc = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    return doc, {"command": " ".join(cmd[1:]).replace(str(out), "OUT.json"), "seconds": seconds,
+                 "stdout": p.stdout, "stderr": p.stderr}
+
+
 def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modality: str = "tokens",
             seq_len: int = 512, vocab_size: int = 32000, fsync: bool = False, gen: dict | None = None, **spec):
     """``iobench gen`` of one dataset (GenSpec fields as keywords; ``gen``: generate()'s own, e.g. the
@@ -249,6 +273,12 @@ def header(title: str, meta: dict) -> list[str]:
             f"Run took {meta['seconds']:.0f} s.", ""]
 
 
+def run_line(meta: dict, at: str = "") -> str:
+    """'`COMMAND` — STARTED, N s; 2 cores, load average 1.0, 2.0, 3.0' from ``run_meta``."""
+    return (f"`{meta['command']}` — {meta['started']}, {meta['seconds']:.0f} s; {meta['machine']['cpu_count']} cores, "
+            f"load average {loadavg(meta['machine'])}{at}.")
+
+
 def updates(meta: dict, tail: str = "Those rows come from the rerun; the rest from the run above.") -> list[str]:
     """A paragraph per ``--merge`` rerun recorded under ``meta['updates']``."""
     return [x for u in meta.get("updates", []) for x in (
@@ -277,6 +307,14 @@ def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: 
 def command(script: str, argv: list[str] | None = None) -> str:
     """How this run was started, as the reports print it."""
     return " ".join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def run_meta(script: str, argv: list[str] | None, started: float, **extra) -> dict:
+    """A report's ``meta``: how the run was started, the machine, when (UTC) and for how long
+    (``started``: its ``time.time()``), and the benchmark's own facts."""
+    return {"command": command(script, argv), "machine": machine(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "seconds": time.time() - started,
+            **extra}
 
 
 @contextmanager
@@ -346,3 +384,4 @@ def write_results(out: str | Path, meta: dict, results: list[dict], merge: bool,
     write_report(out, {"meta": meta, "results": results}, markdown(results, meta),
                  DERIVE[rows]({"results": results}) if rows else None, command=meta["command"])
     return 0
+

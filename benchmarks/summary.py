@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/summary.py [--ref reports/reference] [--out reports/reference/summary.md]
 
 Each benchmark writes its full results as ``reports/reference/NAME.json`` and, through
-``write_rows(NAME)``, a row set ``NAME.rows.json``: one row per peer comparison with
+``write_rows(NAME, rows)``, a row set ``NAME.rows.json``: one row per peer comparison with
 ``comparison``, ``ratio`` (iobench / peer, higher is better unless ``direction`` is ``<=``),
 ``target`` and ``met``.  This script collects the row sets (deriving one from NAME.json
 where a benchmark has not written its own yet), prints the table with the misses first,
@@ -16,16 +16,17 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import re
 import sys
 from pathlib import Path
 
-from harness import machine
+from harness import machine, machine_line, table
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reports" / "reference"
 
 
-def _row(comparison: str, ratio, target, direction: str = ">=", detail: str = "") -> dict:
+def summary_row(comparison: str, ratio, target, direction: str = ">=", detail: str = "") -> dict:
     met = None
     if ratio is not None and isinstance(target, (int, float)):
         met = ratio >= target if direction == ">=" else ratio <= target
@@ -37,14 +38,13 @@ def _target(t) -> tuple[float | None, str]:
     """'>= 0.8' / '<= 1.2' / 0.7 -> (number, direction)."""
     if isinstance(t, (int, float)):
         return float(t), ">="
-    if isinstance(t, str):
-        for d in (">=", "<="):
-            if t.strip().startswith(d):
-                try:
-                    return float(t.strip()[2:].split(";")[0].split()[0]), d
-                except (ValueError, IndexError):
-                    return None, d
-    return None, ">="
+    m = re.match(r"(>=|<=)\s*([^\s;]*)", t.strip()) if isinstance(t, str) else None
+    if m is None:
+        return None, ">="
+    try:
+        return float(m[2]), m[1]
+    except ValueError:
+        return None, m[1]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -57,69 +57,56 @@ def _rows_load(d: dict) -> list[dict]:
         if "skipped" in r or (r.get("ratio") is None and r.get("target") is None):
             continue   # skipped, or not a ratio row (e.g. fidelity's stall grids)
         t, direction = _target(r.get("target"))
-        out.append(_row(r["section"], r.get("ratio"), t, direction, r.get("metric", "")))
+        out.append(summary_row(r["section"], r.get("ratio"), t, direction, r.get("metric", "")))
     return out
 
 
 def _rows_generate(d: dict) -> list[dict]:
-    out = []
-    if d.get("tokens"):
-        out.append(_row(f"gen raw tokens, {d['tokens'].get('workers')} writers, vs fio write+fsync (median)",
-                        d["tokens"].get("ratio_median"), 0.8))
-    if d.get("s3"):
-        out.append(_row(f"gen upload to S3, {d['s3'].get('workers')} writers, vs s3fs put (median)",
-                        d["s3"].get("ratio_median"), 0.8))
-    return out
+    return [summary_row(f"gen {what}, {d[k].get('workers')} writers, vs {peer} (median)", d[k].get("ratio_median"), 0.8)
+            for k, what, peer in (("tokens", "raw tokens", "fio write+fsync"), ("s3", "upload to S3", "s3fs put")) if d.get(k)]
 
 
 def _rows_stage(d: dict) -> list[dict]:
-    return [_row(f"stage {c['case']} vs {c.get('peer')}", c.get("ratio_median"), None if c.get("diagnostic") else 0.9)
+    return [summary_row(f"stage {c['case']} vs {c.get('peer')}", c.get("ratio_median"), None if c.get("diagnostic") else 0.9)
             for c in d.get("cases", [])]   # a diagnostic row (bench_stage's copy loops alone) has no target
 
 
+CKPT_ROWS = (  # section of ckpt.json, its row, the ratio's key, the target (else the section's own)
+    ("snapshot_vs_memcpy", "ckpt snapshot (blocking) vs memcpy of the same state", "ratio_snapshot_over_memcpy", None),
+    ("local_write_vs_fio", "ckpt local write+fsync vs fio write --end_fsync", "ratio_ours_over_fio", None),
+    ("s3_commit_vs_put", "ckpt S3 commit time vs s3fs put time (lower is better)", "ratio_ours_over_put_time", "<= 1.2"))
+
+
 def _rows_ckpt(d: dict) -> list[dict]:
-    out = []
-    s = d.get("snapshot_vs_memcpy")
-    if s:
-        t, dr = _target(s.get("target"))
-        out.append(_row("ckpt snapshot (blocking) vs memcpy of the same state", s.get("ratio_snapshot_over_memcpy"),
-                        t, dr))
-    w = d.get("local_write_vs_fio")
-    if w:
-        t, dr = _target(w.get("target"))
-        out.append(_row("ckpt local write+fsync vs fio write --end_fsync", w.get("ratio_ours_over_fio"), t, dr))
-    c = d.get("s3_commit_vs_put")
-    if c:
-        out.append(_row("ckpt S3 commit time vs s3fs put time (lower is better)", c.get("ratio_ours_over_put_time"),
-                        1.2, "<="))
+    out = [summary_row(what, d[k].get(key), *_target(target or d[k].get("target"))) for k, what, key, target in CKPT_ROWS
+           if d.get(k)]
     for r in (d.get("torch") or {}).get("rows", []) if isinstance(d.get("torch"), dict) else []:
         if "ratio" in r:
-            t, dr = _target(r.get("target"))
-            out.append(_row(r.get("comparison", "ckpt vs torch"), r["ratio"], t, dr))
+            out.append(summary_row(r.get("comparison", "ckpt vs torch"), r["ratio"], *_target(r.get("target"))))
     return out
 
 
 def _rows_gds(d: dict) -> list[dict]:
-    return [_row(f"gds cpu path, {r['cache']}, {r['io_size_bytes'] // 1024} KiB x {r['threads']} threads vs fio",
+    return [summary_row(f"gds cpu path, {r['cache']}, {r['io_size_bytes'] // 1024} KiB x {r['threads']} threads vs fio",
                  r.get("ratio"), None) for r in d.get("rows", [])]
 
 
 def _rows_probe(d: dict) -> list[dict]:
-    return [_row(f"probe engine: {r['job']} vs fio (IOPS)", r.get("ratio_iops"), None) for r in d.get("rows", [])]
+    return [summary_row(f"probe engine: {r['job']} vs fio (IOPS)", r.get("ratio_iops"), None) for r in d.get("rows", [])]
 
 
 def _rows_mpi(d: dict) -> list[dict]:
     out = []
     o, b, ld = d.get("overhead"), d.get("barrier"), d.get("load") or {}
     if o:
-        out.append(_row("mpi: barrier+gather+merge share of a 10 s load on 3 ranks", o.get("overhead_ratio"), 0.01,
+        out.append(summary_row("mpi: barrier+gather+merge share of a 10 s load on 3 ranks", o.get("overhead_ratio"), 0.01,
                         "<=", "transfer_and_merge_s / wall_s"))
     if b:
-        out.append(_row("mpi: bounded barrier (Ibarrier+Test) vs MPI_Barrier, time per call",
+        out.append(summary_row("mpi: bounded barrier (Ibarrier+Test) vs MPI_Barrier, time per call",
                         b.get("ratio_bounded_to_native"), None, "<="))
     for n, v in (ld.get("per_world") or {}).items():
         if str(n) != "1":
-            out.append(_row(f"mpi: load world samples/s, {n} ranks vs 1 process (same work, 2 cores)",
+            out.append(summary_row(f"mpi: load world samples/s, {n} ranks vs 1 process (same work, 2 cores)",
                             v.get("ratio_to_1_rank_median"), None))
     return out
 
@@ -132,16 +119,16 @@ def _rows_dlio(d: dict) -> list[dict]:
     for (shape, mode, tool), r in by.items():
         if tool != "iobench" or r.get("truth_samples_per_s") is None or r.get("samples_per_s") is None:
             continue
-        out.append(_row(f"dlio: {shape} {mode} iobench samples/s vs the bandwidth truth",
+        out.append(summary_row(f"dlio: {shape} {mode} iobench samples/s vs the bandwidth truth",
                         r["samples_per_s"] / r["truth_samples_per_s"], 0.95))
-        out.append(_row(f"dlio: {shape} {mode} iobench AU off the truth, absolute pp (lower is better)",
+        out.append(summary_row(f"dlio: {shape} {mode} iobench AU off the truth, absolute pp (lower is better)",
                         abs(r["au_pp"]), 3.0, "<=", "not a ratio: percentage points"))
         peer = by.get((shape, mode, "dlio"))
         if peer and peer.get("samples_rel") is not None and peer.get("au_pp") is not None:
             # a DLIO error under the table's resolution (0.1% / 0.1 pp) counts as that resolution
             for what, mine, theirs, floor in (("samples/s", r["samples_rel"], peer["samples_rel"], 0.001),
                                               ("AU", r["au_pp"], peer["au_pp"], 0.1)):
-                out.append(_row(f"dlio: {shape} {mode} iobench's {what} error vs DLIO's, against the truth "
+                out.append(summary_row(f"dlio: {shape} {mode} iobench's {what} error vs DLIO's, against the truth "
                                 "(lower is better)", abs(mine) / max(abs(theirs), floor), 1.0, "<=",
                                 "abs(iobench - truth) / abs(DLIO - truth)"))
     return out
@@ -151,10 +138,8 @@ DERIVE = {"dlio": _rows_dlio, "mpi": _rows_mpi, "load": _rows_load, "generate": 
           "gds_cpu_vs_fio": _rows_gds, "probe_engines": _rows_probe, "fidelity": _rows_load}
 
 
-def write_rows(name: str, rows: list[dict] | None = None, ref: Path = REF, command: str = "") -> Path:
-    """Write ``NAME.rows.json`` beside NAME.json (rows derived from NAME.json when not given)."""
-    if rows is None:
-        rows = DERIVE[name](json.loads((ref / f"{name}.json").read_text()))
+def write_rows(name: str, rows: list[dict], ref: Path = REF, command: str = "") -> Path:
+    """Write ``NAME.rows.json`` beside NAME.json."""
     path = ref / f"{name}.rows.json"
     path.write_text(json.dumps({"benchmark": name, "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(
         timespec="seconds"), "command": command or " ".join(sys.argv), "machine": machine(), "rows": rows},
@@ -218,13 +203,12 @@ def collect(ref: Path) -> list[dict]:
             continue
         name = full.stem
         rows_file = ref / f"{name}.rows.json"
-        when = _measured_at(full)
         if rows_file.exists() and rows_file.stat().st_mtime >= full.stat().st_mtime:
             data = json.loads(rows_file.read_text())
             rows, when = data["rows"], _dt.datetime.fromisoformat(data["written_at"])
         elif name in DERIVE:
             try:
-                rows = DERIVE[name](json.loads(full.read_text()))
+                rows, when = DERIVE[name](json.loads(full.read_text())), _measured_at(full)
             except (KeyError, TypeError, ValueError) as e:   # a report whose shape changed: say so, go on
                 print(f"summary: {full.name}: rows not derived ({type(e).__name__}: {e}); "
                       f"let its benchmark call write_rows({name!r}, rows)", file=sys.stderr)
@@ -245,17 +229,13 @@ def render(rows: list[dict], meta: dict) -> str:
     lines = ["# Every ratio against its target (latest reference runs)", "",
              f"**{missed} missed, {met} met, {len(rows) - missed - met} without a target** "
              f"(ratio = iobench / peer on the same bytes in the same run).", "",
-             f"Collected {meta['date']} on {m['cpu_count']} cores, {m['memory_bytes'] / 2**30:.0f} GiB, {m['os']}, "
-             f"Python {m['python']}; load average {m['load_avg_at_start'][0]:.1f} / {m['load_avg_at_start'][1]:.1f} / "
-             f"{m['load_avg_at_start'][2]:.1f} (shared machine: absolute numbers are noise, ratios are what to compare). "
-             "Each row's own machine and load average are in its benchmark's report.", "",
-             "| benchmark | comparison | ratio | target | met | measured |", "|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=key):
-        ratio = f"{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float)) else "—"
-        target = f"{r['direction']} {r['target']:g}" if isinstance(r.get("target"), (int, float)) else "—"
-        met = {True: "yes", False: "**no**", None: "—"}[r["met"]]
-        lines.append(f"| {r['benchmark']} | {r['comparison']} | {ratio} | {target} | {met} | {r['measured']} |")
-    return "\n".join(lines) + "\n"
+             f"Collected {meta['date']} on {machine_line(m)}; load average "
+             f"{' / '.join(f'{x:.1f}' for x in m['load_avg_at_start'])} (shared machine: absolute numbers are noise, "
+             "ratios are what to compare). Each row's own machine and load average are in its benchmark's report.", ""]
+    return "\n".join(lines + table(["benchmark", "comparison", "ratio", "target", "met", "measured"], [
+        [r["benchmark"], r["comparison"], f"{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float)) else "—",
+         f"{r['direction']} {r['target']:g}" if isinstance(r.get("target"), (int, float)) else "—",
+         {True: "yes", False: "**no**", None: "—"}[r["met"]], r["measured"]] for r in sorted(rows, key=key)])) + "\n"
 
 
 def main(argv=None) -> int:

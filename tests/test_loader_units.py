@@ -389,3 +389,49 @@ def test_worker_holds_a_batch_only_while_the_consumer_has_two_in_hand():
         r.close()
         w.close()
         pool.close()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_failing_compute_fn_names_itself_and_the_step(tmp_path_factory, workers):
+    """A callback step that raises ends the load with an IobenchError naming the function, the step
+    and the error (its traceback chained), with workers and without."""
+    import sys
+    import types
+
+    from loader_helpers import quiet_cfg, tokens_dataset
+
+    from iobench.errors import IobenchError
+    from iobench.loader.core import run_load
+
+    def step(batch, k):
+        if k == 2:
+            raise ValueError("boom")
+
+    mod = types.ModuleType("iobench_failing_step")
+    mod.step = step
+    sys.modules["iobench_failing_step"] = mod
+    url = tokens_dataset(tmp_path_factory, "failing", 64, 16)
+    try:
+        with pytest.raises(IobenchError, match=r"--compute-fn iobench_failing_step:step failed at step 2: "
+                                               r"ValueError: boom") as e:
+            run_load(quiet_cfg(url, 4, workers=workers, compute_mode="callback", compute_fn="iobench_failing_step:step"))
+    finally:
+        del sys.modules["iobench_failing_step"]
+    assert isinstance(e.value.__cause__, ValueError)
+
+
+def test_the_open_file_limit_refuses_too_many_workers_or_too_deep_a_prefetch(monkeypatch, tmp_path):
+    """Before any process starts: a worker count the fd limit cannot carry names --workers (with the most
+    that fit), a prefetch depth it cannot carry names --prefetch; a load that fits passes."""
+    import resource
+
+    from iobench.loader.core import LoadConfig
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (100, 100))
+    LoadConfig(dataset=str(tmp_path), workers=2, prefetch=2)   # 64 + 2 x 8 + 5 slots = 85 descriptors
+    with pytest.raises(ConfigError, match=r"20 batches in flight per worker need ~121 open files") as e:
+        LoadConfig(dataset=str(tmp_path), workers=2, prefetch=20)
+    assert e.value.field == "--prefetch"
+    with pytest.raises(ConfigError, match=r"10 workers need ~165 open files, the limit is 100") as e:
+        LoadConfig(dataset=str(tmp_path), workers=10, prefetch=2)
+    assert e.value.field == "--workers" and "use at most 3 workers" in str(e.value.fix)

@@ -91,15 +91,14 @@ def validate(cfg: LoadConfig, rec: dict, storage_options: dict | None = None, ac
     mine = next(r for r in runs if r["recommended"])
     ok = [r for r in runs if r[STALL_RATIO] <= best + WITHIN_PP]
     least = min(ok, key=lambda r: (r["host_bytes"], r[STALL_RATIO]))
+    at_1 = next(r[STALL_RATIO] for r in runs if (r["workers"], r["prefetch"]) == (w, 1))
     return {"runs": runs, "access": access, "best_stall_ratio": best, "recommended_stall_ratio": mine[STALL_RATIO],
             "within_2pp_of_best": mine[STALL_RATIO] <= best + WITHIN_PP,
             "least_memory_within_2pp": {k: least[k] for k in ("workers", "prefetch", "host_bytes", STALL_RATIO)},
             "recommended_is_least_memory_within_2pp": mine in ok and mine["host_bytes"] <= least["host_bytes"],
             # the earlier fields, for old readers
-            "depth": q, "stall_ratio_at_depth": mine[STALL_RATIO],
-            "stall_ratio_at_depth_1": next(r[STALL_RATIO] for r in runs if (r["workers"], r["prefetch"]) == (w, 1)),
-            "improved": mine[STALL_RATIO] <= next(r[STALL_RATIO] for r in runs
-                                                     if (r["workers"], r["prefetch"]) == (w, 1))}
+            "depth": q, "stall_ratio_at_depth": mine[STALL_RATIO], "stall_ratio_at_depth_1": at_1,
+            "improved": mine[STALL_RATIO] <= at_1}
 
 
 def analyze(cfg: LoadConfig, storage_options: dict | None = None, **kw) -> tuple[dict, LoadRun]:

@@ -12,12 +12,14 @@ the loader's ``idle`` (it may take worker messages while the step sleeps, as sle
 from __future__ import annotations
 
 import importlib
+import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IobenchError
 from ..units import parse_duration
 
 MODES = ("sleep", "spin", "callback")
@@ -42,16 +44,11 @@ class ComputeModel:
         return self.mean_s
 
     def describe(self) -> dict:
-        d: dict[str, Any] = {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s}
-        if self.kind == "normal":
-            d["std_s"] = self.spread_s
-        if self.kind == "lognormal":
-            d["p50_s"], d["p99_s"] = self.mean_s, self.spread_s
-        if self.kind == "file":
-            d["steps_in_file"] = len(self.times_s)
-        if self.callback:
-            d["callback"] = self.callback
-        return d
+        by_kind: dict[str, dict[str, Any]] = {"normal": {"std_s": self.spread_s}, "file": {"steps_in_file": len(self.times_s)},
+                                              "lognormal": {"p50_s": self.mean_s, "p99_s": self.spread_s}}
+        params = by_kind.get(self.kind, {})
+        return {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s, **params,
+                **({"callback": self.callback} if self.callback else {})}
 
 
 def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str | None = None,
@@ -66,7 +63,7 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
     text = str(spec).strip()
     kind, sep, body = text.partition(":")
     if not sep or kind not in ("const", "normal", "lognormal", "file"):
-        return ComputeModel(kind="const", mean_s=parse_duration(text, field), mode=mode, callback=callback, seed=seed)
+        kind, body = "const", text
     if kind == "const":
         return ComputeModel(kind="const", mean_s=parse_duration(body, field), mode=mode, callback=callback, seed=seed)
     if kind == "file":
@@ -111,7 +108,6 @@ def load_callback(target: str) -> Callable:
         raise ConfigError("--compute-fn", f"{target!r} is not module:function", "e.g. mytrain:step or mytrain.py:step")
     try:
         if module.endswith(".py"):
-            import os
             from importlib import util as ilu
 
             if not os.path.isfile(module):
@@ -122,9 +118,6 @@ def load_callback(target: str) -> Callable:
             mod = ilu.module_from_spec(spec)
             spec.loader.exec_module(mod)
         else:
-            import os
-            import sys
-
             # `python train.py` would find a module beside it; the `iobench` script does not put the
             # current directory on sys.path, so add it (last: installed packages win)
             if os.getcwd() not in sys.path and "" not in sys.path:
@@ -173,10 +166,15 @@ class Compute:
     def __call__(self, batch: Any, step: int, idle: Callable[[float], Any] | None = None) -> float:
         """Run the step; in sleep mode ``idle(seconds)`` may use the host thread while the device computes."""
         t0 = time.perf_counter_ns()
-        if isinstance(self._fn, StepCallback):
-            self._fn(batch, step, idle)
-        elif self._fn is not None:
-            self._fn(batch, step)
+        if self._fn is not None:
+            try:
+                if isinstance(self._fn, StepCallback):
+                    self._fn(batch, step, idle)
+                else:
+                    self._fn(batch, step)
+            except Exception as e:   # the user's step failed: name it and the step, keep its traceback
+                raise IobenchError(f"--compute-fn {self.model.callback} failed at step {step}: "
+                                   f"{type(e).__name__}: {e}") from e
         else:
             d = self.duration(step)
             if d > 0:
@@ -185,16 +183,12 @@ class Compute:
                     while time.perf_counter_ns() < end:
                         pass
                 else:
-                    _sleep_until(t0 + int(d * 1e9), idle)
+                    sleep_until(t0 + int(d * 1e9), idle)
         return (time.perf_counter_ns() - t0) / 1e9
 
 
 def sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:
     """Sleep until ``deadline_ns`` (perf_counter), handing the time to ``idle`` where given."""
-    _sleep_until(deadline_ns, idle)
-
-
-def _sleep_until(deadline_ns: int, idle: Callable[[float], Any] | None = None) -> None:
     while True:  # a signal, or idle work, may return early
         left = deadline_ns - time.perf_counter_ns()
         if left <= 0:

@@ -18,9 +18,10 @@ import numpy as np
 from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..dist.world import usable_cores
-from ..errors import ConfigError, IobenchError
+from ..errors import ConfigError
 from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
+from ..synth import token_dtype_for
 from ..units import parse_size
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .sampler import ACCESS_PATTERNS, order_of
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from .source import ShardSource
 
 START_METHODS = ("fork", "forkserver", "spawn")
-_MAX_EPOCHS_FOR_STEPS = 100_000
 _SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls before it sleeps on a pipe
 
 
@@ -84,8 +84,11 @@ class LoadConfig:
     start_method: str = "fork"
 
     def __post_init__(self) -> None:
+        from ..storage import S3_CLIENTS
+        from ..wrappers import parse_emulation
+
         for name, low in (("workers", 0), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
-                          ("s3_concurrency", 1), ("retries", 1)):
+                          ("s3_concurrency", 1), ("retries", 1), ("min_steps", 2)):
             v = getattr(self, name)
             if v < low:
                 raise ConfigError(f"load.{name}", f"must be at least {low}, got {v}", f"give {name} >= {low}")
@@ -100,23 +103,15 @@ class LoadConfig:
         if self.max_time_s <= 0 or not 0 < self.stall_ci < 1 or not self.p99_ci > 0:
             raise ConfigError("load.max_time_s", "max_time_s, stall_ci and p99_ci must be positive (stall_ci < 1)",
                               "e.g. max_time_s=60, stall_ci=0.02, p99_ci=0.25")
-        if self.min_steps < 2:
-            raise ConfigError("load.min_steps", f"must be at least 2, got {self.min_steps}", "give min_steps >= 2")
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
-        check_choice("load.cache", self.cache, CACHE_STATES)
-        from ..storage import S3_CLIENTS
-
-        check_choice("load.s3_client", self.s3_client, S3_CLIENTS)
-        check_choice("load.compute_mode", self.compute_mode, MODES)
-        check_choice("load.start_method", self.start_method, START_METHODS)
+        for name, choices in (("cache", CACHE_STATES), ("s3_client", S3_CLIENTS), ("compute_mode", MODES),
+                              ("start_method", START_METHODS), ("access", ACCESS_PATTERNS + ("auto",))):
+            check_choice(f"load.{name}", getattr(self, name), choices)
         parse_size(self.s3_block_size, "load.s3_block_size")
         parse_size(self.stream_read_size, "load.stream_read_size")
-        check_choice("load.access", self.access, ACCESS_PATTERNS + ("auto",))
         self.compute_model()  # validates the compute spec
         check_workers_fit_fd_limit(self)
-        from ..wrappers import parse_emulation
-
         parse_emulation(self.emulate)
 
     def compute_model(self) -> ComputeModel:
@@ -160,16 +155,16 @@ def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return
-    slots = slots_for("map", cfg.workers, cfg.prefetch)
-    need = _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots
-    if need > soft:
-        if _FDS_BASE + cfg.workers * _FDS_PER_WORKER + slots_for("map", cfg.workers, 1) <= soft:
-            # the workers fit; their prefetch depth is what asks for the slots
-            raise ConfigError("--prefetch", f"{cfg.prefetch} batches in flight per worker need ~{need} open files, "
-                              f"the limit is {soft}", "lower --prefetch, or raise the limit (ulimit -n)")
-        top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
-        raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
-                          f"use at most {top} workers, or raise the limit (ulimit -n)")
+    base = _FDS_BASE + cfg.workers * _FDS_PER_WORKER
+    need = base + slots_for("map", cfg.workers, cfg.prefetch)
+    if need <= soft:
+        return
+    if base + slots_for("map", cfg.workers, 1) <= soft:   # the workers fit; their prefetch depth asks for the slots
+        raise ConfigError("--prefetch", f"{cfg.prefetch} batches in flight per worker need ~{need} open files, "
+                          f"the limit is {soft}", "lower --prefetch, or raise the limit (ulimit -n)")
+    top = max(1, (soft - _FDS_BASE) // (_FDS_PER_WORKER + cfg.prefetch + 1))
+    raise ConfigError("--workers", f"{cfg.workers} workers need ~{need} open files, the limit is {soft}",
+                      f"use at most {top} workers, or raise the limit (ulimit -n)")
 
 
 def _token_row_bytes(manifest) -> int | None:
@@ -178,9 +173,8 @@ def _token_row_bytes(manifest) -> int | None:
     if manifest.modality != "tokens" or "seq_len" not in spec:
         return None
     dt = spec.get("token_dtype", "auto")
-    if dt not in ("uint16", "uint32"):
-        dt = "uint16" if int(spec.get("vocab_size", 65536)) <= 65536 else "uint32"
-    return int(spec["seq_len"]) * np.dtype(dt).itemsize
+    return int(spec["seq_len"]) * token_dtype_for(int(spec.get("vocab_size", 65536)),
+                                                  dt if dt in ("uint16", "uint32") else "auto").itemsize
 
 
 def one_sample_bytes(manifest) -> int:
@@ -188,13 +182,8 @@ def one_sample_bytes(manifest) -> int:
     row = _token_row_bytes(manifest)
     if row is not None and manifest.compression == "none":
         return row
-    best = 0
-    for s in manifest.shards:
-        if s.offsets and len(s.offsets) > 1:
-            best = max(best, int(np.max(np.diff(np.asarray(s.offsets, dtype=np.int64)))))
-        else:
-            best = max(best, (s.bytes + s.samples - 1) // max(1, s.samples))
-    return best
+    return max((int(np.diff(np.asarray(s.offsets, dtype=np.int64)).max()) if s.offsets and len(s.offsets) > 1
+                else (s.bytes + s.samples - 1) // max(1, s.samples) for s in manifest.shards), default=0)
 
 
 def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
@@ -358,10 +347,10 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     deliver.bind(manifest, cfg.dataset)   # a GPU delivery picks its route for this dataset (iobench.gds)
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
+    emulation = resolve_emulation(cfg.emulate).for_workers(cfg.workers)   # the workers share the tier's bandwidth
     if source is None:
         source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
-                                # the tier's bandwidth is shared by the workers (iobench.wrappers)
-                                emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers), seed=cfg.seed,
+                                emulation=emulation, seed=cfg.seed,
                                 block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
                                 concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                 retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
@@ -381,8 +370,7 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if cfg.odirect and not synthetic:
         _check_odirect(backend, source, manifest, warnings)
     return _Setup(cfg=cfg, backend=backend, manifest=manifest, schedule=schedule, source=source, compute=compute,
-                  deliver=deliver, cache_state=cache_state,
-                  emulation=resolve_emulation(cfg.emulate).for_workers(cfg.workers),
+                  deliver=deliver, cache_state=cache_state, emulation=emulation,
                   slot_bytes=cfg.slot_bytes or estimate_slot_bytes(cfg, manifest),
                   slots=slots_for(schedule.access, cfg.workers, cfg.prefetch), warnings=warnings)
 
@@ -411,27 +399,21 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     # Poll before blocking only where a core is left over for each process (an object store
     # served from this host needs one of them: spinning would starve it).
     spin_s = _SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0
+    owner = schedule.owner
+    read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
+    lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
+    need = round_need(owner, cfg.workers) if cfg.lockstep else None
+    stop, monitor, rec = ctx.Event(), SystemMonitor(cfg.monitor_interval_s), _Steps()
+    procs: list = []
+    pipes: list = []
+    bar = rx = None
     pool = SlotPool(ctx, st.slots, st.slot_bytes, cfg.workers, spin_s=spin_s)
     try:   # a signal while the rest is set up (SIGTERM 1 s into `check`) must not leak the slots
-        owner = schedule.owner
         pipes = [ctx.Pipe(duplex=False) for _ in range(cfg.workers)]
-        stop = ctx.Event()
-        procs = []
-        monitor = SystemMonitor(cfg.monitor_interval_s)
-        rec = _Steps()
-        bar = None
-        rx = None
-        read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
-        lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
-        need = round_need(owner, cfg.workers) if cfg.lockstep else None
         rec.device = _device_counter(st.backend, st.manifest, synthetic)  # before the workers' first read
         # The start-up clock starts before the first worker does: a worker reads as soon as it is ready,
         # while the next ones are forked, and those bytes count in wall_s_with_startup (DESIGN rule 13).
         rec.t_spawn = now_ns()
-    except BaseException:
-        pool.close()
-        raise
-    try:
         for wid in range(cfg.workers):
             job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
                             total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
@@ -464,14 +446,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             if lag:
                 pool.take(k, int(owner[k + lag]) if k + lag < total else None)
             rec.depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
-            # Like a host thread while the accelerator computes: take worker messages meanwhile.
-            try:
-                c = compute(batch, k, idle=rx.idle)
-            except Exception as e:
-                if cfg.compute_mode != "callback":
-                    raise
-                raise IobenchError(f"--compute-fn {cfg.compute_fn} failed at step {k}: "
-                                   f"{type(e).__name__}: {e}") from e
+            c = compute(batch, k, idle=rx.idle)   # like a host thread while the accelerator computes: takes messages
             del batch
             pool.release(k, int(owner[k + pool.n]) if k + pool.n < total else None)
             t2 = now_ns()
@@ -527,8 +502,9 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
 
 def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, rank: int = 0, world: int = 1,
              progress: bool = False, synthetic: bool = False, manifest=None, deliver=None,
-             stop_rule=None) -> LoadRun:
-    """Run one load and return its metrics (see module docstring): setup, step loop, metrics."""
+             stop_rule=None, ready=None) -> LoadRun:
+    """Run one load and return its metrics (see module docstring): setup, step loop, metrics.
+    ``ready``: called after the setup, before the first worker starts (e.g. a barrier across ranks)."""
     cap = False
     if cfg.until_stable and stop_rule is None:
         from .stability import StopRule
@@ -539,6 +515,8 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
             cap = True
             cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
     st = _setup(cfg, storage_options, source, rank, world, synthetic, manifest, deliver, until_stable_cap=cap)
+    if ready is not None:
+        ready()
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
@@ -552,8 +530,12 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
 _UNTIL_STABLE_STEPS = 20_000
 
 
+def _rate(amount: float, seconds: float) -> float | None:
+    return amount / seconds if seconds > 0 else None
+
+
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
-    from .stability import steady_window, window_stall
+    from .stability import service, steady_window, window_stall
     from .verifying import merge_verify
 
     cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
@@ -568,117 +550,85 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
                         "raise --slot-bytes")
     read_hists: dict[str, LatencyHistogram] = {}
     calls: dict[str, int] = {}
-    bytes_read = 0
-    per_worker = []
+    sources, per_worker = [], []
     for wid in sorted(rec.done):
         d = rec.done[wid]
         src = d.get("source") or {}
-        bytes_read += int(src.get("bytes_read", 0))
+        sources.append(src)
+        nbytes = int(src.get("bytes_read", 0))
         for op, enc in (src.get("hist") or {}).items():
             read_hists.setdefault(op, LatencyHistogram()).merge(LatencyHistogram.decode(enc))
         for op, n in (src.get("calls") or {}).items():
             calls[op] = calls.get(op, 0) + n
         per_worker.append({"worker": wid, "pid": d["pid"], "batches": d["batches"], "samples": d["samples"],
-                           "bytes_read": int(src.get("bytes_read", 0)), "busy_s": d["busy_s"],
+                           "bytes_read": nbytes, "busy_s": d["busy_s"],
                            "io_s": d.get("io_s"), "fill_s": d.get("fill_s"), "slot_wait_s": d["slot_wait_s"],
                            "gate_wait_s": d.get("gate_wait_s", 0.0),
                            # waiting for a CPU while runnable (other processes on the host): not storage
                            "run_delay_s": rec.run_delay_s.get(d["pid"]),
-                           "bytes_per_s": int(src.get("bytes_read", 0)) / wall_s if wall_s > 0 else None,
-                           "samples_per_s": d["samples"] / wall_s if wall_s > 0 else None})
-    # Measurement rule 4 ("first step excluded", docs/design.md): the first step includes the first reads (and a stream's buffer fill); it is excluded.
-    w, s = rec.waits[1:], rec.steps_s[1:]
-    stall_mlperf = sum(w) / sum(s) if s and sum(s) > 0 else 0.0
+                           "bytes_per_s": _rate(nbytes, wall_s), "samples_per_s": _rate(d["samples"], wall_s)})
+    bytes_read = sum(p["bytes_read"] for p in per_worker)
+    # Measurement rule 4 ("first step excluded", docs/design.md): the first step includes the first reads
+    # (and a stream's buffer fill); it is excluded (a one-step run keeps its step where a summary needs one).
+    w, s, computes = rec.waits[1:], rec.steps_s[1:], rec.computes[1:]
+    stall_mlperf = _rate(sum(w), sum(s)) or 0.0
     # The headline: the steady window also leaves out the drain of the workers' head start
     # (iobench.loader.stability.steady_window), which a short run would otherwise count as no stall.
     k0, k1, why = steady_window(rec.waits)
     stall = window_stall(rec.waits, rec.steps_s, (k0, k1))
-    measured_s = sum(s)
-    io = rec.io_s[1:] if steps > 1 else rec.io_s
-    service = [a + b for a, b in zip(rec.io_s, rec.prep_s)][1:] if steps > 1 else \
-        [a + b for a, b in zip(rec.io_s, rec.prep_s)]
+    io, service_s = rec.io_s[1:] or rec.io_s, service(rec)
+    svc = service_s[1:] or service_s
     startup_s = (rec.t_start - rec.t_spawn) / 1e9
     total_wall_s = (rec.t_end - rec.t_spawn) / 1e9
     first_wait = rec.waits[0] if rec.waits else None
     warmup_s = startup_s + (first_wait or 0.0)
-    warmup_fraction = warmup_s / total_wall_s if total_wall_s > 0 else None
+    warmup_fraction = _rate(warmup_s, total_wall_s)
     for reason in st.deliver.reasons:  # GPU delivery fallbacks (iobench.gds.delivery)
         warnings.append(f"--device {cfg.device}: {reason}")
     intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
                                           warmup_fraction=warmup_fraction)
     metrics = LoadMetrics(
-        access=schedule.access,
-        steps=steps,
-        steps_planned=schedule.total,
-        stopped_early=rec.stopped_early,
-        samples=sum(rec.lens),
-        epochs_planned=schedule.epochs,
-        first_step_excluded=True,
-        stall_ratio=stall,
-        accelerator_utilization=1.0 - stall,
+        access=schedule.access, steps=steps, steps_planned=schedule.total, stopped_early=rec.stopped_early,
+        samples=sum(rec.lens), epochs_planned=schedule.epochs, first_step_excluded=True,
+        stall_ratio=stall, accelerator_utilization=1.0 - stall,
         steady_window={"from_step": k0, "to_step": k1, "rule": why},
         # MLPerf Storage's count (every step but the first), the head start's drain included
-        stall_ratio_first_step_excluded=stall_mlperf,
-        accelerator_utilization_first_step_excluded=1.0 - stall_mlperf,
+        stall_ratio_first_step_excluded=stall_mlperf, accelerator_utilization_first_step_excluded=1.0 - stall_mlperf,
         # compute over the whole wall clock, worker start and the first batch included
-        wall_clock_utilization=sum(rec.computes) / total_wall_s if total_wall_s > 0 else None,
-        wall_s=wall_s,
-        wall_s_with_startup=total_wall_s,
-        wait_s_total=sum(w),
-        compute_s_total=sum(rec.computes[1:]),
-        first_step_s=rec.steps_s[0] if rec.steps_s else None,
-        startup_s=startup_s,
-        time_to_first_batch_s=first_wait,
-        warmup_s=warmup_s,
-        warmup_fraction=warmup_fraction,
-        fill_io_s_total=sum(rec.fill_s),
-        batch_wait_s=summarize_seconds(w),
-        batch_io_s=summarize_seconds(io),
-        batch_io_hist=encoded_seconds(io),
+        wall_clock_utilization=_rate(sum(rec.computes), total_wall_s),
+        wall_s=wall_s, wall_s_with_startup=total_wall_s, wait_s_total=sum(w), compute_s_total=sum(computes),
+        first_step_s=rec.steps_s[0] if rec.steps_s else None, startup_s=startup_s, time_to_first_batch_s=first_wait,
+        warmup_s=warmup_s, warmup_fraction=warmup_fraction, fill_io_s_total=sum(rec.fill_s),
+        batch_wait_s=summarize_seconds(w), batch_wait_hist=encoded_seconds(w),
+        batch_io_s=summarize_seconds(io), batch_io_hist=encoded_seconds(io),
+        batch_service_s=summarize_seconds(svc), batch_service_hist=encoded_seconds(svc),
         batch_prep_s=summarize_seconds(rec.prep_s[1:] or rec.prep_s),
-        batch_service_s=summarize_seconds(service),
-        batch_service_hist=encoded_seconds(service),
-        batch_wait_hist=encoded_seconds(w),
-        compute_hist=encoded_seconds(rec.computes[1:]),
-        compute_s=summarize_seconds(rec.computes[1:] or rec.computes),
+        compute_s=summarize_seconds(computes or rec.computes), compute_hist=encoded_seconds(computes),
         step_s=summarize_seconds(s),
         batch_bytes=float(np.mean(rec.batch_bytes)) if rec.batch_bytes else 0.0,
-        batch_bytes_max=int(max(rec.batch_bytes)) if rec.batch_bytes else 0,
-        bytes_read=bytes_read,
-        requests=sum(rec.requests),
-        throughput={
-            "samples_per_s": sum(rec.lens) / wall_s if wall_s > 0 else None,
-            "bytes_per_s": bytes_read / wall_s if wall_s > 0 else None,
-            "batches_per_s": steps / wall_s if wall_s > 0 else None,
-            "steady_samples_per_s": sum(rec.lens[1:]) / measured_s if measured_s > 0 else None,
-        },
-        read_latency_s={op: h.summary() for op, h in read_hists.items()},
-        read_calls=calls,
+        batch_bytes_max=int(max(rec.batch_bytes, default=0)), bytes_read=bytes_read, requests=sum(rec.requests),
+        throughput={"samples_per_s": _rate(sum(rec.lens), wall_s), "bytes_per_s": _rate(bytes_read, wall_s),
+                    "batches_per_s": _rate(steps, wall_s), "steady_samples_per_s": _rate(sum(rec.lens[1:]), sum(s))},
+        read_latency_s={op: h.summary() for op, h in read_hists.items()}, read_calls=calls,
         queue_depth={"mean": float(np.mean(rec.depths)) if rec.depths else 0.0, "max": max(rec.depths, default=0),
                      "slots": st.slots, "slot_bytes": st.slot_bytes},
         per_worker=per_worker,
         series={"t_s": rec.t_step, "wait_s": rec.waits, "step_s": rec.steps_s, "compute_s": rec.computes,
-                "queue_depth": rec.depths,
-                "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s, "requests": rec.requests,
+                "queue_depth": rec.depths, "io_s": rec.io_s, "prep_s": rec.prep_s, "fill_s": rec.fill_s,
+                "requests": rec.requests,
                 # the batch's whole time at its worker (what planner.loader_sim replays)
-                "service_s": [a + b + c for a, b, c in zip(rec.io_s, rec.prep_s, rec.fill_s)],
-                "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s,
-                "start_s": rec.start_s},
-        system=rec.system,
-        pickled_batches=rec.overflow,
-        verify_checksums=merge_verify([rec.done[w].get("source") or {} for w in sorted(rec.done)]),
+                "service_s": [a + b for a, b in zip(service_s, rec.fill_s)],
+                "worker": rec.worker, "ready_s": rec.ready_s, "handoff_s": rec.handoff_s, "start_s": rec.start_s},
+        system=rec.system, pickled_batches=rec.overflow, verify_checksums=merge_verify(sources),
         # What the block device read for these requests (read-ahead makes it more); None off local disks.
         device_io=rec.device.stop(bytes_read, sum(rec.batch_bytes)) if rec.device is not None else None,
-        intervals=intervals,
-        stable=stable,
-        stability=stability,
+        intervals=intervals, stable=stable, stability=stability,
     )
-    src_desc = st.source.describe()
     environment = {
         "cache": st.cache_state,
         "storage": "synthetic" if synthetic else ("emulated" if st.emulation.active else "real"),
         "emulation": st.emulation.describe() if st.emulation.active else None,
-        "source": src_desc,
+        "source": st.source.describe(),
         "dataset": {"url": cfg.dataset, "format": manifest.format, "modality": manifest.modality,
                     "compression": manifest.compression, "shards": len(manifest.shards),
                     "samples": manifest.total_samples, "bytes": manifest.total_bytes},

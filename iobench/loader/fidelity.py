@@ -13,7 +13,6 @@ requests the pattern issues for one batch.
 from __future__ import annotations
 
 from ..schema import STALL_RATIO
-import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -82,12 +81,7 @@ def load_config(url: str, cell: Cell, *, batch_size: int, shard_samples: int, sa
     req_bytes = sample_bytes if cell.pattern == "map" else sample_bytes * shard_samples
     kw: dict[str, Any] = dict(dataset=url, workers=cell.workers, prefetch=cell.prefetch, batch_size=batch_size, steps=steps,
               compute=compute_spec(cell.compute, compute_s), seed=seed, monitor_interval_s=1.0,
-              emulate=storage_spec(cell.storage, 1.25 * cell.workers * compute_s, nreq, req_bytes))
-    fields = {f.name for f in dataclasses.fields(LoadConfig)}
-    if "access" in fields:
-        kw["access"] = cell.pattern
-    elif cell.pattern != "block":
-        raise ValueError(f"this loader has no access pattern {cell.pattern!r}")
+              emulate=storage_spec(cell.storage, 1.25 * cell.workers * compute_s, nreq, req_bytes), access=cell.pattern)
     if cell.pattern == "block":
         kw["shuffle_buffer"] = 0  # one shard per block: a block read is one request
     elif cell.pattern == "stream":

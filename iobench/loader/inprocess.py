@@ -33,7 +33,6 @@ import weakref
 
 import numpy as np
 
-from ..errors import IobenchError
 from ..metrics import now_ns
 from .slots import Batch, batch_from_meta
 from .worker import _I8, _Emitter, _pack
@@ -91,13 +90,7 @@ class _StepOnSend:
         """Step ``k`` on ``batch``: delivery, the step's compute, one logged tuple."""
         batch = self._deliver(batch)
         t1 = now_ns()
-        try:
-            c = self._compute(batch, k, idle=None)
-        except Exception as e:
-            if self.st.cfg.compute_mode != "callback":
-                raise
-            raise IobenchError(f"--compute-fn {self.st.cfg.compute_fn} failed at step {k}: "
-                               f"{type(e).__name__}: {e}") from e
+        c = self._compute(batch, k, idle=None)   # a failing --compute-fn raises IobenchError naming the step
         del batch
         t2 = now_ns()
         self.log.append((self.t_prev, t1, t2, c, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns))

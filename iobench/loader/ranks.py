@@ -44,7 +44,7 @@ def merge_ranks(per_rank: list[dict], hosts: list[str] | None = None) -> dict:
 
 def world_intervals(ranks: list[dict]) -> dict:
     """``intervals``, ``stable``, ``stability`` and ``steady_window`` of the world, from each rank's series."""
-    from .stability import StopRule, quantile_interval, stall_interval, steady_window
+    from .stability import StopRule, not_stable_because, quantile_interval, stall_interval, steady_window
 
     per, service, waits = [], [], []
     for m in ranks:
@@ -68,14 +68,7 @@ def world_intervals(ranks: list[dict]) -> dict:
     d = (ranks[0].get("stability") or {}).get("rule") or {}
     rule = StopRule(min_steps=d.get("min_steps", 50), max_time_s=d.get("max_time_s", 60.0),
                     stall_ci=d.get("stall_ci_half_width", 0.02), p99_ci=d.get("p99_ci_relative_half_width", 0.25))
-    reasons = []
-    if stall["half_width"] is None or stall["half_width"] > rule.stall_ci:
-        reasons.append(stall.get("note") or f"world stall ±{stall['half_width'] * 100:.1f} pp > "
-                                            f"±{rule.stall_ci * 100:g} pp")
-    if p99["high"] is None:
-        reasons.append(p99["note"])
-    elif p99["relative_half_width"] > rule.p99_ci:
-        reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
+    reasons = not_stable_because(stall, p99, rule, what="world stall")
     stopped = sorted({str((m.get("stability") or {}).get("stopped", "")) for m in ranks} - {""})
     windows = [p["window"] for p in per]
     return {"intervals": {STALL_RATIO: stall, "batch_service_p99_s": p99, "batch_wait_p99_s": wait99},

@@ -19,7 +19,7 @@ import select
 from os import sched_yield
 from pickle import HIGHEST_PROTOCOL
 from pickle import dumps as _dumps
-from time import perf_counter_ns
+from time import perf_counter, perf_counter_ns, sleep
 
 from ..errors import StorageError
 from .messages import Done, Failed, Ready
@@ -87,10 +87,9 @@ class Receiver:
         # One poll object for the whole run: multiprocessing.connection.wait builds and fills a
         # selector on every call, ~10-20 us on each step that blocks.
         self._poll = select.poll()
-        self._by_fd = {}
-        for r in self.readers:
-            self._poll.register(r.fileno(), select.POLLIN)
-            self._by_fd[r.fileno()] = r
+        self._by_fd = {r.fileno(): r for r in self.readers}
+        for fd in self._by_fd:
+            self._poll.register(fd, select.POLLIN)
         # build(meta) -> the consumer's Batch view.  Batches that arrive while the consumer is
         # idle (the device computing) are built then, off the step's critical path: a view built
         # right after a wake-up costs ~60 us of cold caches on a VM, 1% of a 5 ms step.
@@ -99,11 +98,8 @@ class Receiver:
 
     def _handle(self, msg) -> None:
         if type(msg) is tuple:   # batch metadata (messages.py: the hot path stays a plain tuple)
-            if msg[0] == "batch":
-                self._add(msg[1])
-            else:
-                for meta in msg[1]:
-                    self._add(meta)
+            for meta in (msg[1],) if msg[0] == "batch" else msg[1]:
+                self._add(meta)
         elif isinstance(msg, Ready):
             self.started.add(msg.worker)
         elif isinstance(msg, Done):
@@ -179,8 +175,6 @@ class Receiver:
     def idle(self, timeout_s: float) -> None:
         """Take messages for up to ``timeout_s`` (returns early once something arrived)."""
         if not self.readers:
-            from time import sleep
-
             sleep(timeout_s)
             return
         self._pump(timeout_s)
@@ -198,8 +192,6 @@ class Receiver:
         return len(self.batches)
 
     def wait_done(self, n: int, timeout_s: float) -> None:
-        from time import perf_counter
-
         end = perf_counter() + timeout_s
         while len(self.done) < n and self.readers and perf_counter() < end:
             if not self._pump(0.2) and all(not p.is_alive() for p in self.procs):

@@ -74,11 +74,8 @@ def epoch_plan(shard_samples: list[int] | tuple[int, ...], batch_size: int, seed
             order = np.random.default_rng([seed, _SAMPLE_STREAM, epoch, rank, b]).permutation(count)
         else:
             order = np.arange(count)
-        full, rest = divmod(count, batch_size)
-        sizes = [batch_size] * full + ([rest] if rest and not drop_last else [])
-        if drop_last and rest:
-            order = order[: full * batch_size]
-        blocks.append(Block(index=b, shards=tuple(group), order=order, batch_sizes=tuple(sizes)))
+        sizes = batch_sizes(count, batch_size, drop_last)
+        blocks.append(Block(index=b, shards=tuple(group), order=order[:sum(sizes)], batch_sizes=sizes))
         group, count = [], 0
 
     for s in shard_order(len(shard_samples), seed, epoch, rank, world, shuffle):
@@ -95,11 +92,16 @@ def sample_order(shard_samples: list[int] | tuple[int, ...], first_sample: list[
                  shuffle_buffer: int = 1000, shuffle: bool = True) -> np.ndarray:
     """Global sample indices in delivery order (what the loader hands the consumer)."""
     plan = epoch_plan(shard_samples, batch_size, seed, epoch, rank, world, shuffle_buffer, shuffle)
-    out = []
-    for b in plan.blocks:
-        ids = np.concatenate([np.arange(first_sample[s], first_sample[s] + shard_samples[s]) for s in b.shards])
-        out.append(ids[b.order])
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return _cat([_ids(first_sample, shard_samples, b.shards)[b.order] for b in plan.blocks])
+
+
+def _ids(first_sample, shard_samples, shards) -> np.ndarray:
+    """The global sample indices of ``shards``, concatenated in that order."""
+    return _cat([np.arange(first_sample[s], first_sample[s] + shard_samples[s]) for s in shards])
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------------------
@@ -271,14 +273,8 @@ def stream_epoch(shard_samples: list[int] | tuple[int, ...], batch_size: int, se
         sizes = batch_sizes(n, batch_size, drop_last)
         plans.append(StreamWorker(worker=w, shards=shards, order=order[:sum(sizes)], fill=fill, batch_sizes=sizes,
                                  n=n))
-    seq = []
-    r = 0
-    while True:
-        row = [(w.worker, r) for w in plans if r < len(w.batch_sizes)]
-        if not row:
-            break
-        seq.extend(row)
-        r += 1
+    rounds = max((len(w.batch_sizes) for w in plans), default=0)
+    seq = [(w.worker, r) for r in range(rounds) for w in plans if r < len(w.batch_sizes)]
     return StreamEpoch(epoch=epoch, workers=tuple(plans),
                        sequence=np.array(seq, dtype=np.int64).reshape(-1, 2))
 
@@ -295,11 +291,7 @@ def delivery_order(access: str, shard_samples: list[int] | tuple[int, ...], batc
         return sample_order(shard_samples, first[:-1].tolist(), batch_size, seed, epoch, rank, world,
                             shuffle_buffer, shuffle)
     ep = stream_epoch(shard_samples, batch_size, seed, epoch, rank, world, workers, shuffle_buffer, shuffle, drop_last)
-    out = []
-    for w, r in ep.sequence:
-        wp = ep.workers[int(w)]
-        ids = np.concatenate([np.arange(first[s], first[s + 1]) for s in wp.shards]) if wp.shards else \
-            np.zeros(0, dtype=np.int64)
-        a = sum(wp.batch_sizes[:int(r)])
-        out.append(ids[wp.order[a:a + wp.batch_sizes[int(r)]]])
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    # each worker's batches, in its buffer's output order; the consumer takes them as ``sequence`` says
+    cut = [np.split(_ids(first, shard_samples, wp.shards)[wp.order], np.cumsum(wp.batch_sizes)[:-1])
+           for wp in ep.workers]
+    return _cat([cut[w][r] for w, r in ep.sequence])

@@ -103,8 +103,7 @@ def build_schedule(cfg, manifest, rank: int = 0, world: int = 1) -> Schedule:
     order = order_of(access)   # memmap: map's order
     plans, owners = [], []
     shards: set[int] = set()
-    total = 0
-    epoch = 0
+    total = epoch = 0
     while True:
         p = _epoch(cfg, order, shard_samples, epoch, rank, world)
         if p.batches == 0:

@@ -28,7 +28,7 @@ class SlotPool:
         # inter-processor interrupt on a VM, 20-40 us of the consumer's step (measured, W=1, compute 0).
         self.spin_ns = int(spin_s * 1e9)
         self.slot_bytes = max(int(slot_bytes), 1)
-        self.shms = []
+        self.shms: list[shared_memory.SharedMemory] = []
         try:
             for _ in range(n_slots):
                 self.shms.append(shared_memory.SharedMemory(create=True, size=self.slot_bytes))
@@ -114,40 +114,36 @@ class SlotPool:
         ``LoadConfig.lockstep``); False if the run is stopping.  The senders wake the waiters
         (:meth:`notify_others`)."""
         sent = self.sent
-        n = len(need)
 
         def ready() -> bool:
-            return all(sent[i] >= need[i] for i in range(n))
+            return all(sent[i] >= n for i, n in enumerate(need))
 
         return ready() or self._wait_until(ready, stop, wid)
 
+    def _poke(self, wid: int | None) -> None:
+        """Wake worker ``wid`` (if it sleeps on its pipe)."""
+        if wid is not None and self.wake:
+            try:
+                os.write(self.wake[wid][1].fileno(), b"x")
+            except BlockingIOError:  # its pipe is full of wake-ups already
+                pass
+
     def notify_others(self, wid: int) -> None:
         """Worker ``wid`` has sent a batch: wake the workers that may wait for it (``wait_sent``)."""
-        for i, (_, w) in enumerate(self.wake):
+        for i in range(len(self.wake)):
             if i != wid:
-                try:
-                    os.write(w.fileno(), b"x")
-                except BlockingIOError:  # its pipe is full of wake-ups already
-                    pass
+                self._poke(i)
 
     def take(self, k: int, next_worker: int | None = None) -> None:
         """The consumer has batch ``k``: wake the worker whose next batch waited for it."""
         self.taken.value = k + 1
-        if next_worker is not None and self.wake:
-            try:
-                os.write(self.wake[next_worker][1].fileno(), b"x")
-            except BlockingIOError:
-                pass
+        self._poke(next_worker)
 
     def release(self, k: int, next_worker: int | None = None) -> None:
         """Batch ``k`` is done with its slot; wake the worker that fills it next."""
         self.released[k % self.n] = k // self.n + 1
         self.released_total.value += 1
-        if next_worker is not None and self.wake:
-            try:
-                os.write(self.wake[next_worker][1].fileno(), b"x")
-            except BlockingIOError:  # its pipe is full of wake-ups already
-                pass
+        self._poke(next_worker)
 
     def queued(self) -> int:
         """Batches sent to the consumer and not yet released by it (the one its step holds included)."""
@@ -235,13 +231,12 @@ def batch_from_meta(meta: dict, pool: _Slots) -> Batch:
         raw = np.frombuffer(meta["inline"], dtype=np.uint8)
     else:
         raw = pool.u8(meta["slot"])[: meta["nbytes"]]
+    data = raw
     if meta["layout"] == "array":
         dt = _DTYPES.get(meta["dtype"])
         if dt is None:
             dt = _DTYPES[meta["dtype"]] = np.dtype(meta["dtype"])
         data = raw.view(dt).reshape(meta["shape"])
-    else:
-        data = raw
     return Batch(index=meta["k"], epoch=meta["epoch"], indices=np.frombuffer(meta["indices"], dtype=_I8), labels=_i8(meta.get("labels")),
                  data=data, layout=meta["layout"], nbytes=meta["nbytes"], offsets=_i8(meta.get("offsets")),
                  shapes=meta.get("shapes"), dtype=meta.get("dtype"))

@@ -102,12 +102,10 @@ def mean_interval(values) -> dict:
     v = np.asarray(values, dtype=float)
     n = len(v)
     out = {"n": n, "method": "mean of independent repeats, Student t 95%"}
-    if n == 0:
-        return out | {"value": None, "low": None, "high": None, "half_width": None, "note": "no values"}
-    value = float(v.mean())
-    if n < 2:
+    value = float(v.mean()) if n else None
+    if value is None or n < 2:
         return out | {"value": value, "low": None, "high": None, "half_width": None,
-                      "note": "one repeat: no interval"}
+                      "note": "one repeat: no interval" if n else "no values"}
     half = t975(n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
     return out | {"value": value, "low": value - half, "high": value + half, "half_width": half}
 
@@ -185,16 +183,20 @@ def steady_verdict(rec, rule: StopRule) -> dict:
 
 def verdict(waits, steps, service_s, rule: StopRule) -> dict:
     """The intervals, and whether both meet the rule's widths."""
-    st = stall_interval(waits, steps)
-    p99 = quantile_interval(service_s, 0.99)
-    wait99 = quantile_interval(waits, 0.99)
+    st, p99 = stall_interval(waits, steps), quantile_interval(service_s, 0.99)
+    reasons = not_stable_because(st, p99, rule)
+    return {"stable": not reasons, "not_stable_because": reasons, STALL_RATIO: st,
+            "batch_service_p99_s": p99, "batch_wait_p99_s": quantile_interval(waits, 0.99)}
+
+
+def not_stable_because(stall: dict, p99: dict, rule: StopRule, what: str = "stall") -> list[str]:
+    """Why a stall interval and a P99 interval do not meet the rule's widths (empty: they do)."""
     reasons = []
-    if st["half_width"] is None or st["half_width"] > rule.stall_ci:
-        reasons.append(f"stall ±{st['half_width'] * 100:.1f} pp > ±{rule.stall_ci * 100:g} pp"
-                       if st["half_width"] is not None else st["note"])
+    hw = stall["half_width"]
+    if hw is None or hw > rule.stall_ci:
+        reasons.append(stall["note"] if hw is None else f"{what} ±{hw * 100:.1f} pp > ±{rule.stall_ci * 100:g} pp")
     if p99["high"] is None:
         reasons.append(p99["note"])
     elif p99["relative_half_width"] > rule.p99_ci:
         reasons.append(f"P99 batch time ±{p99['relative_half_width']:.0%} > ±{rule.p99_ci:.0%}")
-    return {"stable": not reasons, "not_stable_because": reasons, STALL_RATIO: st,
-            "batch_service_p99_s": p99, "batch_wait_p99_s": wait99}
+    return reasons

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from operator import attrgetter
 
 import psutil
 
@@ -28,8 +29,7 @@ class SystemMonitor:
                 pass
         psutil.cpu_percent(None)
         self._t0 = time.perf_counter()
-        self._disk0 = _disk()
-        self._net0 = _net()
+        self._disk0, self._net0 = _disk(), _net()
         self._thread = threading.Thread(target=self._run, name="iobench-sysmon", daemon=True)
         self._thread.start()
         return self
@@ -53,9 +53,7 @@ class SystemMonitor:
             "t_s": time.perf_counter() - self._t0,
             "cpu_percent_system": psutil.cpu_percent(None),
             "cpu_percent_loader": cpu,
-            "rss_bytes": rss,
-            "uss_bytes": uss,
-            "pss_bytes": pss,
+            "rss_bytes": rss, "uss_bytes": uss, "pss_bytes": pss,
             "processes_alive": alive,
             "disk_read_bytes": disk[0] - self._disk0[0],
             "disk_write_bytes": disk[1] - self._disk0[1],
@@ -91,20 +89,20 @@ class SystemMonitor:
         }
 
 
-def _disk() -> tuple[int, int]:
+def _counters(read, pair) -> tuple[int, int]:
     try:
-        d = psutil.disk_io_counters()
-        return (d.read_bytes, d.write_bytes) if d else (0, 0)
+        c = read()
+        return pair(c) if c else (0, 0)
     except Exception:  # noqa: BLE001 — containers without /proc/diskstats
         return (0, 0)
 
 
+def _disk() -> tuple[int, int]:
+    return _counters(psutil.disk_io_counters, attrgetter("read_bytes", "write_bytes"))
+
+
 def _net() -> tuple[int, int]:
-    try:
-        n = psutil.net_io_counters()
-        return (n.bytes_recv, n.bytes_sent) if n else (0, 0)
-    except Exception:  # noqa: BLE001
-        return (0, 0)
+    return _counters(psutil.net_io_counters, attrgetter("bytes_recv", "bytes_sent"))
 
 
 def run_delay_s(pid: int) -> float | None:
