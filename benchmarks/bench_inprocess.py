@@ -5,7 +5,8 @@
 
 - ``w0``: raw token shards (1 GiB, 8 MiB shards, 1 KiB samples) read by ``iobench load --workers 0``
   (block access: each shard read whole and shuffled into batches, in the consumer process) against
-  fio on the same files: warm (page cache, fio ``--invalidate=0`` after a pre-read; target 0.7) and
+  fio on the same files: warm (page cache, ``--block-read mmap``, fio ``--invalidate=0`` after a
+  pre-read; target 0.7; the ``--block-read read`` designs beside it as diagnostics) and
   cold (iobench ``--odirect`` vs fio ``--direct=1``; target 0.9).  fio, its job layout and the row
   format are ``bench_load.py``'s (imported, not copied).
 - ``memmap``: ``iobench load --access memmap --workers 0`` against a nanoGPT-style ``get_batch``
@@ -35,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -85,13 +87,13 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
         # cold: --read-ahead 1, the next shard's O_DIRECT pread on a thread of this process while the
         # consumer gathers this one's batches (device time hidden) -- still no worker process.
-        # warm: --read-ahead 0 (the default; torch num_workers=0 reads nothing ahead either): the
-        # read is a memory copy, and the gather that follows it on the same core finds the rows in
-        # its caches; a copy on the read-ahead thread, in the other core's, made every gather
-        # about twice as slow (NOTE [ Block buffers ]).  The ra=1 run stays beside it as a diagnostic.
+        # warm: --block-read mmap, one thread as torch num_workers=0: each shard mapped and its batches
+        # gathered from the page cache (one copy of each byte, not a read's copy and then a gather);
+        # the read designs run beside it (NOTE [ Block buffers ]: which is cheaper depends on the caches).
         cfg = LoadConfig(dataset=url, access="block", workers=0, batch_size=batch, shuffle_buffer=8192,
                          monitor_interval_s=1.0, read_ahead=int(state == "cold"), cache=state,
-                         odirect=state == "cold", s3_block_size=f"{SHARD}B")
+                         odirect=state == "cold", s3_block_size=f"{SHARD}B",
+                         block_read="mmap" if state == "warm" else "read")
         iob: list[dict] = []
         peer: list[dict] = []
 
@@ -105,22 +107,23 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
                         | {"load_avg": _loadavg()})
 
         floor: list[dict] = []
-        ahead: list[dict] = []
+        reads: dict[int, list[dict]] = {0: [], 1: []}
 
-        def one_process(r, state=state, batch=batch, floor=floor, ahead=ahead, cfg=cfg):
-            if state == "warm":   # bench_load's one-process floor: read each shard, gather every batch, nothing else
-                floor.append(_gather_loop(files, fixed, batch, seed=r))
-                ahead.append(load_rate(LoadConfig(**{**cfg.__dict__, "read_ahead": 1})) | {"load_avg": _loadavg()})
+        def others(r, state=state, batch=batch, floor=floor, reads=reads, cfg=cfg):
+            if state == "warm":   # the one-process floor of the mapped design, and the read designs
+                floor.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
+                for ra, runs in reads.items():
+                    runs.append(load_rate(replace(cfg, block_read="read", read_ahead=ra)) | {"load_avg": _loadavg()})
 
-        _rounds(rounds, ours, theirs, one_process)
+        _rounds(rounds, ours, theirs, others)
         row = paired_result(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs fio 1 job" +
             (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
             iob, peer, "bytes_per_s", 0.7 if state == "warm" else 0.9,
             f"{len(files)} shards of {SHARD // MiB} MiB; iobench --workers 0 --access block: the consumer process "
             "reads each shard and gathers every shuffled batch itself -- no worker process, no hand-off " +
-            ("(warm, --read-ahead 0: one preadv of the shard into a reused huge-page buffer, then its batches; "
-             "NOTE [ Block buffers ] in docs/design.md)" if state == "warm" else
+            ("(warm, --block-read mmap: each shard mapped with MAP_POPULATE and its batches gathered from the page "
+             "cache, one thread; NOTE [ Block buffers ] in docs/design.md)" if state == "warm" else
              "(cold, --odirect --read-ahead 1: O_DIRECT preads of the shard size on a read-ahead thread while the "
              "consumer gathers the previous shard's batches)") +
             "; fio reads the same files, one shard-sized request each, and drops the bytes")
@@ -130,18 +133,22 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
         out.append(row)
         if floor:
             out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs one-process read + shuffled gather",
+                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs one-process map + shuffled gather",
                 iob, floor, "bytes_per_s", None,
-                "diagnostic, no target: bench_load's _gather_loop -- each shard read with one preadv into a reused "
-                "buffer of the same kind as iobench's and every batch gathered, in one process, one thread, nothing "
-                "else -- the least work of this design; iobench W=0 adds the per-step bookkeeping"))
-            out.append(paired_result(
-                f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 --read-ahead 1 vs fio 1 job --invalidate=0 "
-                "after pre-read", ahead, peer, "bytes_per_s", None,
-                "diagnostic, no target: the same load with the next shard read on a read-ahead thread while this "
-                "one's batches are gathered (the read overlaps, but every gather then reads rows another core "
-                "wrote: NOTE [ Block buffers ])"))
-            out[-1]["load_avg"] = [x["load_avg"] for x in ahead]
+                "diagnostic, no target: bench_load's _gather_loop mapped=True -- each shard mapped with MAP_POPULATE "
+                "and every batch gathered from the page cache, in one process, one thread, nothing else -- the "
+                "least work of this design; iobench W=0 adds the per-step bookkeeping"))
+            for ra, runs in reads.items():
+                out.append(paired_result(
+                    f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 --block-read read" +
+                    (" --read-ahead 1" if ra else "") + " vs fio 1 job --invalidate=0 after pre-read",
+                    runs, peer, "bytes_per_s", None,
+                    "diagnostic, no target: " + (
+                        "each shard read with one preadv into a reused huge-page buffer, then its batches gathered "
+                        "(a read's copy, then the gather's)" if not ra else
+                        "the same with the next shard read on a read-ahead thread while this one's batches are "
+                        "gathered (two cores; every gather then reads rows the other core wrote)")))
+                out[-1]["load_avg"] = [x["load_avg"] for x in runs]
     return out
 
 

@@ -241,3 +241,60 @@ def test_block_buffers_are_reused_once_their_block_is_done(tok, monkeypatch, wor
     assert 1 <= len(seen) <= most
     for _e, ids, data in got:
         assert [truth[int(i)] for i in ids] == [bytes(row) for row in data.view(np.uint8)]
+
+
+@pytest.mark.parametrize("workers,read_ahead", [(0, 0), (0, 1), (1, 0), (2, 1)])
+def test_block_read_mmap_gathers_every_row_from_the_mapped_shard(tok, monkeypatch, workers, read_ahead):
+    """``block_read="mmap"``: each block of one shard is its mapping (no buffer of the pool taken),
+    every sample's stored bytes arrive exactly once per epoch, and every mapping of a shard is gone
+    once the load ends (a block's mapping lives as long as its views)."""
+    import os
+
+    from iobench.loader.source import LocalFileSource
+
+    taken = []
+    monkeypatch.setattr(LocalFileSource, "_direct_buffer", lambda self, size: taken.append(size))
+    truth = _truth(tok)
+    r, seen = _run(quiet_cfg(tok, 8, workers=workers, access="block", epochs=2, shuffle_buffer=SHARD, seed=4,
+                             read_ahead=read_ahead, block_read="mmap"))
+    assert taken == [] and r.environment["source"]["block_read"] == "mmap"
+    # each shard mapped whole once an epoch, its header included: a read of the shard's bytes
+    assert r.metrics["bytes_read"] == 2 * sum(sh.bytes for sh in read_manifest(open_backend(tok)).shards)
+    for epoch in (0, 1):
+        assert sorted(np.concatenate([i for e, i, _ in seen if e == epoch]).tolist()) == list(range(SAMPLES))
+    for _e, ids, data in seen:
+        assert [truth[int(i)] for i in ids] == [bytes(row) for row in data.view(np.uint8)]
+    with open("/proc/self/maps") as f:
+        assert not [ln for ln in f if os.path.realpath(tok) in ln]
+
+
+def test_block_read_mmap_reads_blocks_of_several_shards_and_says_so(tok):
+    truth = _truth(tok)
+    r, seen = _run(quiet_cfg(tok, 8, workers=0, access="block", shuffle_buffer=2 * SHARD, block_read="mmap"))
+    assert any("block(s) hold several shards and were read, not mapped" in w for w in r.warnings)
+    for _e, ids, data in seen:
+        assert [truth[int(i)] for i in ids] == [bytes(row) for row in data.view(np.uint8)]
+
+
+@pytest.mark.parametrize("kw,problem", [({"access": "map"}, "this load is map"),
+                                        ({"emulate": "bw:1GB/s"}, "plain local files"),
+                                        ({"odirect": True}, "plain local files"),
+                                        ({"verify_checksums": True}, "plain local files"),
+                                        ({"block_read": "mapped"}, "mapped")])
+def test_block_read_mmap_is_refused_where_nothing_would_be_mapped(tok, kw, problem):
+    with pytest.raises(ConfigError, match=problem) as e:
+        run_load(quiet_cfg(tok, 8, **({"access": "block", "block_read": "mmap"} | kw)))
+    assert e.value.field == "load.block_read"
+
+
+def test_block_read_mmap_refuses_memory_and_parsed_samples(tmp_path):
+    from iobench.generate import GenSpec, generate
+    from iobench.loader.core import LoadConfig
+
+    for url, spec in (("memory://block-read/tok", dict(modality="tokens", seq_len=16, vocab_size=100)),
+                      (str(tmp_path / "img"), dict(modality="images"))):
+        generate(GenSpec(format="raw", num_samples=8, shard_size="4 samples", fsync=False, **spec), url,
+                 progress=False)
+        with pytest.raises(ConfigError) as e:
+            run_load(LoadConfig(dataset=url, access="block", batch_size=4, workers=0, block_read="mmap"))
+        assert e.value.field == "load.block_read"

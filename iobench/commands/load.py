@@ -12,7 +12,8 @@ _FLAGS = {"workers": "workers", "prefetch": "prefetch", "batch_size": "batch_siz
           "s3_client": "s3_client",
           "retries": "retries", "retry_budget": "retry_budget_s", "error_rate": "error_rate",
           "timeout_rate": "timeout_rate", "slot_bytes": "slot_bytes", "start_method": "start_method",
-          "read_ahead": "read_ahead", "access": "access", "stream_read_size": "stream_read_size",
+          "read_ahead": "read_ahead", "block_read": "block_read", "access": "access",
+          "stream_read_size": "stream_read_size",
           "min_steps": "min_steps", "max_time": "max_time_s"}
 
 
@@ -57,6 +58,10 @@ def register(sub) -> None:
     g_loader.add_argument("--read-ahead", type=int, metavar="N",
                           help="block: blocks each worker reads ahead while collating; map: extra sample reads each worker keeps "
                                "in flight (default 0: prefetch is exactly Q, one read at a time)")
+    g_loader.add_argument("--block-read", choices=("read", "mmap"),
+                          help="block, local token rows: read (default: one preadv per shard into a reused buffer) or "
+                               "mmap (each shard mapped, MAP_POPULATE, and its batches gathered from the page cache "
+                               "itself: no copy; cheaper on CPUs with large caches, see docs/design.md)")
     g_loader.add_argument("--slot-bytes", type=int, metavar="N", help="bytes per prefetch slot (default: sized from the manifest)")
     g_loader.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), help="worker start method (fork)")
     g_step = p.add_argument_group("the training step")

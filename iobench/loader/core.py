@@ -38,6 +38,9 @@ START_METHODS = ("fork", "forkserver", "spawn")
 _SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls before it sleeps on a pipe
 
 
+BLOCK_READS = ("read", "mmap")   # how block access gets a local shard's rows (LocalFileSource.read_block_records)
+
+
 @dataclass(frozen=True)
 class LoadConfig:
     dataset: str
@@ -67,6 +70,7 @@ class LoadConfig:
     timeout_rate: float = 0.0
     slot_bytes: int = 0               # 0: sized from the manifest
     odirect: bool = False             # local files: O_DIRECT reads (bypass the page cache)
+    block_read: str = "read"          # block, local token rows: read (a preadv per shard) | mmap (mapped shards)
     verify_checksums: bool = False    # check each shard's manifest checksum as it is read (iobench.loader.verifying)
     read_ahead: int = 0               # block: blocks each worker reads ahead of the one it is collating;
                                       # map: extra sample reads each worker keeps in flight
@@ -106,7 +110,8 @@ class LoadConfig:
         if self.retry_budget_s <= 0 or self.monitor_interval_s <= 0:
             raise ConfigError("load.retry_budget_s", "durations must be positive", "give a positive number")
         for name, choices in (("cache", CACHE_STATES), ("s3_client", S3_CLIENTS), ("compute_mode", MODES),
-                              ("start_method", START_METHODS), ("access", ACCESS_PATTERNS + ("auto",))):
+                              ("start_method", START_METHODS), ("access", ACCESS_PATTERNS + ("auto",)),
+                              ("block_read", BLOCK_READS)):
             check_choice(f"load.{name}", getattr(self, name), choices)
         parse_size(self.s3_block_size, "load.s3_block_size")
         parse_size(self.stream_read_size, "load.stream_read_size")
@@ -345,8 +350,6 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     compute = Compute(cfg.compute_model())
     deliver = as_delivery(deliver, cfg.device) if deliver is not None else get_delivery(cfg.device)
     deliver.bind(manifest, cfg.dataset)   # a GPU delivery picks its route for this dataset (iobench.gds)
-    cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
-        set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     emulation = resolve_emulation(cfg.emulate).for_workers(cfg.workers)   # the workers share the tier's bandwidth
     if source is None:
         source = backend_source(cfg.dataset, endpoint_url=cfg.endpoint_url, storage_options=storage_options or {},
@@ -354,7 +357,13 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                                 block_size=parse_size(cfg.s3_block_size, "load.s3_block_size"),
                                 concurrency=cfg.s3_concurrency, s3_client=cfg.s3_client,
                                 retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
-                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
+                                error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect,
+                                block_read=cfg.block_read)
+    if cfg.block_read != "read" and not synthetic:
+        _check_block_read(cfg, manifest, schedule, source, warnings)
+    # the cache made ready (a warm cache reads every shard) once the load is known to be valid
+    cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
+        set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
         from .memmap import MappedSource
 
@@ -700,6 +709,28 @@ def _device_counter(backend, manifest, synthetic: bool):
 
     c = DeviceCounter(backend.local_path(manifest.shards[0].path))
     return c if c.dev is not None else None
+
+
+def _check_block_read(cfg: LoadConfig, manifest, schedule, source, warnings: list[str]) -> None:
+    """``block_read="mmap"``: refused, before any work, where no block would be mapped (only a
+    plain local source maps, and only the fixed-size token rows of block access); a warning for
+    blocks of several shards, which are read (their rows must be one contiguous array)."""
+    from ..formats import get_format
+    from .source import LocalFileSource
+
+    if schedule.access != "block":
+        raise ConfigError("load.block_read", f"mmap maps the shards of block access; this load is {schedule.access}",
+                          "add --access block, or drop --block-read (--access memmap maps per sample)")
+    if not isinstance(source, LocalFileSource) or cfg.odirect or cfg.verify_checksums:
+        raise ConfigError("load.block_read", "mmap maps plain local files: not object stores, --tiers, --emulate, "
+                                             "faults, --odirect or --verify-checksums", "drop --block-read mmap")
+    if manifest.modality != "tokens" or get_format(manifest.format).reader(manifest).fixed_layout() is None:
+        raise ConfigError("load.block_read", "mmap maps fixed-size token rows; this dataset's samples are not",
+                          "drop --block-read mmap")
+    several = sum(len(b.shards) > 1 for p in schedule.plans for b in p.blocks)
+    if several:
+        warnings.append(f"--block-read mmap: {several} block(s) hold several shards and were read, not mapped "
+                        "(give a --shuffle-buffer of at most one shard's samples to map every block)")
 
 
 def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:

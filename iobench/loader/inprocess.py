@@ -6,9 +6,9 @@ There is no worker process, no prefetch slot and no hand-off: the consumer build
 ``k`` (the same readers, the same access patterns and the same batch-building code as a
 worker: ``iobench.loader.worker``'s producers and emitter), runs its step on it, then builds
 batch ``k + 1``.  Nothing is read ahead of the step (``--read-ahead N`` still lets a block's
-read-ahead thread overlap the next block's reads with this one's gathers, in this process;
-from the page cache that costs the gathers more than it hides: NOTE [ Block buffers ] in
-docs/design.md).
+read-ahead thread overlap the next block's reads with this one's gathers, in this process, on
+a second core: NOTE [ Block buffers ] in docs/design.md, which also says when ``--block-read
+mmap`` is the cheaper one-thread design).
 
 What a step records is what ``core._step_loop`` records for a worker-fed step, read the same
 way by ``core._metrics``: ``wait`` is the time the consumer spent producing the batch itself

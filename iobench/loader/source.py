@@ -210,6 +210,7 @@ class BackendSource(ShardSource):
     error_rate: float = 0.0
     timeout_rate: float = 0.0
     odirect: bool = False             # local files: O_DIRECT reads into aligned buffers (no page cache)
+    block_read: str = "read"          # local files, block access: read | mmap (NOTE [ Block buffers ])
     s3_client: str = "auto"           # auto | s3fs | obstore (iobench.storage.S3_CLIENTS)
     # Per worker, made by open() (None until then: a source is pickled into its workers unopened).
     backend: Any = field(default=None, repr=False, compare=False)
@@ -317,6 +318,7 @@ class BackendSource(ShardSource):
                 "faults": {"error_rate": self.error_rate, "timeout_rate": self.timeout_rate}
                 if (self.error_rate or self.timeout_rate) else None,
                 "s3_block_size": self.block_size, "s3_concurrency": self.concurrency, "odirect": self.odirect,
+                "block_read": self.block_read,
                 # the client the workers will read with (describe() runs in the parent, before open())
                 "read_client": self.backend.read_client if self.backend is not None else
                 planned_read_client(self.url, self.s3_client, self.endpoint_url, self.storage_options or None),
@@ -324,6 +326,7 @@ class BackendSource(ShardSource):
 
 
 _HUGE = 2 * 2**20   # a transparent huge page (x86-64, arm64 with 4 KiB pages)
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)   # Linux only: elsewhere the gathers fault the pages in
 
 
 def _anonymous(size: int) -> mmap.mmap:
@@ -594,11 +597,32 @@ class LocalFileSource(_InPlaceSource):
 
     def read_block_records(self, shards, first: int, length: int, check) -> np.ndarray | None:
         """One preadv per shard, the header into a scratch buffer and the records into the block
-        (a reused buffer in huge pages: NOTE [ Block buffers ] in docs/design.md says why a read
-        beats mapping the page cache here).  None with O_DIRECT (whole shards are read then)."""
+        (a reused buffer in huge pages), or with ``block_read="mmap"`` a block of one shard mapped
+        (NOTE [ Block buffers ] in docs/design.md: which is cheaper depends on the CPU's caches).
+        None with O_DIRECT (whole shards are read then)."""
         if self.odirect:
             return None
+        if self.block_read == "mmap" and len(shards) == 1:
+            return self._mapped_rows(shards[0], first, length, check)
         return super().read_block_records(shards, first, length, check)
+
+    def _mapped_rows(self, shard: ShardEntry, first: int, length: int, check) -> np.ndarray | None:
+        """The shard's records as a view of a populated mapping of it: the page cache's own pages,
+        no copy.  The mapping is the block's; it is unmapped when the block's last view goes (the
+        worker drops the block before it reads the next)."""
+        counts = _whole_records([shard], first, length)
+        if not counts or not counts[0]:
+            return super().read_block_records([shard], first, length, check)   # the general path checks it
+        fd = self._handle(shard)
+        t0 = now_ns()
+        size = os.fstat(fd).st_size
+        if size < shard.bytes:   # a row past the end of a mapping is SIGBUS, not an error
+            raise _shorter_than_manifest(shard, size)
+        # MAP_POPULATE: the page-table entries made now, in the read's time (no fault per page in the gathers)
+        m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ)
+        self.backend.record("read", now_ns() - t0, nread=shard.bytes)
+        check(m[:first], shard, counts[0])
+        return np.frombuffer(m, dtype=np.uint8, count=counts[0] * length, offset=first).reshape(counts[0], length)
 
     def _block_rows(self, shard: ShardEntry, first: int, rows, check) -> None:
         head = self._head
