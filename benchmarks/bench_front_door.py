@@ -44,19 +44,18 @@ reports the median of its rounds and every round.  Writes NAME.json, NAME.md and
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (MiB, fio, iobench_exe, iobench_json, run_line, run_meta, set_cache,
-                     table, write_report)  # (benchmarks/ is not a package)
+from harness import (REF, MiB, fio, iobench_exe, iobench_json, notes, parser, run_line, run_meta, scratch,
+                     set_cache, table, write_report)  # (benchmarks/ is not a package)
 from summary import summary_row
 
 from iobench.schema import STALL_RATIO
@@ -299,12 +298,10 @@ def summarise(row: str, rs: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, str(REF / "front_door"), where="/var/tmp")   # --work: where the datasets go (a real disk)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", default="tar,parquet,tfrecord,wds,s3,host")
     ap.add_argument("--quick", action="store_true", help="small datasets, one round")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "reports" / "reference" / "front_door"))
-    ap.add_argument("--work", default="/var/tmp", help="where the datasets go (a real disk, not tmpfs)")
     ap.add_argument("--peer-python", default=PEER_PY,
                     help="a Python with torch, webdataset and numpy for the wds and torch-map rows")
     a = ap.parse_args(argv)
@@ -318,13 +315,11 @@ def main(argv=None) -> int:
     rounds = 1 if a.quick else a.rounds
     # 768 MiB of 128 KiB samples: one cold pass, less the shuffle buffer's drain, is 160 batches
     samples = 2048 if a.quick else 6144
-    work = Path(tempfile.mkdtemp(prefix="iobench-front-door-", dir=a.work))
-    cache_dir = str(work / "cache")
     results: dict[str, list[dict]] = {r: [] for r in rows}
-    srv = None
     t_start = time.time()
     env = dict(os.environ)
-    try:
+    with scratch("front-door", a.work) as work, ExitStack() as stack:
+        cache_dir = str(work / "cache")
         data = {r: str(work / r) for r in rows if r != "s3"}
         for row in data:
             if row == "wds":
@@ -336,7 +331,7 @@ def main(argv=None) -> int:
         if "s3" in rows:
             from iobench.s3server import S3Server
 
-            srv = S3Server(bucket="iobench").start()     # outside the throttle: its files are its own
+            srv = stack.enter_context(S3Server(bucket="iobench"))     # outside the throttle: its files are its own
             env.update(srv.env())
             data["s3"] = "s3://iobench/front-door/tar"
             gen(data["s3"], "tar", samples, SAMPLE // 2, env=env, endpoint=srv.endpoint_url)
@@ -369,10 +364,6 @@ def main(argv=None) -> int:
                 r["load_avg_1m"] = os.getloadavg()[0]
                 results[row].append(r)
                 say(r)
-    finally:
-        if srv is not None:
-            srv.stop()
-        shutil.rmtree(work, ignore_errors=True)
     missing = [row for row, rs in results.items() if not rs]
     if missing:   # never an empty table over the reference
         print(f"rows {','.join(missing)} produced no round: nothing written to {a.out}", file=sys.stderr)
@@ -381,10 +372,8 @@ def main(argv=None) -> int:
     meta = run_meta("bench_front_door.py", argv, t_start, throttle_bytes_per_s=THROTTLE, step=STEP, batch=BATCH,
                     workers=WORKERS, sample_bytes=SAMPLE, samples=samples, s3_emulate=S3_EMULATE,
                     read_ahead_kb=read_ahead_kb(dev) if dev is not None else None)
-    notes = Path(a.out).with_suffix(".notes.md")     # hand-written notes on the grid, kept across reruns
-    write_report(a.out, {"meta": meta, "results": summary},
-                 to_markdown(meta, summary, notes.read_text() if notes.exists() else ""), _rows(summary),
-                 command=meta["command"])
+    write_report(a.out, {"meta": meta, "results": summary}, to_markdown(meta, summary, notes("front_door")),
+                 _rows(summary), command=meta["command"])
     return 0
 
 
