@@ -48,7 +48,7 @@ MiB = 2**20
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from harness import (alternating, bench_venv, command, dataset, fio, iobench_exe, loadavg, machine,  # noqa: E402
-                     machine_line, median, notes, parser, run_json, run_sections, scratch, sections_option, set_cache,
+                     machine_line, median, notes, parser, read_throttle, run_json, run_sections, scratch, sections_option, set_cache,
                      skipped, table, timed, write_report, write_results)
 from harness import row as result_row  # noqa: E402  (benchmarks/ is not a package)
 
@@ -107,18 +107,6 @@ def bench_grid(work: Path, quick: bool) -> list[dict]:
              "total": len(rows), "max_abs_diff_pp": max(abs(r["diff_pp"]) for r in rows)}]
 
 
-def _throttle(path: str, bw: int):
-    from iobench.throttle import ReadThrottle, available
-
-    ok, why = available()
-    if not ok:
-        return None, why
-    dev = device_of(path)
-    if dev is None:
-        return None, f"{path} is not on a block device"
-    return ReadThrottle(dev, bw, tag="bench"), None
-
-
 # (name, pattern, peer, read cap, batch, steps, compute s, sample bytes of the raw case)
 # map: raw tokens, 64 KiB samples (one pread each), 16-sample (1 MiB) batches, 50 MiB/s cap (20 ms a
 # batch), 14 ms compute; samples large enough that per-sample Python work (torch's __getitem__ and
@@ -141,7 +129,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
         url = str(work / ("raw" if pattern == "map" else "tar"))
         man, paths = dataset(url, **gen, seq_len=32768, vocab_size=50000, fsync=True)
         batch_bytes = batch * (sample_bytes or man.total_bytes / man.total_samples)
-        thr, why = _throttle(url, bw)
+        thr, why = read_throttle(url, bw, "bench")
         if thr is None:
             out += skipped(f"throttled {name}", why)
             continue

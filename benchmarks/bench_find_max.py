@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_front_door import fio_read, refuse  # (benchmarks/ is not a package)
-from harness import REF, iobench_exe, iobench_json, parser, run_line, run_meta, scratch, table, write_report
+from harness import REF, iobench_exe, iobench_json, parser, read_throttle, run_line, run_meta, scratch, table, write_report
 from summary import summary_row
 
 
@@ -39,8 +39,6 @@ def find_max(data: str, a, throttle=None) -> dict:
 
 
 def main(argv=None) -> int:
-    from iobench.blockdev import device_of
-    from iobench.throttle import ReadThrottle, available
     from iobench.units import parse_size
 
     ap = parser(__doc__, str(REF / "find_max"), where="/var/tmp")
@@ -51,11 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max", type=int, default=16)
     a = ap.parse_args(argv)
     bw = parse_size(a.throttle, "--throttle")
-    ok, why = available()
-    dev = device_of(a.work) if os.path.isdir(a.work) else None
-    if not ok or dev is None:
-        return refuse("--work", why if not ok else f"{a.work} is not on a block device",
-                      "run as root with cgroup blkio / io.max, --work on a real disk")
+    thr, why = read_throttle(a.work, bw, "find-max")
+    if thr is None:
+        return refuse("--work", why, "run as root with cgroup blkio / io.max, --work on a real disk")
     t_start = time.time()
     with scratch("find-max", a.work) as work:
         data = str(work / "unet3d")
@@ -67,7 +63,6 @@ def main(argv=None) -> int:
         predicted = int(bw // (0.9 * demand))
         fio_free = fio_read(files[:64])
         cases = {"unthrottled": {**find_max(data, a), "fio_bytes_per_s": fio_free}}
-        thr = ReadThrottle(dev, bw, tag="find-max")
         with thr:
             fio_thr = fio_read(files[:64])
         cases["throttled"] = {**find_max(data, a, thr), "fio_bytes_per_s": fio_thr, "cap_bytes_per_s": bw,

@@ -33,7 +33,7 @@ from iobench.mlperf.findmax import find_max
 from iobench.mlperf.run import MlperfConfig, run_mlperf
 from iobench.results import host_info, now_iso
 
-from harness import notes, parser, scratch, table, write_report
+from harness import notes, parser, read_throttle, scratch, table, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,25 +108,21 @@ def main() -> int:
 
 def throttled(data: Path, a) -> dict:
     """find-max with the disk's reads capped by the kernel: the answer is known in advance."""
-    from iobench.blockdev import device_of
     from iobench.manifest import read_manifest
     from iobench.storage import open_backend
-    from iobench.throttle import ReadThrottle, available
     from iobench.units import parse_size
 
     if a.throttle in ("0", "", "none"):
         return {"md": [], "json": None}
     bw = parse_size(a.throttle, "--throttle")
-    ok, why = available()
-    dev = device_of(str(data))
-    if not ok or dev is None:
-        why = why if not ok else f"{data} is not on a block device"
+    thr, why = read_throttle(data, bw, "h16bench")
+    if thr is None:
         return {"md": [f"Throttled find-max skipped: {why}.", ""], "json": {"skipped": why}}
     m = read_manifest(open_backend(str(data)))
     per_step = 7 * m.total_bytes / m.total_samples
     demand = per_step / a.throttle_compute_s
     predicted = int(bw // (0.9 * demand))
-    with ReadThrottle(dev, bw, tag="h16bench") as t:
+    with thr as t:
         fm = find_max(MlperfConfig(dataset=str(data), compute_s=a.throttle_compute_s, epochs=1, runs=1,
                                    cache="cold", workers=2), max_accelerators=max(4, 2 * predicted), say=print)
         desc = t.describe()

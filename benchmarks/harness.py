@@ -234,6 +234,19 @@ def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modal
     return m, [f"{root}/{s.path}" for s in m.shards]
 
 
+def read_throttle(path: str | Path, bytes_per_s: int, tag: str):
+    """A kernel cap on reads of the disk under ``path`` (``iobench.throttle.ReadThrottle``: a cgroup,
+    entered per measured block), and "", or None and why this host cannot have one."""
+    from iobench.blockdev import device_of
+    from iobench.throttle import ReadThrottle, available
+
+    ok, why = available()
+    dev = device_of(str(path))
+    if not ok or dev is None:
+        return None, why if not ok else f"{path} is not on a block device"
+    return ReadThrottle(dev, bytes_per_s, tag=tag), ""
+
+
 @contextmanager
 def stopwatch(into: dict, key: str) -> Iterator[None]:
     """Adds the seconds the block took to ``into[key]``."""
