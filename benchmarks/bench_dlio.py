@@ -496,7 +496,9 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         "Epoch model: the same cap and shape, one epoch of an ideal loader with PyTorch's dispatch (`epoch_model` "
         "in bench_dlio.py: each read thread reads a whole batch, the loader keeps read threads x prefetch batches "
         "out and sends the next index when a batch is taken, the reading threads share the cap evenly, no start-up "
-        "or hand-off cost; each tool's own sample sizes) -- how far a short epoch alone departs from the "
+        "or hand-off cost; each tool's own sample sizes, iobench's in the shuffles its 2 epochs read; a row kept "
+        "from an earlier run by --merge gets it at the row's mean sample size) -- how far a short epoch alone "
+        "departs from the "
         "steady-state truth, and what a loader without overheads reaches on it.  Not for resnet50, whose batch is "
         "cut from the 8 read threads' streams.",
         "",
