@@ -10,29 +10,35 @@ I/O and per-operation read latency, queue depth and psutil samples over time.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import resource
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..io.pagecache import STATES as CACHE_STATES
 from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError
+from ..index import dataset_manifest, resolve_dataset_url
+from ..io.pagecache import STATES as CACHE_STATES
+from ..io.pagecache import set_cache_state
+from ..io.retry import RetryPolicy
 from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
+from ..storage import S3_CLIENTS, Backend, open_backend
 from ..synth import token_dtype_for
-from ..units import parse_size
+from ..units import format_bytes, parse_size
+from ..wrappers import EmulationSpec, parse_emulation, resolve_emulation
 from .compute import MODES, Compute, ComputeModel, parse_compute
+from .delivery import Delivery, as_delivery, get_delivery
 from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
+from .source import ShardSource, backend_source
+from .stability import StopRule, service, steady_verdict, steady_window, window_stall
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
-    from .delivery import Delivery
-    from ..storage import Backend
-    from ..wrappers import EmulationSpec
-    from .source import ShardSource
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls before it sleeps on a pipe
@@ -84,9 +90,6 @@ class LoadConfig:
     start_method: str = "fork"
 
     def __post_init__(self) -> None:
-        from ..storage import S3_CLIENTS
-        from ..wrappers import parse_emulation
-
         for name, low in (("workers", 0), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
                           ("s3_concurrency", 1), ("retries", 1), ("min_steps", 2)):
             v = getattr(self, name)
@@ -116,6 +119,10 @@ class LoadConfig:
 
     def compute_model(self) -> ComputeModel:
         return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute")
+
+    def stop_rule(self) -> StopRule:
+        """The ``until_stable`` rule (also the one every load's verdict is judged by)."""
+        return StopRule(min_steps=self.min_steps, max_time_s=self.max_time_s, stall_ci=self.stall_ci, p99_ci=self.p99_ci)
 
 
 @dataclass
@@ -150,8 +157,6 @@ _FDS_PER_WORKER, _FDS_BASE = 8, 64
 
 def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
     """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
-    import resource
-
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return
@@ -276,8 +281,6 @@ def _one_cold_pass(cfg: LoadConfig, backend: Backend, manifest: Manifest, schedu
     object stores have no client page cache to hit."""
     if len(schedule.plans) < 2 or cfg.odirect or not backend.base.is_local:
         return schedule
-    from ..units import format_bytes
-
     nbytes = sum(manifest.shards[s].bytes for s in schedule.shards)
     if nbytes > _page_cache_bytes():   # larger than memory: the cache cannot hold a pass (later passes may hit in part)
         warnings.append(f"--cache cold over {len(schedule.plans)} passes of a {format_bytes(nbytes)} dataset: larger "
@@ -305,15 +308,6 @@ def _page_cache_bytes() -> int:
 
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver, until_stable_cap: bool = False) -> _Setup:
-    from ..io.pagecache import set_cache_state
-    from ..storage import open_backend
-    from ..wrappers import resolve_emulation
-    from .delivery import as_delivery, get_delivery
-    from ..io.retry import RetryPolicy
-    from .source import backend_source
-
-    from ..index import dataset_manifest, resolve_dataset_url
-
     warnings: list[str] = []
     ref = resolve_dataset_url(cfg.dataset)     # a brace range or one shard: those files, under their directory
     if ref.only is not None:
@@ -387,8 +381,6 @@ def _check_map_ranges(manifest) -> None:
 
 def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _Steps:
     """Start the workers, run the consumer's steps, stop the workers; returns what each step saw."""
-    import os
-
     from .receiver import Receiver, Sender
     from .slots import SlotPool, batch_from_meta
     from .sysmon import SystemMonitor, run_delay_s
@@ -456,15 +448,15 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             rec.t_step.append((t0 - rec.t_start) / 1e9)
             rec.batch_bytes.append(meta["nbytes"])
             rec.lens.append(meta["n"])
-            rec.io_s.append(meta.get("io_s", 0.0))
-            rec.prep_s.append(meta.get("prep_s", 0.0))
-            rec.fill_s.append(meta.get("fill_s", 0.0))
-            rec.requests.append(meta.get("requests", 0))
+            rec.io_s.append(meta["io_s"])   # every key below is one the worker's _Emitter._send writes
+            rec.prep_s.append(meta["prep_s"])
+            rec.fill_s.append(meta["fill_s"])
+            rec.requests.append(meta["requests"])
             rec.worker.append(meta["worker"])
-            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9 if "ready_ns" in meta else None)
-            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
+            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9)
+            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta["start_ns"] else None)
             # worker done -> step has it (pipe, wake-up, unpickle); only on the critical path when the step waited
-            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9) if "ready_ns" in meta else None)
+            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9))
             if bar is not None:
                 bar.update(task, advance=1)
             if stop_rule is not None and k + 1 < total:
@@ -507,10 +499,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     ``ready``: called after the setup, before the first worker starts (e.g. a barrier across ranks)."""
     cap = False
     if cfg.until_stable and stop_rule is None:
-        from .stability import StopRule
-
-        rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
-        stop_rule = rule.check
+        stop_rule = cfg.stop_rule().check
         if not cfg.steps:
             cap = True
             cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
@@ -535,7 +524,6 @@ def _rate(amount: float, seconds: float) -> float | None:
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
-    from .stability import service, steady_window, window_stall
     from .verifying import merge_verify
 
     cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
@@ -649,10 +637,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
 def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
            warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
     """Intervals (measurement rule 9, "enough samples", docs/design.md), and the warnings that keep the headline honest (too short, idle workers...)."""
-    from .stability import StopRule, steady_verdict
-
     cfg = st.cfg
-    rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
+    rule = cfg.stop_rule()
     v = steady_verdict(rec, rule)
     intervals = {k: v[k] for k in (STALL_RATIO, P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL)}
     stability: Stability = {"rule": rule.describe(), "until_stable": cfg.until_stable,
@@ -703,8 +689,6 @@ def _device_counter(backend, manifest, synthetic: bool):
 
 
 def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
-    import os
-
     if not backend.supports_odirect:
         warnings.append(f"--odirect ignored: {backend.protocol}:// has no O_DIRECT; reads are buffered")
         return
