@@ -24,6 +24,7 @@ from ..config import nearest
 from ..errors import ConfigError, IobenchError
 from ..io.inputs import read_text
 from ..units import parse_duration
+from ..wrappers import Z99, parse_params   # the emulated storage's distributions: one grammar, one constant
 
 MODES = ("sleep", "spin", "callback")
 
@@ -82,8 +83,6 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
         if not times:
             raise ConfigError(field, f"{body!r} holds no step times", "one number (seconds) or duration per line")
         return ComputeModel(kind="file", times_s=tuple(times), mode=mode, callback=callback, seed=seed)
-    from ..wrappers import parse_params   # the emulation spec's grammar: one parser for both
-
     need = ("mean", "std") if kind == "normal" else ("p50", "p99")
     params = parse_params(text, body, need, field, "e.g. normal:mean=200ms,std=20ms or lognormal:p50=180ms,p99=400ms")
     a, b = (parse_duration(params[k], field) for k in need)
@@ -148,8 +147,6 @@ class Compute:
         if m.kind == "normal":
             return max(0.0, self._rng.gauss(m.mean_s, m.spread_s))
         if m.kind == "lognormal":
-            from ..wrappers import Z99   # the emulated storage's lognormal: one definition
-
             sigma = math.log(m.spread_s / m.mean_s) / Z99 if m.spread_s > m.mean_s else 0.0
             return self._rng.lognormvariate(math.log(m.mean_s), sigma)
         return m.mean_s

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..blockdev import DeviceCounter
+from ..bounds import memory_cap
 from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError
 from ..index import dataset_manifest, resolve_dataset_url
-from ..io.pagecache import STATES as CACHE_STATES
-from ..io.pagecache import set_cache_state
+from ..io.pagecache import STATES as CACHE_STATES, set_cache_state
 from ..io.retry import RetryPolicy
 from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
@@ -32,10 +33,12 @@ from ..units import format_bytes, parse_size
 from ..wrappers import EmulationSpec, parse_emulation, resolve_emulation
 from .compute import MODES, Compute, ComputeModel, parse_compute
 from .delivery import Delivery, as_delivery, get_delivery
+from .memmap import MappedSource, check_memmap
 from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
 from .source import ShardSource, backend_source
 from .stability import StopRule, service, steady_verdict, steady_window, window_stall
+from .verifying import VerifyingSource, check_sizes, merge_verify
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
@@ -301,8 +304,6 @@ def _one_cold_pass(cfg: LoadConfig, backend: Backend, manifest: Manifest, schedu
 
 def _page_cache_bytes() -> int:
     """What the page cache could hold at most: the host's physical memory."""
-    from ..bounds import memory_cap
-
     return memory_cap()
 
 
@@ -333,8 +334,6 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if order_of(schedule.access) == "map" and not synthetic:
         _check_map_ranges(manifest)
     if schedule.access == "memmap" and not synthetic:
-        from .memmap import check_memmap
-
         check_memmap(cfg, backend, manifest, source)   # before any work: memmap reads local fixed rows only
     compute = Compute(cfg.compute_model())
     deliver = as_delivery(deliver, cfg.device) if deliver is not None else get_delivery(cfg.device)
@@ -350,12 +349,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
                                 retry=RetryPolicy(attempts=cfg.retries, budget_s=cfg.retry_budget_s),
                                 error_rate=cfg.error_rate, timeout_rate=cfg.timeout_rate, odirect=cfg.odirect)
     if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
-        from .memmap import MappedSource
-
         source = MappedSource(source)
     if cfg.verify_checksums and not synthetic:
-        from .verifying import VerifyingSource, check_sizes
-
         check_sizes(backend, [manifest.shards[s] for s in schedule.shards])
         source = VerifyingSource(source)
         if order_of(schedule.access) == "map":
@@ -524,8 +519,6 @@ def _rate(amount: float, seconds: float) -> float | None:
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
-    from .verifying import merge_verify
-
     cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
     warnings = list(st.warnings)
     steps = len(rec.waits)
@@ -571,8 +564,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     first_wait = rec.waits[0] if rec.waits else None
     warmup_s = startup_s + (first_wait or 0.0)
     warmup_fraction = _rate(warmup_s, total_wall_s)
-    for reason in st.deliver.reasons:  # GPU delivery fallbacks (iobench.gds.delivery)
-        warnings.append(f"--device {cfg.device}: {reason}")
+    warnings += [f"--device {cfg.device}: {reason}" for reason in st.deliver.reasons]  # GPU fallbacks (iobench.gds)
     intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
                                           warmup_fraction=warmup_fraction)
     metrics = LoadMetrics(
@@ -682,8 +674,6 @@ def _device_counter(backend, manifest, synthetic: bool):
     """Device bytes read during the run (iobench.blockdev), for datasets on a local block device."""
     if synthetic or not backend.is_local:
         return None
-    from ..blockdev import DeviceCounter
-
     c = DeviceCounter(backend.local_path(manifest.shards[0].path))
     return c if c.dev is not None else None
 
