@@ -13,16 +13,26 @@ mpirun and every process it starts inside it) the truth is known in advance:
 
 That truth is the steady state.  A short epoch departs from it by itself, in any loader that hands a
 worker a whole batch (PyTorch's, DLIO's, iobench's map-style): the read threads' first batches land
-together, so the steps after the excluded first one run without waiting (AU up), and the last group
-of batches is computed with the disk idle (samples/s down).  ``epoch_model`` replays that timeline
-for an ideal loader (the cap shared evenly, no start-up cost) and the table shows it beside the
-truth; the unet3d shape has 84 steps per epoch so that the two stay within a few percent (at 20
-steps the model itself was 10% under the truth's samples/s and 4 pp over its AU).  Measured (unet3d,
-one instrumented iobench run of 2 epochs, AU 54.9/55.2%): of an epoch's 5,065 MB, 247-261 MB (8.2-8.7
-of 168 batches) were read before the AU window opened, the batches the 4 workers per accelerator keep
-in flight filling during the excluded first step, where the steady state has 2; the window's bytes
-at 100 MB/s take 48.0-48.2 s (AU 55.6-55.8%), the disk idle 0.45-0.68 s at the end brings it to
-54.7-55.3%.  The model lands the last 4 batches together (a 1.3 s tail): 54.5%.
+together, so the steps after the excluded first one start with batches in hand (AU up), and the last
+steps are computed after the disk's last byte (samples/s down).  ``epoch_model`` replays one epoch of an
+ideal loader with PyTorch's dispatch (the cap shared evenly, no start-up or hand-off cost, each tool's
+own sample sizes) and the table shows it beside the truth; the unet3d shape has 84 steps per epoch so
+that the two stay within a few percent (at 20 steps the model is 4% under the truth's samples/s and
+9 pp over its AU; at 84, 1% and 1.8 pp).
+
+Measured (unet3d, 100 MB/s, 2026-12-03, load 7-8; the throttle cgroup's own read counter every 5 ms
+against each epoch's AU window -- iobench: the step callback's end times; DLIO: per_epoch_stats.json
+and each rank's compute and AU): iobench's two epochs read 287 / 257 MB before the window opened, then
+4,781 / 4,810 MB in it at 98.7 MB/s, the disk idle for the last 0.50-0.75 s; AU 55.4 / 55.0%.  The
+model replaying those two epochs' shuffles (``iobench_plans``) reads 293 / 256 MB before the window,
+idles 0.53 s at the end, and gives AU 55.3 / 55.0%: iobench is the ideal loader on its own data within
+0.1 pp.  DLIO in the same hour: 4,792-4,816 MB in a 48.5-48.7 s window, idle 0.5-0.75 s at the end,
+AU 55.0 / 55.3% by rank (the model for its fixed sizes: 55.3%; 54.0-55.0% in the table's rounds).
+The model this one replaced landed the read threads' batches in lock-step groups, computed the last
+group of 4 steps with the disk idle (1.29 s) and opened every window at the step barrier: AU 54.5%,
+under both tools' measured windows, which made iobench's 55.2% read as more than an ideal loader can
+have.  The short epoch's AU above the truth (+1.6 to +1.8 pp) is that of any loader with PyTorch's
+dispatch at 84 steps; a DLIO round lands nearer the truth by the time its own harness loses.
 
 Rounds alternate which tool goes first (A/B, B/A); each round drops both datasets from the page
 cache first.  iobench: ``mlperf run`` with 1 run, no warm-up, 2 epochs, the page cache dropped
@@ -129,12 +139,15 @@ def run_dlio(name: str, data: Path, venv: Path, record_bytes: int, out: Path, lo
             "MiB_per_s": m["train_io_mean_MB_per_second"], "wall_s": wall}
 
 
+IOBENCH_EPOCHS = 2   # per run_iobench: the epochs iobench_plans replays
+
+
 def run_iobench(name: str, data: Path) -> dict:
     from iobench.mlperf.run import MlperfConfig, run_mlperf
 
     wl, *_ = SHAPES[name]
     acc = SHAPES[name][4]
-    r = run_mlperf(MlperfConfig(dataset=str(data), workload=wl, accelerators=acc, epochs=2, runs=1, warmup=False,
+    r = run_mlperf(MlperfConfig(dataset=str(data), workload=wl, accelerators=acc, epochs=IOBENCH_EPOCHS, runs=1, warmup=False,
                                 cache="cold", checkpoint=False))
     return {"au": r["au"], "samples_per_s": r["samples_per_s"], "MB_per_s_read": r["MB_per_s_read"],
             "MiB_per_s_dlio": r["MiB_per_s_dlio"], "steps_per_epoch": r["steps_per_epoch"],
@@ -149,22 +162,128 @@ def truth(bw: float | None, sample_bytes: float, batch: int, step_s: float, n: i
 
 
 def epoch_model(bw: float | None, sample_bytes: float, batch: int, step_s: float, n: int, workers: int,
-                steps: int) -> dict:
-    """One epoch of an ideal batch-per-worker loader under a cap of ``bw`` bytes/s: ``n`` accelerators x
-    ``workers`` workers each read one whole batch at a time, sharing the cap evenly, so the accelerators'
-    batches land ``workers`` at a time every ``n * workers * batch * sample_bytes / bw`` seconds; each
-    step starts when its batch has landed and the previous step is done (the step barrier keeps the
-    accelerators in step).  samples/s over the epoch's wall; AU over the steps after the first, as
-    MLPerf counts it.  A steady state without the epoch's start and end is the truth above."""
+                steps: int, prefetch: int = 1, sizes: list[float] | None = None, seeds: int = 4,
+                plans: list[list[list[float]]] | None = None) -> dict:
+    """One epoch of an ideal PyTorch-style loader under a cap of ``bw`` bytes/s, the references' own
+    dispatch without their costs (no start-up, no hand-off, no step-barrier latency).
+
+    Each of ``n`` accelerators has ``workers`` workers; batch ``k`` goes to worker ``k % workers``, and the
+    loader keeps ``workers x prefetch`` batches out, sending the next index when the training loop takes a
+    batch (torch DataLoader ``_try_put_index``; DLIO's prefetch_factor, iobench's ``gate``).  A worker
+    reads its batches one at a time, and the workers reading share the cap evenly.  Each step starts when
+    its batch is there and the previous step's barrier is past; the step barrier releases when every
+    accelerator's compute is done.  samples/s over the epoch's wall; AU over the steps after the first, each
+    accelerator's window opening at the end of its first step's compute, so that an accelerator whose first
+    batch came early waits at the barrier inside it (DLIO ``compute_metrics_train``: the block's time less
+    the first step's ``proc``, loading and compute; iobench ``mlperf_steps``), then the mean over them.
+
+    The disk never idles while the epoch has bytes left (the loader always has batches out), so the last
+    byte lands at bytes / cap and only the last step or two run after it (0.53 s at the unet3d shape).  The
+    model this replaced landed the workers' batches in lock-step groups, the last group of ``workers`` steps
+    computed with the disk idle (and read a last group's missing batches when ``workers`` did not divide the
+    steps), and opened every window at the step barrier: its epoch 0.75 s longer than this one's at the
+    unet3d shape, its AU 0.8 pp lower -- it read as a ceiling that iobench's 55.2% broke.
+
+    ``sizes``: every sample's bytes (a dataset whose sizes vary, as iobench's unet3d does); the epoch is
+    then the mean of ``seeds`` seeded shuffles, cut into each accelerator's batches.  ``plans``: the
+    epochs' batches as ``[epoch][accelerator][step]`` bytes (``iobench_plans``: the shuffles iobench ran),
+    the mean over them.  Without either every batch is ``batch x sample_bytes``."""
+    import random
+
     if bw is None or steps < 2:
         return {"samples_per_s": None, "au": None}
-    group_s = n * workers * batch * sample_bytes / bw
-    starts: list[float] = []
-    for j in range(steps):
-        landed = group_s * (j // workers + 1)
-        starts.append(landed if not starts else max(landed, starts[-1] + step_s))
-    end = starts[-1] + step_s
-    return {"samples_per_s": n * batch * steps / end, "au": (steps - 1) * step_s / (end - starts[1])}
+    lag = max(1, workers * prefetch)
+    plans = list(plans or [])
+    if not plans and sizes is None:
+        plans.append([[batch * sample_bytes] * steps for _ in range(n)])
+    elif not plans:
+        for seed in range(seeds):
+            order = random.Random(seed).sample(list(sizes), len(sizes))
+            per = steps * batch
+            plans.append([[sum(order[r * per + k * batch:r * per + (k + 1) * batch]) for k in range(steps)]
+                          for r in range(n)])
+    sps, au = [], []
+    for plan in plans:
+        opened, end, _ = _epoch_timeline(bw, plan, step_s, workers, lag)
+        sps.append(n * batch * steps / end)
+        au.append(statistics.fmean((steps - 1) * step_s / (end - o) for o in opened))   # mean over ranks
+    return {"samples_per_s": statistics.fmean(sps), "au": statistics.fmean(au)}
+
+
+def iobench_plans(sample_bytes: list[float], n: int, batch: int, steps: int, epochs: int) -> list:
+    """The batches iobench's ``mlperf run`` reads (seed 0, run 0, map access): each epoch's shuffle as its
+    sampler deals it (iobench.loader.sampler ``map_epoch``, rank ``r`` of ``n``), as bytes per batch."""
+    from iobench.loader.sampler import map_epoch
+    from iobench.mlperf.run import epoch_seed
+
+    out = []
+    for e in range(epochs):
+        plan = []
+        for r in range(n):
+            ids = map_epoch(len(sample_bytes), batch, epoch_seed(0, 0, e), 0, r, n, True, True).ids
+            plan.append([sum(sample_bytes[int(i)] for i in ids[k * batch:(k + 1) * batch]) for k in range(steps)])
+        out.append(plan)
+    return out
+
+
+def _epoch_timeline(bw: float, batch_bytes: list[list[float]], step_s: float, workers: int,
+                    lag: int) -> tuple[list[float], float, float]:
+    """(each accelerator's end of its first step's compute, end of the last step, when the last byte
+    landed) of one epoch: ``batch_bytes[r][k]`` is accelerator ``r``'s batch ``k``; see ``epoch_model``."""
+    from collections import deque
+
+    n, steps = len(batch_bytes), len(batch_bytes[0])
+    queues = [[deque() for _ in range(workers)] for _ in range(n)]   # per worker: its batches, in order
+    left: dict[tuple[int, int], float] = {}                          # bytes still to read
+    ready = [[-1.0] * steps for _ in range(n)]
+    t = 0.0
+
+    def dispatch(r: int, k: int) -> None:
+        if k < steps:
+            queues[r][k % workers].append(k)
+            left[(r, k)] = batch_bytes[r][k]
+
+    def advance(limit: float) -> bool:
+        """Read until ``limit`` or the first batch done before it (True); the reading workers share ``bw``."""
+        nonlocal t
+        heads = [(r, q[0]) for r in range(n) for q in queues[r] if q]
+        if not heads:
+            t = max(t, limit) if limit != float("inf") else t
+            return False
+        rate = bw / len(heads)
+        dt = min(left[h] for h in heads) / rate
+        if t + dt > limit:
+            for h in heads:
+                left[h] -= (limit - t) * rate
+            t = limit
+            return False
+        t += dt
+        for r, k in heads:
+            left[(r, k)] -= dt * rate
+            if left[(r, k)] <= 1e-6 * max(1.0, batch_bytes[r][k]):
+                ready[r][k] = t
+                queues[r][k % workers].popleft()
+        return True
+
+    for r in range(n):
+        for k in range(lag):
+            dispatch(r, k)
+    release, opened = 0.0, [0.0] * n
+    for k in range(steps):
+        while t < release:
+            advance(release)
+        taken: dict[int, float] = {}
+        while len(taken) < n:
+            for r in range(n):
+                if r not in taken and ready[r][k] >= 0:
+                    taken[r] = t
+                    dispatch(r, k + lag)   # the loader sends a worker its next index when a batch is taken
+            if len(taken) < n and not advance(float("inf")):
+                raise RuntimeError("epoch model: a batch waits with nothing being read")
+        release = max(taken.values()) + step_s   # the step barrier: every accelerator's compute done
+        if k == 0:
+            opened = [taken[r] + step_s for r in range(n)]
+    return opened, release, max(max(x) for x in ready)
 
 
 def _rel(v, t):
@@ -188,7 +307,7 @@ def main() -> int:
     a = ap.parse_args()
     from iobench.blockdev import device_of
     from iobench.manifest import read_manifest
-    from iobench.mlperf.run import loader_group
+    from iobench.mlperf.run import loader_group, prefetch_for
     from iobench.mlperf.workloads import TABLE
     from iobench.results import now_iso
     from iobench.storage import open_backend
@@ -210,11 +329,14 @@ def main() -> int:
             gen_iobench(name, ib)
             m = read_manifest(open_backend(str(ib)))
             record = round(ib_sample := m.total_bytes / m.total_samples)
+            ib_sizes = [sh.bytes / sh.samples for sh in sorted(m.shards, key=lambda x: x.first_sample)
+                        for _ in range(sh.samples)]   # by global sample index
             dl = work / f"dlio-{name}"
             if not a.no_dlio:
                 gen_dlio(name, dl, venv, record, log)
                 dl_files = _files(dl / "train")
                 dl_sample = sum(p.stat().st_size for p in dl_files) / (len(dl_files) * SHAPES[name][3])
+                dl_sizes = [p.stat().st_size / SHAPES[name][3] for p in dl_files for _ in range(SHAPES[name][3])]
             if a.gen_only:
                 continue
             modes = [("throttled", bw)] + ([("unthrottled", None)] if a.unthrottled else [])
@@ -244,7 +366,12 @@ def main() -> int:
                     spe = SHAPES[name][2] * SHAPES[name][3] // (wl.batch_size * n)
                     # the model's timeline is a whole batch per read thread; a batch cut from the read threads'
                     # TFRecord streams (resnet50: loader_group > 1) is another timeline
-                    em = epoch_model(cap, sb, wl.batch_size, wl.compute_s["h100"], n, wl.read_threads, spe) \
+                    # iobench: the shuffles its 2 epochs ran (map); DLIO: its own file sizes, shuffled
+                    em = epoch_model(cap, sb, wl.batch_size, wl.compute_s["h100"], n, wl.read_threads, spe,
+                                     prefetch_for(wl, wl.read_threads, 1),
+                                     ib_sizes if tool == "iobench" else dl_sizes,
+                                     plans=iobench_plans(ib_sizes, n, wl.batch_size, spe, IOBENCH_EPOCHS)
+                                     if tool == "iobench" and wl.access == "map" else None) \
                         if loader_group(wl, wl.read_threads) == 1 else {"samples_per_s": None, "au": None}
                     sps = statistics.median(r["samples_per_s"] for r in ok) if ok else None
                     au = statistics.median(r["au"] for r in ok) if ok else None
@@ -284,14 +411,45 @@ def _merged(a, rows: list[dict], raw: list[dict]) -> tuple[list[dict], list[dict
     def key(r):
         return order.get(r["shape"], 99), r["mode"] != "throttled"
 
-    keep_rows = [r for r in old.get("rows", []) if (r["shape"], r["mode"]) not in now]
+    keep_rows = [_remodel(r, old.get("args", {}).get("throttle"))
+                 for r in old.get("rows", []) if (r["shape"], r["mode"]) not in now]
     keep_raw = [r for r in old.get("raw", []) if (r["shape"], r["mode"]) not in now]
     return sorted(keep_rows + rows, key=key), sorted(keep_raw + raw, key=key)
+
+
+def _remodel(r: dict, throttle: str | None) -> dict:
+    """A kept row's epoch model from this version of ``epoch_model`` (the measurement is untouched), with
+    the row's mean sample size: its dataset is gone, so a shape whose sizes vary is modelled at their mean
+    (unet3d's varying sizes move the model by 0.1-0.2 pp; cosmoflow's samples are all one size)."""
+    from iobench.mlperf.run import prefetch_for
+    from iobench.mlperf.workloads import TABLE
+    from iobench.units import parse_size
+
+    if r.get("model_au") is None or r["mode"] != "throttled" or not throttle or r.get("sample_bytes") is None:
+        return r
+    wl = TABLE[SHAPES[r["shape"]][0]]
+    em = epoch_model(parse_size(throttle, "--throttle"), r["sample_bytes"], wl.batch_size, wl.compute_s["h100"],
+                     SHAPES[r["shape"]][4], wl.read_threads, r["steps_per_epoch"],
+                     prefetch_for(wl, wl.read_threads, 1))
+    return {**r, "model_samples_per_s": em["samples_per_s"], "model_au": em["au"]}
 
 
 def _load_range(r: dict) -> str:
     v = [x["load_avg"] for rs in r["per_round"].values() for x in rs if x.get("load_avg") is not None]
     return f"{min(v):.1f}-{max(v):.1f}" if v else "?"
+
+
+def _round_ranges(raw: list[dict]) -> dict:
+    """(shape, mode, tool) -> ("min-max" samples/s, "min-max%" AU) over the rounds that ran."""
+    out = {}
+    for r in raw:
+        for tool, rs in r["per_round"].items():
+            ok = [x for x in rs if "error" not in x and x.get("samples_per_s") is not None]
+            if ok:
+                s = [x["samples_per_s"] for x in ok]
+                a = [100 * x["au"] for x in ok]
+                out[(r["shape"], r["mode"], tool)] = (f"{min(s):.1f}-{max(s):.1f}", f"{min(a):.1f}-{max(a):.1f}%")
+    return out
 
 
 def _f(v, spec):
@@ -332,23 +490,34 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         "each epoch, the barrier after the first inside the window (`compute_metrics_train`); iobench counts the "
         "nominal step time, DLIO the measured sleep (an oversleep on a loaded host raises DLIO's AU); iobench's "
         "accelerators meet at a barrier after their loaders' setup, so they start reading together.  AU above the "
-        "truth is the prefetch filling during the excluded first step (bench_dlio.py's docstring has the numbers).",
+        "truth is the epoch's ends: the prefetch filling during the excluded first step, and the last steps "
+        "computed after the disk's last byte (bench_dlio.py's docstring has the numbers).",
         "",
-        "Epoch model: the same cap and shape, one epoch of an ideal loader that hands each read thread a whole "
-        "batch (`epoch_model` in bench_dlio.py: the threads' first batches land together, the last group is "
-        "computed with the disk idle) -- how far a short epoch alone departs from the steady-state truth.  "
-        "Not for resnet50, whose batch is cut from the 8 read threads' streams.",
+        "Epoch model: the same cap and shape, one epoch of an ideal loader with PyTorch's dispatch (`epoch_model` "
+        "in bench_dlio.py: each read thread reads a whole batch, the loader keeps read threads x prefetch batches "
+        "out and sends the next index when a batch is taken, the reading threads share the cap evenly, no start-up "
+        "or hand-off cost; each tool's own sample sizes, iobench's in the shuffles its 2 epochs read; a row kept "
+        "from an earlier run by --merge gets it at the row's mean sample size) -- how far a short epoch alone "
+        "departs from the "
+        "steady-state truth, and what a loader without overheads reaches on it.  Not for resnet50, whose batch is "
+        "cut from the 8 read threads' streams.",
         "",
-        "| shape | mode | tool | steps/epoch | samples/s | truth | off | epoch model | AU | truth AU | off (pp) | "
-        "epoch model AU | rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Range: the lowest and highest of the rounds, samples/s and AU, so that a difference between the tools "
+        "can be read against each tool's own round-to-round spread (overlapping ranges: within noise).",
+        "",
+        "| shape | mode | tool | steps/epoch | samples/s | range | truth | off | epoch model | AU | range | truth AU | "
+        "off (pp) | epoch model AU | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    spread = _round_ranges(raw)
     for r in rows:
+        sr, ar = spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))
         md.append(f"| {r['shape']} | {r['mode']} | {r['tool']} | {r['steps_per_epoch']} | "
-                  f"{_f(r['samples_per_s'], '.1f')} | {_f(r['truth_samples_per_s'], '.1f')} | "
+                  f"{_f(r['samples_per_s'], '.1f')} | {sr} | {_f(r['truth_samples_per_s'], '.1f')} | "
                   f"{'-' if r['samples_rel'] is None else format(100 * r['samples_rel'], '+.1f') + '%'} | "
                   f"{_f(r['model_samples_per_s'], '.1f')} | "
-                  f"{_pct(r['au'])} | {_pct(r['truth_au'])} | {_f(r['au_pp'], '+.1f')} | {_pct(r['model_au'])} | "
+                  f"{_pct(r['au'])} | {ar} | {_pct(r['truth_au'])} | {_f(r['au_pp'], '+.1f')} | "
+                  f"{_pct(r['model_au'])} | "
                   f"{r['rounds']}{' (' + '; '.join(r['errors']) + ')' if r['errors'] else ''} |")
     md += ["", "Per round (tool order alternates; load average = 1-minute, at each run's start):", "",
            "| shape | mode | round | tool | samples/s | AU | load avg |", "|---|---|---|---|---|---|---|"]

@@ -298,10 +298,16 @@ def _write_checkpoint(folder: str, name: str, nbytes: int) -> dict:
             "fsync": True}
 
 
+def epoch_seed(seed: int, run_index: int, epoch: int) -> int:
+    """The loader's seed for epoch ``epoch`` of run ``run_index`` (the warm-up is run -1): a new seed every
+    run (§6.6.3) and every epoch.  benchmarks/bench_dlio.py replays the shuffles it gives."""
+    return seed + 1000 * (run_index + 1) + epoch
+
+
 def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: int, cold: bool, run_index: int,
              world_rank0: int, world_size: int, steps: int, world=None, ckpt: dict | None = None) -> dict:
     """One MLPerf run: all accelerators, ``epochs`` passes (one per epoch, each its first step excluded)."""
-    seed = cfg.seed + 1000 * (run_index + 1)   # a new seed every run, the warm-up (-1) too (§6.6.3)
+    seed = epoch_seed(cfg.seed, run_index, 0)
     per: list[dict] = [dict(samples=0, bytes_read=0, wall_s=0.0, startup_s=0.0, au_epochs=[], step_s=[], compute_s=[],
                             barrier_s=0.0, wait_s=0.0, caches=[], warnings=[], model=[], busy_s=0.0,
                             run_delay_s=0.0, delay_known=True)
@@ -311,7 +317,7 @@ def _one_run(cfg: MlperfConfig, wl: MlperfWorkload, compute_s: float, epochs: in
     checkpoint = None
     for e in range(epochs):
         fields = _load_fields(cfg, wl, compute_s, "cold" if cold else ("as-is" if cfg.cache == "auto" else cfg.cache),
-                              seed + e, steps)
+                              epoch_seed(cfg.seed, run_index, e), steps)
         if world is not None:
             world.barrier("mlperf epoch")   # every node's accelerators start each epoch together
         results = run_accelerators(fields, cfg.accelerators, compute_s, world_rank0, world_size,
