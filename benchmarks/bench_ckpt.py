@@ -47,16 +47,17 @@ def live_state(mib: int, ranks: int = 8) -> LiveState:
     return live
 
 
-def staged(live: LiveState) -> Staging:
-    """Staging buffers holding a snapshot of ``live`` (pages faulted in, as a reused buffer's are)."""
+def staged(mib: int) -> tuple[LiveState, Staging]:
+    """``live_state(mib)`` and staging buffers holding a snapshot of it (pages faulted in, as a reused
+    buffer's are)."""
+    live = live_state(mib)
     staging = Staging(live.spec, live.ranks)
     staging.snapshot(live)
-    return staging
+    return live, staging
 
 
 def bench_snapshot(mib: int, reps: int) -> dict:
-    live = live_state(mib)
-    staging = staged(live)
+    live, staging = staged(mib)
     flat_src = [a for r in live.ranks for a in live.flat[r]]
     total = sum(a.size for a in flat_src)
     dst = np.empty(total, dtype=np.uint8)
@@ -77,8 +78,7 @@ def bench_snapshot(mib: int, reps: int) -> dict:
 
 
 def bench_local_write(mib: int, reps: int, root: Path) -> dict:
-    live = live_state(mib)
-    staging = staged(live)
+    live, staging = staged(mib)
     total = staging.nbytes
     fio_size = total // (8 * len(live.ranks) * MiB) * 8 * len(live.ranks) * MiB
     n = count()

@@ -39,8 +39,8 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (command, machine, machine_line, notes, parser, ratios, run_json, scratch, set_cache, table, timed,
-                     write_report)  # benchmarks/ is not a package
+from harness import (bench_venv, command, machine, machine_line, notes, parser, ratios, run_json, scratch,
+                     set_cache, table, timed, write_report)  # benchmarks/ is not a package
 
 MiB = 2**20
 # comparison: (the peer's times, iobench's times, the target for peer time / iobench time)
@@ -266,16 +266,9 @@ def main(argv=None) -> int:
     try:
         import torch
     except ImportError:
-        venv = Path(__file__).resolve().parent / ".venv-ckpt"
-        py = venv / "bin" / "python"
-        if not py.exists():
-            import subprocess
-
-            print(f"creating the benchmark venv {venv} (iobench + torch==2.13.0)", flush=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", str(Path(__file__).resolve().parents[1]),
-                            "torch==2.13.0"], check=True)
-        os.execv(str(py), [str(py), __file__, *(argv if argv is not None else sys.argv[1:])])
+        here = Path(__file__).resolve().parent
+        py = bench_venv(here / ".venv-ckpt", "-e", str(here.parent), "torch==2.13.0")   # iobench editable + torch
+        os.execv(py, [py, __file__, *(argv if argv is not None else sys.argv[1:])])
     res = {"command": command("bench_ckpt_torch.py", argv), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "machine": machine(), "torch": torch.__version__, "rounds": args.rounds, "sizes": []}
     with scratch("ckpt-torch", args.work) as work:

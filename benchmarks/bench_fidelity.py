@@ -37,7 +37,6 @@ from math import nan
 from pathlib import Path
 
 from iobench.blockdev import device_of, diskstats_read_bytes, own_cgroup
-from iobench.io.pagecache import file_residency
 from iobench.loader import fidelity
 from iobench.loader.core import LoadConfig, run_load
 from iobench.loader.sampler import delivery_order
@@ -48,21 +47,13 @@ from iobench.schema import STALL_RATIO
 MiB = 2**20
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import (alternating, command, dataset, fio, loadavg, machine, machine_line, median, notes,  # noqa: E402
-                     parser, run_json, run_sections, scratch, sections_option, set_cache, skipped, table, timed,
-                     write_results)  # (benchmarks/ is not a package)
+from harness import (alternating, bench_venv, command, dataset, fio, iobench_exe, loadavg, machine,  # noqa: E402
+                     machine_line, median, notes, parser, read_throttle, run_json, run_sections, scratch, sections_option, set_cache,
+                     skipped, table, timed, write_report, write_results)
+from harness import row as result_row  # noqa: E402  (benchmarks/ is not a package)
 
 
-# ------------------------------------------------------------------ the peers' venv
-
-def peer_python(venv: Path) -> str:
-    py = venv / "bin" / "python"
-    if not py.exists():
-        print(f"creating the peers' venv {venv} (torch==2.13.0, webdataset)", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "webdataset", "numpy"], check=True)
-    return str(py)
-
+# ------------------------------------------------------------------ the peers (their own venv)
 
 def run_peer(py: str, spec: dict) -> dict:
     return run_json([py, str(HERE / "fidelity_peers.py"), json.dumps(spec)], f"peer {spec['kind']}", timeout=600)
@@ -116,18 +107,6 @@ def bench_grid(work: Path, quick: bool) -> list[dict]:
              "total": len(rows), "max_abs_diff_pp": max(abs(r["diff_pp"]) for r in rows)}]
 
 
-def _throttle(path: str, bw: int):
-    from iobench.throttle import ReadThrottle, available
-
-    ok, why = available()
-    if not ok:
-        return None, why
-    dev = device_of(path)
-    if dev is None:
-        return None, f"{path} is not on a block device"
-    return ReadThrottle(dev, bw, tag="bench"), None
-
-
 # (name, pattern, peer, read cap, batch, steps, compute s, sample bytes of the raw case)
 # map: raw tokens, 64 KiB samples (one pread each), 16-sample (1 MiB) batches, 50 MiB/s cap (20 ms a
 # batch), 14 ms compute; samples large enough that per-sample Python work (torch's __getitem__ and
@@ -150,7 +129,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
         url = str(work / ("raw" if pattern == "map" else "tar"))
         man, paths = dataset(url, **gen, seq_len=32768, vocab_size=50000, fsync=True)
         batch_bytes = batch * (sample_bytes or man.total_bytes / man.total_samples)
-        thr, why = _throttle(url, bw)
+        thr, why = read_throttle(url, bw, "bench")
         if thr is None:
             out += skipped(f"throttled {name}", why)
             continue
@@ -297,9 +276,8 @@ def bare_pread_loop(paths: list[str], reads: list, length: int) -> float:
 def row(section: str, note: str, ours: list[float], peer: list[float], target: float | None = None, **extra) -> dict:
     """A 4 KiB-reads row from same-run rounds: the medians of each side, their ratio, the per-round ratios."""
     i, p = statistics.median(ours), statistics.median(peer)
-    return {"section": section, "metric": "4 KiB reads per s", "note": note, "iobench": i, "peer": p, "ratio": i / p,
-            "target": target, "met": i / p >= target if target else None, "iobench_runs": ours, "peer_runs": peer,
-            "round_ratios": [x / y for x, y in zip(ours, peer)], **extra}
+    return result_row(section, "4 KiB reads per s", i, p, i / p, target, note, iobench_runs=ours, peer_runs=peer,
+                      round_ratios=[x / y for x, y in zip(ours, peer)], **extra)
 
 
 def bench_fio(work: Path, quick: bool) -> list[dict]:
@@ -414,14 +392,12 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
     _, paths = dataset(url, n, "8MiB", fmt="tar", vocab_size=50000)
     batch = 64
     steps = n // batch
-    iob_cmd = [str(Path(sys.executable).parent / "iobench"), "load", url, "--access", "stream", "-W", "1",
-               "-Q", "2", "--batch-size", str(batch), "--steps", str(steps), "--cache", "warm", "--no-progress"]
+    iob_cmd = [iobench_exe(), "load", url, "--access", "stream", "-W", "1", "-Q", "2", "--batch-size", str(batch),
+               "--steps", str(steps), "--cache", "warm", "--no-progress"]
     spec = {"kind": "wds-stream", "urls": paths, "batch": batch, "workers": 0, "prefetch": 2, "steps": steps,
             "compute_s": 0.0, "shuffle_buffer": 1000, "key": "npy"}
     iob, peer = [], []
     for _round in range(1 if quick else 3):
-        for p in paths:
-            file_residency(p)
         t, r = timed(lambda: subprocess.run(iob_cmd, capture_output=True, text=True))
         if r.returncode != 0:
             return skipped("stream tar vs webdataset", f"iobench load failed: {r.stderr[-500:]}")
@@ -429,12 +405,11 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
         t, pr = timed(lambda: run_peer(py, spec))
         peer.append(pr["samples"] / t)
     i, p = statistics.median(iob), statistics.median(peer)
-    return [{"section": "stream tar vs webdataset", "metric": "samples/s, whole-process wall",
-             "note": f"{steps * batch} samples of 1 KiB tokens in tar shards, warm cache, one process each "
-                     "(iobench -W 1: one worker process + consumer; webdataset in the consumer), shuffle buffer "
-                     "1000, batch 64, no compute; wall time of the whole command, imports included",
-             "iobench": i, "peer": p, "ratio": i / p, "target": 1.5, "met": i / p >= 1.5,
-             "iobench_runs": iob, "peer_runs": peer}]
+    return [result_row("stream tar vs webdataset", "samples/s, whole-process wall", i, p, i / p, 1.5,
+                       f"{steps * batch} samples of 1 KiB tokens in tar shards, warm cache, one process each (iobench "
+                       "-W 1: one worker process + consumer; webdataset in the consumer), shuffle buffer 1000, batch "
+                       "64, no compute; wall time of the whole command, imports included",
+                       iobench_runs=iob, peer_runs=peer)]
 
 
 # ------------------------------------------------------------------ report
@@ -540,12 +515,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)   # --work: scratch on the disk to throttle
     if args.render:
         d = json.loads(Path(args.out).with_suffix(".json").read_text())
-        Path(args.out).with_suffix(".md").write_text(to_markdown(d["results"], d["meta"]))
-        print(to_markdown(d["results"], d["meta"]))
+        write_report(args.out, d, to_markdown(d["results"], d["meta"]))
         return 0
     meta = {"command": command("bench_fidelity.py", argv), "machine": machine()}
     t0 = time.perf_counter()
-    py = peer_python(Path(args.venv)) if {"throttled", "wds"} & set(args.sections.split(",")) else None
+    py = bench_venv(Path(args.venv), "torch==2.13.0", "webdataset", "numpy") \
+        if {"throttled", "wds"} & set(args.sections.split(",")) else None
     with scratch("fidelity", args.work) as work:
         results = run_sections({"grid": lambda: bench_grid(work, args.quick),
                                 "throttled": lambda: bench_throttled(work, args.quick, py,

@@ -15,18 +15,15 @@ the two answers differ (the unthrottled one the larger) and each carries its lab
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_front_door import fio_read, refuse  # (benchmarks/ is not a package)
-from harness import iobench_exe, iobench_json, run_line, run_meta, table, write_report
+from harness import REF, iobench_exe, iobench_json, parser, read_throttle, run_line, run_meta, scratch, table, write_report
 from summary import summary_row
 
 
@@ -42,29 +39,22 @@ def find_max(data: str, a, throttle=None) -> dict:
 
 
 def main(argv=None) -> int:
-    from iobench.blockdev import device_of
-    from iobench.throttle import ReadThrottle, available
     from iobench.units import parse_size
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__, str(REF / "find_max"), where="/var/tmp")
     ap.add_argument("--throttle", default="350MB")
     ap.add_argument("--files", type=int, default=1176)
     ap.add_argument("--scale", type=float, default=0.01)
     ap.add_argument("--compute-s", type=float, default=0.1)
     ap.add_argument("--max", type=int, default=16)
-    ap.add_argument("--work", default="/var/tmp")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "reports" / "reference" / "find_max"))
     a = ap.parse_args(argv)
     bw = parse_size(a.throttle, "--throttle")
-    ok, why = available()
-    dev = device_of(a.work) if os.path.isdir(a.work) else None
-    if not ok or dev is None:
-        return refuse("--work", why if not ok else f"{a.work} is not on a block device",
-                      "run as root with cgroup blkio / io.max, --work on a real disk")
-    work = Path(tempfile.mkdtemp(prefix="iobench-find-max-", dir=a.work))
-    data = str(work / "unet3d")
+    thr, why = read_throttle(a.work, bw, "find-max")
+    if thr is None:
+        return refuse("--work", why, "run as root with cgroup blkio / io.max, --work on a real disk")
     t_start = time.time()
-    try:
+    with scratch("find-max", a.work) as work:
+        data = str(work / "unet3d")
         subprocess.run([iobench_exe(), "gen", "--workload", "unet3d", "--scale", str(a.scale), "--num-samples",
                         str(a.files), "--out", data, "--no-progress"], check=True, capture_output=True, timeout=1800)
         files = sorted(str(p) for p in Path(data).rglob("*.npz"))
@@ -73,13 +63,10 @@ def main(argv=None) -> int:
         predicted = int(bw // (0.9 * demand))
         fio_free = fio_read(files[:64])
         cases = {"unthrottled": {**find_max(data, a), "fio_bytes_per_s": fio_free}}
-        thr = ReadThrottle(dev, bw, tag="find-max")
         with thr:
             fio_thr = fio_read(files[:64])
         cases["throttled"] = {**find_max(data, a, thr), "fio_bytes_per_s": fio_thr, "cap_bytes_per_s": bw,
                               "predicted": predicted}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     for name, c in cases.items():
         print(f"[{name}] {c['find_max']['headline']} ({c['seconds']:.0f} s, load {c['load_avg_1m_start']:.1f})",
               flush=True)

@@ -44,19 +44,18 @@ reports the median of its rounds and every round.  Writes NAME.json, NAME.md and
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (MiB, fio, iobench_exe, iobench_json, run_line, run_meta, set_cache,
-                     table, write_report)  # (benchmarks/ is not a package)
+from harness import (REF, MiB, fio, iobench_exe, iobench_json, notes, parser, read_throttle, run_line, run_meta, scratch,
+                     set_cache, table, write_report)  # (benchmarks/ is not a package)
 from summary import summary_row
 
 from iobench.schema import STALL_RATIO
@@ -173,8 +172,11 @@ def fio_read(files: list[str], seconds: int = 3) -> float:
     times, so the bandwidth truth is measured beside each round, not assumed."""
     if not shutil.which("fio"):
         return float("nan")
+    # names relative to --directory: fio refuses a --filename list over 4096 characters
+    top = os.path.commonpath([os.path.dirname(f) for f in files])
     return fio("--name=seq", "--rw=read", "--bs=1M", "--direct=1", "--ioengine=psync", "--numjobs=1", "--time_based",
-               f"--runtime={seconds}", "--filename=" + ":".join(files), timeout=600)[1]["read"]["bw_bytes"]
+               f"--runtime={seconds}", f"--directory={top}", "--filename=" + ":".join(os.path.relpath(f, top) for f in files),
+               timeout=600)[1]["read"]["bw_bytes"]
 
 
 def read_ahead_kb(dev) -> int | None:
@@ -236,10 +238,9 @@ def refuse(field: str, problem: str, fix: str) -> int:
     return 2
 
 
-def refusal(a, rows: list[str], dev) -> int | None:
-    """Exit 2 with one line for what this run cannot measure (see the module docstring); None when it can."""
-    from iobench.throttle import available
-
+def refusal(a, rows: list[str], no_throttle: str) -> int | None:
+    """Exit 2 with one line for what this run cannot measure (see the module docstring); None when it can.
+    ``no_throttle``: why --work's disk cannot be throttled here ("" where it can)."""
     unknown = [r for r in rows if r not in ROWS]
     if unknown or not rows:
         return refuse("--rows", f"unknown row {unknown[0]!r}" if unknown else "no row given",
@@ -253,12 +254,11 @@ def refusal(a, rows: list[str], dev) -> int | None:
                       f"{','.join(needs_peer)} rows run their peers with it)",
                       "python3 -m venv /work/venvs/torch && /work/venvs/torch/bin/pip install "
                       "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl numpy webdataset")
-    ok, why = available()
     throttled = [r for r in rows if r in THROTTLED]
-    if throttled and (not ok or dev is None):
+    if throttled and no_throttle:
         # a throttled row skipped is an empty table written over the reference: refuse instead
         return refuse("--rows", f"rows {','.join(throttled)} need a kernel read throttle on --work's disk, and "
-                      + (why if not ok else f"--work {a.work} is not on a block device"),
+                      + no_throttle,
                       "run as root on a host with cgroup blkio / io.max and --work on a real disk, or drop those rows")
     return None
 
@@ -299,32 +299,25 @@ def summarise(row: str, rs: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__, str(REF / "front_door"), where="/var/tmp")   # --work: where the datasets go (a real disk)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", default="tar,parquet,tfrecord,wds,s3,host")
     ap.add_argument("--quick", action="store_true", help="small datasets, one round")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "reports" / "reference" / "front_door"))
-    ap.add_argument("--work", default="/var/tmp", help="where the datasets go (a real disk, not tmpfs)")
     ap.add_argument("--peer-python", default=PEER_PY,
                     help="a Python with torch, webdataset and numpy for the wds and torch-map rows")
     a = ap.parse_args(argv)
-    from iobench.blockdev import device_of
-    from iobench.throttle import ReadThrottle
-
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
-    dev = device_of(a.work) if os.path.isdir(a.work) else None
-    if (refused := refusal(a, rows, dev)) is not None:
+    thr, no_throttle = read_throttle(a.work, THROTTLE, "front-door")   # entered around each throttled round
+    if (refused := refusal(a, rows, no_throttle)) is not None:
         return refused
     rounds = 1 if a.quick else a.rounds
     # 768 MiB of 128 KiB samples: one cold pass, less the shuffle buffer's drain, is 160 batches
     samples = 2048 if a.quick else 6144
-    work = Path(tempfile.mkdtemp(prefix="iobench-front-door-", dir=a.work))
-    cache_dir = str(work / "cache")
     results: dict[str, list[dict]] = {r: [] for r in rows}
-    srv = None
     t_start = time.time()
     env = dict(os.environ)
-    try:
+    with scratch("front-door", a.work) as work, ExitStack() as stack:
+        cache_dir = str(work / "cache")
         data = {r: str(work / r) for r in rows if r != "s3"}
         for row in data:
             if row == "wds":
@@ -336,7 +329,7 @@ def main(argv=None) -> int:
         if "s3" in rows:
             from iobench.s3server import S3Server
 
-            srv = S3Server(bucket="iobench").start()     # outside the throttle: its files are its own
+            srv = stack.enter_context(S3Server(bucket="iobench"))     # outside the throttle: its files are its own
             env.update(srv.env())
             data["s3"] = "s3://iobench/front-door/tar"
             gen(data["s3"], "tar", samples, SAMPLE // 2, env=env, endpoint=srv.endpoint_url)
@@ -351,7 +344,6 @@ def main(argv=None) -> int:
                     warm(data[row])
                     r = host_row(check(data[row], cache_dir, step="1ms"), fio_bps)
                 elif row == "torch-map":
-                    thr = ReadThrottle(dev, THROTTLE, tag="front-door")
                     with thr:
                         bw = min(THROTTLE, fio_read(shards(data[row])[:2]))
                     r = {"row": row, **map_round(data[row], k + 1, thr, a.peer_python, k % 2 == 0,
@@ -360,7 +352,7 @@ def main(argv=None) -> int:
                     r["met"] = abs(r["diff_pp"]) <= 3.0
                 else:
                     warm(data[row])     # generated, then left in the page cache
-                    with ReadThrottle(dev, THROTTLE, tag="front-door"):
+                    with thr:
                         bw = min(THROTTLE, fio_read(shards(data[row])[:2]))   # the disk under the throttle, right now
                         doc = check(data[row], cache_dir)
                     r = judge_row(row, doc, truth_stall(doc, bw), bw)
@@ -369,10 +361,6 @@ def main(argv=None) -> int:
                 r["load_avg_1m"] = os.getloadavg()[0]
                 results[row].append(r)
                 say(r)
-    finally:
-        if srv is not None:
-            srv.stop()
-        shutil.rmtree(work, ignore_errors=True)
     missing = [row for row, rs in results.items() if not rs]
     if missing:   # never an empty table over the reference
         print(f"rows {','.join(missing)} produced no round: nothing written to {a.out}", file=sys.stderr)
@@ -380,11 +368,9 @@ def main(argv=None) -> int:
     summary = [summarise(row, rs) for row, rs in results.items()]
     meta = run_meta("bench_front_door.py", argv, t_start, throttle_bytes_per_s=THROTTLE, step=STEP, batch=BATCH,
                     workers=WORKERS, sample_bytes=SAMPLE, samples=samples, s3_emulate=S3_EMULATE,
-                    read_ahead_kb=read_ahead_kb(dev) if dev is not None else None)
-    notes = Path(a.out).with_suffix(".notes.md")     # hand-written notes on the grid, kept across reruns
-    write_report(a.out, {"meta": meta, "results": summary},
-                 to_markdown(meta, summary, notes.read_text() if notes.exists() else ""), _rows(summary),
-                 command=meta["command"])
+                    read_ahead_kb=read_ahead_kb(thr.device) if thr is not None else None)
+    write_report(a.out, {"meta": meta, "results": summary}, to_markdown(meta, summary, notes("front_door")),
+                 _rows(summary), command=meta["command"])
     return 0
 
 

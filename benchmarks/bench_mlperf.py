@@ -23,12 +23,8 @@ reports/reference/mlperf.md and mlperf.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 from functools import partial
 from pathlib import Path
 
@@ -37,7 +33,7 @@ from iobench.mlperf.findmax import find_max
 from iobench.mlperf.run import MlperfConfig, run_mlperf
 from iobench.results import host_info, now_iso
 
-from harness import notes, table
+from harness import notes, parser, read_throttle, scratch, table, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +51,7 @@ def _no_result(fm: dict) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir", raw=True)
     ap.add_argument("--max", type=int, default=4, help="largest accelerator count (default 4)")
     ap.add_argument("--files", type=int, default=336)
     ap.add_argument("--scale", type=float, default=0.001)
@@ -64,12 +60,9 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--throttle", default="8MB", help="kernel read cap for the throttled find-max (0: skip)")
     ap.add_argument("--throttle-compute-s", type=float, default=0.3)
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     a = ap.parse_args()
-    work = Path(a.dir or tempfile.mkdtemp(prefix="h16-bench-mlperf-", dir="/tmp"))
-    data = work / "unet3d"
-    try:
+    with scratch("mlperf", a.dir) as work:
+        data = work / "unet3d"
         assert iobench_main(["gen", "--workload", "unet3d", "--scale", str(a.scale), "--num-samples", str(a.files),
                              "--out", str(data), "--no-progress"]) == 0
         cfg = partial(MlperfConfig, dataset=str(data), compute_s=a.compute_s, epochs=a.epochs)
@@ -89,8 +82,7 @@ def main() -> int:
         fm = find_max(cfg(runs=1), max_accelerators=a.max, say=print)
         print(fm["headline"])
         thr = throttled(data, a)
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = Path(a.out) / "mlperf"
         ds = raw[0]["run"]["dataset"]
         md = ["# MLPerf Storage unet3d, scaled down: AU and throughput per simulated accelerator count", "",
               f"**{fm['headline']}** (this 2-core shared VM, local disk, cold cache every epoch).", "",
@@ -108,38 +100,29 @@ def main() -> int:
                                               f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])
               + (f"; next step: {fm['next_step']['explanation']}" if fm["next_step"] else ""), "",
               *thr["md"]]
-        (out / "mlperf.md").write_text("\n".join(md))
-        (out / "mlperf.json").write_text(json.dumps({"host": host_info(), "args": vars(a), "counts": raw,
-                                                     "find_max": _no_result(fm), "throttled": thr["json"]},
-                                                    indent=2, default=str) + "\n")
-        print(f"wrote {out / 'mlperf.md'}")
-    finally:
-        if not a.dir:
-            shutil.rmtree(work, ignore_errors=True)
+        write_report(out, {"host": host_info(), "args": vars(a), "counts": raw, "find_max": _no_result(fm),
+                           "throttled": thr["json"]}, "\n".join(md), indent=2, echo=False)
+        print(f"wrote {out.with_suffix('.md')}")
     return 0
 
 
 def throttled(data: Path, a) -> dict:
     """find-max with the disk's reads capped by the kernel: the answer is known in advance."""
-    from iobench.blockdev import device_of
     from iobench.manifest import read_manifest
     from iobench.storage import open_backend
-    from iobench.throttle import ReadThrottle, available
     from iobench.units import parse_size
 
     if a.throttle in ("0", "", "none"):
         return {"md": [], "json": None}
     bw = parse_size(a.throttle, "--throttle")
-    ok, why = available()
-    dev = device_of(str(data))
-    if not ok or dev is None:
-        why = why if not ok else f"{data} is not on a block device"
+    thr, why = read_throttle(data, bw, "h16bench")
+    if thr is None:
         return {"md": [f"Throttled find-max skipped: {why}.", ""], "json": {"skipped": why}}
     m = read_manifest(open_backend(str(data)))
     per_step = 7 * m.total_bytes / m.total_samples
     demand = per_step / a.throttle_compute_s
     predicted = int(bw // (0.9 * demand))
-    with ReadThrottle(dev, bw, tag="h16bench") as t:
+    with thr as t:
         fm = find_max(MlperfConfig(dataset=str(data), compute_s=a.throttle_compute_s, epochs=1, runs=1,
                                    cache="cold", workers=2), max_accelerators=max(4, 2 * predicted), say=print)
         desc = t.describe()

@@ -23,13 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
 from iobench.planner.models import plan
 from iobench.planner.pipeline import data_stall
 from iobench.schema import STALL_RATIO
 
-from harness import machine, parser, scratch, table, write_report
+from harness import dataset, machine, parser, scratch, table, write_report
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
@@ -47,8 +46,7 @@ def main() -> int:
            "prefetch": {}}
     with scratch("planner") as tmp:
         url = str(tmp / "tokens")
-        generate(GenSpec.from_mapping({"format": "raw", "modality": "tokens", "num_samples": 16 * (args.steps + 8),
-                                       "seq_len": 512, "shard_size": "16 samples", "seed": 1}), url, progress=False)
+        dataset(url, 16 * (args.steps + 8), "16 samples", vocab_size=50257, seed=1)
 
         io_ms = 40.0
         for compute_ms in (20.0, 40.0, 80.0):
@@ -97,9 +95,8 @@ def render(r: dict, cmd: str) -> str:
               f"Store: `{p['emulation']}` per batch; compute {p['compute_ms']:.0f} ms. The planner read the depth-1 "
               f"run's results (`plan prefetch --from`): P99 batch I/O {p['p99_io_s'] * 1e3:.0f} ms → minimum depth "
               f"{p['depth_min']}, recommended {p['depth_recommended']} (minimum + 2).", "",
-              "| prefetch depth | stall measured |", "|---|---|",
-              f"| 1 | {p['stall_depth_1']:.1%} |",
-              f"| {p['depth_recommended']} (planner) | {p['stall_recommended']:.1%} |", "",
+              *table(["prefetch depth", "stall measured"], [[1, f"{p['stall_depth_1']:.1%}"], [
+                  f"{p['depth_recommended']} (planner)", f"{p['stall_recommended']:.1%}"]]), "",
               f"Stall ratio at the planner's depth / at depth 1: "
               f"{(p['stall_recommended'] / p['stall_depth_1']) if p['stall_depth_1'] else float('nan'):.2f}.", "",
               f"Reading: in this run the measured stall is within "

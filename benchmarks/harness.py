@@ -162,16 +162,12 @@ def cpu_seconds(children_only: bool = False) -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def fio_json(text: str) -> dict:
-    """fio's JSON output (fio may print notices before it)."""
-    return json.loads(text[text.index("{"):])
-
-
 def fio(*options: str, timeout: float = 900) -> tuple[float, dict]:
     """``fio --output-format=json --group_reporting OPTIONS``: (wall seconds, the first job's report)."""
     t, p = timed(lambda: subprocess.run(["fio", "--output-format=json", "--group_reporting", *options],
                                         capture_output=True, text=True, check=True, timeout=timeout))
-    return t, fio_json(p.stdout)["jobs"][0]
+    # fio may print notices before its JSON
+    return t, json.loads(p.stdout[p.stdout.index("{"):])["jobs"][0]
 
 
 def fio_rate(side: dict) -> float | None:
@@ -190,6 +186,17 @@ def run_json(args: list[str], what: str, timeout: float = 900, **kw) -> dict:
     if p.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {p.returncode}): {p.stderr[-2000:]}")
     return last_json(p.stdout)
+
+
+def bench_venv(venv: Path, *packages: str) -> str:
+    """The Python of a benchmark-only venv (torch and peers never go into the project's venv), made
+    with ``pip install PACKAGES`` on first use."""
+    py = venv / "bin" / "python"
+    if not py.exists():
+        print(f"creating the benchmark venv {venv} ({' '.join(packages)})", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *packages], check=True)
+    return str(py)
 
 
 def iobench_exe() -> str:
@@ -225,6 +232,19 @@ def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modal
                          vocab_size=vocab_size, fsync=fsync, **spec), str(url), progress=False, **(gen or {}))
     root = str(url).split("://", 1)[-1]
     return m, [f"{root}/{s.path}" for s in m.shards]
+
+
+def read_throttle(path: str | Path, bytes_per_s: int, tag: str):
+    """A kernel cap on reads of the disk under ``path`` (``iobench.throttle.ReadThrottle``: a cgroup,
+    entered per measured block), and "", or None and why this host cannot have one."""
+    from iobench.blockdev import device_of
+    from iobench.throttle import ReadThrottle, available
+
+    ok, why = available()
+    dev = device_of(str(path))
+    if not ok or dev is None:
+        return None, why if not ok else f"{path} is not on a block device"
+    return ReadThrottle(dev, bytes_per_s, tag=tag), ""
 
 
 @contextmanager
@@ -293,14 +313,16 @@ def row_notes(results: list[dict]) -> list[str]:
 
 # ------------------------------------------------------------------ the script around the sections
 
-def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: bool = False) -> argparse.ArgumentParser:
-    """The options every benchmark has: ``--out`` (where the report goes) and a scratch directory."""
+def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: bool = False,
+           where: str | None = None) -> argparse.ArgumentParser:
+    """The options every benchmark has: ``--out`` (where the report goes) and a scratch directory
+    (``where`` by default: a benchmark that throttles a disk needs one on a real disk, not tmpfs)."""
     ap = argparse.ArgumentParser(description=doc if raw else (doc or "").strip().split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
     ap.add_argument("--out", default=out, help=f"where the report goes (default {out})")
     if scratch_flag:
-        ap.add_argument(scratch_flag, default=None, help="scratch directory on the file system to measure "
-                                                         "(default: a temp dir)")
+        ap.add_argument(scratch_flag, default=where, help="scratch directory on the file system to measure "
+                                                          f"(default: {where or 'a temp dir'})")
     return ap
 
 

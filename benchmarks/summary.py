@@ -78,12 +78,9 @@ CKPT_ROWS = (  # section of ckpt.json, its row, the ratio's key, the target (els
 
 
 def _rows_ckpt(d: dict) -> list[dict]:
-    out = [summary_row(what, d[k].get(key), *_target(target or d[k].get("target"))) for k, what, key, target in CKPT_ROWS
-           if d.get(k)]
-    for r in (d.get("torch") or {}).get("rows", []) if isinstance(d.get("torch"), dict) else []:
-        if "ratio" in r:
-            out.append(summary_row(r.get("comparison", "ckpt vs torch"), r["ratio"], *_target(r.get("target"))))
-    return out
+    # the torch comparisons are bench_ckpt_torch's own row set (ckpt_torch.rows.json)
+    return [summary_row(what, d[k].get(key), *_target(target or d[k].get("target"))) for k, what, key, target in CKPT_ROWS
+            if d.get(k)]
 
 
 def _rows_gds(d: dict) -> list[dict]:

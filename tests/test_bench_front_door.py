@@ -7,6 +7,8 @@ import pytest
 
 from bench_helpers import load_benchmark
 
+from iobench.schema import STALL_RATIO
+
 
 @pytest.fixture(scope="module")
 def bench():
@@ -32,7 +34,7 @@ def test_markdown_has_no_empty_table(bench):
     meta = {"command": "x", "started": "t", "seconds": 1.0, "machine": {"cpu_count": 2, "load_avg_at_start": [1, 1, 1]},
             "step": "64ms", "batch": 32, "workers": 1, "samples": 64, "sample_bytes": 131072, "s3_emulate": "e",
             "throttle_bytes_per_s": 50 * 2**20, "read_ahead_kb": 8192}
-    side = {"stall_ratio": 0.2, "steady_stall_ratio": 0.21, "read_amplification": 1.0, "steps": 10,
+    side = {STALL_RATIO: 0.2, "steady_stall_ratio": 0.21, "read_amplification": 1.0, "steps": 10,
             "command": "load D --access map"}
     r = {"row": "torch-map", "seed": 1, "iobench": side, "torch": side, "diff_pp": 0.0, "met": True}
     s = {"row": "torch-map", "rounds": [r], "n": 1, "met_rounds": 1, "iobench_mean_stall": 0.2,
