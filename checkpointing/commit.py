@@ -450,11 +450,9 @@ def _probe_tcp(endpoint_url: str, field_name: str) -> None:
 
 def check_durable(backend: Backend, field_name: str = "--durable") -> None:
     """Fail fast (exit 2) when the durable tier cannot be reached."""
-    from iobench.storage import check_reachable
-
     if backend.speaks_s3 and backend.endpoint_url:
         _probe_tcp(backend.endpoint_url, field_name)
-    check_reachable(backend, field_name)
+    backend.check_reachable(field_name)
     if backend.is_local:
         import os
 

@@ -9,7 +9,7 @@ their own call the helpers below.  Each failure is a
 wrong kind, permission, or a read-only file system.
 
 Only local paths are checked here: a URL (``s3://``, ``memory://``) is checked by
-``iobench.storage.check_reachable`` when the backend opens.
+``Backend.check_reachable`` when the backend opens.
 """
 
 from __future__ import annotations

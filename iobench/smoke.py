@@ -150,10 +150,10 @@ def run_smoke(endpoint_url: str | None, bucket: str, prefix: str | None = None, 
     t_start = time.perf_counter()
 
     def connect(c: Check):
-        from .storage import check_reachable, open_backend
+        from .storage import open_backend
 
         backend = open_backend(root, endpoint_url=endpoint_url, storage_options=storage_options, field_name="--bucket")
-        check_reachable(backend, "--bucket")
+        backend.check_reachable("--bucket")
         state["backend"] = backend
         c.detail["endpoint_url"] = backend.endpoint_url
 

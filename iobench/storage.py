@@ -14,13 +14,17 @@ the AWS config files; they are never logged (``Backend.describe`` omits them).
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
+import socket
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import IO, Any, Iterator
 from urllib.parse import urlparse
 
 import fsspec
+from fsspec.registry import known_implementations, registry
 
 from .config import nearest
 from .errors import ConfigError, EndpointError, MissingDependencyError
@@ -96,8 +100,6 @@ class Backend:
         server): it competes with the loader's processes for the same cores."""
         if not self.is_object_store or not self.endpoint_url:
             return False
-        import ipaddress
-
         host = urlparse(self.endpoint_url).hostname or ""
         if host == "localhost":
             return True
@@ -158,7 +160,7 @@ class Backend:
         """Open clients and sessions now, before a measured clock starts (no-op where nothing to open)."""
 
     def check_reachable(self, field_name: str = "url") -> None:
-        """Fail fast, with exit code 2, when the storage cannot be reached (``check_reachable``)."""
+        """Fail fast, with exit code 2, when the storage cannot be reached (each storage kind checks its own way)."""
         try:
             self.fs.info(self.root)
         except FileNotFoundError:
@@ -358,8 +360,6 @@ class S3Backend(Backend):
         if self.endpoint_url:
             # One TCP connect first: a refused or silent endpoint is named in seconds, not after the
             # S3 client's and s3fs's retry ladders (~20 s for a refused port).
-            import socket
-
             u = urlparse(self.endpoint_url)
             port = u.port or (443 if u.scheme == "https" else 80)
             try:
@@ -516,8 +516,6 @@ class ObstoreReader:
         if st is None:
             from obstore.store import S3Store
 
-            from datetime import timedelta
-
             endpoint = self._config.get("endpoint", "")
             # No retries inside obstore (its default: 10 over up to 3 minutes): the loader's RetryPolicy
             # owns retries and their time budget.  Timeouts as s3_options gives s3fs.
@@ -639,8 +637,6 @@ def _open_fsspec(url: str, protocol: str, storage_options: dict | None, field_na
 
     Credentials come from ``storage_options`` (``--storage-option KEY=VALUE``) or the
     protocol's usual places (environment, profiles, gcloud/az logins); we never log them."""
-    from fsspec.registry import known_implementations, registry
-
     if protocol not in registry and protocol not in known_implementations:
         raise ConfigError(field_name, f"unknown URL scheme {protocol!r}",
                           "use a local path, s3://, memory://, or a protocol an installed fsspec package provides")
@@ -686,8 +682,3 @@ def parse_storage_options(items: list[str] | None, field_name: str = "--storage-
         node[parts[-1]] = parsed
     return out
 
-
-def check_reachable(backend: Backend, field_name: str = "url") -> None:
-    """Fail fast, with exit code 2, when an object store cannot be reached or its bucket is missing
-    (each storage kind checks its own way: ``Backend.check_reachable``)."""
-    backend.check_reachable(field_name)

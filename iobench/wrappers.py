@@ -44,7 +44,7 @@ from .metrics import LatencyHistogram, now_ns
 from .storage import Backend
 from .units import parse_duration
 
-_Z99 = 2.3263478740408408  # standard normal quantile at 0.99
+Z99 = 2.3263478740408408  # standard normal quantile at 0.99
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class EmulationSpec:
         elif self.kind == "normal":
             s = max(0.0, rng.gauss(self.latency_s, self.std_s))
         elif self.kind == "lognormal":   # p50 > 0 and p99 >= p50: the parser's checks
-            s = rng.lognormvariate(math.log(self.p50_s), math.log(self.p99_s / self.p50_s) / _Z99)
+            s = rng.lognormvariate(math.log(self.p50_s), math.log(self.p99_s / self.p50_s) / Z99)
         else:
             s = 0.0
         if self.spike_p > 0 and rng.random() < self.spike_p:
@@ -127,20 +127,21 @@ _FIX = "use e.g. const:250ms, lognormal:p50=20ms,p99=500ms, spike:p=0.01,extra=2
        "a profile (nvme, pfs, object), joined with +"
 
 
-def _params(term: str, body: str, allowed: tuple[str, ...]) -> dict[str, str]:
+def parse_params(term: str, body: str, allowed: tuple[str, ...], field: str = _FIELD, fix: str = _FIX) -> dict[str, str]:
+    """``k=v,k=v`` of a distribution term (``normal:mean=..,std=..``): every key of ``allowed`` once, no other."""
     out = {}
     for part in body.split(","):
         if "=" not in part:
-            raise ConfigError(_FIELD, f"{term!r}: expected key=value, got {part!r}", _FIX)
+            raise ConfigError(field, f"{term!r}: expected key=value, got {part!r}", fix)
         k, v = (s.strip() for s in part.split("=", 1))
         if k not in allowed:
-            raise ConfigError(_FIELD, f"{term!r}: unknown parameter {k!r}", nearest(k, allowed))
+            raise ConfigError(field, f"{term!r}: unknown parameter {k!r}", nearest(k, allowed))
         if k in out:
-            raise ConfigError(_FIELD, f"{term!r}: {k} is given twice", "give each parameter once")
+            raise ConfigError(field, f"{term!r}: {k} is given twice", "give each parameter once")
         out[k] = v
     missing = [k for k in allowed if k not in out]
     if missing:
-        raise ConfigError(_FIELD, f"{term!r}: missing {', '.join(missing)}", _FIX)
+        raise ConfigError(field, f"{term!r}: missing {', '.join(missing)}", fix)
     return out
 
 
@@ -181,16 +182,16 @@ def parse_emulation(spec: str | None) -> EmulationSpec:
         if name == "const":
             out = replace(out, kind="const", latency_s=_duration(body))
         elif name == "normal":
-            p = _params(term, body, ("mean", "std"))
+            p = parse_params(term, body, ("mean", "std"))
             out = replace(out, kind="normal", latency_s=_duration(p["mean"]), std_s=_duration(p["std"]))
         elif name == "lognormal":
-            p = _params(term, body, ("p50", "p99"))
+            p = parse_params(term, body, ("p50", "p99"))
             p50, p99 = _duration(p["p50"]), _duration(p["p99"])
             if p50 <= 0 or p99 < p50:
                 raise ConfigError(_FIELD, f"{term!r}: need 0 < p50 <= p99", "e.g. lognormal:p50=20ms,p99=500ms")
             out = replace(out, kind="lognormal", p50_s=p50, p99_s=p99)
         elif name == "spike":
-            p = _params(term, body, ("p", "extra"))
+            p = parse_params(term, body, ("p", "extra"))
             try:
                 prob = float(p["p"])
             except ValueError:
@@ -517,14 +518,8 @@ class InstrumentedBackend(BackendWrapper):
         first = [True]
 
         def on_read(fn, arg, counts_result=False):
-            t0 = now_ns()
-            result = fn(arg)
-            ns = now_ns() - t0
-            n = _nbytes(result, counts_result)
-            self.record("read", ns, nread=n)
-            if first[0]:
-                first[0] = False
-                self.record("ttfb", ns)
+            result = self._timed("read", fn, arg, counts_result=counts_result, reads=True, ttfb=first[0])
+            first[0] = False   # the first read after the open (that succeeded) is its time to first byte
             return result
 
         def on_write(fn, data):

@@ -12,6 +12,7 @@ the loader's ``idle`` (it may take worker messages while the step sleeps, as sle
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import random
 import sys
@@ -19,11 +20,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..config import nearest
 from ..errors import ConfigError, IobenchError
+from ..io.inputs import read_text
 from ..units import parse_duration
+from ..wrappers import Z99, parse_params   # the emulated storage's distributions: one grammar, one constant
 
 MODES = ("sleep", "spin", "callback")
-_Z99 = 2.3263478740408408
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,6 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
                   seed: int = 0, field: str = "--compute") -> ComputeModel:
     """'200ms' | 'normal:mean=200ms,std=20ms' | 'lognormal:p50=180ms,p99=400ms' | 'file:PATH'."""
     if mode not in MODES:
-        from ..config import nearest
-
         raise ConfigError("--compute-mode", f"unknown mode {mode!r}", nearest(mode, MODES))
     if mode == "callback" and not callback:
         raise ConfigError("--compute-fn", "callback mode needs a function", "give --compute-fn module:function")
@@ -67,8 +68,6 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
     if kind == "const":
         return ComputeModel(kind="const", mean_s=parse_duration(body, field), mode=mode, callback=callback, seed=seed)
     if kind == "file":
-        from ..io.inputs import read_text
-
         try:
             lines = [ln.strip() for ln in read_text(body, field, what="step-time file").splitlines()]
         except OSError as e:
@@ -84,18 +83,9 @@ def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str 
         if not times:
             raise ConfigError(field, f"{body!r} holds no step times", "one number (seconds) or duration per line")
         return ComputeModel(kind="file", times_s=tuple(times), mode=mode, callback=callback, seed=seed)
-    params = {}
-    for part in body.split(","):
-        k, eq, v = part.partition("=")
-        if not eq:
-            raise ConfigError(field, f"{text!r}: expected key=value, got {part!r}",
-                              "e.g. normal:mean=200ms,std=20ms")
-        params[k.strip()] = parse_duration(v.strip(), field)
     need = ("mean", "std") if kind == "normal" else ("p50", "p99")
-    if set(params) != set(need):
-        raise ConfigError(field, f"{text!r}: {kind} takes exactly {', '.join(need)}",
-                          "e.g. normal:mean=200ms,std=20ms or lognormal:p50=180ms,p99=400ms")
-    a, b = params[need[0]], params[need[1]]
+    params = parse_params(text, body, need, field, "e.g. normal:mean=200ms,std=20ms or lognormal:p50=180ms,p99=400ms")
+    a, b = (parse_duration(params[k], field) for k in need)
     if kind == "lognormal" and (a <= 0 or b < a):
         raise ConfigError(field, f"{text!r}: need 0 < p50 <= p99", "e.g. lognormal:p50=180ms,p99=400ms")
     return ComputeModel(kind=kind, mean_s=a, spread_s=b, mode=mode, callback=callback, seed=seed)
@@ -157,9 +147,7 @@ class Compute:
         if m.kind == "normal":
             return max(0.0, self._rng.gauss(m.mean_s, m.spread_s))
         if m.kind == "lognormal":
-            import math
-
-            sigma = math.log(m.spread_s / m.mean_s) / _Z99 if m.spread_s > m.mean_s else 0.0
+            sigma = math.log(m.spread_s / m.mean_s) / Z99 if m.spread_s > m.mean_s else 0.0
             return self._rng.lognormvariate(math.log(m.mean_s), sigma)
         return m.mean_s
 

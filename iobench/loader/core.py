@@ -10,29 +10,38 @@ I/O and per-operation read latency, queue depth and psutil samples over time.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import resource
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..io.pagecache import STATES as CACHE_STATES
+from ..blockdev import DeviceCounter
+from ..bounds import memory_cap
 from ..config import check_choice
 from ..dist.world import usable_cores
 from ..errors import ConfigError
+from ..index import dataset_manifest, resolve_dataset_url
+from ..io.pagecache import STATES as CACHE_STATES, set_cache_state
+from ..io.retry import RetryPolicy
 from ..metrics import LatencyHistogram, encoded_seconds, now_ns, summarize_seconds
 from ..schema import P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL, STALL_RATIO, LoadMetrics, Stability, StepSeries
+from ..storage import S3_CLIENTS, Backend, open_backend
 from ..synth import token_dtype_for
-from ..units import parse_size
+from ..units import format_bytes, parse_size
+from ..wrappers import EmulationSpec, parse_emulation, resolve_emulation
 from .compute import MODES, Compute, ComputeModel, parse_compute
+from .delivery import Delivery, as_delivery, get_delivery
+from .memmap import MappedSource, check_memmap
 from .sampler import ACCESS_PATTERNS, order_of
 from .schedule import Schedule, build_schedule
+from .source import ShardSource, backend_source
+from .stability import StopRule, service, steady_verdict, steady_window, window_stall
+from .verifying import VerifyingSource, check_sizes, merge_verify
 
 if TYPE_CHECKING:
     from ..manifest import Manifest
-    from .delivery import Delivery
-    from ..storage import Backend
-    from ..wrappers import EmulationSpec
-    from .source import ShardSource
 
 START_METHODS = ("fork", "forkserver", "spawn")
 _SPIN_S = 0.002   # how long the consumer (and a worker, for its slot) polls before it sleeps on a pipe
@@ -88,9 +97,6 @@ class LoadConfig:
     start_method: str = "fork"
 
     def __post_init__(self) -> None:
-        from ..storage import S3_CLIENTS
-        from ..wrappers import parse_emulation
-
         for name, low in (("workers", 0), ("prefetch", 1), ("batch_size", 1), ("epochs", 1),
                           ("s3_concurrency", 1), ("retries", 1), ("min_steps", 2)):
             v = getattr(self, name)
@@ -121,6 +127,10 @@ class LoadConfig:
 
     def compute_model(self) -> ComputeModel:
         return parse_compute(self.compute, self.compute_mode, self.compute_fn, self.seed, field="--compute")
+
+    def stop_rule(self) -> StopRule:
+        """The ``until_stable`` rule (also the one every load's verdict is judged by)."""
+        return StopRule(min_steps=self.min_steps, max_time_s=self.max_time_s, stall_ci=self.stall_ci, p99_ci=self.p99_ci)
 
 
 @dataclass
@@ -155,8 +165,6 @@ _FDS_PER_WORKER, _FDS_BASE = 8, 64
 
 def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
     """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
-    import resource
-
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return
@@ -281,8 +289,6 @@ def _one_cold_pass(cfg: LoadConfig, backend: Backend, manifest: Manifest, schedu
     object stores have no client page cache to hit."""
     if len(schedule.plans) < 2 or cfg.odirect or not backend.base.is_local:
         return schedule
-    from ..units import format_bytes
-
     nbytes = sum(manifest.shards[s].bytes for s in schedule.shards)
     if nbytes > _page_cache_bytes():   # larger than memory: the cache cannot hold a pass (later passes may hit in part)
         warnings.append(f"--cache cold over {len(schedule.plans)} passes of a {format_bytes(nbytes)} dataset: larger "
@@ -303,22 +309,11 @@ def _one_cold_pass(cfg: LoadConfig, backend: Backend, manifest: Manifest, schedu
 
 def _page_cache_bytes() -> int:
     """What the page cache could hold at most: the host's physical memory."""
-    from ..bounds import memory_cap
-
     return memory_cap()
 
 
 def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synthetic: bool, manifest,
            deliver, until_stable_cap: bool = False) -> _Setup:
-    from ..io.pagecache import set_cache_state
-    from ..storage import open_backend
-    from ..wrappers import resolve_emulation
-    from .delivery import as_delivery, get_delivery
-    from ..io.retry import RetryPolicy
-    from .source import backend_source
-
-    from ..index import dataset_manifest, resolve_dataset_url
-
     warnings: list[str] = []
     ref = resolve_dataset_url(cfg.dataset)     # a brace range or one shard: those files, under their directory
     if ref.only is not None:
@@ -344,8 +339,6 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     if order_of(schedule.access) == "map" and not synthetic:
         _check_map_ranges(manifest)
     if schedule.access == "memmap" and not synthetic:
-        from .memmap import check_memmap
-
         check_memmap(cfg, backend, manifest, source)   # before any work: memmap reads local fixed rows only
     compute = Compute(cfg.compute_model())
     deliver = as_delivery(deliver, cfg.device) if deliver is not None else get_delivery(cfg.device)
@@ -365,12 +358,8 @@ def _setup(cfg: LoadConfig, storage_options, source, rank: int, world: int, synt
     cache_state = {"declared": "synthetic (no I/O)"} if synthetic else \
         set_cache_state(backend, [manifest.shards[s].path for s in schedule.shards], cfg.cache)
     if schedule.access == "memmap" and not synthetic:   # rows sliced from mappings (iobench.loader.memmap)
-        from .memmap import MappedSource
-
         source = MappedSource(source)
     if cfg.verify_checksums and not synthetic:
-        from .verifying import VerifyingSource, check_sizes
-
         check_sizes(backend, [manifest.shards[s] for s in schedule.shards])
         source = VerifyingSource(source)
         if order_of(schedule.access) == "map":
@@ -396,8 +385,6 @@ def _check_map_ranges(manifest) -> None:
 
 def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _Steps:
     """Start the workers, run the consumer's steps, stop the workers; returns what each step saw."""
-    import os
-
     from .receiver import Receiver, Sender
     from .slots import SlotPool, batch_from_meta
     from .sysmon import SystemMonitor, run_delay_s
@@ -465,15 +452,15 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             rec.t_step.append((t0 - rec.t_start) / 1e9)
             rec.batch_bytes.append(meta["nbytes"])
             rec.lens.append(meta["n"])
-            rec.io_s.append(meta.get("io_s", 0.0))
-            rec.prep_s.append(meta.get("prep_s", 0.0))
-            rec.fill_s.append(meta.get("fill_s", 0.0))
-            rec.requests.append(meta.get("requests", 0))
+            rec.io_s.append(meta["io_s"])   # every key below is one the worker's _Emitter._send writes
+            rec.prep_s.append(meta["prep_s"])
+            rec.fill_s.append(meta["fill_s"])
+            rec.requests.append(meta["requests"])
             rec.worker.append(meta["worker"])
-            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9 if "ready_ns" in meta else None)
-            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta.get("start_ns") else None)
+            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9)
+            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta["start_ns"] else None)
             # worker done -> step has it (pipe, wake-up, unpickle); only on the critical path when the step waited
-            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9) if "ready_ns" in meta else None)
+            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9))
             if bar is not None:
                 bar.update(task, advance=1)
             if stop_rule is not None and k + 1 < total:
@@ -516,10 +503,7 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     ``ready``: called after the setup, before the first worker starts (e.g. a barrier across ranks)."""
     cap = False
     if cfg.until_stable and stop_rule is None:
-        from .stability import StopRule
-
-        rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
-        stop_rule = rule.check
+        stop_rule = cfg.stop_rule().check
         if not cfg.steps:
             cap = True
             cfg = replace(cfg, steps=_UNTIL_STABLE_STEPS)   # a cap; the rule or the time cap ends the run
@@ -544,9 +528,6 @@ def _rate(amount: float, seconds: float) -> float | None:
 
 
 def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) -> LoadRun:
-    from .stability import service, steady_window, window_stall
-    from .verifying import merge_verify
-
     cfg, manifest, schedule = st.cfg, st.manifest, st.schedule
     warnings = list(st.warnings)
     steps = len(rec.waits)
@@ -592,8 +573,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     first_wait = rec.waits[0] if rec.waits else None
     warmup_s = startup_s + (first_wait or 0.0)
     warmup_fraction = _rate(warmup_s, total_wall_s)
-    for reason in st.deliver.reasons:  # GPU delivery fallbacks (iobench.gds.delivery)
-        warnings.append(f"--device {cfg.device}: {reason}")
+    warnings += [f"--device {cfg.device}: {reason}" for reason in st.deliver.reasons]  # GPU fallbacks (iobench.gds)
     intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
                                           warmup_fraction=warmup_fraction)
     metrics = LoadMetrics(
@@ -658,10 +638,8 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
 def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
            warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
     """Intervals (measurement rule 9, "enough samples", docs/design.md), and the warnings that keep the headline honest (too short, idle workers...)."""
-    from .stability import StopRule, steady_verdict
-
     cfg = st.cfg
-    rule = StopRule(min_steps=cfg.min_steps, max_time_s=cfg.max_time_s, stall_ci=cfg.stall_ci, p99_ci=cfg.p99_ci)
+    rule = cfg.stop_rule()
     v = steady_verdict(rec, rule)
     intervals = {k: v[k] for k in (STALL_RATIO, P99_SERVICE_INTERVAL, P99_WAIT_INTERVAL)}
     stability: Stability = {"rule": rule.describe(), "until_stable": cfg.until_stable,
@@ -705,8 +683,6 @@ def _device_counter(backend, manifest, synthetic: bool):
     """Device bytes read during the run (iobench.blockdev), for datasets on a local block device."""
     if synthetic or not backend.is_local:
         return None
-    from ..blockdev import DeviceCounter
-
     c = DeviceCounter(backend.local_path(manifest.shards[0].path))
     return c if c.dev is not None else None
 
@@ -734,8 +710,6 @@ def _check_block_read(cfg: LoadConfig, manifest, schedule, source, warnings: lis
 
 
 def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
-    import os
-
     if not backend.supports_odirect:
         warnings.append(f"--odirect ignored: {backend.protocol}:// has no O_DIRECT; reads are buffered")
         return

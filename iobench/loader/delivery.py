@@ -8,6 +8,7 @@ hands the shared-memory view over as is.  Other packages add devices with
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 from ..config import nearest
@@ -73,8 +74,6 @@ register_delivery("cpu", CpuDelivery())
 def get_delivery(device: str) -> Delivery:
     if device not in _DELIVERY and device.startswith("cuda"):
         try:  # the GPU package registers its delivery on import
-            import importlib
-
             importlib.import_module("iobench.gds.delivery")
         except ImportError:
             pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..schema import STALL_RATIO
 from ..dist.aggregate import MergeSpec, merge
+from .stability import StopRule, not_stable_because, quantile_interval, stall_interval, steady_window
 
 LOAD_SPEC = MergeSpec(
     duration="wall_s",
@@ -44,8 +45,6 @@ def merge_ranks(per_rank: list[dict], hosts: list[str] | None = None) -> dict:
 
 def world_intervals(ranks: list[dict]) -> dict:
     """``intervals``, ``stable``, ``stability`` and ``steady_window`` of the world, from each rank's series."""
-    from .stability import StopRule, not_stable_because, quantile_interval, stall_interval, steady_window
-
     per, service, waits = [], [], []
     for m in ranks:
         s = m["series"]

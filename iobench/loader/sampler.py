@@ -40,10 +40,6 @@ class EpochPlan:
     def batches(self) -> int:
         return sum(len(b.batch_sizes) for b in self.blocks)
 
-    @property
-    def samples(self) -> int:
-        return sum(b.samples for b in self.blocks)
-
 
 def shard_order(n_shards: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
                 shuffle: bool = True) -> np.ndarray:
@@ -147,10 +143,6 @@ class MapEpoch:
     def batches(self) -> int:
         return len(self.batch_sizes)
 
-    @property
-    def samples(self) -> int:
-        return sum(self.batch_sizes)
-
 
 def map_indices(n_samples: int, seed: int, epoch: int, rank: int = 0, world: int = 1,
                 shuffle: bool = True) -> np.ndarray:
@@ -231,10 +223,6 @@ class StreamWorker:
         """Samples read in before output ``j`` can leave the buffer."""
         return min(self.n, self.fill + j) if self.fill > 1 else j + 1
 
-    @property
-    def samples(self) -> int:
-        return sum(self.batch_sizes)
-
 
 @dataclass(frozen=True)
 class StreamEpoch:
@@ -247,10 +235,6 @@ class StreamEpoch:
     @property
     def batches(self) -> int:
         return int(len(self.sequence))
-
-    @property
-    def samples(self) -> int:
-        return sum(w.samples for w in self.workers)
 
 
 def stream_epoch(shard_samples: list[int] | tuple[int, ...], batch_size: int, seed: int, epoch: int,

@@ -11,7 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..bounds import memory_cap
+from ..config import nearest
 from ..errors import ConfigError
+from ..formats import get_format
+from ..units import format_bytes
 from .sampler import ACCESS_PATTERNS, default_access, epoch_plan, map_epoch, order_of, stream_epoch
 
 _MAX_EPOCHS = 100_000
@@ -32,8 +36,6 @@ class Schedule:
 
 def has_sample_ranges(manifest) -> bool:
     """Whether samples can be read by byte range (the map pattern): not in a zstd-compressed shard."""
-    from ..formats import get_format
-
     sh = manifest.shards[0] if manifest.shards else None
     return sh is None or not sh.samples or get_format(manifest.format).reader(manifest).sample_range(sh, 0) is not None
 
@@ -44,8 +46,6 @@ def resolve_access(access: str, fmt: str, manifest=None) -> str:
         d = default_access(fmt)
         return "stream" if d == "map" and manifest is not None and not has_sample_ranges(manifest) else d
     if access not in ACCESS_PATTERNS:
-        from ..config import nearest
-
         raise ConfigError("load.access", f"unknown access pattern {access!r}", nearest(access, ACCESS_PATTERNS))
     return access
 
@@ -81,9 +81,6 @@ def _check_schedule_fits(cfg, batches_per_epoch: int) -> None:
     """Refuse, from the first epoch's batch count, a schedule over ``_MAX_EPOCHS`` epochs or larger than
     memory (each scheduled sample holds an 8-byte id): ``--set load.steps=1e15`` once planned epoch
     after epoch for seconds (hours on a large dataset) before it was refused."""
-    from ..bounds import memory_cap
-    from ..units import format_bytes
-
     field = "load.steps" if cfg.steps else "load.epochs"
     epochs = -(-cfg.steps // batches_per_epoch) if cfg.steps else cfg.epochs
     if epochs > _MAX_EPOCHS:

@@ -20,6 +20,7 @@ slot is back-pressure, not I/O, and is reported apart too.
 
 from __future__ import annotations
 
+import gc
 import io
 import math
 import os
@@ -29,6 +30,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..errors import ConfigError, IntegrityError
+from ..lifeline import die_with_parent
 from ..manifest import Manifest
 from ..metrics import now_ns
 from .messages import Done, ExceptionWrapper, Failed, Ready
@@ -61,13 +64,15 @@ def _decode_jpeg(data) -> np.ndarray:
         return np.asarray(im.convert("RGB"))
 
 
+@dataclass
 class _BlockData:
     """The block's samples, either one (samples, ...) array (fast path) or a list of Samples."""
 
-    def __init__(self, array: np.ndarray | None, samples: list | None, ids: np.ndarray,
-                 read_s: float = 0.0, parse_s: float = 0.0) -> None:
-        self.array, self.samples, self.ids = array, samples, ids
-        self.read_s, self.parse_s = read_s, parse_s
+    array: np.ndarray | None
+    samples: list | None
+    ids: np.ndarray
+    read_s: float = 0.0
+    parse_s: float = 0.0
 
 
 def _read_block(job: WorkerJob, source: ShardSource, reader, block, fixed=None) -> _BlockData:
@@ -104,8 +109,6 @@ def _parse_block(job: WorkerJob, reader, block, datas, ids) -> _BlockData:
                 return _BlockData(arr, None, ids)
     samples = [smp for sh, d in datas for smp in reader.iter_samples(d, sh)]
     if len(samples) != len(ids):
-        from ..errors import IntegrityError
-
         raise IntegrityError(f"block of shards {[m.shards[s].path for s in block.shards]}: "
                              f"manifest says {len(ids)} samples, read {len(samples)}")
     return _BlockData(None, samples, ids)
@@ -191,35 +194,30 @@ class _Emitter:
         ``ids``: the batch's sample ids where the caller has them at hand (``bd.ids[sel]`` otherwise)."""
         job, pool = self.job, self.pool
         tp = now_ns()
-        arr = bd.array
-        if arr is not None and not job.synthetic:
+        arr = None if job.synthetic else bd.array
+        if arr is not None:
             # the fast path (fixed-size rows, e.g. raw tokens): one gather straight into the slot
-            n = len(sel)
-            shape = (n,) + arr.shape[1:]
-            nbytes = n * self._row_bytes(arr)
-            tw = now_ns()
-            slot = self._slot(k)
-            tw2 = now_ns()
-            if nbytes <= pool.slot_bytes:
+            shape = (len(sel),) + arr.shape[1:]
+            meta = {"layout": "array", "dtype": arr.dtype.str, "shape": shape, "nbytes": len(sel) * self._row_bytes(arr)}
+        else:
+            meta, write = _collate(job, bd, sel, self.per_sample * len(sel))
+        tw = now_ns()
+        slot = self._slot(k)
+        tw2 = now_ns()
+        if meta["nbytes"] <= pool.slot_bytes:
+            if arr is not None:
                 # mode="clip": with the default "raise", take() gathers into a temporary and copies
                 # that into ``out`` (2-3x the time).  The block's order was bounds-checked once.
                 arr.take(sel, axis=0, out=self._slot_view(slot, shape, arr.dtype), mode="clip")
-                inline = None
-            else:  # larger than a slot: falls back to pickling, and the results say so
-                inline = arr.take(sel, axis=0, mode="clip").tobytes()
-            meta = {"layout": "array", "dtype": arr.dtype.str, "shape": shape, "nbytes": nbytes, "inline": inline}
-        else:
-            meta, write = _collate(job, bd, sel, self.per_sample * len(sel))
-            tw = now_ns()
-            slot = self._slot(k)
-            tw2 = now_ns()
-            if meta["nbytes"] <= pool.slot_bytes:
+            else:
                 write(pool.buf(slot))
-                meta["inline"] = None
-            else:  # larger than a slot: falls back to pickling, and the results say so
-                tmp = bytearray(meta["nbytes"])
-                write(memoryview(tmp))
-                meta["inline"] = bytes(tmp)
+            meta["inline"] = None
+        elif arr is not None:   # larger than a slot: falls back to pickling, and the results say so
+            meta["inline"] = arr.take(sel, axis=0, mode="clip").tobytes()
+        else:
+            tmp = bytearray(meta["nbytes"])
+            write(memoryview(tmp))
+            meta["inline"] = bytes(tmp)
         te = now_ns()
         self._send(k, epoch, meta, slot, bd.ids[sel] if ids is None else ids, io_s,
                    prep_s + ((tw - tp) + (te - tw2)) / 1e9, fill_s, requests, (tw2 - tw) / 1e9, te,
@@ -298,13 +296,9 @@ class _Emitter:
 
 def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
     """Process entry point; always ends with a ``Done`` or a ``Failed`` message (loader.messages)."""
-    from ..lifeline import die_with_parent
-
     die_with_parent()   # a killed `load` takes its workers with it (they would block on slots for ever)
     stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
                    "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
-    import gc
-
     # Objects inherited from the parent (e.g. its S3 sessions) must not be finalized here,
     # on another event loop; freezing keeps the collector away from them.
     gc.freeze()
@@ -372,8 +366,6 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 bd = pending.pop(0).result()
             if bd.array is not None and len(block.order) and not (
                     int(block.order.min()) >= 0 and int(block.order.max()) < len(bd.array)):
-                from ..errors import IntegrityError
-
                 raise IntegrityError(f"block {block.index}: sample order out of range of its {len(bd.array)} samples")
             emit.stats["io_s"] += bd.read_s
             # the block's sample ids in delivery order, once per block (not a gather and a cast per batch)
@@ -386,12 +378,9 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 if k >= job.total_batches:
                     break
                 end = pos + bs
-                if j:
-                    emit(k, epoch, bd, order[pos:end], 0.0, 0.0, 0.0, 0, j < last and k + 1 < job.total_batches,
-                         ids[pos:end])
-                else:
-                    emit(k, epoch, bd, order[pos:end], bd.read_s, bd.parse_s, 0.0, len(block.shards),
-                         j < last and k + 1 < job.total_batches, ids[pos:end])
+                first = j == 0   # the block's reads and parse land on its first batch
+                emit(k, epoch, bd, order[pos:end], bd.read_s if first else 0.0, bd.parse_s if first else 0.0, 0.0,
+                     len(block.shards) if first else 0, j < last and k + 1 < job.total_batches, ids[pos:end])
                 pos = end
             # the block's buffer is free again before the next block is read (read without read-ahead,
             # the same buffer then takes every block: NOTE [ Block buffers ] in docs/design.md)
@@ -404,8 +393,6 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
 def _shard_starts(manifest) -> np.ndarray:
     starts = np.array([s.first_sample for s in manifest.shards], dtype=np.int64)
     if len(starts) > 1 and not (np.diff(starts) > 0).all():
-        from ..errors import IntegrityError
-
         raise IntegrityError("manifest: shards' first_sample values are not increasing")
     return starts
 
@@ -432,8 +419,6 @@ class _Ranges:
         """(record, storage seconds, requests) for sample ``i`` of ``shard``."""
         r = self.reader.sample_range(shard, i)
         if r is None:
-            from ..errors import ConfigError
-
             raise ConfigError("load.access", f"{shard.path}: sample {i} has no byte range for the map pattern",
                               "use --access stream (or block) for this dataset")
         return self.read_at(shard, r[0], r[1])
@@ -457,6 +442,21 @@ class _Ranges:
         return rec, (now_ns() - t0) / 1e9, n
 
 
+def _map_batches(job: WorkerJob) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(k, epoch, sample ids) of this worker's map batches: batch ``j`` of an epoch is worker ``j % W``'s."""
+    k_base = 0
+    for plan in job.plans:
+        off = 0
+        for j, bs in enumerate(plan.batch_sizes):
+            k = k_base + j
+            if k >= job.total_batches:
+                return
+            if j % job.workers == job.wid:
+                yield k, plan.epoch, plan.ids[off:off + bs]
+            off += bs
+        k_base += plan.batches
+
+
 def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     """``map``: this worker's batches (``j % W``), each sample one ranged request."""
     m = job.manifest
@@ -467,65 +467,52 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
     inflight = job.read_ahead + 1   # the batch's sample reads a worker keeps in flight (1: one after another)
     if fixed is not None:   # records per shard, for the batch-wide bounds check
         nrec = np.array([(sh.bytes - fixed[0]) // fixed[1] for sh in m.shards], dtype=np.int64)
-    k_base = 0
-    for plan in job.plans:
-        off = 0
-        for j, bs in enumerate(plan.batch_sizes):
-            k = k_base + j
-            if k >= job.total_batches:
-                return
-            if j % job.workers == job.wid:
-                emit.gate(k)
-                ids = plan.ids[off:off + bs]
-                sel = np.arange(bs)
-                if job.synthetic:
-                    emit(k, plan.epoch, _BlockData(None, None, ids), sel, 0.0, 0.0)
-                elif fixed is not None:
-                    # fixed-size token rows, one request per sample, each read straight into its row of
-                    # the batch's slot (rows cut arithmetically: no parse, no second copy)
-                    out = emit.claim(k, (bs, fixed[1]), _U8)
-                    t0 = now_ns()
-                    shard_of = np.searchsorted(starts, ids, side="right") - 1
-                    local = ids - starts[shard_of]
-                    if rows_reader is not None:
-                        # The source reads the whole batch (grouped by shard) in one call.
-                        if bs and not (local < nrec[shard_of]).all():
-                            from ..errors import IntegrityError
-
-                            bad = int(np.flatnonzero(local >= nrec[shard_of])[0])
-                            raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
-                                                 f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
-                        t1 = now_ns()
-                        requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out, inflight)
-                        io_s = (now_ns() - t1) / 1e9
-                    else:
-                        io_s, requests = 0.0, 0
-                        for j, (x, s) in enumerate(zip(local.tolist(), shard_of.tolist())):
-                            rec, t, n = ranges.read_at(m.shards[s], fixed[0] + x * fixed[1], fixed[1])
-                            out[j] = np.frombuffer(rec, dtype=np.uint8)
-                            io_s += t
-                            requests += n
-                    prep_s = (now_ns() - t0) / 1e9 - io_s
-                    emit.stats["io_s"] += io_s
-                    emit.written(k, plan.epoch, out.view(fixed[2]), ids, io_s, prep_s, requests=requests)
-                else:
-                    io_s = prep_s = 0.0
-                    requests = 0
-                    samples = []
-                    shard_of = np.searchsorted(starts, ids, side="right") - 1
-                    for sid, s in zip(ids.tolist(), shard_of.tolist()):
-                        sh = m.shards[s]
-                        i = sid - sh.first_sample
-                        rec, t, n = ranges.read(sh, i)
-                        io_s += t
-                        requests += n
-                        t1 = now_ns()
-                        samples.append(reader.sample_from_range(sh, i, rec))
-                        prep_s += (now_ns() - t1) / 1e9
-                    emit.stats["io_s"] += io_s
-                    emit(k, plan.epoch, _BlockData(None, samples, ids), sel, io_s, prep_s, requests=requests)
-            off += bs
-        k_base += plan.batches
+    for k, epoch, ids in _map_batches(job):
+        emit.gate(k)
+        bs = len(ids)
+        if job.synthetic:
+            emit(k, epoch, _BlockData(None, None, ids), np.arange(bs), 0.0, 0.0)
+            continue
+        io_s, requests = 0.0, 0
+        if fixed is not None:
+            # fixed-size token rows, one request per sample, each read straight into its row of
+            # the batch's slot (rows cut arithmetically: no parse, no second copy)
+            out = emit.claim(k, (bs, fixed[1]), _U8)
+            t0 = now_ns()
+            shard_of = np.searchsorted(starts, ids, side="right") - 1
+            local = ids - starts[shard_of]
+            if rows_reader is not None:
+                # The source reads the whole batch (grouped by shard) in one call.
+                if bs and not (local < nrec[shard_of]).all():
+                    bad = int(np.flatnonzero(local >= nrec[shard_of])[0])
+                    raise IntegrityError(f"{m.shards[int(shard_of[bad])].path}: record {int(local[bad])} "
+                                         f"lies past the shard's {m.shards[int(shard_of[bad])].bytes} bytes")
+                t1 = now_ns()
+                requests = rows_reader(m.shards, shard_of, local, fixed[0], fixed[1], out, inflight)
+                io_s = (now_ns() - t1) / 1e9
+            else:
+                for i, (x, s) in enumerate(zip(local.tolist(), shard_of.tolist())):
+                    rec, t, n = ranges.read_at(m.shards[s], fixed[0] + x * fixed[1], fixed[1])
+                    out[i] = np.frombuffer(rec, dtype=np.uint8)
+                    io_s += t
+                    requests += n
+            emit.stats["io_s"] += io_s
+            emit.written(k, epoch, out.view(fixed[2]), ids, io_s, (now_ns() - t0) / 1e9 - io_s, requests=requests)
+        else:
+            prep_s = 0.0
+            samples = []
+            shard_of = np.searchsorted(starts, ids, side="right") - 1
+            for sid, s in zip(ids.tolist(), shard_of.tolist()):
+                sh = m.shards[s]
+                i = sid - sh.first_sample
+                rec, t, n = ranges.read(sh, i)
+                io_s += t
+                requests += n
+                t1 = now_ns()
+                samples.append(reader.sample_from_range(sh, i, rec))
+                prep_s += (now_ns() - t1) / 1e9
+            emit.stats["io_s"] += io_s
+            emit(k, epoch, _BlockData(None, samples, ids), np.arange(bs), io_s, prep_s, requests=requests)
 
 
 class _ShardStream:

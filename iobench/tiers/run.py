@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..manifest import read_manifest
 from ..metrics import now_ns
-from ..storage import check_reachable, open_backend
+from ..storage import open_backend
 from .config import TiersConfig, write_tiers_file
 
 
@@ -23,7 +23,7 @@ def open_dataset(cfg: TiersConfig, url: str, endpoint_url: str | None = None):
     backend = open_backend(url, endpoint_url=endpoint_url or (origin.endpoint_url if origin else None),
                            storage_options=(origin.storage_options if origin else None) or None,
                            field_name="DATASET_URL")
-    check_reachable(backend, "DATASET_URL")
+    backend.check_reachable("DATASET_URL")
     return backend, read_manifest(backend)
 
 
