@@ -88,6 +88,7 @@ class S3Server:
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _cmd: list[str] = field(default_factory=list, repr=False)
     _owns_dir: bool = field(default=False, repr=False)
+    _ports: tuple[int, ...] = field(default=(), repr=False)
 
     def start(self) -> "S3Server":
         weed = find_weed()
@@ -97,6 +98,7 @@ class S3Server:
         data = Path(self.data_dir)
         (data / "vol").mkdir(parents=True, exist_ok=True)
         (data / "meta").mkdir(parents=True, exist_ok=True)
+        (data / "log").mkdir(parents=True, exist_ok=True)
         config = data / "s3.json"
         identity = {"name": "iobench", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
                     "actions": ["Admin", "Read", "Write", "List", "Tagging"]}
@@ -106,7 +108,8 @@ class S3Server:
         (master, master_g, volume, volume_g, filer, filer_g, s3, s3_g, iam, debug, metrics,
          iceberg, lance) = _free_ports(13)
         cmd = [
-            weed, "server", f"-dir={data / 'vol'}", f"-master.dir={data / 'meta'}",
+            # its logs with its data (glog's default is the system's /tmp, where they would outlive it)
+            weed, f"-logdir={data / 'log'}", "server", f"-dir={data / 'vol'}", f"-master.dir={data / 'meta'}",
             "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-master.port.grpc={master_g}",
             f"-volume.port={volume}", f"-volume.port.grpc={volume_g}",
@@ -120,6 +123,7 @@ class S3Server:
             "-master.electionTimeout=250ms", "-volume.preStopSeconds=0",
         ]
         self.endpoint_url = f"http://127.0.0.1:{s3}"
+        self._ports = (master, master_g, volume, volume_g, filer, filer_g, s3, s3_g)
         self._cmd = cmd
         self._launch()
         return self
@@ -189,6 +193,11 @@ class S3Server:
         if self._owns_dir and self.data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self._owns_dir = False
+        # weed makes a unix socket per service in /tmp (a fixed path, named by the service's port) and
+        # leaves it behind when killed: ours are named by our ports, which no other live server holds
+        for port in self._ports:
+            for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                sock.unlink(missing_ok=True)
 
     def _terminate(self, timeout_s: float = 8.0) -> None:
         proc, self._proc = self._proc, None

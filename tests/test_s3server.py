@@ -35,6 +35,7 @@ def test_private_server_stops_and_cleans_up():
 
     from iobench.s3server import S3Server
 
+    tmp_before = set(os.listdir("/tmp"))
     server = S3Server(bucket="private").start()
     pid, data_dir = server.pid, server.data_dir
     # a restart (how `iobench run` puts each S3 load pass on its own server instance) is a new process
@@ -52,6 +53,8 @@ def test_private_server_stops_and_cleans_up():
     assert not os.path.exists(data_dir)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+    # nothing of the server's outlives it in /tmp: no logs (glog's default), no unix sockets
+    assert not [n for n in set(os.listdir("/tmp")) - tmp_before if "weed" in n]
 
 
 def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path):
@@ -64,6 +67,9 @@ def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path
 
     code = ("import sys, time\nfrom iobench.s3server import S3Server\ns = S3Server(bucket='orphan').start()\n"
             "print(s.pid, s.data_dir, flush=True)\ntime.sleep(600)\n")
+    from pathlib import Path
+
+    sockets_before = set(Path("/tmp").glob("seaweedfs-*.sock"))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     data_dir = None
     try:
@@ -90,3 +96,5 @@ def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path
             import shutil
 
             shutil.rmtree(data_dir.strip(), ignore_errors=True)   # no handler ran to remove it
+        for sock in set(Path("/tmp").glob("seaweedfs-*.sock")) - sockets_before:
+            sock.unlink(missing_ok=True)   # nor its unix sockets (S3Server.stop removes a stopped server's)
