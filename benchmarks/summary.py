@@ -114,6 +114,12 @@ def _rows_dlio(d: dict) -> list[dict]:
     out = []
     by = {(r["shape"], r["mode"], r["tool"]): r for r in d.get("rows", [])}
     for (shape, mode, tool), r in by.items():
+        if r.get("model_au") is not None and r.get("au") is not None:
+            # diagnostic: the steady-state truth ignores a short epoch's fill and drain, which an ideal
+            # loader has too; bench_dlio's epoch model replays one (its docstring says how)
+            out.append(summary_row(f"dlio: {shape} {mode} {tool} AU minus the ideal-loader epoch model (pp)",
+                                   100 * (r["au"] - r["model_au"]), None, "<=",
+                                   "not a ratio: signed percentage points"))
         if tool != "iobench" or r.get("truth_samples_per_s") is None or r.get("samples_per_s") is None:
             continue
         out.append(summary_row(f"dlio: {shape} {mode} iobench samples/s vs the bandwidth truth",
