@@ -298,3 +298,23 @@ def test_block_read_mmap_refuses_memory_and_parsed_samples(tmp_path):
         with pytest.raises(ConfigError) as e:
             run_load(LoadConfig(dataset=url, access="block", batch_size=4, workers=0, block_read="mmap"))
         assert e.value.field == "load.block_read"
+
+
+def test_the_readme_block_read_command_runs_as_pasted(tmp_path_factory):
+    """README's --block-read example, its dataset path swapped for a generated one (whole batches of 256)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    m = re.search(r"^ +(iobench load /data/tokens [^\n]*--block-read mmap)$", (root / "README.md").read_text(), re.M)
+    assert m, "README shows the --block-read command"
+    tok = tokens_dataset(tmp_path_factory, "readme-block-read", 2048, 1024)
+    argv = m.group(1).replace("/data/tokens", tok).split()[1:]
+    p = subprocess.run([str(Path(sys.executable).parent / "iobench"), *argv, "--steps", "4", "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith("stall "), p.stderr
+    bad = subprocess.run([str(Path(sys.executable).parent / "iobench"), *argv, "--access", "map"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "load.block_read" in bad.stderr
