@@ -242,7 +242,7 @@ def test_wrapped_storage_claims_no_pread_and_every_read_meets_the_wrapper(datase
 
     data = datasets("local", "raw")
     src = backend_source(data.url, error_rate=1.0, retry=RetryPolicy(attempts=1))
-    assert not (src.supports_pread or src.supports_odirect)
+    assert not (src.supports_pread or src.supports_odirect or src.supports_mapped_blocks)
     src.open()
     sh = data.manifest.shards
     reads = [lambda: src.read_shard(sh[0]), lambda: src.read_shards(sh), lambda: src.read_range(sh[0], 64, 32),
@@ -315,7 +315,7 @@ def test_verifying_flags_are_its_own():
     v = VerifyingSource(Plain())
     assert (v.supports_pieces, v.supports_odirect) == (True, True)   # its reads are the wrapped source's
     assert not (v.supports_range_reads or v.supports_record_reads or v.supports_pread
-                or v.concurrent_reads)   # never around the check
+                or v.concurrent_reads or v.supports_mapped_blocks)   # never around the check
 
 
 # ---- integrity errors surface ----------------------------------------------------------------

@@ -692,12 +692,13 @@ def _check_block_read(cfg: LoadConfig, manifest, schedule, source, warnings: lis
     plain local source maps, and only the fixed-size token rows of block access); a warning for
     blocks of several shards, which are read (their rows must be one contiguous array)."""
     from ..formats import get_format
-    from .source import LocalFileSource
 
     if schedule.access != "block":
         raise ConfigError("load.block_read", f"mmap maps the shards of block access; this load is {schedule.access}",
                           "add --access block, or drop --block-read (--access memmap maps per sample)")
-    if not isinstance(source, LocalFileSource) or cfg.odirect or cfg.verify_checksums:
+    # the factory's source for this storage says whether it maps (plain local files do); a verifying
+    # source, wrapped around it later, reads whole shards to hash them
+    if not source.supports_mapped_blocks or cfg.verify_checksums:
         raise ConfigError("load.block_read", "mmap maps plain local files: not object stores, --tiers, --emulate, "
                                              "faults, --odirect or --verify-checksums", "drop --block-read mmap")
     if manifest.modality != "tokens" or get_format(manifest.format).reader(manifest).fixed_layout() is None:

@@ -48,6 +48,7 @@ class ShardSource:
     supports_pieces = False        # read_piece is one streamed request in pieces (else: a whole read, sliced)
     supports_pread = False         # records read in place by positional reads (read_records, read_block_records)
     supports_odirect = False       # whole shards read with O_DIRECT (no page cache)
+    supports_mapped_blocks = False  # read_block_records maps a one-shard block (block_read="mmap") instead of reading it
     concurrent_reads = False       # read_shards may run in several threads at once, and gains from it
 
     _whole: bytes | memoryview | None = None   # the default read_piece's current shard
@@ -473,6 +474,10 @@ class LocalFileSource(_InPlaceSource):
     def supports_odirect(self) -> bool:   # type: ignore[override]
         return self.odirect and hasattr(os, "O_DIRECT")
 
+    @property
+    def supports_mapped_blocks(self) -> bool:   # type: ignore[override]
+        return not self.odirect   # O_DIRECT reads whole shards past the page cache: nothing to map
+
     def _open_handle(self, shard: ShardEntry) -> int:
         return open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR)
 
@@ -602,7 +607,7 @@ class LocalFileSource(_InPlaceSource):
         None with O_DIRECT (whole shards are read then)."""
         if self.odirect:
             return None
-        if self.block_read == "mmap" and len(shards) == 1:
+        if self.block_read == "mmap" and len(shards) == 1 and self.supports_mapped_blocks:
             return self._mapped_rows(shards[0], first, length, check)
         return super().read_block_records(shards, first, length, check)
 
