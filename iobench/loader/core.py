@@ -252,6 +252,28 @@ class _Steps(StepSeries):
     run_delay_s: dict = field(default_factory=dict)        # worker pid -> s runnable but waiting for a CPU
     device: Any = None                                    # iobench.blockdev.DeviceCounter, local disks
 
+    def add(self, t0: int, t1: int, t2: int, compute_s: float, depth: int, worker: int, nbytes: int, n: int,
+            io_s: float, prep_s: float, fill_s: float, requests: int, ready_ns: int, start_ns: int | None) -> None:
+        """One step: started at ``t0``, had its batch at ``t1``, ended at ``t2`` (ns); the rest is
+        what the batch's producer counted (the worker's ``_Emitter._send`` keys)."""
+        ts = self.t_start
+        self.waits.append((t1 - t0) / 1e9)
+        self.computes.append(compute_s)
+        self.steps_s.append((t2 - t0) / 1e9)
+        self.t_step.append((t0 - ts) / 1e9)
+        self.depths.append(depth)
+        self.batch_bytes.append(nbytes)
+        self.lens.append(n)
+        self.io_s.append(io_s)
+        self.prep_s.append(prep_s)
+        self.fill_s.append(fill_s)
+        self.requests.append(requests)
+        self.worker.append(worker)
+        self.ready_s.append((ready_ns - ts) / 1e9)
+        self.start_s.append((start_ns - ts) / 1e9 if start_ns else None)
+        # worker done -> step has it (pipe, wake-up, unpickle); only on the critical path when the step waited
+        self.handoff_s.append(max(0.0, (t1 - max(t0, ready_ns)) / 1e9))
+
 
 def slots_for(access: str, workers: int, prefetch: int) -> int:
     """Prefetch slots: ``prefetch`` per worker for map/stream (DataLoader's ``prefetch_factor``:
@@ -388,6 +410,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     from .receiver import Receiver, Sender
     from .slots import SlotPool, batch_from_meta
     from .sysmon import SystemMonitor, run_delay_s
+    from .inprocess import progress_bar
     from .worker import WorkerJob, run_worker
 
     cfg, schedule, total = st.cfg, st.schedule, st.schedule.total
@@ -396,7 +419,6 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     # served from this host needs one of them: spinning would starve it).
     spin_s = _SPIN_S if usable_cores() - st.backend.server_on_this_host > cfg.workers else 0.0
     owner = schedule.owner
-    read_size = parse_size(cfg.stream_read_size, "load.stream_read_size")
     lag = cfg.prefetch * cfg.workers if order_of(schedule.access) in ("map", "stream") else 0
     need = round_need(owner, cfg.workers) if cfg.lockstep else None
     stop, monitor, rec = ctx.Event(), SystemMonitor(cfg.monitor_interval_s), _Steps()
@@ -411,10 +433,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         # while the next ones are forked, and those bytes count in wall_s_with_startup (DESIGN rule 13).
         rec.t_spawn = now_ns()
         for wid in range(cfg.workers):
-            job = WorkerJob(wid=wid, workers=cfg.workers, manifest=st.manifest, plans=list(schedule.plans),
-                            total_batches=total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
-                            access=schedule.access, stream_read_size=read_size,
-                            lag=lag, round_need=need)
+            job = WorkerJob.of_load(st, synthetic, wid, cfg.workers, lag, need)
             p = ctx.Process(target=run_worker, args=(job, st.source, pool, Sender(pipes[wid][1], pool.sent, wid), stop),
                             daemon=True, name=f"iobench-load-{wid}")
             p.start()
@@ -422,13 +441,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent, spin_s=spin_s,
                       build=lambda meta: batch_from_meta(meta, pool))
         monitor.start([os.getpid()] + [p.pid for p in procs])
-        if progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            bar = Progress(TextColumn("load"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                           transient=True)
-            bar.start()
-            task = bar.add_task("load", total=total)
+        bar = progress_bar(total) if progress else None
         rx.wait_started(cfg.workers)  # connections and imports are start-up, not throughput
         rec.t_start = now_ns()
         run_delay0 = {p.pid: run_delay_s(p.pid) for p in procs}   # CPU contention, from here to the end
@@ -441,28 +454,15 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             t1 = now_ns()
             if lag:
                 pool.take(k, int(owner[k + lag]) if k + lag < total else None)
-            rec.depths.append(rx.ready() + 1)  # batches ready when this step got its own (included)
+            depth = rx.ready() + 1  # batches ready when this step got its own (included)
             c = compute(batch, k, idle=rx.idle)   # like a host thread while the accelerator computes: takes messages
             del batch
             pool.release(k, int(owner[k + pool.n]) if k + pool.n < total else None)
             t2 = now_ns()
-            rec.waits.append((t1 - t0) / 1e9)
-            rec.computes.append(c)
-            rec.steps_s.append((t2 - t0) / 1e9)
-            rec.t_step.append((t0 - rec.t_start) / 1e9)
-            rec.batch_bytes.append(meta["nbytes"])
-            rec.lens.append(meta["n"])
-            rec.io_s.append(meta["io_s"])   # every key below is one the worker's _Emitter._send writes
-            rec.prep_s.append(meta["prep_s"])
-            rec.fill_s.append(meta["fill_s"])
-            rec.requests.append(meta["requests"])
-            rec.worker.append(meta["worker"])
-            rec.ready_s.append((meta["ready_ns"] - rec.t_start) / 1e9)
-            rec.start_s.append((meta["start_ns"] - rec.t_start) / 1e9 if meta["start_ns"] else None)
-            # worker done -> step has it (pipe, wake-up, unpickle); only on the critical path when the step waited
-            rec.handoff_s.append(max(0.0, (t1 - max(t0, meta["ready_ns"])) / 1e9))
+            rec.add(t0, t1, t2, c, depth, meta["worker"], meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
+                    meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"])
             if bar is not None:
-                bar.update(task, advance=1)
+                bar[0].update(bar[1], advance=1)
             if stop_rule is not None and k + 1 < total:
                 why = stop_rule(rec, (now_ns() - rec.t_start) / 1e9)
                 if why:
@@ -478,7 +478,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
     finally:
         stop.set()
         if bar is not None:
-            bar.stop()
+            bar[0].stop()
         if monitor.running:
             monitor.stop()
         for p in procs:

@@ -30,6 +30,7 @@ import mmap
 import os
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -105,24 +106,10 @@ class _StepOnSend:
                 self.stop.set()   # the producer's next gate or slot raises worker._Stopped
 
     def spread(self) -> None:
-        """The logged steps into ``rec``'s per-step lists (what ``core._metrics`` reads)."""
-        rec, ts = self.rec, self.rec.t_start
+        """The logged steps into ``rec``'s per-step lists (what ``core._metrics`` reads): the batch in
+        hand is the only one there is (depth 1), and its hand-off is delivery only."""
         for t0, t1, t2, c, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns in self.log:
-            rec.waits.append((t1 - t0) / 1e9)
-            rec.computes.append(c)
-            rec.steps_s.append((t2 - t0) / 1e9)
-            rec.t_step.append((t0 - ts) / 1e9)
-            rec.depths.append(1)   # the batch in hand is the only one there is
-            rec.batch_bytes.append(nbytes)
-            rec.lens.append(n)
-            rec.io_s.append(io_s)
-            rec.prep_s.append(prep_s)
-            rec.fill_s.append(fill_s)
-            rec.requests.append(requests)
-            rec.worker.append(0)
-            rec.ready_s.append((ready_ns - ts) / 1e9)
-            rec.start_s.append((start_ns - ts) / 1e9 if start_ns else None)
-            rec.handoff_s.append(max(0.0, (t1 - ready_ns) / 1e9))   # delivery only: nothing is handed over
+            self.rec.add(t0, t1, t2, c, 1, 0, nbytes, n, io_s, prep_s, fill_s, requests, ready_ns, start_ns)
         self.log.clear()
 
     def flush(self) -> None:
@@ -206,30 +193,29 @@ class _InProcessEmitter(_Emitter):
         self.step.run(k, batch, meta["nbytes"], bs, io_s, prep_s, fill_s, requests, ready_ns, start_ns)
 
 
+def progress_bar(total: int) -> tuple[Any, Any]:
+    """A started progress bar of ``total`` steps and its task (both step loops advance it once a step)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("load"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+    bar.start()
+    return bar, bar.add_task("load", total=total)
+
+
 def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=None):
     """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
     each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
     from .sysmon import SystemMonitor
-    from .worker import WorkerJob, _source_stats, produce
+    from .worker import WorkerJob, close_source, new_stats, produce
 
     from ..formats import get_format
-    from ..units import parse_size
 
-    cfg, schedule = st.cfg, st.schedule
+    cfg = st.cfg
     stop = threading.Event()
-    job = WorkerJob(wid=0, workers=1, manifest=st.manifest, plans=list(schedule.plans), total_batches=schedule.total,
-                    decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead, access=schedule.access,
-                    stream_read_size=parse_size(cfg.stream_read_size, "load.stream_read_size"), lag=0)
-    stats: dict = {"wid": 0, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
-                   "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
+    job = WorkerJob.of_load(st, synthetic)
+    stats = new_stats(0)
     pool = _OneSlot(st.slot_bytes, stop)
-    bar = None
-    if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        p = Progress(TextColumn("load"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
-        p.start()
-        bar = (p, p.add_task("load", total=schedule.total))
+    bar = progress_bar(st.schedule.total) if progress else None
     conn = _StepOnSend(st, rec, pool, stop, stop_rule, bar)
     monitor = SystemMonitor(cfg.monitor_interval_s)
     rec.device = device() if device is not None else None   # before the first read
@@ -250,10 +236,6 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
             bar[0].stop()
         if monitor.running:
             monitor.stop()
-        stats["source"] = _source_stats(source)
-        try:
-            source.close()
-        except Exception:  # noqa: BLE001 — closing must not hide the run's own error
-            pass
+        close_source(source, stats)
     rec.done = {0: stats}
     return rec

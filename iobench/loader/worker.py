@@ -34,6 +34,7 @@ from ..errors import ConfigError, IntegrityError
 from ..lifeline import die_with_parent
 from ..manifest import Manifest
 from ..metrics import now_ns
+from ..units import parse_size
 from .messages import Done, ExceptionWrapper, Failed, Ready
 from .sampler import order_of
 from .source import ShardSource
@@ -55,6 +56,17 @@ class WorkerJob:
     # stream, LoadConfig.lockstep: round_need[k // workers][i] = batches worker i has sent before batch k
     # may start (every batch of the earlier rounds); None: the workers run free of each other
     round_need: Any = None
+
+    @classmethod
+    def of_load(cls, st: Any, synthetic: bool, wid: int = 0, workers: int = 1, lag: int = 0,
+                need: np.ndarray | None = None) -> "WorkerJob":
+        """What producer ``wid`` of ``workers`` makes in the load set up as ``st`` (a ``core._Setup``;
+        ``workers=1``: the consumer itself, W=0)."""
+        cfg, schedule = st.cfg, st.schedule
+        return cls(wid=wid, workers=workers, manifest=st.manifest, plans=list(schedule.plans),
+                   total_batches=schedule.total, decode=cfg.decode, synthetic=synthetic, read_ahead=cfg.read_ahead,
+                   access=schedule.access, stream_read_size=parse_size(cfg.stream_read_size, "load.stream_read_size"),
+                   lag=lag, round_need=need)
 
 
 def _decode_jpeg(data) -> np.ndarray:
@@ -297,8 +309,7 @@ class _Emitter:
 def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
     """Process entry point; always ends with a ``Done`` or a ``Failed`` message (loader.messages)."""
     die_with_parent()   # a killed `load` takes its workers with it (they would block on slots for ever)
-    stats: dict = {"wid": job.wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
-                   "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
+    stats = new_stats(job.wid)
     # Objects inherited from the parent (e.g. its S3 sessions) must not be finalized here,
     # on another event loop; freezing keeps the collector away from them.
     gc.freeze()
@@ -314,12 +325,27 @@ def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
         produce(job, source, reader, emit)
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         failed = Failed(job.wid, ExceptionWrapper.of(e))
-    stats["source"] = _source_stats(source)
+    close_source(source, stats)
+    conn.send(failed or Done(job.wid, stats))
+
+
+def new_stats(wid: int) -> dict:
+    """A producer's counters: its ``Done`` message, or the one ``per_worker`` entry of a W=0 load."""
+    return {"wid": wid, "pid": os.getpid(), "batches": 0, "samples": 0, "busy_s": 0.0,
+            "slot_wait_s": 0.0, "payload_bytes": 0, "fill_s": 0.0, "io_s": 0.0}
+
+
+def close_source(source: ShardSource, stats: dict) -> None:
+    """The source's counters into ``stats``, then the source closed: best effort, as neither may
+    hide the run's own outcome (its error, or the message that reports it)."""
+    try:
+        stats["source"] = source.stats()
+    except Exception:  # noqa: BLE001
+        stats["source"] = {}
     try:
         source.close()
     except Exception:  # noqa: BLE001
         pass
-    conn.send(failed or Done(job.wid, stats))
 
 
 def produce(job: WorkerJob, source: ShardSource, reader, emit: "_Emitter") -> None:
@@ -681,10 +707,3 @@ def _pack(meta: dict) -> None:
     for key in ("labels", "offsets"):
         if meta.get(key) is not None:
             meta[key] = np.ascontiguousarray(meta[key], dtype="<i8").tobytes()
-
-
-def _source_stats(source: ShardSource) -> dict:
-    try:
-        return source.stats()
-    except Exception:  # noqa: BLE001 — counters are best effort; the run's outcome is the message
-        return {}
