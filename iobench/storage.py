@@ -271,7 +271,7 @@ class LocalBackend(Backend):
         pass
 
     def cat_buffer(self, rel: str, start: int | None, end: int | None):
-        _require_regular(self.path(rel))
+        require_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # fsspec's open of a FIFO blocks forever
         return super().cat_buffer(rel, start, end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
@@ -290,7 +290,7 @@ class LocalBackend(Backend):
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         if "r" in mode:
-            _require_regular(self.path(rel))
+            require_regular(self.path(rel), "path", _NOT_A_FILE_FIX)
         return super().open(rel, mode, **kw)
 
     def rm(self, rel: str, recursive: bool = False) -> None:
@@ -430,11 +430,6 @@ def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
 
 
 _NOT_A_FILE_FIX = "replace it with a regular file"
-
-
-def _require_regular(path: str) -> None:
-    """Local reads open only regular files: fsspec's ``open`` of a FIFO blocks forever."""
-    require_regular(path, "path", _NOT_A_FILE_FIX)
 
 
 def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,

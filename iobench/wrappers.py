@@ -94,13 +94,10 @@ class EmulationSpec:
         return nbytes / self.bandwidth_bytes_per_s
 
     def describe(self) -> dict:
-        d: dict[str, Any] = {"spec": self.text, "kind": self.kind}
-        if self.kind == "const":
-            d["latency_s"] = self.latency_s
-        elif self.kind == "normal":
-            d["mean_s"], d["std_s"] = self.latency_s, self.std_s
-        elif self.kind == "lognormal":
-            d["p50_s"], d["p99_s"] = self.p50_s, self.p99_s
+        by_kind: dict[str, dict[str, float]] = {"const": {"latency_s": self.latency_s},
+                                                "normal": {"mean_s": self.latency_s, "std_s": self.std_s},
+                                                "lognormal": {"p50_s": self.p50_s, "p99_s": self.p99_s}}
+        d: dict[str, Any] = {"spec": self.text, "kind": self.kind, **by_kind.get(self.kind, {})}
         if self.spike_p:
             d["spike_p"], d["spike_s"] = self.spike_p, self.spike_s
         if self.bandwidth_bytes_per_s:

@@ -44,12 +44,11 @@ class _OneSlot:
 
     n = 1
 
-    def __init__(self, slot_bytes: int, stop: threading.Event) -> None:
+    def __init__(self, slot_bytes: int) -> None:
         self.slot_bytes = max(int(slot_bytes), 1)
         # page-aligned (an O_DIRECT read may land in it), and only touched pages cost memory
         self._u8 = np.frombuffer(mmap.mmap(-1, -(-self.slot_bytes // mmap.PAGESIZE) * mmap.PAGESIZE),
                                  dtype=np.uint8)[:self.slot_bytes]
-        self._stop = stop
         self.before_wait = None   # the emitter sets it (a worker flushes held batches before it sleeps)
 
     def acquire(self, k: int, stop, wid: int = 0) -> int | None:
@@ -214,7 +213,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
     stop = threading.Event()
     job = WorkerJob.of_load(st, synthetic)
     stats = new_stats(0)
-    pool = _OneSlot(st.slot_bytes, stop)
+    pool = _OneSlot(st.slot_bytes)
     bar = progress_bar(st.schedule.total) if progress else None
     conn = _StepOnSend(st, rec, pool, stop, stop_rule, bar)
     monitor = SystemMonitor(cfg.monitor_interval_s)
