@@ -109,27 +109,28 @@ def _dlio_env(venv: Path) -> dict:
     return env
 
 
+def _dlio(venv: Path, name: str, ranks: int, data: Path, record_bytes: int, run_dir: Path, log: Path,
+          *phase: str) -> subprocess.CompletedProcess:
+    """DLIO's ``dlio_benchmark`` on ``ranks`` MPI ranks for shape ``name``, ``phase`` its workflow overrides."""
+    cmd = [str(venv / "bin" / "mpirun"), "-n", str(ranks), str(venv / "bin" / "dlio_benchmark"),
+           f"workload={SHAPES[name][5]}", *phase, "++workload.workflow.checkpoint=False", f"++hydra.run.dir={run_dir}",
+           *_dlio_overrides(name, data, record_bytes)]
+    with open(log, "a") as f:
+        return subprocess.run(cmd, env=_dlio_env(venv), stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+
+
 def gen_dlio(name: str, data: Path, venv: Path, record_bytes: int, log: Path) -> None:
     if (data / "train").exists() and len(_files(data / "train")) >= SHAPES[name][2]:
         return
-    cmd = [str(venv / "bin" / "mpirun"), "-n", "2", str(venv / "bin" / "dlio_benchmark"), f"workload={SHAPES[name][5]}",
-           "++workload.workflow.generate_data=True", "++workload.workflow.train=False",
-           "++workload.workflow.checkpoint=False", f"++hydra.run.dir={log.parent / ('gen-' + name)}",
-           *_dlio_overrides(name, data, record_bytes)]
-    with open(log, "a") as f:
-        subprocess.run(cmd, env=_dlio_env(venv), stdout=f, stderr=subprocess.STDOUT, check=True, timeout=1800)
+    _dlio(venv, name, 2, data, record_bytes, log.parent / ("gen-" + name), log,
+          "++workload.workflow.generate_data=True", "++workload.workflow.train=False").check_returncode()
 
 
 def run_dlio(name: str, data: Path, venv: Path, record_bytes: int, out: Path, log: Path) -> dict:
-    n = SHAPES[name][4]
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [str(venv / "bin" / "mpirun"), "-n", str(n), str(venv / "bin" / "dlio_benchmark"), f"workload={SHAPES[name][5]}",
-           "++workload.workflow.generate_data=False", "++workload.workflow.train=True",
-           "++workload.workflow.checkpoint=False", "++workload.train.epochs=1", f"++hydra.run.dir={out}",
-           *_dlio_overrides(name, data, record_bytes)]
     t0 = time.perf_counter()
-    with open(log, "a") as f:
-        p = subprocess.run(cmd, env=_dlio_env(venv), stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+    p = _dlio(venv, name, SHAPES[name][4], data, record_bytes, out, log, "++workload.workflow.generate_data=False",
+              "++workload.workflow.train=True", "++workload.train.epochs=1")
     wall = time.perf_counter() - t0
     summary = out / "summary.json"
     if p.returncode != 0 or not summary.exists():
@@ -461,6 +462,7 @@ def _pct(v):
 
 
 def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
+    from harness import table
     from iobench.results import host_info, now_iso
 
     out = Path(a.out)
@@ -505,28 +507,23 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         "Range: the lowest and highest of the rounds, samples/s and AU, so that a difference between the tools "
         "can be read against each tool's own round-to-round spread (overlapping ranges: within noise).",
         "",
-        "| shape | mode | tool | steps/epoch | samples/s | range | truth | off | epoch model | AU | range | truth AU | "
-        "off (pp) | epoch model AU | rounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     spread = _round_ranges(raw)
-    for r in rows:
-        sr, ar = spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))
-        md.append(f"| {r['shape']} | {r['mode']} | {r['tool']} | {r['steps_per_epoch']} | "
-                  f"{_f(r['samples_per_s'], '.1f')} | {sr} | {_f(r['truth_samples_per_s'], '.1f')} | "
-                  f"{'-' if r['samples_rel'] is None else format(100 * r['samples_rel'], '+.1f') + '%'} | "
-                  f"{_f(r['model_samples_per_s'], '.1f')} | "
-                  f"{_pct(r['au'])} | {ar} | {_pct(r['truth_au'])} | {_f(r['au_pp'], '+.1f')} | "
-                  f"{_pct(r['model_au'])} | "
-                  f"{r['rounds']}{' (' + '; '.join(r['errors']) + ')' if r['errors'] else ''} |")
-    md += ["", "Per round (tool order alternates; load average = 1-minute, at each run's start):", "",
-           "| shape | mode | round | tool | samples/s | AU | load avg |", "|---|---|---|---|---|---|---|"]
-    for r in raw:
-        for tool, rs in r["per_round"].items():
-            for i, x in enumerate(rs):
-                md.append(f"| {r['shape']} | {r['mode']} | {i} | {tool} | "
-                          f"{_f(x.get('samples_per_s'), '.1f')} | {_pct(x.get('au'))} | {_f(x.get('load_avg'), '.1f')} |"
-                          if "error" not in x else f"| {r['shape']} | {r['mode']} | {i} | {tool} | {x['error']} | | |")
+    md += table(["shape", "mode", "tool", "steps/epoch", "samples/s", "range", "truth", "off", "epoch model", "AU",
+                 "range", "truth AU", "off (pp)", "epoch model AU", "rounds"],
+                [[r["shape"], r["mode"], r["tool"], r["steps_per_epoch"], _f(r["samples_per_s"], ".1f"),
+                  spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[0], _f(r["truth_samples_per_s"], ".1f"),
+                  "-" if r["samples_rel"] is None else format(100 * r["samples_rel"], "+.1f") + "%",
+                  _f(r["model_samples_per_s"], ".1f"), _pct(r["au"]),
+                  spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[1], _pct(r["truth_au"]),
+                  _f(r["au_pp"], "+.1f"), _pct(r["model_au"]),
+                  f"{r['rounds']}{' (' + '; '.join(r['errors']) + ')' if r['errors'] else ''}"] for r in rows])
+    md += ["", "Per round (tool order alternates; load average = 1-minute, at each run's start):", ""]
+    md += table(["shape", "mode", "round", "tool", "samples/s", "AU", "load avg"],
+                [[r["shape"], r["mode"], i, tool, *([_f(x.get("samples_per_s"), ".1f"), _pct(x.get("au")),
+                                                    _f(x.get("load_avg"), ".1f")] if "error" not in x
+                                                   else [x["error"], "", ""])]
+                 for r in raw for tool, rs in r["per_round"].items() for i, x in enumerate(rs)])
     md += [
         "",
         f"Shapes: unet3d {SHAPES['unet3d'][2]} npz files of ~4 MiB (iobench: `gen --workload unet3d --scale 0.0286`, sizes vary as "
