@@ -182,14 +182,12 @@ def _measured_at(full: Path) -> _dt.datetime:
                 return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
             except ValueError:
                 pass
-    changed = subprocess.run(["git", "status", "--porcelain", "--", str(full)], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-    if not changed:
-        out = subprocess.run(["git", "log", "-1", "--format=%cI", "--", str(full)], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-        if out:
-            return _dt.datetime.fromisoformat(out)
-    return _dt.datetime.fromtimestamp(full.stat().st_mtime, _dt.timezone.utc)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args, "--", str(full)], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    committed = "" if git("status", "--porcelain") else git("log", "-1", "--format=%cI")   # not changed since
+    return (_dt.datetime.fromisoformat(committed) if committed
+            else _dt.datetime.fromtimestamp(full.stat().st_mtime, _dt.timezone.utc))
 
 
 def collect(ref: Path) -> list[dict]:
