@@ -41,9 +41,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
 from bench_load import MiB, _fio, _gather_loop, load_rate
-from harness import (alternating, command, dataset, machine, machine_line, median, median_run, num, paired_row, parser,
-                     read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table, write_results,
-                     yes_no)
+from harness import (alternating, command, dataset, header, machine, median, median_run, num, paired_row, parser,
+                     read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table, updates,
+                     write_results, yes_no)
 
 from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO
@@ -301,17 +301,11 @@ def _cells(r: dict) -> list:
 
 
 def to_markdown(results: list[dict], meta: dict) -> str:
-    lines = ["# In-process loading, memmap access and iobench.watch vs peers (reference run)", "",
-             f"Command: `{meta['command']}`  ",
-             f"Machine: {machine_line(meta['machine'])}; {meta['machine']['note']}; load average "
-             f"{meta['load_avg_start']:.1f} at start, {meta['load_avg_end']:.1f} at end.  ",
-             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", ""]
-    for u in meta.get("updates", []):
-        lines += [f"Rerun with `{u['command']}` ({u['seconds']:.0f} s): " + "; ".join(u["sections"])
-                  + ". Those rows come from the rerun (their load averages are in the last column).", ""]
-    lines += table(["comparison", "ratio", "per-round ratios", "target", "met", "load avg (min-max)"],
-                   [_cells(r) for r in results])
-    lines += ["", "Notes:", ""]
+    lines = [*header("In-process loading, memmap access and iobench.watch vs peers (reference run)", meta),
+             f"{meta['rounds']} alternating rounds per row (cold memmap: fewer); load average {meta['load_avg_end']:.1f} "
+             "at the end.", "", *updates(meta, "Those rows come from the rerun (their load averages are in the last column)."),
+             *table(["comparison", "ratio", "per-round ratios", "target", "met", "load avg (min-max)"],
+                   [_cells(r) for r in results]), "", "Notes:", ""]
     for r in results:
         if r.get("note"):
             lines.append(f"- {r['section']}: {r['note']}")
@@ -331,9 +325,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     la0 = os.getloadavg()[0]
+    at_start = machine()   # its load average is the start's, as the header says
     with scratch("inproc", args.work) as work:
         results = run_sections(SECTIONS, args.sections, work, args)
-    meta = {"command": command("bench_inprocess.py", argv), "machine": machine(), "seconds": time.perf_counter() - t0,
+    meta = {"command": command("bench_inprocess.py", argv), "machine": at_start, "seconds": time.perf_counter() - t0,
             "rounds": args.rounds, "load_avg_start": la0, "load_avg_end": os.getloadavg()[0]}
     return write_results(args.out, meta, results, args.merge, to_markdown, "load")
 
