@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
 from bench_load import MiB, _fio, _gather_loop, load_rate
-from harness import (alternating, command, dataset, header, machine, median, median_run, num, paired_row, parser,
+from harness import (REF, alternating, command, dataset, header, machine, median, median_run, num, paired_row, parser,
                      read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table, updates,
                      write_results, yes_no)
 
@@ -317,7 +317,7 @@ def to_markdown(results: list[dict], meta: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = parser(__doc__, "reports/reference/inprocess")
+    ap = parser(__doc__, str(REF / "inprocess"))
     sections_option(ap, SECTIONS)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=bench_load.FIO_ROUNDS)
