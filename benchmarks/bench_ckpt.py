@@ -34,15 +34,20 @@ from iobench.checkpointing.snapshot import LiveState, Staging, local_ranks
 from iobench.checkpointing.state import from_params
 from iobench.storage import open_backend
 
-from harness import alternating, fio, machine, parser, scratch, timed, write_report
-
-MiB = 1024 * 1024
+from harness import MiB, alternating, fio, machine, parser, scratch, timed, write_report
 
 
 def live_state(mib: int, ranks: int = 8) -> LiveState:
     """The live state of a ``mib`` MiB checkpoint over ``ranks`` data-parallel ranks (ZeRO-3), filled."""
     spec = from_params(-(-mib * MiB // 14), dp=ranks, zero_stage=3)   # bf16-mixed-adam: 14 bytes per parameter
     live = LiveState(spec, local_ranks(spec))
+    live.fill(0, 1)
+    return live
+
+
+def one_rank_state(params: int) -> LiveState:
+    """The filled live state of one rank of ``params`` parameters: the process holds exactly one rank."""
+    live = LiveState(from_params(params), [0])
     live.fill(0, 1)
     return live
 
@@ -64,14 +69,12 @@ def bench_snapshot(mib: int, reps: int) -> dict:
     dst[:] = 0                   # faulted in, as the staging pages are
 
     def memcpy():
-        t0 = time.perf_counter_ns()
         o = 0
         for a in flat_src:       # the same tensors, one memcpy each, into one preallocated buffer
             dst[o:o + a.size] = a
             o += a.size
-        return (time.perf_counter_ns() - t0) / 1e9
 
-    runs = alternating(reps * 3, {"memcpy": memcpy, "ours": lambda: staging.snapshot(live) / 1e9})
+    runs = alternating(reps * 3, {"memcpy": lambda: timed(memcpy)[0], "ours": lambda: staging.snapshot(live) / 1e9})
     ours, peer = statistics.median(runs["ours"]), statistics.median(runs["memcpy"])
     return {"bytes": total, "snapshot_s_median": ours, "memcpy_s_median": peer,
             "ratio_snapshot_over_memcpy": ours / peer, "target": "<= 1.2", "pass": ours / peer <= 1.2}
@@ -150,9 +153,8 @@ def bench_s3(mib: int, reps: int, root: Path) -> dict:
 
 
 def bench_rss(mib: int, saves: int, root: Path) -> dict:
-    spec = from_params(mib * MiB // 14)            # one rank: the process holds exactly one rank's state
-    live = LiveState(spec, [0])
-    live.fill(0, 1)
+    live = one_rank_state(mib * MiB // 14)
+    spec = live.spec
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -39,10 +39,8 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (bench_venv, command, machine, machine_line, notes, parser, ratios, run_json, scratch,
+from harness import (MiB, bench_venv, command, machine, machine_line, notes, parser, ratios, run_json, scratch,
                      set_cache, table, timed, write_report)  # benchmarks/ is not a package
-
-MiB = 2**20
 # comparison: (the peer's times, iobench's times, the target for peer time / iobench time)
 PAIRS = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking", 1.0),
          "blocking pause vs torch.save": ("torch_save", "iobench_blocking", 1.0),
@@ -136,32 +134,26 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     import torch
     import torch.distributed.checkpoint as dcp
 
+    from bench_ckpt import one_rank_state
+
     from iobench.checkpointing.commit import Checkpointer, EngineConfig
-    from iobench.checkpointing.snapshot import LiveState
-    from iobench.checkpointing.state import from_params
     from iobench.storage import open_backend
 
-    spec = from_params(-(-mib * MiB // 14))      # bf16-mixed-adam: 14 bytes per parameter, one rank
-    live = LiveState(spec, [0])
-    live.fill(0, 1)
+    live = one_rank_state(-(-mib * MiB // 14))      # bf16-mixed-adam: 14 bytes per parameter
     arrays = live.arrays[0]
     sd = {f"t{i}": torch.from_numpy(a.view("uint8").reshape(-1)) for i, a in enumerate(arrays)}
     sizes = [t.numel() for t in sd.values()]
     nbytes = sum(sizes)
-    times: dict[str, list[float]] = {k: [] for k in (
-        "iobench_blocking", "iobench_durable", "torch_save", "torch_save_durable", "dcp_blocking", "dcp_durable",
-        "iobench_restore", "dcp_load", "torch_load")}
+    times: dict[str, list[float]] = {k: [] for peer, mine, _ in PAIRS.values() for k in (peer, mine)}
     # per restore side and round: device bytes read, minor and major faults (see _io_counters)
     counters: dict[str, list[dict]] = {k: [] for k in RESTORES.values()}
     # One engine for the whole run, as a training job keeps one: its staging buffers are reused.
     ours = open_backend(str(work / f"iobench-{mib}"))
-    ck = Checkpointer(spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
+    ck = Checkpointer(live.spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
     # tiny checkpoints of each kind, for the restore children's untimed warm-up (see restore_child)
     warm = work / f"warm-{mib}"
-    tiny = from_params(4096)
-    tiny_live = LiveState(tiny, [0])
-    tiny_live.fill(0, 1)
-    with Checkpointer(tiny, [0], open_backend(str(warm / "iobench")), None, EngineConfig(mode="sync")) as tck:
+    tiny_live = one_rank_state(4096)
+    with Checkpointer(tiny_live.spec, [0], open_backend(str(warm / "iobench")), None, EngineConfig(mode="sync")) as tck:
         tck.save(1, tiny_live)
     (warm / "torch").mkdir(parents=True)
     torch.save({"t0": torch.zeros(4096, dtype=torch.uint8)}, str(warm / "torch" / "state.pt"))

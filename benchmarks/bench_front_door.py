@@ -179,13 +179,6 @@ def fio_read(files: list[str], seconds: int = 3) -> float:
                timeout=600)[1]["read"]["bw_bytes"]
 
 
-def read_ahead_kb(dev) -> int | None:
-    try:
-        return int(Path(f"/sys/block/{dev.disk}/queue/read_ahead_kb").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def amplification(moved, asked) -> float | None:
     return moved / asked if moved and asked else None
 
@@ -368,7 +361,7 @@ def main(argv=None) -> int:
     summary = [summarise(row, rs) for row, rs in results.items()]
     meta = run_meta("bench_front_door.py", argv, t_start, throttle_bytes_per_s=THROTTLE, step=STEP, batch=BATCH,
                     workers=WORKERS, sample_bytes=SAMPLE, samples=samples, s3_emulate=S3_EMULATE,
-                    read_ahead_kb=read_ahead_kb(thr.device) if thr is not None else None)
+                    read_ahead_kb=thr.device.read_ahead_kb() if thr is not None else None)
     write_report(a.out, {"meta": meta, "results": summary}, to_markdown(meta, summary, notes("front_door")),
                  _rows(summary), command=meta["command"])
     return 0

@@ -33,7 +33,8 @@ from iobench.units import format_bytes, parse_size
 
 
 def fio_read(path: str, size: int, io_size: int, threads: int, cache_state: str) -> float:
-    """bytes/s fio reports for a read of the whole file by ``threads`` psync jobs."""
+    """bytes/s fio reports for a read of the whole file by ``threads`` psync jobs, from ``cache_state``."""
+    prepare_file(path, "cold" if cache_state == "direct" else cache_state)
     per_job = size // threads // io_size * io_size
     _, job = harness.fio("--name=gdscpu", f"--filename={path}", "--rw=read", f"--bs={io_size}", "--ioengine=psync",
                          f"--numjobs={threads}", "--thread", f"--size={per_job}", f"--offset_increment={per_job}",
@@ -42,8 +43,9 @@ def fio_read(path: str, size: int, io_size: int, threads: int, cache_state: str)
     return harness.fio_rate(job["read"]) or float("nan")
 
 
-def python_read(path: str, io_size: int) -> float:
-    """bytes/s of the naive loader: one thread, buffered readinto of ``io_size`` chunks."""
+def python_read(path: str, io_size: int, cache_state: str) -> float:
+    """bytes/s of the naive loader: one thread, buffered readinto of ``io_size`` chunks, from ``cache_state``."""
+    prepare_file(path, cache_state)
     buf = bytearray(io_size)
     n = 0
     t = time.perf_counter_ns()
@@ -84,18 +86,11 @@ def main(argv=None) -> int:
         cfg = build(GdsBenchConfig, {"target": path, "paths": ["cpu"], "qd1_samples": 0, "verify": False}, "gds")
         for state, io, t in itertools.product(args.cache.split(","), [parse_size(s) for s in args.io_sizes.split(",")],
                                               [int(t) for t in args.threads.split(",")]):
-            def fio(io=io, t=t, state=state):
-                prepare_file(path, "cold" if state == "direct" else state)
-                return fio_read(path, size, io, t, state)
-
-            def naive(io=io, state=state):
-                prepare_file(path, state)
-                return python_read(path, io)
-            runs = harness.alternating(args.repeat, {
-                "iobench": lambda io=io, t=t, state=state: iobench_read(path, io, t, state, cfg), "fio": fio})
+            runs = harness.alternating(args.repeat, {"iobench": lambda: iobench_read(path, io, t, state, cfg),
+                                                     "fio": lambda: fio_read(path, size, io, t, state)})
             ours, cpu = [b for b, _ in runs["iobench"]], [c for _, c in runs["iobench"]]
             # the naive loader at 1 thread only, after the pairs (it has no ratio of its own)
-            py_runs = [naive() for _ in range(args.repeat)] if t == 1 and state != "direct" else []
+            py_runs = [python_read(path, io, state) for _ in range(args.repeat)] if t == 1 and state != "direct" else []
             row = {"cache": state, "io_size_bytes": io, "threads": t, "iobench_bytes_per_s": statistics.median(ours),
                    "fio_bytes_per_s": statistics.median(runs["fio"]), "python_readinto_bytes_per_s": harness.median(py_runs),
                    "iobench_cpu_s_per_gb": statistics.median(cpu),

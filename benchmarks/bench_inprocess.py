@@ -27,16 +27,13 @@ Writes OUT.json, OUT.rows.json (for ``benchmarks/summary.py``) and OUT.md.
 
 from __future__ import annotations
 
-from iobench.schema import STALL_RATIO
-import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
+from itertools import count
 from pathlib import Path
 
 import numpy as np
@@ -44,45 +41,43 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
 from bench_load import MiB, _fio, _gather_loop, load_rate
-from harness import machine, median_run, paired_row as paired_result
-from summary import DERIVE, merge_results, write_rows
+from harness import (REF, alternating, command, dataset, header, machine, median, median_run, num, paired_row, parser,
+                     read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table, updates,
+                     write_results, yes_no)
 
-from iobench.generate import GenSpec, generate
 from iobench.loader.core import LoadConfig, run_load
+from iobench.schema import STALL_RATIO
 
-ROOT = Path(__file__).resolve().parents[1]
 SHARD = 8 * MiB
 
 
 def _tokens(work: Path, scale: float):
     """The raw token dataset of bench_load's fio rows: 1 GiB in 8 MiB shards of 1 KiB samples."""
     url = str(work / "raw-tokens")
-    m = generate(GenSpec(format="raw", modality="tokens", num_samples=int(1048576 * scale), seq_len=512,
-                         vocab_size=32000, shard_size=f"{SHARD}B", fsync=True), url, progress=False)
-    return url, m, [os.path.join(url, s.path) for s in m.shards]
+    m, files = dataset(url, 1048576 * scale, f"{SHARD}B", fsync=True)
+    return url, m, files
 
 
-def _loadavg() -> float:
-    return round(os.getloadavg()[0], 2)
+def _with_load(run: dict) -> dict:
+    """A round's result with the 1-minute load average after it (the host is shared)."""
+    return run | {"load_avg": round(os.getloadavg()[0], 2)}
 
 
-def _rounds(n: int, ours, theirs, extra=None) -> None:
-    for r in range(n):
-        for side in ((ours, theirs) if r % 2 == 0 else (theirs, ours)):
-            side(r)
-        if extra is not None:
-            extra(r)
+def _load_avgs(*sides: list[dict]) -> list[float]:
+    return [x["load_avg"] for runs in sides for x in runs]
 
 
-def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
-    from iobench.io.pagecache import drop_pages, warm_file
-
-    if not shutil.which("fio"):
-        return [{"section": "w0", "skipped": "fio not installed"}]
+def _fixed_records(m):
     from iobench.formats import get_format
 
-    url, m, files = _tokens(work, scale)
-    fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
+    return get_format(m.format).reader(m).fixed_records(m.shards[0])
+
+
+def bench_w0(work: Path, a) -> list[dict]:
+    if not shutil.which("fio"):
+        return skipped("w0", "fio not installed")
+    url, m, files = _tokens(work, a.scale)
+    fixed = _fixed_records(m)
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
         # cold: --read-ahead 1, the next shard's O_DIRECT pread on a thread of this process while the
@@ -94,29 +89,18 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
                          monitor_interval_s=1.0, read_ahead=int(state == "cold"), cache=state,
                          odirect=state == "cold", s3_block_size=f"{SHARD}B",
                          block_read="mmap" if state == "warm" else "read")
-        iob: list[dict] = []
-        peer: list[dict] = []
 
-        def ours(r, cfg=cfg, iob=iob):
-            iob.append(load_rate(cfg) | {"load_avg": _loadavg()})
-
-        def theirs(r, state=state, peer=peer):
-            for f in files:
-                (warm_file if state == "warm" else drop_pages)(f)
-            peer.append(_fio(files, SHARD, 1, direct=(state == "cold"))
-                        | {"load_avg": _loadavg()})
-
-        floor: list[dict] = []
-        reads: dict[int, list[dict]] = {0: [], 1: []}
-
-        def others(r, state=state, batch=batch, floor=floor, reads=reads, cfg=cfg):
-            if state == "warm":   # the one-process floor of the mapped design, and the read designs
-                floor.append(_gather_loop(files, fixed, batch, seed=r, mapped=True))
-                for ra, runs in reads.items():
-                    runs.append(load_rate(replace(cfg, block_read="read", read_ahead=ra)) | {"load_avg": _loadavg()})
-
-        _rounds(rounds, ours, theirs, others)
-        row = paired_result(
+        def fio_round(state=state) -> dict:
+            set_cache(files, state)
+            return _with_load(_fio(files, SHARD, 1, direct=(state == "cold")))
+        # warm: the one-process floor of the mapped design, and the read designs, after each round's pair
+        others = {"floor": lambda r, batch=batch: _gather_loop(files, fixed, batch, seed=r, mapped=True),
+                  **{ra: lambda r, ra=ra, cfg=cfg: _with_load(load_rate(replace(cfg, block_read="read", read_ahead=ra)))
+                     for ra in (0, 1)}}
+        runs = alternating(a.rounds, {"iobench": lambda cfg=cfg: _with_load(load_rate(cfg)), "peer": fio_round},
+                           others if state == "warm" else None)
+        iob, peer = runs["iobench"], runs["peer"]
+        row = paired_row(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs fio 1 job" +
             (" --direct=1" if state == "cold" else " --invalidate=0 after pre-read"),
             iob, peer, "bytes_per_s", 0.7 if state == "warm" else 0.9,
@@ -129,26 +113,26 @@ def bench_w0(work: Path, scale: float, rounds: int) -> list[dict]:
             "; fio reads the same files, one shard-sized request each, and drops the bytes")
         row["bytes_checked"] = {"iobench_bytes_read": median_run(iob, "bytes_per_s").get("bytes_read"),
                                 "fio_bytes_read": median_run(peer, "bytes_per_s").get("bytes_read")}
-        row["load_avg"] = [x["load_avg"] for x in iob + peer]
+        row["load_avg"] = _load_avgs(iob, peer)
         out.append(row)
-        if floor:
-            out.append(paired_result(
+        if state == "warm":
+            out.append(paired_row(
                 f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 vs one-process map + shuffled gather",
-                iob, floor, "bytes_per_s", None,
+                iob, runs["floor"], "bytes_per_s", None,
                 "diagnostic, no target: bench_load's _gather_loop mapped=True -- each shard mapped with MAP_POPULATE "
                 "and every batch gathered from the page cache, in one process, one thread, nothing else -- the "
                 "least work of this design; iobench W=0 adds the per-step bookkeeping"))
-            for ra, runs in reads.items():
-                out.append(paired_result(
+            for ra in (0, 1):
+                out.append(paired_row(
                     f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W=0 --block-read read" +
                     (" --read-ahead 1" if ra else "") + " vs fio 1 job --invalidate=0 after pre-read",
-                    runs, peer, "bytes_per_s", None,
+                    runs[ra], peer, "bytes_per_s", None,
                     "diagnostic, no target: " + (
                         "each shard read with one preadv into a reused huge-page buffer, then its batches gathered "
                         "(a read's copy, then the gather's)" if not ra else
                         "the same with the next shard read on a read-ahead thread while this one's batches are "
                         "gathered (two cores; every gather then reads rows the other core wrote)")))
-                out[-1]["load_avg"] = [x["load_avg"] for x in runs]
+                out[-1]["load_avg"] = _load_avgs(runs[ra])
     return out
 
 
@@ -172,39 +156,37 @@ def _nanogpt_loop(files: list[str], fixed, batch: int, batches: int, seed: int) 
     return {"bytes_per_s": n / t, "bytes": n, "wall_s": t, "batch": batch}
 
 
-def bench_memmap(work: Path, scale: float, rounds: int) -> list[dict]:
+def bench_memmap(work: Path, a) -> list[dict]:
     from iobench.blockdev import DeviceCounter
-    from iobench.formats import get_format
-    from iobench.io.pagecache import drop_pages, warm_file
 
-    url, m, files = _tokens(work, scale)
-    fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
+    url, m, files = _tokens(work, a.scale)
+    fixed = _fixed_records(m)
     batch = 256
     batches = m.total_samples // batch
     out = []
     for state in ("warm", "cold"):
         cfg = LoadConfig(dataset=url, access="memmap", workers=0, batch_size=batch, monitor_interval_s=1.0,
                          cache=state, steps=batches)
-        iob: list[dict] = []
-        peer: list[dict] = []
 
-        def ours(r, cfg=cfg, iob=iob):
+        def ours(cfg=cfg) -> dict:
             res = run_load(cfg)
             mm = res.metrics
-            iob.append({"bytes_per_s": mm["throughput"]["bytes_per_s"], "bytes_read": mm["bytes_read"],
-                        "device_io": mm["device_io"], "faults": mm["requests"], "load_avg": _loadavg(),
-                        "residency": res.environment["cache"].get("measured_residency")})
+            return _with_load({"bytes_per_s": mm["throughput"]["bytes_per_s"], "bytes_read": mm["bytes_read"],
+                               "device_io": mm["device_io"], "faults": mm["requests"],
+                               "residency": res.environment["cache"].get("measured_residency")})
 
-        def theirs(r, state=state, peer=peer):
-            for f in files:
-                (warm_file if state == "warm" else drop_pages)(f)
+        seeds = count()   # the round
+
+        def theirs(state=state, seeds=seeds) -> dict:
+            set_cache(files, state)
             dc = DeviceCounter(files[0])
-            p = _nanogpt_loop(files, fixed, batch, batches, seed=r)
+            p = _nanogpt_loop(files, fixed, batch, batches, seed=next(seeds))
             p["device_io"] = dc.stop(p["bytes"], p["bytes"])
-            peer.append(p | {"load_avg": _loadavg()})
+            return _with_load(p)
 
-        _rounds(rounds if state == "warm" else max(3, rounds // 2), ours, theirs)
-        row = paired_result(
+        runs = alternating(a.rounds if state == "warm" else max(3, a.rounds // 2), {"iobench": ours, "peer": theirs})
+        iob, peer = runs["iobench"], runs["peer"]
+        row = paired_row(
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench --access memmap W=0 vs nanoGPT-style get_batch "
             "(np.memmap windows + np.stack)", iob, peer, "bytes_per_s", 1.0 if state == "warm" else None,
             f"{len(files)} shards of {SHARD // MiB} MiB, {batches} batches a side; iobench: map's order (every sample "
@@ -212,85 +194,44 @@ def bench_memmap(work: Path, scale: float, rounds: int) -> list[dict]:
             "(any token offset) from per-shard np.memmap views, np.stack per batch, one process" +
             ("" if state == "warm" else "; diagnostic, no target: cold pages come in by page faults and the "
              "kernel's read-around, and the device_io blocks say how much each side read"))
-        amp = [((x.get("device_io") or {}).get("read_amplification")) for x in iob]
-        pamp = [((x.get("device_io") or {}).get("read_amplification")) for x in peer]
-        row["read_amplification"] = {"iobench": amp, "peer": pamp}
-        row["load_avg"] = [x["load_avg"] for x in iob + peer]
+        row["read_amplification"] = {k: [(x.get("device_io") or {}).get("read_amplification") for x in v]
+                                     for k, v in (("iobench", iob), ("peer", peer))}
+        row["load_avg"] = _load_avgs(iob, peer)
         out.append(row)
     return out
 
 
 # -- watch: a real torch DataLoader under `iobench measure`, on a kernel-throttled disk ---------------
-
-_PEER = '''
-import bisect, json, os, sys, time
-import numpy as np, torch
-from torch.utils.data import DataLoader, Dataset, Sampler
-spec = json.loads(sys.argv[1])
-class Shards(Dataset):
-    def __init__(self):
-        self.paths = [s["path"] for s in spec["shards"]]
-        self.first = [s["first_sample"] for s in spec["shards"]]
-        self.fds = {}
-    def __len__(self):
-        return sum(s["samples"] for s in spec["shards"])
-    def __getitem__(self, i):
-        s = bisect.bisect_right(self.first, i) - 1
-        fd = self.fds.get(s)
-        if fd is None:
-            fd = self.fds[s] = os.open(self.paths[s], os.O_RDONLY)
-        b = os.pread(fd, spec["sample_bytes"], spec["header"] + (i - self.first[s]) * spec["sample_bytes"])
-        return torch.from_numpy(np.frombuffer(b, dtype="<u2").copy())
-class Order(Sampler):
-    def __iter__(self):
-        return iter(spec["indices"])
-    def __len__(self):
-        return len(spec["indices"])
-dl = DataLoader(Shards(), batch_size=spec["batch"], sampler=Order(), num_workers=spec["workers"],
-                prefetch_factor=spec["prefetch"])
-for k, batch in enumerate(dl):
-    time.sleep(spec["compute_s"])
-    if k + 1 == spec["steps"]:
-        break
-'''
+# The peer is fidelity_peers.py's torch-map (a map-style Dataset, one pread per sample) in iobench's order.
 
 
-def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None) -> list[dict]:
-    from iobench.blockdev import device_of
+def _pp(pairs) -> tuple[float | None, list[float]]:
+    """Median of the per-round |a - b| in percentage points (each round's pair is the comparison)."""
+    d = sorted(abs(a - b) * 100 for a, b in pairs if a is not None and b is not None)
+    return (d[len(d) // 2] if d else None), d
+
+
+def bench_watch(work: Path, a) -> list[dict]:
     from iobench.cli import main as measure
-    from iobench.io.pagecache import drop_pages
     from iobench.loader.sampler import delivery_order
-    from iobench.manifest import read_manifest
-    from iobench.storage import open_backend
-    from iobench.throttle import ReadThrottle, available
 
-    if not torch_python or not os.path.exists(torch_python):
-        return [{"section": "watch", "skipped": "no torch interpreter (--torch-python)"}]
-    ok, why = available()
-    if not ok:
-        return [{"section": "watch", "skipped": why}]
+    if not a.torch_python or not os.path.exists(a.torch_python):
+        return skipped("watch", "no torch interpreter (--torch-python)")
     # bench_fidelity's throttled map case: 64 KiB samples (one pread each), 16-sample (1 MiB) batches,
     # 50 MiB/s cap (20 ms of transfer a batch), 14 ms compute, W=2 Q=2
     url = str(work / "raw64k")
     W, Q, batch, steps, compute_s, bw = 2, 2, 16, 64, 0.014, 50 * MiB
-    generate(GenSpec(format="raw", modality="tokens", num_samples=32 * 80, shard_size="32 samples", seq_len=32768,
-                     vocab_size=50000, fsync=True), url, progress=False)
-    backend = open_backend(url)
-    man = read_manifest(backend)
-    paths = [backend.local_path(s.path) for s in man.shards]
-    dev = device_of(paths[0])
-    if dev is None:
-        return [{"section": "watch", "skipped": f"{url} is not on a block device"}]
-    thr = ReadThrottle(dev, bw, tag="bench-watch")
+    man, paths = dataset(url, 32 * 80, "32 samples", seq_len=32768, vocab_size=50000, fsync=True)
+    thr, why = read_throttle(url, bw, "bench-watch")
+    if thr is None:
+        return skipped("watch", why)
     cfg = LoadConfig(dataset=url, workers=W, prefetch=Q, batch_size=batch, steps=steps, cache="cold", seed=1,
                      compute=f"{compute_s * 1000:.3f}ms", monitor_interval_s=1.0, access="map")
     order = delivery_order("map", [s.samples for s in man.shards], batch, cfg.seed, 0)[:steps * batch]
-    spec = {"shards": [{"path": p, "first_sample": s.first_sample, "samples": s.samples}
-                       for p, s in zip(paths, man.shards)], "sample_bytes": 32768 * 2, "header": 64,
-            "indices": order.tolist(), "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
+    spec = {"kind": "torch-map", "shards": [{"path": p, "first_sample": s.first_sample, "samples": s.samples}
+                                            for p, s in zip(paths, man.shards)], "sample_bytes": 32768 * 2,
+            "dtype": "<u2", "indices": order.tolist(), "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
             "compute_s": compute_s}
-    script = work / "torch_peer.py"
-    script.write_text(_PEER)
 
     def truth(m: dict) -> float | None:
         """1 - step compute / (device bytes per step / bandwidth), over the steady window's compute."""
@@ -301,42 +242,30 @@ def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None)
         c = m["compute_s"]["mean"]
         return max(0.0, 1 - c / per_step) if per_step > c else 0.0
 
-    iob: list[dict] = []
-    peer: list[dict] = []
+    def stall(mm: dict, **extra) -> dict:
+        return _with_load({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"]}) | extra
 
-    def ours(r):
+    def ours() -> dict:
         with thr:
-            res = run_load(cfg)
-        mm = res.metrics
-        iob.append({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"],
-                    "load_avg": _loadavg()})
+            return stall(run_load(cfg).metrics)
 
-    def theirs(r):
-        for p in paths:
-            drop_pages(p)
-        out = work / f"watch-{r}.json"
+    rounds = count()
+
+    def theirs() -> dict:
+        set_cache(paths, "cold")
+        out = work / f"watch-{next(rounds)}.json"
         with thr:
             # the peer runs unchanged; `iobench measure` wraps its DataLoader in iobench.watch
-            rc = measure(["measure", "--json", str(out), "--path", url, "--", torch_python, str(script),
-                          json.dumps(spec)])
+            rc = measure(["measure", "--json", str(out), "--path", url, "--", a.torch_python,
+                          str(Path(__file__).resolve().parent / "fidelity_peers.py"), json.dumps(spec)])
         if rc != 0:
             raise RuntimeError(f"iobench measure of the torch peer exited {rc}")
         mm = json.loads(out.read_text())["metrics"]
-        peer.append({STALL_RATIO: mm[STALL_RATIO], "truth": truth(mm), "device_io": mm["device_io"],
-                     "load_avg": _loadavg(), "steps": mm["steps"]})
+        return stall(mm, steps=mm["steps"])
 
-    _rounds(rounds, ours, theirs)
-
-    def med(rows, k):
-        v = [x[k] for x in rows if x.get(k) is not None]
-        return statistics.median(v) if v else None
-
-    def pp(pairs) -> tuple[float | None, list[float]]:
-        """Median of the per-round |a - b| in percentage points (each round's pair is the comparison)."""
-        d = sorted(abs(a - b) * 100 for a, b in pairs if a is not None and b is not None)
-        return (d[len(d) // 2] if d else None), d
-
-    lw, li = med(peer, STALL_RATIO), med(iob, STALL_RATIO)
+    runs = alternating(a.rounds, {"iobench": ours, "peer": theirs})
+    iob, peer = runs["iobench"], runs["peer"]
+    lw, li = median(peer, STALL_RATIO), median(iob, STALL_RATIO)
     setup = (f"{bw // MiB} MiB/s read cap (cgroup), cold cache every run, {steps} steps of {batch} x 64 KiB, W={W} "
              f"Q={Q}, {compute_s * 1000:.0f} ms compute, the same sample order on both sides; 'ratio' is the median "
              "over rounds of |a - b| in percentage points")
@@ -350,96 +279,58 @@ def bench_watch(work: Path, scale: float, rounds: int, torch_python: str | None)
              [(w[STALL_RATIO], w["truth"]) for w in peer], 3, truth_note + "; watch's runs"),
             ("iobench load --access map stall vs the bandwidth truth, throttled disk (pp)",
              [(i[STALL_RATIO], i["truth"]) for i in iob], 3, truth_note + "; iobench load's runs")):
-        v, d = pp(pairs)
+        v, d = _pp(pairs)
         rows.append({"section": name, "metric": "percentage points", "iobench": {STALL_RATIO: lw},
                      "peer": {STALL_RATIO: li}, "ratio": v, "target": f"<= {target}", "direction": "<=",
                      "met": v is not None and v <= target, "note": note,
                      "rounds": {"per_round_ratios": d, "iobench_load": iob, "watch": peer},
-                     "load_avg": [x["load_avg"] for x in iob + peer]})
+                     "load_avg": _load_avgs(iob, peer)})
     return rows
 
 
-SECTIONS = ("w0", "memmap", "watch")
+SECTIONS = {"w0": bench_w0, "memmap": bench_memmap, "watch": bench_watch}
+
+
+def _cells(r: dict) -> list:
+    if "skipped" in r:
+        return [r["section"], f"skipped: {r['skipped']}", "", "", "", ""]
+    rr = (r.get("rounds") or {}).get("per_round_ratios")
+    la = r.get("load_avg") or []
+    return [r["section"], num(r.get("ratio")), ", ".join(f"{x:.2f}" for x in rr or []), r.get("target"),
+            yes_no(r.get("met")), f"{min(la):.1f}-{max(la):.1f}" if la else ""]
 
 
 def to_markdown(results: list[dict], meta: dict) -> str:
-    mc = meta["machine"]
-    lines = ["# In-process loading, memmap access and iobench.watch vs peers (reference run)", "",
-             f"Command: `{meta['command']}`  ",
-             f"Machine: {mc['cpu_count']} cores, {mc['memory_bytes'] / 2**30:.0f} GiB, {mc['os']}, Python {mc['python']}; "
-             f"{mc['note']}; load average {meta['load_avg_start']:.1f} at start, {meta['load_avg_end']:.1f} at end.  ",
-             f"Run took {meta['seconds']:.0f} s, {meta['rounds']} alternating rounds per row (cold memmap: fewer).", ""]
-    for u in meta.get("updates", []):
-        lines += [f"Rerun with `{u['command']}` ({u['seconds']:.0f} s): " + "; ".join(u["sections"])
-                  + ". Those rows come from the rerun (their load averages are in the last column).", ""]
-    lines += [
-             "| comparison | ratio | per-round ratios | target | met | load avg (min-max) |", "|---|---|---|---|---|---|"]
-    for r in results:
-        if "skipped" in r:
-            lines.append(f"| {r['section']} | skipped: {r['skipped']} | | | | |")
-            continue
-        rr = (r.get("rounds") or {}).get("per_round_ratios")
-        la = r.get("load_avg") or []
-        ratio = f"{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float)) else "—"
-        lines.append(f"| {r['section']} | {ratio} | {', '.join(f'{x:.2f}' for x in rr) if rr else ''} | "
-                     f"{r.get('target')} | {'yes' if r.get('met') else 'no' if r.get('met') is not None else '—'} | "
-                     + (f"{min(la):.1f}-{max(la):.1f}" if la else "") + " |")
-    lines += ["", "Notes:", ""]
+    lines = [*header("In-process loading, memmap access and iobench.watch vs peers (reference run)", meta),
+             f"{meta['rounds']} alternating rounds per row (cold memmap: fewer); load average {meta['load_avg_end']:.1f} "
+             "at the end.", "", *updates(meta, "Those rows come from the rerun (their load averages are in the last column)."),
+             *table(["comparison", "ratio", "per-round ratios", "target", "met", "load avg (min-max)"],
+                   [_cells(r) for r in results]), "", "Notes:", ""]
     for r in results:
         if r.get("note"):
             lines.append(f"- {r['section']}: {r['note']}")
         if r.get("read_amplification"):
-            a = r["read_amplification"]
-            lines.append(f"  - read amplification (device bytes / bytes asked for), iobench: "
-                         f"{', '.join(f'{x:.2f}' for x in a['iobench'] if x is not None)}; peer: "
-                         f"{', '.join(f'{x:.2f}' for x in a['peer'] if x is not None)}")
+            lines.append("  - read amplification (device bytes / bytes asked for), " + "; ".join(
+                f"{side}: {', '.join(f'{x:.2f}' for x in v if x is not None)}"
+                for side, v in r["read_amplification"].items()))
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS))
-    ap.add_argument("--out", default=str(ROOT / "reports" / "reference" / "inprocess"))
+    ap = parser(__doc__, str(REF / "inprocess"))
+    sections_option(ap, SECTIONS)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=bench_load.FIO_ROUNDS)
-    ap.add_argument("--work", help="scratch directory (default: a temp dir under /tmp)")
-    ap.add_argument("--merge", action="store_true", help="replace only these sections' rows in an existing OUT.json")
     ap.add_argument("--torch-python", default=os.environ.get("IOBENCH_TORCH_PYTHON", "/work/venvs/torch/bin/python"))
     args = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="iobench-bench-inproc-", dir=args.work))
     t0 = time.perf_counter()
     la0 = os.getloadavg()[0]
-    results: list[dict] = []
-    try:
-        for s in [x.strip() for x in args.sections.split(",") if x.strip()]:
-            if s == "w0":
-                res = bench_w0(work, args.scale, args.rounds)
-            elif s == "memmap":
-                res = bench_memmap(work, args.scale, args.rounds)
-            elif s == "watch":
-                res = bench_watch(work, args.scale, args.rounds, args.torch_python)
-            else:
-                raise SystemExit(f"unknown section {s!r}: choose from {', '.join(SECTIONS)}")
-            for r in res:
-                r["bench_section"] = s
-                print(f"[{s}] {r.get('section')}: ratio {r.get('ratio')} (target {r.get('target')}) met={r.get('met')} "
-                      f"rounds {(r.get('rounds') or {}).get('per_round_ratios')}", flush=True)
-            results.extend(res)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    meta = {"command": "python benchmarks/bench_inprocess.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": machine(), "seconds": time.perf_counter() - t0, "rounds": args.rounds,
-            "load_avg_start": la0, "load_avg_end": os.getloadavg()[0]}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.merge and out.with_suffix(".json").exists():
-        meta, results = merge_results(json.loads(out.with_suffix(".json").read_text()), meta, results)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str) + "\n")
-    write_rows(out.name, DERIVE["load"]({"results": results}), ref=out.parent, command=meta["command"])
-    md = to_markdown(results, meta)
-    out.with_suffix(".md").write_text(md)
-    print(md)
-    return 0
+    at_start = machine()   # its load average is the start's, as the header says
+    with scratch("inproc", args.work) as work:
+        results = run_sections(SECTIONS, args.sections, work, args)
+    meta = {"command": command("bench_inprocess.py", argv), "machine": at_start, "seconds": time.perf_counter() - t0,
+            "rounds": args.rounds, "load_avg_start": la0, "load_avg_end": os.getloadavg()[0]}
+    return write_results(args.out, meta, results, args.merge, to_markdown, "load")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 from iobench.dist.mpirun import find_mpirun, run_ranks
 from iobench.schema import STALL_RATIO
 
-from harness import alternating, median, parser, ratios, scratch, table, write_report
+from harness import alternating, last_json, median, parser, ratios, scratch, table, write_report
 
 PY = sys.executable
 
@@ -105,7 +105,7 @@ if w.rank == 0:
 
 
 def bench_barrier(reps: int = 2000) -> dict:
-    d = json.loads(launch(3, [PY, "-c", _BARRIER, str(reps)], timeout=120).stdout.strip().splitlines()[-1])
+    d = last_json(launch(3, [PY, "-c", _BARRIER, str(reps)], timeout=120).stdout)
     d["ratio_bounded_to_native"] = d["bounded_barrier_s"] / d["native_barrier_s"]
     return d
 
@@ -184,9 +184,8 @@ def main() -> int:
     args = ap.parse_args()
     _, kind = find_mpirun()
     lib = subprocess.run([PY, "-c", "from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])"],
-                         capture_output=True, text=True, check=False)
-    mpi = " ".join(lib.stdout.split()) or "unknown"
-    res: dict = {"rounds": args.rounds, "host": os.uname().nodename, "mpi": f"{kind} ({mpi})",
+                         capture_output=True, text=True, check=False).stdout
+    res: dict = {"rounds": args.rounds, "host": os.uname().nodename, "mpi": f"{kind} ({' '.join(lib.split()) or 'unknown'})",
                  "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     with scratch("mpi") as tmp:
         ds = make_dataset(tmp)

@@ -20,18 +20,16 @@ import re
 import sys
 from pathlib import Path
 
-from harness import machine, machine_line, table
+from harness import machine, machine_line, met, table
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "reports" / "reference"
 
 
 def summary_row(comparison: str, ratio, target, direction: str = ">=", detail: str = "") -> dict:
-    met = None
-    if ratio is not None and isinstance(target, (int, float)):
-        met = ratio >= target if direction == ">=" else ratio <= target
-    return {"comparison": comparison, "ratio": ratio, "target": target, "direction": direction, "met": met,
-            "detail": detail}
+    """One row of the table: ``met`` is None without a ratio or a numeric target."""
+    return {"comparison": comparison, "ratio": ratio, "target": target, "direction": direction,
+            "met": None if ratio is None else met(ratio, target, direction), "detail": detail}
 
 
 def _target(t) -> tuple[float | None, str]:
@@ -93,19 +91,15 @@ def _rows_probe(d: dict) -> list[dict]:
 
 
 def _rows_mpi(d: dict) -> list[dict]:
-    out = []
-    o, b, ld = d.get("overhead"), d.get("barrier"), d.get("load") or {}
-    if o:
-        out.append(summary_row("mpi: barrier+gather+merge share of a 10 s load on 3 ranks", o.get("overhead_ratio"), 0.01,
-                        "<=", "transfer_and_merge_s / wall_s"))
+    o, b = d.get("overhead"), d.get("barrier")
+    out = [summary_row("mpi: barrier+gather+merge share of a 10 s load on 3 ranks", o.get("overhead_ratio"), 0.01,
+                       "<=", "transfer_and_merge_s / wall_s")] if o else []
     if b:
         out.append(summary_row("mpi: bounded barrier (Ibarrier+Test) vs MPI_Barrier, time per call",
-                        b.get("ratio_bounded_to_native"), None, "<="))
-    for n, v in (ld.get("per_world") or {}).items():
-        if str(n) != "1":
-            out.append(summary_row(f"mpi: load world samples/s, {n} ranks vs 1 process (same work, 2 cores)",
-                            v.get("ratio_to_1_rank_median"), None))
-    return out
+                               b.get("ratio_bounded_to_native"), None, "<="))
+    return out + [summary_row(f"mpi: load world samples/s, {n} ranks vs 1 process (same work, 2 cores)",
+                              v.get("ratio_to_1_rank_median"), None)
+                  for n, v in ((d.get("load") or {}).get("per_world") or {}).items() if str(n) != "1"]
 
 
 def _rows_dlio(d: dict) -> list[dict]:
@@ -188,14 +182,12 @@ def _measured_at(full: Path) -> _dt.datetime:
                 return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
             except ValueError:
                 pass
-    changed = subprocess.run(["git", "status", "--porcelain", "--", str(full)], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-    if not changed:
-        out = subprocess.run(["git", "log", "-1", "--format=%cI", "--", str(full)], cwd=ROOT, capture_output=True,
-                             text=True).stdout.strip()
-        if out:
-            return _dt.datetime.fromisoformat(out)
-    return _dt.datetime.fromtimestamp(full.stat().st_mtime, _dt.timezone.utc)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args, "--", str(full)], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    committed = "" if git("status", "--porcelain") else git("log", "-1", "--format=%cI")   # not changed since
+    return (_dt.datetime.fromisoformat(committed) if committed
+            else _dt.datetime.fromtimestamp(full.stat().st_mtime, _dt.timezone.utc))
 
 
 def collect(ref: Path) -> list[dict]:
