@@ -20,9 +20,9 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -31,11 +31,10 @@ from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (alternating, command, cpu_seconds, dataset, fio, fio_rate, header, last_json, machine,
-                     median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
-                     set_cache, skipped, table, timed, updates, write_results, yes_no)
+from harness import (MiB, alternating, command, cpu_seconds, dataset, fio, fio_rate, header, iobench_exe, last_json,
+                     machine, median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
+                     set_cache, skipped, table, timed, updates, whole_process, write_results, yes_no)
 
-MiB = 2**20
 REPEATS = 3
 FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
 
@@ -69,8 +68,8 @@ def _floor_rows(name: str, scale: float, accesses: tuple[str, ...]) -> list[tupl
         base = LoadConfig(dataset=url, access=access, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192,
                           monitor_interval_s=1.0)
         fast = max((load_rate(base) for _ in range(REPEATS)), key=lambda r: r["steady_samples_per_s"])
-        paced = max((load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300}))
-                     for _ in range(REPEATS)), key=lambda r: r["accelerator_utilization"])
+        paced = max((load_rate(replace(base, compute="5ms", steps=300)) for _ in range(REPEATS)),
+                    key=lambda r: r["accelerator_utilization"])
         out.append((access, fast, paced))
     MemoryFileSystem.store.clear()
     return out
@@ -149,17 +148,12 @@ def _gather_loop(files: list[str], fixed, batch: int, seed: int = 0, mapped: boo
         nonlocal n_bytes
         for f in files:
             fd = os.open(f, os.O_RDONLY)
-            mm = None
             try:
-                if mapped:
-                    got = os.fstat(fd).st_size
-                    mm = mmap.mmap(fd, got, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
-                    src = np.frombuffer(mm, dtype=np.uint8)
-                else:
-                    got = os.preadv(fd, [buf[:size]], 0)
-                    src = buf
+                mm = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ) if mapped else None
+                got = len(mm) if mm is not None else os.preadv(fd, [buf[:size]], 0)
             finally:
                 os.close(fd)
+            src = buf if mm is None else np.frombuffer(mm, dtype=np.uint8)
             n_bytes += got
             rows = src[off0:off0 + (got - off0) // rec * rec].view(dtype).reshape(-1, rec // dtype.itemsize)
             perm = rng.permutation(len(rows))
@@ -272,7 +266,8 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     spec, rng = resolve_emulation(emulate), random.Random(1)
 
-    def paced(get):
+    def paced_loop(get):
+        """A loop over the keys, each ``get`` paced as the emulation says."""
         def go(k):
             if spec.active:
                 time.sleep(spec.sample_latency(rng))
@@ -282,15 +277,14 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
             if rest > 0:
                 time.sleep(rest)
             return n
-        return go
+        return lambda: sum(go(k) for k in keys)
 
     if name == "s3fs cat_file loop":
         import s3fs
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint})
         fs.info(paths[0])  # client and connection set up outside the timing
-        get = paced(lambda k: len(fs.cat_file(f"{bucket}/{k}")))
-        run = lambda: sum(get(k) for k in keys)  # noqa: E731
+        run = paced_loop(lambda k: len(fs.cat_file(f"{bucket}/{k}")))
     elif name.startswith("obstore"):
         import obstore
         from obstore.store import S3Store
@@ -299,8 +293,7 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
                      client_options={"allow_http": True})
         obstore.head(st, keys[0])
         if name == "obstore get loop":
-            get = paced(lambda k: len(obstore.get(st, k).bytes()))
-            run = lambda: sum(get(k) for k in keys)  # noqa: E731
+            run = paced_loop(lambda k: len(obstore.get(st, k).bytes()))
         else:
             async def go():
                 sem = asyncio.Semaphore(in_flight)
@@ -353,14 +346,12 @@ def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_fligh
     args = [sys.executable, __file__, "--peer", json.dumps({"s3": {"name": name, "paths_file": str(paths_file),
                                                                   "emulate": emulate, "in_flight": in_flight}})]
     for attempt in range(2):  # one retry: a peer that dies once (signal, server hiccup) is tried again
-        s0, c0 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
-        t, p = timed(lambda: subprocess.run(args, env={**os.environ, **srv.env()}, capture_output=True, text=True,
-                                            timeout=600))
-        s1, c1 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
+        s0 = _cpu_s(srv.pid)
+        t, p, cpu = whole_process(args, 600, env={**os.environ, **srv.env()})
         if p.returncode == 0:
             return {**last_json(p.stdout), "whole_process_s": t, "attempts": attempt + 1,
-                    "server_cpu_s": s1 - s0, "in_flight": in_flight if "in flight" in name else 1,
-                    "client_cpu_s_whole_process": c1 - c0}
+                    "server_cpu_s": _cpu_s(srv.pid) - s0, "in_flight": in_flight if "in flight" in name else 1,
+                    "client_cpu_s_whole_process": cpu}
         print(f"[s3] peer {name!r} exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return {"error": f"exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", "bytes_per_s": None}
 
@@ -436,7 +427,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                              batch_size=256, shuffle_buffer=8192, s3_block_size=f"{bs}B", s3_concurrency=conc,
                              monitor_interval_s=1.0, read_ahead=ra, emulate=emulate or "none")
             def iob(cfg=cfg, **change) -> dict:
-                return _with_cpu(srv, lambda: load_rate(LoadConfig(**{**cfg.__dict__, **change}), storage_options=opts))
+                return _with_cpu(srv, lambda: load_rate(replace(cfg, **change), storage_options=opts))
             sides = {"iobench (obstore)": lambda: iob(s3_client="obstore"), "iobench (s3fs)": lambda: iob(s3_client="s3fs")}
             if not emulate:   # diagnostic: the same reads with 32x fewer batch hand-offs to the consumer
                 sides[ONE_BATCH] = lambda: iob(s3_client="obstore", batch_size=8192)
@@ -513,16 +504,6 @@ def file_peer_main(kind: str, paths_file: str) -> None:
     print(json.dumps({"samples": n, "payload_bytes": b or None, "in_process_s": time.perf_counter() - t0}))
 
 
-def _whole(args: list[str]) -> tuple[float, str, float]:
-    """(wall seconds, stdout, CPU seconds user + system of the process and its children)."""
-    c0 = cpu_seconds(children_only=True)
-    t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=900))
-    c1 = cpu_seconds(children_only=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
-    return t, p.stdout, c1 - c0
-
-
 def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, target: float,
                     workers: tuple[int, ...] = (1, 2), batch: int = 256, extra: tuple[str, ...] = ()) -> list[dict]:
     """``iobench load`` with its defaults (the format's default access pattern: stream for tar, Parquet
@@ -543,13 +524,14 @@ def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, ta
         for w in workers:
             def side(cmd: list[str], state=state) -> tuple[dict, str]:
                 resident = set_cache(files, state)
-                t, so, cpu = _whole(cmd)
-                return {"wall_s": t, "cpu_s": cpu, "resident_at_start": resident}, so
+                t, p, cpu = whole_process(cmd)
+                if p.returncode != 0:
+                    raise RuntimeError(f"{' '.join(cmd[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
+                return {"wall_s": t, "cpu_s": cpu, "resident_at_start": resident}, p.stdout
 
             def iob_side(w=w) -> dict:
-                r, _ = side([str(Path(sys.executable).parent / "iobench"), "load", url, "-W", str(w), "--batch-size",
-                             str(batch), "--epochs", "1", "--cache", "as-is", "--no-progress", "--json", str(jpath),
-                             *extra])
+                r, _ = side([iobench_exe(), "load", url, "-W", str(w), "--batch-size", str(batch), "--epochs", "1",
+                             "--cache", "as-is", "--no-progress", "--json", str(jpath), *extra])
                 m = json.loads(jpath.read_text())["metrics"]
                 return {"samples_per_s": m["samples"] / r["wall_s"], "samples": m["samples"], **r, "access": m["access"],
                         "workers": w, "in_process_samples_per_s": m["throughput"]["samples_per_s"]}
@@ -560,8 +542,7 @@ def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, ta
                 d = last_json(so)
                 return {"samples_per_s": d["samples"] / r["wall_s"], "samples": d["samples"], **r,
                         "in_process_s": d["in_process_s"], "payload_bytes": d.get("payload_bytes")}
-            runs = alternating(REPEATS, {"iob": iob_side, "peer": peer_side})
-            iob, pr = runs["iob"], runs["peer"]
+            iob, pr = alternating(REPEATS, {"iob": iob_side, "peer": peer_side}).values()
             if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
                 raise RuntimeError(f"{label}: iobench and the peer read different sample counts "
                                    f"({[i['samples'] for i in iob]} vs {[p['samples'] for p in pr]})")
