@@ -465,10 +465,8 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                   f"compute {r['compute_s'] * 1000:.1f} ms, {r['steps']} steps, median of {r['rounds']} alternating "
                   f"rounds. Peer: {r['peer']}.", "",
                   *table(["", "iobench", "peer", "iobench − peer"], [
-                      ["stall (step 0 excluded)", f"{r['iobench_stall']:.3f}", f"{r['peer_stall']:.3f}",
-                       f"{r['diff_pp']:+.2f} pp"],
-                      ["steady-state stall", f"{r['iobench_steady_stall']:.3f}", f"{r['peer_steady_stall']:.3f}",
-                       f"{r['steady_diff_pp']:+.2f} pp"],
+                      *([what, f"{r[f'iobench_{k}']:.3f}", f"{r[f'peer_{k}']:.3f}", f"{r[diff]:+.2f} pp"] for what, k, diff in (
+                          ("stall (step 0 excluded)", "stall", "diff_pp"), ("steady-state stall", "steady_stall", "steady_diff_pp"))),
                       ["device bytes / requested bytes", f"{r['iobench_read_amplification']:.2f}",
                        f"{r['peer_read_amplification']:.2f}", ""]]), "",
                   f"Bandwidth formula ({r['formula_note']}): {r['formula_stall']:.3f} "

@@ -42,11 +42,9 @@ FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings
 def load_rate(cfg: LoadConfig, **kw) -> dict:
     r = run_load(cfg, **kw)
     m = r.metrics
-    return {"bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
-            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], STALL_RATIO: m[STALL_RATIO],
-            "accelerator_utilization": m["accelerator_utilization"], "bytes_read": m["bytes_read"],
-            "wall_s": m["wall_s"], "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items()
-                                                                            if k != "series"}}
+    return {**{k: m["throughput"][k] for k in ("bytes_per_s", "samples_per_s", "steady_samples_per_s")},
+            **{k: m[k] for k in (STALL_RATIO, "accelerator_utilization", "bytes_read", "wall_s")},
+            "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items() if k != "series"}}
 
 
 def floor_row(name: str, iob: dict, peer: dict, metric: str, note: str) -> dict:
