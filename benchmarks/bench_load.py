@@ -480,25 +480,20 @@ def file_peer_main(kind: str, paths_file: str) -> None:
     """One format peer reading every shard in ``paths_file`` once, in its own process; prints a JSON line."""
     t0 = time.perf_counter()
     files = Path(paths_file).read_text().split()
-    n = b = 0
+    b = 0
     if kind == "webdataset":
         import webdataset as wds
 
-        for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
-            n += 1
-            b += len(sample["jpg"])
+        sizes = [len(sample["jpg"]) for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False)]
+        n, b = len(sizes), sum(sizes)
     elif kind == "pyarrow":
         import pyarrow.parquet as pq
 
-        for f in files:
-            for rb in pq.ParquetFile(f).iter_batches():
-                n += rb.num_rows
+        n = sum(rb.num_rows for f in files for rb in pq.ParquetFile(f).iter_batches())
     else:
         from tfrecord.reader import tfrecord_loader
 
-        for f in files:
-            for _rec in tfrecord_loader(f, None, {"tokens": "byte"}):
-                n += 1
+        n = sum(1 for f in files for _rec in tfrecord_loader(f, None, {"tokens": "byte"}))
     print(json.dumps({"samples": n, "payload_bytes": b or None, "in_process_s": time.perf_counter() - t0}))
 
 
@@ -587,9 +582,8 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
     url = "memory://bench-mem/tok"
     dataset(url, 65536 * scale, "4MiB")
     Q, B, E = 4, 256, 4
-    r = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
-                            shuffle_buffer=8192, monitor_interval_s=0.1))
-    m = r.metrics
+    m = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
+                            shuffle_buffer=8192, monitor_interval_s=0.1)).metrics
     sysm, steps_t = m["system"], m["series"]["t_s"]
     bounds = [steps_t[i * (len(steps_t) // E)] for i in range(E)] + [float("inf")]
     peaks = [max((s["uss_bytes"] for s in sysm["series"] if bounds[e] <= s["t_s"] < bounds[e + 1]
