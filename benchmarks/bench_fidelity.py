@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from math import nan
@@ -44,12 +43,11 @@ from iobench.loader.stability import steady_window, window_stall
 from iobench.planner.loader_sim import bandwidth_stall, consumer_busy_s
 from iobench.schema import STALL_RATIO
 
-MiB = 2**20
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import (alternating, bench_venv, command, dataset, fio, iobench_exe, loadavg, machine,  # noqa: E402
+from harness import (MiB, alternating, bench_venv, command, dataset, fio, iobench_exe, loadavg, machine,  # noqa: E402
                      machine_line, median, notes, parser, read_throttle, run_json, run_sections, scratch, sections_option, set_cache,
-                     skipped, table, timed, write_report, write_results)
+                     skipped, table, timed, whole_process, write_report, write_results)
 from harness import row as result_row  # noqa: E402  (benchmarks/ is not a package)
 
 
@@ -182,8 +180,7 @@ def bench_throttled(work: Path, quick: bool, py: str, cases: tuple[str, ...] = (
             return finish({**peer_series(p), "device_io": dev, "residency": res,
                            "samples_per_s": p["samples"] / p["wall_s"]}, "peer")
 
-        runs = alternating(rounds, {"iobench": iobench_side, "peer": peer_side})
-        iob, peer = runs["iobench"], runs["peer"]
+        iob, peer = alternating(rounds, {"iobench": iobench_side, "peer": peer_side}).values()
 
         def amp(rows):
             return statistics.median((r["device_io"] or {}).get("read_amplification") or 0 for r in rows)
@@ -398,7 +395,7 @@ def bench_wds(work: Path, quick: bool, py: str) -> list[dict]:
             "compute_s": 0.0, "shuffle_buffer": 1000, "key": "npy"}
     iob, peer = [], []
     for _round in range(1 if quick else 3):
-        t, r = timed(lambda: subprocess.run(iob_cmd, capture_output=True, text=True))
+        t, r, _ = whole_process(iob_cmd)
         if r.returncode != 0:
             return skipped("stream tar vs webdataset", f"iobench load failed: {r.stderr[-500:]}")
         iob.append(steps * batch / t)
@@ -468,10 +465,8 @@ def to_markdown(results: list[dict], meta: dict) -> str:
                   f"compute {r['compute_s'] * 1000:.1f} ms, {r['steps']} steps, median of {r['rounds']} alternating "
                   f"rounds. Peer: {r['peer']}.", "",
                   *table(["", "iobench", "peer", "iobench − peer"], [
-                      ["stall (step 0 excluded)", f"{r['iobench_stall']:.3f}", f"{r['peer_stall']:.3f}",
-                       f"{r['diff_pp']:+.2f} pp"],
-                      ["steady-state stall", f"{r['iobench_steady_stall']:.3f}", f"{r['peer_steady_stall']:.3f}",
-                       f"{r['steady_diff_pp']:+.2f} pp"],
+                      *([what, f"{r[f'iobench_{k}']:.3f}", f"{r[f'peer_{k}']:.3f}", f"{r[diff]:+.2f} pp"] for what, k, diff in (
+                          ("stall (step 0 excluded)", "stall", "diff_pp"), ("steady-state stall", "steady_stall", "steady_diff_pp"))),
                       ["device bytes / requested bytes", f"{r['iobench_read_amplification']:.2f}",
                        f"{r['peer_read_amplification']:.2f}", ""]]), "",
                   f"Bandwidth formula ({r['formula_note']}): {r['formula_stall']:.3f} "

@@ -25,7 +25,8 @@ import shutil
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from itertools import count
 from pathlib import Path
@@ -42,36 +43,34 @@ from harness import alternating, cpu_seconds, fio, median, table, timed
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class PeakRSS:
-    """Samples the summed RSS of this process and its children (minus excluded pids) every 20 ms."""
+def _rss(p: psutil.Process) -> int | None:
+    try:
+        return p.memory_info().rss
+    except psutil.Error:   # exited between the listing and the read
+        return None
 
-    def __init__(self, exclude: set[int] = frozenset()) -> None:
-        self.exclude = set(exclude)
-        self.peak = self.peak_procs = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
+@contextmanager
+def peak_rss(exclude: set[int]) -> Iterator[dict]:
+    """Samples the summed RSS of this process and its children (minus excluded pids) every 20 ms:
+    ``{"bytes", "processes"}`` at the peak."""
+    peak = {"bytes": 0, "processes": 0}
+    stop = threading.Event()
+
+    def sample() -> None:
         me = psutil.Process()
-        while not self._stop.is_set():
-            rss = []
-            for p in [me, *me.children(recursive=True)]:
-                if p.pid not in self.exclude:
-                    try:
-                        rss.append(p.memory_info().rss)
-                    except psutil.Error:
-                        pass
-            if sum(rss) > self.peak:
-                self.peak, self.peak_procs = sum(rss), len(rss)
-            self._stop.wait(0.02)
-
-    def __enter__(self) -> "PeakRSS":
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._t.join()
+        while not stop.is_set():
+            rss = [r for p in [me, *me.children(recursive=True)] if p.pid not in exclude and (r := _rss(p)) is not None]
+            if sum(rss) > peak["bytes"]:
+                peak.update(bytes=sum(rss), processes=len(rss))
+            stop.wait(0.02)
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        t.join()
 
 
 def run_fio(path: Path, size: int) -> dict:
@@ -91,17 +90,16 @@ def run_gen(spec: GenSpec, url: str, exclude=frozenset(), sample_rss: bool = Fal
     process, so timed runs leave it off."""
     stats: dict = {}
     c0 = cpu_seconds()
-    rss = PeakRSS(exclude)
     try:
-        with rss if sample_rss else nullcontext():
+        with peak_rss(set(exclude)) if sample_rss else nullcontext({}) as rss:
             m = generate(spec, url, progress=False, stats=stats, **kw)
     finally:
         if remove:
             shutil.rmtree(url, ignore_errors=True)
     return {"cpu_s": cpu_seconds() - c0, "bytes": m.total_bytes, "samples": m.total_samples, "shards": len(m.shards),
             "seconds": stats["seconds"], "bytes_per_s": m.total_bytes / stats["seconds"],
-            "samples_per_s": m.total_samples / stats["seconds"], "peak_rss_bytes": rss.peak if sample_rss else None,
-            "processes": rss.peak_procs if sample_rss else None, "workers": stats["workers"]}
+            "samples_per_s": m.total_samples / stats["seconds"], "peak_rss_bytes": rss.get("bytes"),
+            "processes": rss.get("processes"), "workers": stats["workers"]}
 
 
 def tokens(size: int, workers: int, **extra) -> GenSpec:
@@ -119,9 +117,8 @@ def paired(ours: list[dict], peer: list[dict]) -> dict:
 
 def tokens_vs_fio(work: Path, size: int, workers: int, rounds: int) -> dict:
     spec = tokens(size, workers, vocab_size=50257)
-    runs = alternating(rounds, {"fio": lambda: run_fio(work / "fio.bin", size),
-                                "gen": lambda: run_gen(spec, str(work / "tokens"), remove=True)})
-    fio_runs, gen_runs = runs["fio"], runs["gen"]
+    fio_runs, gen_runs = alternating(rounds, {"fio": lambda: run_fio(work / "fio.bin", size),
+                                              "gen": lambda: run_gen(spec, str(work / "tokens"), remove=True)}).values()
     full = run_gen(spec, str(work / "tokens-rss"), sample_rss=True, remove=True)
     quarter = run_gen(replace(spec, num_samples=max(1, spec.num_samples // 4)), str(work / "tokens-quarter"),
                       sample_rss=True, remove=True)
@@ -207,20 +204,26 @@ def machine(work: Path) -> dict:
     return harness.machine(cpu_model=model, filesystem=harness.filesystem(work), fio=harness.fio_version())
 
 
+def rate(run: dict) -> str:
+    return f"{format_bytes(run['bytes_per_s'])}/s"
+
+
+def rounds_table(peer: str, ours: str, peer_runs: list[dict], our_runs: list[dict], ratios: list[float]) -> list[str]:
+    """One line per alternating round: each side's rate and their ratio."""
+    return table(["round", peer, ours, "ratio"],
+                 [[i, rate(p), rate(g), f"{r:.2f}"] for i, (p, g, r) in enumerate(zip(peer_runs, our_runs, ratios))])
+
+
 def render(res: dict) -> str:
     m = res["machine"]
     t, im, s3 = res["tokens"], res["images"], res.get("s3")
-
-    def rate(run: dict) -> str:
-        return f"{format_bytes(run['bytes_per_s'])}/s"
     lines = [
         "# Generation vs peers (reference run)", "",
         f"Measured {res['started_at']} with `{res['command']}`.", "",
         f"Machine: {m['cpu_model']} ({m['cpu_count']} cores), {format_bytes(m['memory_bytes'])} RAM, {m['os']}, file system "
         f"{m['filesystem']['type']} on {m['filesystem']['device']}, {m['fio']}, Python {m['python']}. **{m['note']}.**", "",
         "## Raw tokens vs fio sequential write (same size, same file system, fsync at end)", "",
-        *table(["round", "fio", "iobench gen", "ratio"],
-               [[i, rate(f), rate(g), f"{r:.2f}"] for i, (f, g, r) in enumerate(zip(t["fio"], t["iobench"], t["ratios"]))])]
+        *rounds_table("fio", "iobench gen", t["fio"], t["iobench"], t["ratios"])]
     lines += ["", f"Size {format_bytes(t['size_bytes'])}, {t['workers']} writer processes; both sides timed by "
               "wall clock from start to durable (fio `--end_fsync=1`, iobench: every shard fsynced before the manifest is published). "
               f"**Median of per-round ratios iobench/fio = {t['ratio_median']:.2f}** (target >= 0.80; best vs best "
@@ -252,9 +255,7 @@ def render(res: dict) -> str:
                                                       for k, label in parts.items()]), ""]
     if s3:
         lines += ["## Upload to the embedded S3 server (SeaweedFS) vs plain s3fs put", "",
-                  *table(["round", "s3fs put (files on disk)", "iobench gen to s3://", "ratio"],
-                         [[i, rate(p), rate(g), f"{r:.2f}"] for i, (p, g, r) in enumerate(zip(s3["s3fs_put"], s3["iobench"],
-                                                                                              s3["ratios"]))]),
+                  *rounds_table("s3fs put (files on disk)", "iobench gen to s3://", s3["s3fs_put"], s3["iobench"], s3["ratios"]),
                   "", f"{format_bytes(s3['size_bytes'])}, {s3['workers']} writer threads sharing one s3fs client (s3fs put: its "
                   "default concurrency); iobench also generates the tokens while uploading. **Median of per-round ratios = "
                   f"{s3['ratio_median']:.2f}** (best vs best {s3['ratio_best']:.2f}).", ""]
@@ -289,10 +290,11 @@ def main(argv=None) -> int:
                                        sample_rss=True, remove=True)
         print("tar images ...", file=sys.stderr)
         res["images"] = images_breakdown(work, args.images, args.workers)
-        if parse_size(args.s3_size, "--s3-size") if args.s3_size not in ("0", "") else 0:
+        s3_size = parse_size(args.s3_size, "--s3-size") if args.s3_size not in ("0", "") else 0
+        if s3_size:
             print("s3 upload vs s3fs put ...", file=sys.stderr)
             # Object stores want requests in flight: at least 4 writers, as s3fs put keeps its files in flight.
-            res["s3"] = s3_vs_put(work, parse_size(args.s3_size, "--s3-size"), max(4, args.workers), args.rounds)
+            res["s3"] = s3_vs_put(work, s3_size, max(4, args.workers), args.rounds)
     res["loadavg_end"] = os.getloadavg()
     harness.write_report(Path(args.out) / "generate", res, render(res) + "\n")
     return 0

@@ -20,9 +20,9 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -31,11 +31,10 @@ from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (alternating, command, cpu_seconds, dataset, fio, fio_rate, header, last_json, machine,
-                     median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
-                     set_cache, skipped, table, timed, updates, write_results, yes_no)
+from harness import (MiB, alternating, command, cpu_seconds, dataset, fio, fio_rate, header, iobench_exe, last_json,
+                     machine, median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
+                     set_cache, skipped, table, timed, updates, whole_process, write_results, yes_no)
 
-MiB = 2**20
 REPEATS = 3
 FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
 
@@ -43,11 +42,9 @@ FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings
 def load_rate(cfg: LoadConfig, **kw) -> dict:
     r = run_load(cfg, **kw)
     m = r.metrics
-    return {"bytes_per_s": m["throughput"]["bytes_per_s"], "samples_per_s": m["throughput"]["samples_per_s"],
-            "steady_samples_per_s": m["throughput"]["steady_samples_per_s"], STALL_RATIO: m[STALL_RATIO],
-            "accelerator_utilization": m["accelerator_utilization"], "bytes_read": m["bytes_read"],
-            "wall_s": m["wall_s"], "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items()
-                                                                            if k != "series"}}
+    return {**{k: m["throughput"][k] for k in ("bytes_per_s", "samples_per_s", "steady_samples_per_s")},
+            **{k: m[k] for k in (STALL_RATIO, "accelerator_utilization", "bytes_read", "wall_s")},
+            "cache": r.environment["cache"], "system": {k: v for k, v in m["system"].items() if k != "series"}}
 
 
 def floor_row(name: str, iob: dict, peer: dict, metric: str, note: str) -> dict:
@@ -69,8 +66,8 @@ def _floor_rows(name: str, scale: float, accesses: tuple[str, ...]) -> list[tupl
         base = LoadConfig(dataset=url, access=access, workers=1, prefetch=4, batch_size=256, shuffle_buffer=8192,
                           monitor_interval_s=1.0)
         fast = max((load_rate(base) for _ in range(REPEATS)), key=lambda r: r["steady_samples_per_s"])
-        paced = max((load_rate(LoadConfig(**{**base.__dict__, "compute": "5ms", "steps": 300}))
-                     for _ in range(REPEATS)), key=lambda r: r["accelerator_utilization"])
+        paced = max((load_rate(replace(base, compute="5ms", steps=300)) for _ in range(REPEATS)),
+                    key=lambda r: r["accelerator_utilization"])
         out.append((access, fast, paced))
     MemoryFileSystem.store.clear()
     return out
@@ -149,17 +146,12 @@ def _gather_loop(files: list[str], fixed, batch: int, seed: int = 0, mapped: boo
         nonlocal n_bytes
         for f in files:
             fd = os.open(f, os.O_RDONLY)
-            mm = None
             try:
-                if mapped:
-                    got = os.fstat(fd).st_size
-                    mm = mmap.mmap(fd, got, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
-                    src = np.frombuffer(mm, dtype=np.uint8)
-                else:
-                    got = os.preadv(fd, [buf[:size]], 0)
-                    src = buf
+                mm = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ) if mapped else None
+                got = len(mm) if mm is not None else os.preadv(fd, [buf[:size]], 0)
             finally:
                 os.close(fd)
+            src = buf if mm is None else np.frombuffer(mm, dtype=np.uint8)
             n_bytes += got
             rows = src[off0:off0 + (got - off0) // rec * rec].view(dtype).reshape(-1, rec // dtype.itemsize)
             perm = rng.permutation(len(rows))
@@ -272,7 +264,8 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
     endpoint = os.environ["AWS_ENDPOINT_URL"]
     spec, rng = resolve_emulation(emulate), random.Random(1)
 
-    def paced(get):
+    def paced_loop(get):
+        """A loop over the keys, each ``get`` paced as the emulation says."""
         def go(k):
             if spec.active:
                 time.sleep(spec.sample_latency(rng))
@@ -282,15 +275,14 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
             if rest > 0:
                 time.sleep(rest)
             return n
-        return go
+        return lambda: sum(go(k) for k in keys)
 
     if name == "s3fs cat_file loop":
         import s3fs
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint})
         fs.info(paths[0])  # client and connection set up outside the timing
-        get = paced(lambda k: len(fs.cat_file(f"{bucket}/{k}")))
-        run = lambda: sum(get(k) for k in keys)  # noqa: E731
+        run = paced_loop(lambda k: len(fs.cat_file(f"{bucket}/{k}")))
     elif name.startswith("obstore"):
         import obstore
         from obstore.store import S3Store
@@ -299,8 +291,7 @@ def s3_peer_main(name: str, paths_file: str, emulate: str | None, in_flight: int
                      client_options={"allow_http": True})
         obstore.head(st, keys[0])
         if name == "obstore get loop":
-            get = paced(lambda k: len(obstore.get(st, k).bytes()))
-            run = lambda: sum(get(k) for k in keys)  # noqa: E731
+            run = paced_loop(lambda k: len(obstore.get(st, k).bytes()))
         else:
             async def go():
                 sem = asyncio.Semaphore(in_flight)
@@ -353,14 +344,12 @@ def _run_s3_peer(name: str, srv, paths_file: Path, emulate: str | None, in_fligh
     args = [sys.executable, __file__, "--peer", json.dumps({"s3": {"name": name, "paths_file": str(paths_file),
                                                                   "emulate": emulate, "in_flight": in_flight}})]
     for attempt in range(2):  # one retry: a peer that dies once (signal, server hiccup) is tried again
-        s0, c0 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
-        t, p = timed(lambda: subprocess.run(args, env={**os.environ, **srv.env()}, capture_output=True, text=True,
-                                            timeout=600))
-        s1, c1 = _cpu_s(srv.pid), cpu_seconds(children_only=True)
+        s0 = _cpu_s(srv.pid)
+        t, p, cpu = whole_process(args, 600, env={**os.environ, **srv.env()})
         if p.returncode == 0:
             return {**last_json(p.stdout), "whole_process_s": t, "attempts": attempt + 1,
-                    "server_cpu_s": s1 - s0, "in_flight": in_flight if "in flight" in name else 1,
-                    "client_cpu_s_whole_process": c1 - c0}
+                    "server_cpu_s": _cpu_s(srv.pid) - s0, "in_flight": in_flight if "in flight" in name else 1,
+                    "client_cpu_s_whole_process": cpu}
         print(f"[s3] peer {name!r} exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return {"error": f"exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", "bytes_per_s": None}
 
@@ -436,7 +425,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
                              batch_size=256, shuffle_buffer=8192, s3_block_size=f"{bs}B", s3_concurrency=conc,
                              monitor_interval_s=1.0, read_ahead=ra, emulate=emulate or "none")
             def iob(cfg=cfg, **change) -> dict:
-                return _with_cpu(srv, lambda: load_rate(LoadConfig(**{**cfg.__dict__, **change}), storage_options=opts))
+                return _with_cpu(srv, lambda: load_rate(replace(cfg, **change), storage_options=opts))
             sides = {"iobench (obstore)": lambda: iob(s3_client="obstore"), "iobench (s3fs)": lambda: iob(s3_client="s3fs")}
             if not emulate:   # diagnostic: the same reads with 32x fewer batch hand-offs to the consumer
                 sides[ONE_BATCH] = lambda: iob(s3_client="obstore", batch_size=8192)
@@ -491,36 +480,21 @@ def file_peer_main(kind: str, paths_file: str) -> None:
     """One format peer reading every shard in ``paths_file`` once, in its own process; prints a JSON line."""
     t0 = time.perf_counter()
     files = Path(paths_file).read_text().split()
-    n = b = 0
+    b = 0
     if kind == "webdataset":
         import webdataset as wds
 
-        for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False):
-            n += 1
-            b += len(sample["jpg"])
+        sizes = [len(sample["jpg"]) for sample in wds.WebDataset(files, shardshuffle=False, empty_check=False)]
+        n, b = len(sizes), sum(sizes)
     elif kind == "pyarrow":
         import pyarrow.parquet as pq
 
-        for f in files:
-            for rb in pq.ParquetFile(f).iter_batches():
-                n += rb.num_rows
+        n = sum(rb.num_rows for f in files for rb in pq.ParquetFile(f).iter_batches())
     else:
         from tfrecord.reader import tfrecord_loader
 
-        for f in files:
-            for _rec in tfrecord_loader(f, None, {"tokens": "byte"}):
-                n += 1
+        n = sum(1 for f in files for _rec in tfrecord_loader(f, None, {"tokens": "byte"}))
     print(json.dumps({"samples": n, "payload_bytes": b or None, "in_process_s": time.perf_counter() - t0}))
-
-
-def _whole(args: list[str]) -> tuple[float, str, float]:
-    """(wall seconds, stdout, CPU seconds user + system of the process and its children)."""
-    c0 = cpu_seconds(children_only=True)
-    t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=900))
-    c1 = cpu_seconds(children_only=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
-    return t, p.stdout, c1 - c0
 
 
 def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, target: float,
@@ -543,13 +517,14 @@ def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, ta
         for w in workers:
             def side(cmd: list[str], state=state) -> tuple[dict, str]:
                 resident = set_cache(files, state)
-                t, so, cpu = _whole(cmd)
-                return {"wall_s": t, "cpu_s": cpu, "resident_at_start": resident}, so
+                t, p, cpu = whole_process(cmd)
+                if p.returncode != 0:
+                    raise RuntimeError(f"{' '.join(cmd[:3])} failed (exit {p.returncode}): {p.stderr[-1500:]}")
+                return {"wall_s": t, "cpu_s": cpu, "resident_at_start": resident}, p.stdout
 
             def iob_side(w=w) -> dict:
-                r, _ = side([str(Path(sys.executable).parent / "iobench"), "load", url, "-W", str(w), "--batch-size",
-                             str(batch), "--epochs", "1", "--cache", "as-is", "--no-progress", "--json", str(jpath),
-                             *extra])
+                r, _ = side([iobench_exe(), "load", url, "-W", str(w), "--batch-size", str(batch), "--epochs", "1",
+                             "--cache", "as-is", "--no-progress", "--json", str(jpath), *extra])
                 m = json.loads(jpath.read_text())["metrics"]
                 return {"samples_per_s": m["samples"] / r["wall_s"], "samples": m["samples"], **r, "access": m["access"],
                         "workers": w, "in_process_samples_per_s": m["throughput"]["samples_per_s"]}
@@ -560,8 +535,7 @@ def _vs_format_peer(work: Path, spec: dict, peer: str, label: str, note: str, ta
                 d = last_json(so)
                 return {"samples_per_s": d["samples"] / r["wall_s"], "samples": d["samples"], **r,
                         "in_process_s": d["in_process_s"], "payload_bytes": d.get("payload_bytes")}
-            runs = alternating(REPEATS, {"iob": iob_side, "peer": peer_side})
-            iob, pr = runs["iob"], runs["peer"]
+            iob, pr = alternating(REPEATS, {"iob": iob_side, "peer": peer_side}).values()
             if any(i["samples"] != p["samples"] for i, p in zip(iob, pr)):
                 raise RuntimeError(f"{label}: iobench and the peer read different sample counts "
                                    f"({[i['samples'] for i in iob]} vs {[p['samples'] for p in pr]})")
@@ -608,9 +582,8 @@ def bench_memory(work: Path, scale: float) -> list[dict]:
     url = "memory://bench-mem/tok"
     dataset(url, 65536 * scale, "4MiB")
     Q, B, E = 4, 256, 4
-    r = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
-                            shuffle_buffer=8192, monitor_interval_s=0.1))
-    m = r.metrics
+    m = run_load(LoadConfig(dataset=url, access="block", workers=2, prefetch=Q, batch_size=B, epochs=E, compute="1ms",
+                            shuffle_buffer=8192, monitor_interval_s=0.1)).metrics
     sysm, steps_t = m["system"], m["series"]["t_s"]
     bounds = [steps_t[i * (len(steps_t) // E)] for i in range(E)] + [float("inf")]
     peaks = [max((s["uss_bytes"] for s in sysm["series"] if bounds[e] <= s["t_s"] < bounds[e + 1]

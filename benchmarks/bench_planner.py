@@ -32,18 +32,16 @@ from harness import dataset, machine, parser, scratch, table, write_report
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
-    cfg = LoadConfig(dataset=url, access="block",
-                     workers=1, prefetch=prefetch, batch_size=16, steps=steps, shuffle=False,
-                     shuffle_buffer=0, compute=f"{compute_ms}ms", emulate=emulate, monitor_interval_s=5.0)
-    return run_load(cfg).metrics
+    return run_load(LoadConfig(dataset=url, access="block", workers=1, prefetch=prefetch, batch_size=16, steps=steps,
+                               shuffle=False, shuffle_buffer=0, compute=f"{compute_ms}ms", emulate=emulate,
+                               monitor_interval_s=5.0)).metrics
 
 
 def main() -> int:
     ap = parser(__doc__, "reports/reference/planner", scratch_flag=None)
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
-    res = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stall": [],
-           "prefetch": {}}
+    res = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stall": [], "prefetch": {}}
     with scratch("planner") as tmp:
         url = str(tmp / "tokens")
         dataset(url, 16 * (args.steps + 8), "16 samples", vocab_size=50257, seed=1)
@@ -62,8 +60,8 @@ def main() -> int:
         compute_ms = 30.0
         m1 = load(url, args.steps, compute_ms, tail, prefetch=1)
         # what `iobench plan prefetch --from` reads: the depth-1 run's results file, as JSON
-        p = plan("prefetch", {"compute_time": compute_ms / 1e3}, json.loads(json.dumps({"schema_version": 1, "metrics": m1},
-                                                                                         default=str)))
+        run_file = json.loads(json.dumps({"schema_version": 1, "metrics": m1}, default=str))
+        p = plan("prefetch", {"compute_time": compute_ms / 1e3}, run_file)
         depth = p["outputs"]["depth_recommended"]
         mq = load(url, args.steps, compute_ms, tail, prefetch=depth)
         res["prefetch"] = {"emulation": tail, "compute_ms": compute_ms, "p99_io_s": m1["batch_io_s"]["p99"],
@@ -71,8 +69,7 @@ def main() -> int:
                            "stall_depth_1": m1[STALL_RATIO], "stall_recommended": mq[STALL_RATIO],
                            "mean_io_s": m1["batch_io_s"]["mean"]}
         print(f"prefetch: P99 batch I/O {m1['batch_io_s']['p99'] * 1e3:.0f} ms / compute {compute_ms:.0f} ms → depth "
-              f"{depth}; stall {m1[STALL_RATIO]:.1%} at depth 1 → {mq[STALL_RATIO]:.1%} at depth {depth}",
-              flush=True)
+              f"{depth}; stall {m1[STALL_RATIO]:.1%} at depth 1 → {mq[STALL_RATIO]:.1%} at depth {depth}", flush=True)
     write_report(args.out, res, render(res, " ".join(sys.argv)), echo=False)
     print(f"wrote {Path(args.out).with_suffix('.md')}")
     return 0
@@ -95,8 +92,8 @@ def render(r: dict, cmd: str) -> str:
               f"Store: `{p['emulation']}` per batch; compute {p['compute_ms']:.0f} ms. The planner read the depth-1 "
               f"run's results (`plan prefetch --from`): P99 batch I/O {p['p99_io_s'] * 1e3:.0f} ms → minimum depth "
               f"{p['depth_min']}, recommended {p['depth_recommended']} (minimum + 2).", "",
-              *table(["prefetch depth", "stall measured"], [[1, f"{p['stall_depth_1']:.1%}"], [
-                  f"{p['depth_recommended']} (planner)", f"{p['stall_recommended']:.1%}"]]), "",
+              *table(["prefetch depth", "stall measured"], [[1, f"{p['stall_depth_1']:.1%}"],
+                                                           [f"{p['depth_recommended']} (planner)", f"{p['stall_recommended']:.1%}"]]), "",
               f"Stall ratio at the planner's depth / at depth 1: "
               f"{(p['stall_recommended'] / p['stall_depth_1']) if p['stall_depth_1'] else float('nan'):.2f}.", "",
               f"Reading: in this run the measured stall is within "

@@ -105,11 +105,8 @@ def copy_loops(src: Path, files: list[str], dst: Path, concurrency: int, verify:
             else:
                 _kernel_copy(str(src / f), out, (src / f).stat().st_size)
 
-    def run():
-        with ThreadPoolExecutor(concurrency) as ex:
-            list(ex.map(one, files))
-
-    return timed(run)[0]
+    with ThreadPoolExecutor(concurrency) as ex:   # its threads start on the first map, inside the clock
+        return timed(lambda: list(ex.map(one, files)))[0]
 
 
 def s3fs_get(server, prefix: str, files: list[str], dst: Path) -> float:
@@ -141,8 +138,7 @@ def main() -> int:
     def case(name: str, ours_fn, peer_fn, peer: str, **extra) -> None:
         """Both timed in alternating rounds (this disk's level drifts within a run: alternating puts
         both sides on the same drift); the ratio of throughputs is peer time / our time."""
-        runs = alternating(args.repeats, {"ours": ours_fn, "peer": peer_fn})
-        ours, peers = runs["ours"], runs["peer"]
+        ours, peers = alternating(args.repeats, {"ours": ours_fn, "peer": peer_fn}).values()
         r = [p / o for o, p in zip(ours, peers)]
         out["cases"].append({"case": name, "peer": peer, "bytes": total, "iobench_s": ours, "peer_s": peers,
                              "iobench_bytes_per_s_median": total / statistics.median(ours),

@@ -1,6 +1,6 @@
 """Peer loaders for benchmarks/bench_fidelity.py; runs in the benchmark's own venv (torch, webdataset).
 
-    PYTHON fidelity_peers.py '{"kind": "torch-map" | "wds-stream" | "wds-count", ...}'
+    PYTHON fidelity_peers.py '{"kind": "torch-map" | "wds-stream", ...}'
 
 Prints one JSON line: per-step ``wait_s``, ``compute_s``, ``t_s`` (step starts), samples,
 bytes and wall time.  The consumer loop is the one iobench's loader uses: wait for the next
@@ -68,10 +68,13 @@ def cgroup_read_bytes(spec: dict) -> int | None:
     return 0
 
 
-def consume(it, steps: int, compute_s: float, nbytes) -> dict:
+def consume(it, spec: dict, nbytes) -> dict:
+    """The consumer loop, then the DataLoader's workers stopped: they keep prefetching after the last
+    step, and the device counter is read only once nothing of the peer reads any more."""
+    compute_s = spec["compute_s"]
     out: dict = {"wait_s": [], "compute_s": [], "t_s": [], "samples": 0, "bytes": 0}
     t_start = time.perf_counter()
-    for _step in range(steps):
+    for _step in range(spec["steps"]):
         t0 = time.perf_counter()
         batch = next(it, None)
         if batch is None:
@@ -84,7 +87,13 @@ def consume(it, steps: int, compute_s: float, nbytes) -> dict:
             time.sleep(compute_s)
         for k, v in (("wait_s", t1 - t0), ("compute_s", time.perf_counter() - t1), ("t_s", t0 - t_start)):
             out[k].append(v)
-    return {**out, "wall_s": time.perf_counter() - t_start}
+    out["wall_s"] = time.perf_counter() - t_start
+    # the device counter as the last step ends, before the workers stop (what they read past it: the rest)
+    out["device_bytes_at_last_step"] = cgroup_read_bytes(spec)
+    stop = getattr(it, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
+    return out
 
 
 def torch_map(spec: dict) -> dict:
@@ -92,30 +101,14 @@ def torch_map(spec: dict) -> dict:
     from torch.utils.data import DataLoader, RandomSampler
 
     ds = TokenShards(spec["shards"], spec["sample_bytes"], spec["dtype"])
-    if spec.get("indices") is not None:
-        # The caller's sample order (iobench's, for the same seed): the same samples in the same
-        # batches, and exactly ``steps`` batches of them -- the DataLoader has nothing to prefetch
-        # past the last step, so its device bytes are the steps' bytes, as iobench's are.
-        sampler = spec["indices"]
-    else:
-        g = torch.Generator()
-        g.manual_seed(spec.get("seed", 0))
-        sampler = RandomSampler(ds, generator=g)
+    # The caller's sample order where given (iobench's, for the same seed): the same samples in the same
+    # batches, and exactly ``steps`` batches of them -- the DataLoader has nothing to prefetch past the
+    # last step, so its device bytes are the steps' bytes, as iobench's are.
+    sampler = spec["indices"] if spec.get("indices") is not None else \
+        RandomSampler(ds, generator=torch.Generator().manual_seed(spec.get("seed", 0)))
     dl = DataLoader(ds, batch_size=spec["batch"], sampler=sampler,
                     num_workers=spec["workers"], prefetch_factor=spec["prefetch"], persistent_workers=False)
-    return _consume_and_stop(iter(dl), spec, lambda b: (len(b), b.numel() * b.element_size()))
-
-
-def _consume_and_stop(it, spec: dict, nbytes) -> dict:
-    """The consumer loop, then the DataLoader's workers stopped: they keep prefetching after the last
-    step, and the device counter is read only once nothing of the peer reads any more."""
-    out = consume(it, spec["steps"], spec["compute_s"], nbytes)
-    # the device counter as the last step ends, before the workers stop (what they read past it: the rest)
-    out["device_bytes_at_last_step"] = cgroup_read_bytes(spec)
-    stop = getattr(it, "_shutdown_workers", None)
-    if stop is not None:
-        stop()
-    return out
+    return consume(iter(dl), spec, lambda b: (len(b), b.numel() * b.element_size()))
 
 
 def _wds(spec: dict):
@@ -132,7 +125,7 @@ def _wds(spec: dict):
 
 
 def wds_stream(spec: dict) -> dict:
-    return _consume_and_stop(_wds(spec), spec, lambda b: (len(b), sum(len(x) for x in b)))
+    return consume(_wds(spec), spec, lambda b: (len(b), sum(len(x) for x in b)))
 
 
 def main() -> None:

@@ -36,37 +36,36 @@ def summarize(lines, top: int = 8) -> dict:
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
         proc = frames[0]
-        pid = re.search(r"process (\d+)", proc)
-        pid = pid.group(1) if pid else proc
+        pid = m.group(1) if (m := re.search(r"process (\d+)", proc)) else proc
         role = "worker" if any("run_worker" in f for f in frames) else "parent"
         if role == "parent" and len(pids) and pid not in pids and any("BaseProcess._bootstrap" in f for f in frames):
             role = "child"
         pids.setdefault(pid, role)
         d = by_proc.setdefault(role, {"samples": 0, "self": collections.Counter(), "incl": collections.Counter()})
         d["samples"] += int(n)
-        if role == "worker":   # a forked worker's stack starts with the parent's frames above fork()
-            frames = frames[next(i for i, f in enumerate(frames) if "run_worker" in f):]
-        else:
-            frames = frames[1:]
+        # a forked worker's stack starts with the parent's frames above fork()
+        frames = frames[next(i for i, f in enumerate(frames) if "run_worker" in f):] if role == "worker" else frames[1:]
         body = [_clean(f) for f in frames if not f.startswith("process ")]
         if body:
             d["self"][body[-1]] += int(n)
             for f in set(body):
                 d["incl"][f] += int(n)
-    total = sum(d["samples"] for d in by_proc.values())
-    return {"total": total, "roles": by_proc, "top": top}
+    return {"total": sum(d["samples"] for d in by_proc.values()), "roles": by_proc, "top": top}
+
+
+def _share_table(head: str, counts: list[tuple[str, int]], samples: int) -> list[str]:
+    return ["", f"| {head} | function |", "|---:|---|", *(f"| {100 * c / samples:.1f} | `{f}` |" for f, c in counts)]
 
 
 def markdown(s: dict, title: str) -> str:
     out = [f"### {title}", "", f"{s['total']} samples over all processes."]
     for role, d in sorted(s["roles"].items(), key=lambda kv: -kv[1]["samples"]):
         out += ["", f"**{role}** ({d['samples']} samples, {100 * d['samples'] / max(1, s['total']):.0f}%): "
-                    "self time, then inclusive", "", "| self % | function |", "|---:|---|"]
-        out += [f"| {100 * c / d['samples']:.1f} | `{f}` |" for f, c in d["self"].most_common(s["top"])]
-        out += ["", "| incl. % | function |", "|---:|---|"]
+                    "self time, then inclusive"]
         incl = [(f, c) for f, c in d["incl"].most_common(s["top"] * 4)
                 if not any(k in f for k in ("<module>", "_bootstrap", "runpy", "_run_code", "Thread.run"))]
-        out += [f"| {100 * c / d['samples']:.1f} | `{f}` |" for f, c in incl[:s["top"]]]
+        out += _share_table("self %", d["self"].most_common(s["top"]), d["samples"])
+        out += _share_table("incl. %", incl[:s["top"]], d["samples"])
     return "\n".join(out) + "\n"
 
 
