@@ -202,7 +202,38 @@ def bench_memmap(work: Path, a) -> list[dict]:
 
 
 # -- watch: a real torch DataLoader under `iobench measure`, on a kernel-throttled disk ---------------
-# The peer is fidelity_peers.py's torch-map (a map-style Dataset, one pread per sample) in iobench's order.
+
+_PEER = '''
+import bisect, json, os, sys, time
+import numpy as np, torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+spec = json.loads(sys.argv[1])
+class Shards(Dataset):
+    def __init__(self):
+        self.paths = [s["path"] for s in spec["shards"]]
+        self.first = [s["first_sample"] for s in spec["shards"]]
+        self.fds = {}
+    def __len__(self):
+        return sum(s["samples"] for s in spec["shards"])
+    def __getitem__(self, i):
+        s = bisect.bisect_right(self.first, i) - 1
+        fd = self.fds.get(s)
+        if fd is None:
+            fd = self.fds[s] = os.open(self.paths[s], os.O_RDONLY)
+        b = os.pread(fd, spec["sample_bytes"], spec["header"] + (i - self.first[s]) * spec["sample_bytes"])
+        return torch.from_numpy(np.frombuffer(b, dtype="<u2").copy())
+class Order(Sampler):
+    def __iter__(self):
+        return iter(spec["indices"])
+    def __len__(self):
+        return len(spec["indices"])
+dl = DataLoader(Shards(), batch_size=spec["batch"], sampler=Order(), num_workers=spec["workers"],
+                prefetch_factor=spec["prefetch"])
+for k, batch in enumerate(dl):
+    time.sleep(spec["compute_s"])
+    if k + 1 == spec["steps"]:
+        break
+'''
 
 
 def _pp(pairs) -> tuple[float | None, list[float]]:
@@ -228,10 +259,12 @@ def bench_watch(work: Path, a) -> list[dict]:
     cfg = LoadConfig(dataset=url, workers=W, prefetch=Q, batch_size=batch, steps=steps, cache="cold", seed=1,
                      compute=f"{compute_s * 1000:.3f}ms", monitor_interval_s=1.0, access="map")
     order = delivery_order("map", [s.samples for s in man.shards], batch, cfg.seed, 0)[:steps * batch]
-    spec = {"kind": "torch-map", "shards": [{"path": p, "first_sample": s.first_sample, "samples": s.samples}
-                                            for p, s in zip(paths, man.shards)], "sample_bytes": 32768 * 2,
-            "dtype": "<u2", "indices": order.tolist(), "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
+    spec = {"shards": [{"path": p, "first_sample": s.first_sample, "samples": s.samples}
+                       for p, s in zip(paths, man.shards)], "sample_bytes": 32768 * 2, "header": 64,
+            "indices": order.tolist(), "batch": batch, "workers": W, "prefetch": Q, "steps": steps,
             "compute_s": compute_s}
+    script = work / "torch_peer.py"
+    script.write_text(_PEER)
 
     def truth(m: dict) -> float | None:
         """1 - step compute / (device bytes per step / bandwidth), over the steady window's compute."""
@@ -256,8 +289,8 @@ def bench_watch(work: Path, a) -> list[dict]:
         out = work / f"watch-{next(rounds)}.json"
         with thr:
             # the peer runs unchanged; `iobench measure` wraps its DataLoader in iobench.watch
-            rc = measure(["measure", "--json", str(out), "--path", url, "--", a.torch_python,
-                          str(Path(__file__).resolve().parent / "fidelity_peers.py"), json.dumps(spec)])
+            rc = measure(["measure", "--json", str(out), "--path", url, "--", a.torch_python, str(script),
+                          json.dumps(spec)])
         if rc != 0:
             raise RuntimeError(f"iobench measure of the torch peer exited {rc}")
         mm = json.loads(out.read_text())["metrics"]
