@@ -102,11 +102,14 @@ def install() -> None:
 
 # The sitecustomize ``iobench measure`` writes: it finds iobench (and its dependencies, after the
 # command's own), installs the hook, then hands on to any sitecustomize the command had.
+# site.addsitedir, not a bare append: it runs the directories' .pth files too, and an editable
+# install maps iobench.formats / .checkpointing / .gds (pyproject package-dir) only through its .pth
+# finder -- without it another interpreter (the user's training venv) found iobench but not its formats.
 SITECUSTOMIZE = '''\
-import os as _os, sys as _sys
+import os as _os, site as _site, sys as _sys
 for _p in _os.environ.get("IOBENCH_MEASURE_SYSPATH", "").split(_os.pathsep):
     if _p and _p not in _sys.path:
-        _sys.path.append(_p)
+        _site.addsitedir(_p)
 try:
     from iobench.watch_hook import install as _install
     _install()

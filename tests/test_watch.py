@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import queue
+import sys
 import threading
 import time
 
@@ -236,6 +237,34 @@ def test_measure_without_a_dataloader_says_what_it_hooks(tmp_path, capsys):
     assert "watches torch.utils.data.DataLoader only" in capsys.readouterr().err
     script.write_text("raise SystemExit(3)\n")
     assert main(["measure", "--", sys.executable, str(script)]) == 3   # the command's own status
+
+
+def _foreign_python() -> str | None:
+    """An interpreter that is not this venv's (as a user's training venv is not iobench's)."""
+    if sys.prefix == sys.base_prefix:
+        return None                       # not in a venv: no interpreter without iobench to hand
+    exe = os.path.join(sys.base_prefix, "bin", "python3")
+    return exe if os.path.exists(exe) else None
+
+
+def test_measure_hook_imports_every_iobench_package_in_another_interpreter(tmp_path, capsys):
+    """The class: whatever iobench's install maps (editable .pth finders, package-dir), the hook in a
+    foreign interpreter imports all of it -- the watch's metrics import the loader, which imports formats."""
+    exe = _foreign_python()
+    if exe is None:
+        pytest.skip("no interpreter besides this venv's")
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+    with open(pyproject, "rb") as f:
+        names = tomllib.load(f)["tool"]["setuptools"]["packages"]     # every package the install maps
+    assert "iobench.formats" in names
+    script = tmp_path / "imports.py"
+    script.write_text("import importlib, sys\n"
+                      f"for n in {names!r}:\n    importlib.import_module(n)\n"
+                      "import iobench.loader.analysis\nsys.exit(7)\n")
+    assert main(["measure", "--", exe, str(script)]) == 7     # no DataLoader; the script's own status
+    err = capsys.readouterr().err
+    assert "not watching" not in err and "Error" not in err
 
 
 @pytest.mark.parametrize("argv,field", [(["measure"], "COMMAND"), (["measure", "--json", "-", "--", "python"], "--json"),
