@@ -156,10 +156,14 @@ def test_stream_spreads_a_shards_bytes_over_its_batches(tok):
                       stream_read_size="32B"))
     m = r.metrics
     assert m["access"] == "stream"
-    assert 0.24 <= m["batch_io_s"]["p50"] <= 0.37         # 8 x 32 B at 1 KiB/s; sleeps only overshoot
+    # the pipe: 8 x 32 B at 1 KiB/s is 250 ms a batch however the stream's bytes arrive, so no step beats it
+    assert m["step_s"]["p50"] >= 0.24
+    # a batch's own I/O may be shorter: the stream kept arriving while the worker handed the last batch over
+    # (wrappers.STREAM_BUFFER_BYTES, a socket's receive buffer) -- 0.2375 s seen on a VM -- so no lower bound
+    assert m["batch_io_s"]["p50"] <= 0.37                 # sleeps overshoot on a loaded host, within this
     assert m["batch_io_s"]["max"] < 0.45                  # no batch carries a whole shard's read
-    assert m[STALL_RATIO] == pytest.approx(_expected(m, 0.2), abs=0.06)
-    assert m[STALL_RATIO] == pytest.approx(0.23, abs=0.15)
+    # the pipe's step: 250 ms of bytes + the shard's 40 ms latency every 4 batches = 260 ms -> 1 - 200 / 260
+    assert m[STALL_RATIO] == pytest.approx(1 - 0.2 / 0.26, abs=0.06)
 
 
 def test_stream_buffer_fill_is_warmup_not_batch_io(tok):

@@ -32,7 +32,12 @@ def _cfg(url, **kw):
 def test_io_250ms_compute_200ms_depth_1_stalls_20_percent(ds):
     # G04: pipelined T_step = max(200, 250) = 250 ms -> stall = 50/250 = 20 %
     r = run_load(_cfg(ds, prefetch=1, steps=12, compute="200ms", emulate="const:250ms"))
-    assert r.metrics[STALL_RATIO] == pytest.approx(0.20, abs=0.03)
+    m = r.metrics
+    # G04's formula on the times this run really had: a 250 ms sleep overshoots by 5-12 ms on a VM, and the
+    # stall follows (0.238 for a batch service of 263 ms), so the nominal 20 % is checked more loosely
+    assert m[STALL_RATIO] == pytest.approx(max(0.0, 1 - m["compute_s"]["mean"] / m["batch_service_s"]["p50"]),
+                                           abs=0.03)
+    assert m[STALL_RATIO] == pytest.approx(0.20, abs=0.06)
     assert r.environment["storage"] == "emulated"
 
 
