@@ -157,17 +157,28 @@ class DeviceCounter:
             return None, None
         return diskstats_read_bytes(self.dev), cgroup_read_bytes(self.dev, self.cgroup)
 
+    def _since(self) -> tuple[int | None, int | None]:
+        after = self._read()
+        return (after[0] - self._before[0] if None not in (after[0], self._before[0]) else None,
+                after[1] - self._before[1] if None not in (after[1], self._before[1]) else None)
+
+    def _scoped(self, disk: int | None, cg: int | None) -> tuple[int | None, str]:
+        # A cgroup below the root holds only this run's processes (and whatever shares it);
+        # the root cgroup and /proc/diskstats count every reader on the machine.
+        own = self.cgroup is not None and os.path.normpath(self.cgroup[1]) not in (_V1_BLKIO, _V2_ROOT)
+        return (cg, "cgroup") if own and cg is not None else (disk, "system")
+
+    def so_far(self) -> int | None:
+        """Device bytes read since the counter started, in the scope ``stop()`` reports (a sample
+        of the run's device read rate over time: iobench.loader.sysmon)."""
+        return self._scoped(*self._since())[0] if self.dev is not None else None
+
     def stop(self, requested_bytes: int, delivered_bytes: int | None = None) -> dict | None:
         """``requested_bytes``: what the loader asked storage for; ``delivered_bytes``: payload handed on."""
         if self.dev is None:
             return None
-        after = self._read()
-        disk = after[0] - self._before[0] if None not in (after[0], self._before[0]) else None
-        cg = after[1] - self._before[1] if None not in (after[1], self._before[1]) else None
-        # A cgroup below the root holds only this run's processes (and whatever shares it);
-        # the root cgroup and /proc/diskstats count every reader on the machine.
-        own = self.cgroup is not None and os.path.normpath(self.cgroup[1]) not in (_V1_BLKIO, _V2_ROOT)
-        device_bytes, scope = (cg, "cgroup") if own and cg is not None else (disk, "system")
+        disk, cg = self._since()
+        device_bytes, scope = self._scoped(disk, cg)
         out = {
             "device": self.dev.describe(),
             "device_bytes_read": device_bytes,

@@ -128,6 +128,30 @@ def test_metrics_schema_and_bytes_counted_at_backend(tokens_ds, tmp_path):
     json.dumps(m)
 
 
+def test_system_monitor_stamps_samples_on_the_step_clock_with_the_device_bytes(tmp_path):
+    # A window of steps is matched with what the device read in it (tests/test_throttle.py): the
+    # samples' t_s must count from the step clock's start, which comes after the workers' start-up
+    # and the monitor's own start, and each sample carries the run's device counter so far.
+    from iobench.blockdev import DeviceCounter
+    from iobench.loader.sysmon import SystemMonitor
+
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x" * 4096)
+    dev = DeviceCounter(str(p))
+    mon = SystemMonitor(0.05).start([], device=dev)
+    time.sleep(0.2)                      # start-up: the step clock has not started
+    origin = time.perf_counter_ns()
+    time.sleep(0.1)
+    s = mon.stop(origin)["series"]
+    assert s[0]["t_s"] < 0, "samples from start-up come before the step clock's start"
+    assert 0.1 <= s[-1]["t_s"] < 0.19, "the last sample is stamped on the step clock, not the monitor's"
+    assert all(("device_read_bytes" in x) for x in s)
+    if dev.dev is not None:
+        b = [x["device_read_bytes"] for x in s]
+        assert all(isinstance(v, int) and v >= 0 for v in b) and b == sorted(b)
+    assert "device_read_bytes" not in SystemMonitor(0.05).start([]).stop()["series"][-1]
+
+
 def test_cli_writes_results_with_recommendation(tokens_ds, tmp_path):
     from iobench.cli import main
     from iobench.results import read_results

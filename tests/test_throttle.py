@@ -97,7 +97,7 @@ def tar_tokens(tmp_path_factory):
 
 
 def _throttled_run(url, read_throttle, bw=BW, **kw):
-    cfg = LoadConfig(dataset=url, workers=2, prefetch=2, cache="cold", monitor_interval_s=1.0, **kw)
+    cfg = LoadConfig(dataset=url, workers=2, prefetch=2, cache="cold", **({"monitor_interval_s": 1.0} | kw))
     with read_throttle(url, bw):
         r = run_load(cfg)
     assert r.environment["cache"]["measured_residency"] < 0.05
@@ -137,47 +137,72 @@ def test_stream_stall_on_a_throttled_disk_matches_bandwidth(tar_tokens, read_thr
 
 def test_map_on_a_throttled_disk_read_ahead_and_model(raw_tokens, read_throttle):
     # map (the default for raw): one 4 KiB pread per sample in random order.  Each cold miss makes the
-    # kernel read ahead, so the device reads `amplification` times the bytes asked for, and the throttle
-    # meters those: the bandwidth bound becomes 1 - compute / (batch bytes x amplification / bandwidth).
-    # With two workers each waiting on one small read at a time, request latency, not bandwidth, sets the
-    # pace: the stall is above that bound, and the discrete-event model replaying the run's own per-batch
-    # storage times (real, throttled) must match it.  The torch DataLoader on the same bytes and throttle
-    # is the peer check (benchmarks/bench_fidelity.py).
+    # kernel read ahead, so the device reads more than the bytes asked for, and the throttle meters
+    # those.  Two workers with one read each in flight keep the throttle's queue from running dry, so
+    # the device reads at the cap through the steady window (the loader is not what limits it), and
+    # the discrete-event model replaying the run's own per-batch storage times (real, throttled) must
+    # match the loader's stall.  The torch DataLoader on the same bytes and throttle is the peer check
+    # (benchmarks/bench_fidelity.py).
+    #
+    # Why the device's rate, and not the stall against 1 - compute / (batch bytes x amplification / cap):
+    # over a window of steps that formula is the stall itself once the device runs at the cap, so all
+    # it can check is the kernel's throttle, which overshoots (53 MiB/s over a second at a 50 MiB/s cap
+    # on this VM's kernel; a CI machine's stall sat 4 pp under the formula), and the run's mean
+    # amplification is not the window's (2.57 over the late half where the run's was 2.38).  The
+    # device counter, sampled by the system monitor on the step clock, gives the window's own bytes.
     tries = []
     for _ in range(ATTEMPTS):
-        r = _throttled_run(raw_tokens, read_throttle, batch_size=128, steps=48, compute="8ms")
+        r = _throttled_run(raw_tokens, read_throttle, batch_size=128, steps=96, compute="8ms",
+                           monitor_interval_s=0.1)
         m = r.metrics
         assert r.environment["loader"]["access"] == "map"
         dev = m["device_io"]
         amp = dev["read_amplification"]
         assert dev["requested_bytes"] == m["bytes_read"] and amp >= 1.0
-        # the first batches' reads meet fewer read-ahead pages than the run's mean amplification says:
-        # the bound holds for the late half of the steady window
-        stall, busy = steady_stall(m, late_half=True)
-        bound = bandwidth_stall(busy, m["batch_bytes"] * amp, BW)
+        stall, busy = steady_stall(m, late=True)
+        k0, k1 = late_half(m)
+        nbytes, ts = window_device_bytes(m, k0, k1), m["series"]["t_s"]
+        rate = nbytes / (ts[k1] - ts[k0]) / BW
         pred = predict_from_run(m, "map", 2, 2)
-        tries.append({"late_stall": stall, "amplified_bound": bound, STALL_RATIO: m[STALL_RATIO],
+        tries.append({"late_device_rate_over_cap": rate, "late_stall": stall,
+                      "cap_formula": bandwidth_stall(busy, nbytes / (k1 - k0), BW),
+                      "late_amplification": nbytes / (k1 - k0) / m["batch_bytes"], STALL_RATIO: m[STALL_RATIO],
                       "model": pred.stall_ratio, "amplification": amp, "load_avg": os.getloadavg()[0]})
         # an attempt counts when both hold; like the other checks here, a shared disk gets ATTEMPTS tries
-        # (the kernel's read-ahead is partly asynchronous, so an attempt's amplification varies)
-        if stall >= bound - 0.03 and abs(m[STALL_RATIO] - pred.stall_ratio) <= 0.03:
+        # (a starved CPU leaves the workers' reads unissued and the device idle)
+        if 0.85 <= rate <= 1.2 and abs(m[STALL_RATIO] - pred.stall_ratio) <= 0.03:
             return
-    raise AssertionError(f"map stall below the amplified bandwidth bound or beyond 3 pp of the model's replay "
-                         f"in every attempt: {tries}")
+    raise AssertionError(f"the throttled device did not read at its cap (0.85-1.2 x) over the late steady window, "
+                         f"or the stall is beyond 3 pp of the model's replay, in every attempt: {tries}")
 
 
-def steady_stall(m: dict, late_half: bool = False) -> tuple[float, float]:
+def late_half(m: dict) -> tuple[int, int]:
+    k0, k1 = m["steady_window"]["from_step"], m["steady_window"]["to_step"]
+    return (k0 + k1) // 2, k1
+
+
+def window_device_bytes(m: dict, k0: int, k1: int) -> float:
+    """Device bytes read from step ``k0``'s start to step ``k1``'s, interpolated between the system
+    monitor's samples of the run's device counter (both on the step clock)."""
+    import numpy as np
+
+    samples = [x for x in m["system"]["series"] if x.get("device_read_bytes") is not None]
+    t, b = [x["t_s"] for x in samples], [x["device_read_bytes"] for x in samples]
+    ts = m["series"]["t_s"]
+    assert len(samples) >= 4 and t[0] <= ts[k0] and ts[k1] <= t[-1], "the monitor sampled the window"
+    return float(np.interp(ts[k1], t, b) - np.interp(ts[k0], t, b))
+
+
+def steady_stall(m: dict, late: bool = False) -> tuple[float, float]:
     """(the loader's steady-state stall, mean consumer time per step over its steady window): the window
     leaves out the drain of the workers' head start (iobench.loader.stability.steady_window).
-    ``late_half``: over the second half of that window only."""
+    ``late``: over the second half of that window only."""
     from iobench.loader.stability import window_stall
     from iobench.planner.loader_sim import consumer_busy_s
 
-    k0, k1 = m["steady_window"]["from_step"], m["steady_window"]["to_step"]
-    if late_half:
-        k0 = (k0 + k1) // 2
+    k0, k1 = late_half(m) if late else (m["steady_window"]["from_step"], m["steady_window"]["to_step"])
     s = m["series"]
     busy = consumer_busy_s(s)[k0:k1]
     steps = [w + b for w, b in zip(s["wait_s"], consumer_busy_s(s))]
-    stall = window_stall(s["wait_s"], steps, (k0, k1)) if late_half else m[STALL_RATIO]
+    stall = window_stall(s["wait_s"], steps, (k0, k1)) if late else m[STALL_RATIO]
     return stall, sum(busy) / len(busy)

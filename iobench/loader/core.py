@@ -440,7 +440,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
             procs.append(p)
         rx = Receiver([r for r, _ in pipes], procs, sent=pool.sent, spin_s=spin_s,
                       build=lambda meta: batch_from_meta(meta, pool))
-        monitor.start([os.getpid()] + [p.pid for p in procs])
+        monitor.start([os.getpid()] + [p.pid for p in procs], device=rec.device)
         bar = progress_bar(total) if progress else None
         rx.wait_started(cfg.workers)  # connections and imports are start-up, not throughput
         rec.t_start = now_ns()
@@ -472,7 +472,7 @@ def _step_loop(st: _Setup, progress: bool, synthetic: bool, stop_rule=None) -> _
         for p in procs:
             a, b = run_delay0.get(p.pid), run_delay_s(p.pid)
             rec.run_delay_s[p.pid] = b - a if a is not None and b is not None else None
-        rec.system = monitor.stop()  # before workers exit: their shared pages would turn into the parent's USS
+        rec.system = monitor.stop(rec.t_start)  # before workers exit: their shared pages would turn into the parent's USS
         stop.set()
         rx.wait_done(cfg.workers, 30.0)
     finally:

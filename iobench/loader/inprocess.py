@@ -220,7 +220,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
     rec.device = device() if device is not None else None   # before the first read
     source = st.source
     try:
-        monitor.start([os.getpid()])
+        monitor.start([os.getpid()], device=rec.device)
         rec.t_spawn = now_ns()
         if not synthetic:
             source.open(worker_id=0)   # storage connections: start-up, as a worker's are
@@ -229,7 +229,7 @@ def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=N
         produce(job, source, reader, _InProcessEmitter(job, pool, conn, stop, stats))   # ends early when stop is set
         rec.t_end = now_ns()
         conn.spread()
-        rec.system = monitor.stop()
+        rec.system = monitor.stop(rec.t_start)
     finally:
         if bar is not None:
             bar[0].stop()

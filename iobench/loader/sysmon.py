@@ -1,4 +1,6 @@
-"""psutil samples during a load: CPU %, RSS/USS of every loader process, disk and network I/O."""
+"""psutil samples during a load: CPU %, RSS/USS of every loader process, disk and network I/O, and the
+bytes the dataset's device read for the run (iobench.blockdev), each stamped in seconds on the step
+series' clock (``series.t_s``), so a window of steps can be matched with what the device did in it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import time
 from operator import attrgetter
 
 import psutil
+
+from ..blockdev import DeviceCounter
 
 
 class SystemMonitor:
@@ -17,9 +21,12 @@ class SystemMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._procs: dict[int, psutil.Process] = {}
+        self._t_ns: list[int] = []
+        self._device: DeviceCounter | None = None
 
-    def start(self, pids: list[int]) -> "SystemMonitor":
+    def start(self, pids: list[int], device: DeviceCounter | None = None) -> "SystemMonitor":
         self.pids = list(pids)
+        self._device = device
         for pid in self.pids:
             try:
                 p = psutil.Process(pid)
@@ -28,7 +35,7 @@ class SystemMonitor:
             except psutil.Error:
                 pass
         psutil.cpu_percent(None)
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter_ns()
         self._disk0, self._net0 = _disk(), _net()
         self._thread = threading.Thread(target=self._run, name="iobench-sysmon", daemon=True)
         self._thread.start()
@@ -49,8 +56,10 @@ class SystemMonitor:
             except psutil.Error:
                 continue
         disk, net = _disk(), _net()
+        device = {} if self._device is None else {"device_read_bytes": self._device.so_far()}
+        self._t_ns.append(time.perf_counter_ns())
         self.series.append({
-            "t_s": time.perf_counter() - self._t0,
+            "t_s": (self._t_ns[-1] - self._t0) / 1e9,
             "cpu_percent_system": psutil.cpu_percent(None),
             "cpu_percent_loader": cpu,
             "rss_bytes": rss, "uss_bytes": uss, "pss_bytes": pss,
@@ -59,7 +68,7 @@ class SystemMonitor:
             "disk_write_bytes": disk[1] - self._disk0[1],
             "net_recv_bytes": net[0] - self._net0[0],
             "net_sent_bytes": net[1] - self._net0[1],
-        })
+        } | device)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -69,12 +78,17 @@ class SystemMonitor:
     def running(self) -> bool:
         return self._thread is not None and not self._stop.is_set()
 
-    def stop(self) -> dict:
+    def stop(self, origin_ns: int | None = None) -> dict:
+        """``origin_ns``: the step clock's start (``perf_counter_ns``); samples taken before it, during
+        start-up, get negative ``t_s``."""
         if self._thread is not None and not self._stop.is_set():
             self._stop.set()
             self._thread.join()
             self._sample()
         s = self.series
+        if origin_ns is not None:
+            for x, t in zip(s, self._t_ns):
+                x["t_s"] = (t - origin_ns) / 1e9
         # Once a worker exits, the pages it shared with the parent count as the parent's own:
         # USS peaks are taken while every process is alive.
         full = [x for x in s if x["processes_alive"] == len(self._procs)] or s
