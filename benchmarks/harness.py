@@ -162,6 +162,14 @@ def cpu_seconds(children_only: bool = False) -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
+def whole_process(args: list[str], timeout: float = 900, **kw) -> tuple[float, subprocess.CompletedProcess, float]:
+    """Run a process to its exit, output captured as text: (wall seconds, the finished process, the CPU
+    seconds, user + system, of it and its children)."""
+    c0 = cpu_seconds(children_only=True)
+    t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw))
+    return t, p, cpu_seconds(children_only=True) - c0
+
+
 def fio(*options: str, timeout: float = 900) -> tuple[float, dict]:
     """``fio --output-format=json --group_reporting OPTIONS``: (wall seconds, the first job's report)."""
     t, p = timed(lambda: subprocess.run(["fio", "--output-format=json", "--group_reporting", *options],
@@ -407,13 +415,3 @@ def write_results(out: str | Path, meta: dict, results: list[dict], merge: bool,
                  DERIVE[rows]({"results": results}) if rows else None, command=meta["command"])
     return 0
 
-
-
-# ------------------------------------------------------------------ appended: shared by several benchmarks
-
-def whole_process(args: list[str], timeout: float = 900, **kw) -> tuple[float, subprocess.CompletedProcess, float]:
-    """Run a process to its exit, output captured as text: (wall seconds, the finished process, the CPU
-    seconds, user + system, of it and its children)."""
-    c0 = cpu_seconds(children_only=True)
-    t, p = timed(lambda: subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw))
-    return t, p, cpu_seconds(children_only=True) - c0

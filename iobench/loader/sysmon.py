@@ -21,7 +21,6 @@ class SystemMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._procs: dict[int, psutil.Process] = {}
-        self._t_ns: list[int] = []
         self._device: DeviceCounter | None = None
 
     def start(self, pids: list[int], device: DeviceCounter | None = None) -> "SystemMonitor":
@@ -57,9 +56,8 @@ class SystemMonitor:
                 continue
         disk, net = _disk(), _net()
         device = {} if self._device is None else {"device_read_bytes": self._device.so_far()}
-        self._t_ns.append(time.perf_counter_ns())
         self.series.append({
-            "t_s": (self._t_ns[-1] - self._t0) / 1e9,
+            "t_s": (time.perf_counter_ns() - self._t0) / 1e9,
             "cpu_percent_system": psutil.cpu_percent(None),
             "cpu_percent_loader": cpu,
             "rss_bytes": rss, "uss_bytes": uss, "pss_bytes": pss,
@@ -87,8 +85,8 @@ class SystemMonitor:
             self._sample()
         s = self.series
         if origin_ns is not None:
-            for x, t in zip(s, self._t_ns):
-                x["t_s"] = (t - origin_ns) / 1e9
+            for x in s:
+                x["t_s"] += (self._t0 - origin_ns) / 1e9
         # Once a worker exits, the pages it shared with the parent count as the parent's own:
         # USS peaks are taken while every process is alive.
         full = [x for x in s if x["processes_alive"] == len(self._procs)] or s
