@@ -161,8 +161,9 @@ def test_map_on_a_throttled_disk_read_ahead_and_model(raw_tokens, read_throttle)
         assert dev["requested_bytes"] == m["bytes_read"] and amp >= 1.0
         stall, busy = steady_stall(m, late=True)
         k0, k1 = late_half(m)
-        nbytes, ts = window_device_bytes(m, k0, k1), m["series"]["t_s"]
-        rate = nbytes / (ts[k1] - ts[k0]) / BW
+        t0, t1 = window_span(m, k0, k1)
+        nbytes = window_device_bytes(m, t0, t1)
+        rate = nbytes / (t1 - t0) / BW
         pred = predict_from_run(m, "map", 2, 2)
         tries.append({"late_device_rate_over_cap": rate, "late_stall": stall,
                       "cap_formula": bandwidth_stall(busy, nbytes / (k1 - k0), BW),
@@ -181,16 +182,21 @@ def late_half(m: dict) -> tuple[int, int]:
     return (k0 + k1) // 2, k1
 
 
-def window_device_bytes(m: dict, k0: int, k1: int) -> float:
-    """Device bytes read from step ``k0``'s start to step ``k1``'s, interpolated between the system
-    monitor's samples of the run's device counter (both on the step clock)."""
+def window_span(m: dict, k0: int, k1: int) -> tuple[float, float]:
+    """Steps ``[k0, k1)`` on the step clock: from step k0's start to the end of step k1 - 1."""
+    s = m["series"]
+    return s["t_s"][k0], s["t_s"][k1 - 1] + s["step_s"][k1 - 1]
+
+
+def window_device_bytes(m: dict, t0: float, t1: float) -> float:
+    """Device bytes read from ``t0`` to ``t1`` (s on the step clock), interpolated between the system
+    monitor's samples of the run's device counter."""
     import numpy as np
 
     samples = [x for x in m["system"]["series"] if x.get("device_read_bytes") is not None]
     t, b = [x["t_s"] for x in samples], [x["device_read_bytes"] for x in samples]
-    ts = m["series"]["t_s"]
-    assert len(samples) >= 4 and t[0] <= ts[k0] and ts[k1] <= t[-1], "the monitor sampled the window"
-    return float(np.interp(ts[k1], t, b) - np.interp(ts[k0], t, b))
+    assert len(samples) >= 4 and t[0] <= t0 and t1 <= t[-1], "the monitor sampled the window"
+    return float(np.interp(t1, t, b) - np.interp(t0, t, b))
 
 
 def steady_stall(m: dict, late: bool = False) -> tuple[float, float]:
