@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
+import tempfile
 
 import pytest
 
 # Every results file a test writes (in this process or a command it starts) is checked against
 # docs/results.schema.json before it is written (iobench.results.write_json).
 os.environ["IOBENCH_VALIDATE_RESULTS"] = "1"
+
+
+# Scratch a test or the code under test leaves in the system temp directory outlives every run (a
+# temp dir of Python's default name from a bare mkdtemp(), or one of iobench's own prefixes): the
+# session fails naming each, so a leak anywhere in the suite is caught, not only where a test looks.
+_LEAKED = re.compile(r"^(tmp[a-z0-9_]{8}|iobench-.*)$")
+
+
+def _temp_entries() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if _LEAKED.match(n)}
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_TEMP_BEFORE] = _temp_entries()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    left = sorted(_temp_entries() - session.config.stash.get(_TEMP_BEFORE, set()))
+    if left and exitstatus == pytest.ExitCode.OK:
+        print(f"\nthe session left these in {tempfile.gettempdir()}: {left}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_TEMP_BEFORE = pytest.StashKey[set]()
 
 
 def _has_gpu() -> bool:

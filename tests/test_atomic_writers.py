@@ -41,10 +41,10 @@ def _dead_pid() -> int:
     ("this process", True), ("a live process", True), ("a dead process", False),
     ("a reused pid (other start time)", False), ("another host", True), ("the old convention", False),
 ])
-def test_writer_alive(who, alive, sleeper):
+def test_writer_alive(who, alive, sleeper, tmp_path):
     pid, start = sleeper
     name = {
-        "this process": lambda: os.path.basename(_own_temp()),
+        "this process": lambda: os.path.basename(_own_temp(tmp_path)),
         "a live process": lambda: _name_for(pid, start),
         "a dead process": lambda: _name_for(_dead_pid(), "12345"),
         "a reused pid (other start time)": lambda: _name_for(pid, str(int(start) + 1)),
@@ -55,10 +55,8 @@ def test_writer_alive(who, alive, sleeper):
     assert writer_alive(name) is alive
 
 
-def _own_temp() -> str:
-    import tempfile
-
-    d = tempfile.mkdtemp()
+def _own_temp(d) -> str:
+    # in the test's own directory: a temp dir of its own in /tmp outlived every run
     fd, path = temp_file(os.path.join(d, "shard-000000.bin"))
     os.close(fd)
     return path
