@@ -67,8 +67,17 @@ def test_fallback_on_the_real_probe(small_file):
 
 
 @pytest.fixture
-def fake_kvikio_without_libcuda(monkeypatch):
+def fake_kvikio_without_libcuda(monkeypatch, tmp_path):
     """A kvikio that imports (as the real wheel does with no driver) but fails on first use, as it does."""
+    import tempfile
+
+    import iobench.gds.kvikio_paths as kvikio_paths
+
+    # the strict cuFile config the cufile path writes lives until the process exits: this test's
+    # goes to its own directory, and neither the file nor the variable naming it outlives the test
+    monkeypatch.setattr(kvikio_paths, "_strict_config_path", None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("CUFILE_ENV_PATH_JSON", "")
     kv = types.ModuleType("kvikio")
     kv.__version__ = "26.10.00"
     kv.CompatMode = types.SimpleNamespace(ON=1, OFF=0, AUTO=2)
