@@ -239,6 +239,7 @@ class BackendWrapper(Backend):
     read_client = _inner_flag("read_client")
 
     def _wrap_child(self, inner_child: Backend) -> "BackendWrapper":
+        """This wrapper, with its settings (not its state: counters, RNG), around ``inner_child``."""
         raise NotImplementedError
 
     def child(self, rel: str) -> Backend:
@@ -263,10 +264,10 @@ class BackendWrapper(Backend):
         """Every metadata request (``exists``, ``size``, ``ls``) passes here: the hook for subclasses."""
         return fn(*args)
 
-    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
+    def _read(self, fn, rel: str, *args, first: bool | None = None):
         """Every read request (``cat``, ``cat_into``, ``cat_buffer``, ``cat_stream``) passes here: the
-        hook for subclasses.  ``counts_result``: ``fn`` returns a count of bytes, not the bytes;
-        ``first``: a stream's first piece (True), a later one (False), not a stream (None)."""
+        hook for subclasses.  ``first``: a stream's first piece (True), a later one (False), not a
+        stream (None).  Its bytes are ``_nbytes(result)``."""
         return fn(rel, *args)
 
     def exists(self, rel: str) -> bool:
@@ -282,7 +283,7 @@ class BackendWrapper(Backend):
         return self._read(self.inner.cat, rel, start, end)
 
     def cat_into(self, rel: str, start: int, end: int, out) -> int:
-        return self._read(self.inner.cat_into, rel, start, end, out, counts_result=True)
+        return self._read(self.inner.cat_into, rel, start, end, out)
 
     def cat_buffer(self, rel: str, start: int | None, end: int | None):
         return self._read(self.inner.cat_buffer, rel, start, end)
@@ -307,10 +308,7 @@ class BackendWrapper(Backend):
     @property
     def base(self) -> Backend:
         """The innermost real backend."""
-        b = self.inner
-        while isinstance(b, BackendWrapper):
-            b = b.inner
-        return b
+        return self.inner.base
 
 
 class _FileProxy:
@@ -325,7 +323,7 @@ class _FileProxy:
         return self._on_read(self._f.read, n)
 
     def readinto(self, buf) -> int:
-        return self._on_read(self._f.readinto, buf, counts_result=True)
+        return self._on_read(self._f.readinto, buf)
 
     def write(self, data) -> int:
         if self._on_write is None:
@@ -356,13 +354,14 @@ def _counted_output(inner, rel: str, fsync: bool, done: Callable[[int, int], Non
         return fn(data)
 
     with inner.open_output(rel, fsync=fsync) as f:
-        yield cast(IO, _FileProxy(f, lambda fn, a, counts_result=False: fn(a), on_write))
+        yield cast(IO, _FileProxy(f, lambda fn, a: fn(a), on_write))
     done(written[0], t0)
 
 
-def _nbytes(result: Any, counts_result: bool) -> int:
-    if counts_result:
-        return int(result or 0)
+def _nbytes(result: Any) -> int:
+    """The bytes a read moved: the count ``readinto``/``cat_into`` returned, else its result's length."""
+    if isinstance(result, int):
+        return result
     return len(result) if result is not None else 0
 
 
@@ -405,34 +404,30 @@ class EmulatedBackend(BackendWrapper):
         if s > 0:
             time.sleep(s)
 
-    def _request(self, fn, *args, counts_result: bool = False, nbytes_in: int | None = None):
+    def _request(self, fn, *args, nbytes_in: int | None = None):
         self._latency()
         t0 = now_ns()
         result = fn(*args)
-        n = nbytes_in if nbytes_in is not None else _nbytes(result, counts_result)
-        self._limit.hold(n, t0)
+        self._limit.hold(nbytes_in if nbytes_in is not None else _nbytes(result), t0)
         return result
 
     def _meta(self, fn, *args):
         return self._request(fn, *args, nbytes_in=0)
 
-    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
+    def _read(self, fn, rel: str, *args, first: bool | None = None):
         """A stream (one GET) pays its latency on its first piece; every piece moves at the bandwidth cap."""
         if first is False:
             t0 = now_ns()
             result = fn(rel, *args)
             # paced: the pieces of one GET move back to back, and keep moving while the caller parses
             # the last one, up to a receive buffer (STREAM_BUFFER_BYTES)
-            self._limit.hold(_nbytes(result, False), t0, carry_bytes=STREAM_BUFFER_BYTES)
+            self._limit.hold(_nbytes(result), t0, carry_bytes=STREAM_BUFFER_BYTES)
             return result
-        return self._request(fn, rel, *args, counts_result=counts_result)
+        return self._request(fn, rel, *args)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
-        return cast(IO, _FileProxy(f, self._on_read))
-
-    def _on_read(self, fn, arg, counts_result: bool = False):
-        return self._request(fn, arg, counts_result=counts_result)
+        return cast(IO, _FileProxy(f, self._request))
 
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
@@ -489,7 +484,7 @@ class InstrumentedBackend(BackendWrapper):
             self.calls[op] += len(ns_values)
             self.bytes_read += nread
 
-    def _timed(self, op: str, fn, *args, counts_result: bool = False, reads: bool = False, ttfb: bool = False):
+    def _timed(self, op: str, fn, *args, reads: bool = False, ttfb: bool = False):
         t0 = now_ns()
         try:
             result = fn(*args)
@@ -499,7 +494,7 @@ class InstrumentedBackend(BackendWrapper):
                 self.failed[op] = self.failed.get(op, 0) + 1
             raise
         ns = now_ns() - t0
-        self.record(op, ns, nread=_nbytes(result, counts_result) if reads else 0)
+        self.record(op, ns, nread=_nbytes(result) if reads else 0)
         if ttfb:   # a stream's first piece: its latency is the time to first byte as well
             self.record("ttfb", ns)
         return result
@@ -507,15 +502,15 @@ class InstrumentedBackend(BackendWrapper):
     def _meta(self, fn, *args):
         return self._timed("metadata", fn, *args)
 
-    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
-        return self._timed("read", fn, rel, *args, counts_result=counts_result, reads=True, ttfb=bool(first))
+    def _read(self, fn, rel: str, *args, first: bool | None = None):
+        return self._timed("read", fn, rel, *args, reads=True, ttfb=bool(first))
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._timed("open", lambda: self.inner.open(rel, mode, **kw))
         first = [True]
 
-        def on_read(fn, arg, counts_result=False):
-            result = self._timed("read", fn, arg, counts_result=counts_result, reads=True, ttfb=first[0])
+        def on_read(fn, arg):
+            result = self._timed("read", fn, arg, reads=True, ttfb=first[0])
             first[0] = False   # the first read after the open (that succeeded) is its time to first byte
             return result
 
@@ -575,7 +570,6 @@ class FaultyBackend(BackendWrapper):
         self.error_rate, self.timeout_rate, self.seed, self.timeout_s = error_rate, timeout_rate, seed, timeout_s
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self.injected = {"errors": 0, "timeouts": 0}
 
     def _wrap_child(self, inner_child: Backend) -> "FaultyBackend":
         return FaultyBackend(inner_child, self.error_rate, self.timeout_rate, self.seed, self.timeout_s)
@@ -588,14 +582,12 @@ class FaultyBackend(BackendWrapper):
         with self._lock:
             u = self._rng.random()
         if u < self.error_rate:
-            self.injected["errors"] += 1
             raise InjectedFault(f"injected I/O error reading {self.path(what)}")
         if u < self.error_rate + self.timeout_rate:
-            self.injected["timeouts"] += 1
             time.sleep(self.timeout_s)
             raise InjectedTimeout(f"injected timeout reading {self.path(what)}")
 
-    def _read(self, fn, rel: str, *args, counts_result: bool = False, first: bool | None = None):
+    def _read(self, fn, rel: str, *args, first: bool | None = None):
         self._maybe_fail(rel)
         return fn(rel, *args)
 
@@ -605,7 +597,7 @@ class FaultyBackend(BackendWrapper):
         if "r" not in mode:
             return f
 
-        def on_read(fn, arg, counts_result=False):
+        def on_read(fn, arg):
             self._maybe_fail(rel)
             return fn(arg)
 
