@@ -8,7 +8,6 @@ dataset's backend; the tiers package supplies one that stages shards through fas
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import os
 import random as _random
@@ -558,47 +557,38 @@ class LocalFileSource(_InPlaceSource):
         order, lo, cuts, groups = _by_shard(shard_of, local)
         rows = order.tolist()
         offs = (lo * length + first).tolist()
+        fds = [0] * n   # record j's descriptor, its shard's
         clock, preadv, append = now_ns, os.preadv, self._log.append   # locals: this loop is the map hot path
-        # several in flight: every shard's descriptor is taken first, here (the LRU of open
-        # descriptors is not for threads, and must not close one a helper is reading)
-        if inflight > 1 and n > 1 and len(groups) <= 64:
-            self._crew_reads(shards, groups, cuts, rows, offs, out, length, min(inflight, n))
-            groups = []
-        for g, s in enumerate(groups):
-            sh = shards[s]
-            fd = self._handle(sh)
-            for j in range(cuts[g], cuts[g + 1]):
-                t0 = clock()
-                got = preadv(fd, (out[rows[j]],), offs[j])
-                append(clock() - t0)
-                if got != length:
-                    raise short_read(sh.path, got, length, offs[j])
-        self._logged_bytes(length * n)
-        return n
 
-    def _crew_reads(self, shards, groups, cuts, rows, offs, out, length: int, inflight: int) -> None:
-        """One batch's record preads, ``inflight`` at a time (read_records' threads)."""
-        fds = []
-        for g, s in enumerate(groups):
-            fds += [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
-        crew = self._crew
-        if crew is None or crew.size != inflight:
-            if crew is not None:
-                crew.close()
-            crew = self._crew = _ReadCrew(inflight - 1)
-        n, nxt = len(rows), itertools.count().__next__   # next() on a count is atomic under the GIL
-        clock, preadv, append = now_ns, os.preadv, self._log.append
-
-        def reads() -> None:
-            while (j := nxt()) < n:
+        def reads(js) -> None:
+            for j in js:
                 t0 = clock()
                 got = preadv(fds[j], (out[rows[j]],), offs[j])
                 append(clock() - t0)
                 if got != length:
-                    path = next(shards[s].path for g, s in enumerate(groups) if cuts[g] <= j < cuts[g + 1])
-                    raise short_read(path, got, length, offs[j])
+                    raise short_read(shards[shard_of[rows[j]]].path, got, length, offs[j])
 
-        crew.run(reads)
+        def take_fds(g: int, s: int) -> None:
+            fds[cuts[g]:cuts[g + 1]] = [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
+
+        if inflight > 1 and n > 1 and len(groups) <= 64:
+            # several in flight: every shard's descriptor is taken first, here (the LRU of open
+            # descriptors is not for threads, and must not close one a helper is reading)
+            for g, s in enumerate(groups):
+                take_fds(g, s)
+            crew = self._crew
+            if crew is None or crew.size != min(inflight, n):
+                if crew is not None:
+                    crew.close()
+                crew = self._crew = _ReadCrew(min(inflight, n) - 1)
+            shared = iter(range(n))   # each thread takes its next read from it (atomic under the GIL)
+            crew.run(lambda: reads(shared))
+        else:
+            for g, s in enumerate(groups):
+                take_fds(g, s)
+                reads(range(cuts[g], cuts[g + 1]))
+        self._logged_bytes(length * n)
+        return n
 
     def read_block_records(self, shards, first: int, length: int, check) -> np.ndarray | None:
         """One preadv per shard, the header into a scratch buffer and the records into the block
@@ -702,7 +692,6 @@ class MemorySource(_InPlaceSource):
         self._views = {}   # views of the buffers must go before the buffers are released
         for buf in self._handles.values():
             buf.release()
-        self._handles = {}
         super().close()
 
 
@@ -731,14 +720,13 @@ class ObjectStoreSource(BackendSource):
         _exact(self._get(lambda: self.backend.cat_into(rel, start, end, out), rel, start, end), end - start, rel,
                start)
 
-    def _get_buffer(self, shard: ShardEntry) -> memoryview:
-        """A whole shard in one GET (retried), as a view of the buffer the client filled."""
-        with self._in_flight:
-            data = self._get(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), shard.path)
-        return memoryview(_exact(data, shard.bytes, shard.path)).cast("B")
-
-    def _get_whole_into(self, shard: ShardEntry) -> memoryview:
-        """A whole shard in one GET (retried) into a reused buffer of ours."""
+    def _get_whole(self, shard: ShardEntry) -> memoryview:
+        """A whole shard in one GET (retried), made in this thread: parsed in the client's own
+        buffer where that costs no copy (obstore), else read into a reused one of ours (s3fs)."""
+        if self.backend.zero_copy_reads:
+            with self._in_flight:
+                data = self._get(lambda: self.backend.cat_buffer(shard.path, 0, shard.bytes), shard.path)
+            return memoryview(_exact(data, shard.bytes, shard.path)).cast("B")
         buf = self._direct_buffer(shard.bytes)
         with self._in_flight:
             self._get_into(shard.path, 0, shard.bytes, memoryview(buf)[:shard.bytes])
@@ -753,12 +741,9 @@ class ObjectStoreSource(BackendSource):
         ``concurrency`` GETs, not one per shard."""
         if all(len(ranged_gets(s.bytes, self.block_size)) == 1 for s in shards) and \
                 (len(shards) == 1 or self.concurrency == 1):
-            # One GET per shard, made in this thread: each shard is parsed in the client's own
-            # buffer where that costs no copy (obstore), else read into a reused one of ours
-            # (s3fs).  Several shards in one block still go through the pool.
-            if self.backend.zero_copy_reads:
-                return [self._get_buffer(s) for s in shards]
-            return [self._get_whole_into(s) for s in shards]
+            # One GET per shard, made in this thread (several shards in one block still go
+            # through the pool).
+            return [self._get_whole(s) for s in shards]
         bufs = [self._direct_buffer(s.bytes) for s in shards]
         jobs = [(s.path, a, b, memoryview(buf)[a:b])
                 for s, buf in zip(shards, bufs) for a, b in ranged_gets(s.bytes, self.block_size)]
