@@ -20,7 +20,7 @@ import socket
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 from urllib.parse import urlparse
 
 import fsspec
@@ -192,7 +192,9 @@ class Backend:
         return int(self.fs.size(self.path(rel)))
 
     def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        return self.cat_buffer(rel, start, end)
+        """Bytes ``[start, end)`` of ``rel`` as ``bytes`` (a copy out of a fast client's own buffer;
+        fsspec's ``bytes`` pass unchanged)."""
+        return bytes(self.cat_buffer(rel, start, end))
 
     def cat_buffer(self, rel: str, start: int | None, end: int | None):
         """Bytes ``[start, end)`` of ``rel`` as a read-only buffer (len(), memoryview()), not
@@ -278,13 +280,7 @@ class LocalBackend(Backend):
         out = memoryview(out).cast("B")[:end - start]
         fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
         try:
-            got = 0
-            while got < len(out):
-                n = os.preadv(fd, [out[got:]], start + got)
-                if n <= 0:
-                    break
-                got += n
-            return got
+            return read_fully(lambda view, at: os.preadv(fd, [view], start + at), out)
         finally:
             os.close(fd)
 
@@ -383,13 +379,8 @@ class S3Backend(Backend):
             raise EndpointError(field_name, f"cannot reach {where} ({name})",
                                 "check --endpoint-url and that the server is running") from e
 
-    def cat(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        if self.reader is not None:   # the fast client serves every read (one copy out of its buffer)
-            return self.reader.get_range(self.path(rel), start, end).to_bytes()
-        return super().cat(rel, start, end)
-
     def cat_buffer(self, rel: str, start: int | None, end: int | None):
-        if self.reader is not None:
+        if self.reader is not None:   # the fast client serves every read
             return self.reader.get_range(self.path(rel), start, end)
         return super().cat_buffer(rel, start, end)
 
@@ -432,19 +423,30 @@ def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
 _NOT_A_FILE_FIX = "replace it with a regular file"
 
 
+def read_fully(readinto: Callable[[memoryview, int], int | None], out: memoryview) -> int:
+    """Fill ``out`` by calls of ``readinto(rest of out, its offset in out)`` until it is full or a
+    call reads nothing (the file or body ended early); returns the bytes read."""
+    got = 0
+    while got < len(out):
+        n = readinto(out[got:], got)
+        if not n:
+            break
+        got += n
+    return got
+
+
 def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,
                client_attempts: int | None = None) -> dict:
     """s3fs options from flags, then the standard AWS_* environment variables."""
-    opts: dict = {"skip_instance_cache": True, "use_listings_cache": False}
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     client_kwargs: dict = {}
     if endpoint:
         check_endpoint_url(endpoint, "--endpoint-url" if endpoint_url else "AWS_ENDPOINT_URL")
         client_kwargs["endpoint_url"] = endpoint
     client_kwargs["region_name"] = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1"
-    opts["client_kwargs"] = client_kwargs
-    opts["config_kwargs"] = {"connect_timeout": 5, "read_timeout": 60,
-                             "retries": {"max_attempts": client_attempts or CLIENT_ATTEMPTS, "mode": "standard"}}
+    opts: dict = {"skip_instance_cache": True, "use_listings_cache": False, "client_kwargs": client_kwargs,
+                  "config_kwargs": {"connect_timeout": 5, "read_timeout": 60,
+                                    "retries": {"max_attempts": client_attempts or CLIENT_ATTEMPTS, "mode": "standard"}}}
     for k, v in (storage_options or {}).items():
         opts[k] = {**opts["client_kwargs"], **v} if k == "client_kwargs" else v
     return opts

@@ -89,9 +89,7 @@ class EmulationSpec:
 
     def transfer_s(self, nbytes: int) -> float:
         """Least time ``nbytes`` may take under the bandwidth cap."""
-        if not self.bandwidth_bytes_per_s:
-            return 0.0
-        return nbytes / self.bandwidth_bytes_per_s
+        return nbytes / self.bandwidth_bytes_per_s if self.bandwidth_bytes_per_s else 0.0
 
     def describe(self) -> dict:
         by_kind: dict[str, dict[str, float]] = {"const": {"latency_s": self.latency_s},
@@ -162,11 +160,10 @@ def parse_emulation(spec: str | None) -> EmulationSpec:
         name, _, body = term.partition(":")
         name = name.strip().lower()
         what = "latency" if name in kinds[:3] or (name in PROFILES and not body) else name if name in kinds else None
-        if what in seen:
+        if what in seen:   # (None, a term that sets nothing known, is refused below)
             raise ConfigError(_FIELD, f"{term!r} and {seen[what]!r} both set the {what}",
                               "give one latency model, one bw and one spike at most")
-        if what:
-            seen[what] = term
+        seen[what] = term
         if name in PROFILES and not body:
             prof = PROFILES[name]
             out = replace(out, kind=prof.kind, latency_s=prof.latency_s, std_s=prof.std_s, p50_s=prof.p50_s,
@@ -404,11 +401,12 @@ class EmulatedBackend(BackendWrapper):
         if s > 0:
             time.sleep(s)
 
-    def _request(self, fn, *args, nbytes_in: int | None = None):
-        self._latency()
+    def _request(self, fn, *args, nbytes_in: int | None = None, latency: bool = True, carry_bytes: int = 0):
+        if latency:
+            self._latency()
         t0 = now_ns()
         result = fn(*args)
-        self._limit.hold(nbytes_in if nbytes_in is not None else _nbytes(result), t0)
+        self._limit.hold(nbytes_in if nbytes_in is not None else _nbytes(result), t0, carry_bytes=carry_bytes)
         return result
 
     def _meta(self, fn, *args):
@@ -416,14 +414,11 @@ class EmulatedBackend(BackendWrapper):
 
     def _read(self, fn, rel: str, *args, first: bool | None = None):
         """A stream (one GET) pays its latency on its first piece; every piece moves at the bandwidth cap."""
-        if first is False:
-            t0 = now_ns()
-            result = fn(rel, *args)
-            # paced: the pieces of one GET move back to back, and keep moving while the caller parses
-            # the last one, up to a receive buffer (STREAM_BUFFER_BYTES)
-            self._limit.hold(_nbytes(result), t0, carry_bytes=STREAM_BUFFER_BYTES)
-            return result
-        return self._request(fn, rel, *args)
+        later_piece = first is False
+        # paced: the pieces of one GET move back to back, and keep moving while the caller parses
+        # the last one, up to a receive buffer (STREAM_BUFFER_BYTES)
+        return self._request(fn, rel, *args, latency=not later_piece,
+                             carry_bytes=STREAM_BUFFER_BYTES if later_piece else 0)
 
     def open(self, rel: str, mode: str = "rb", **kw) -> IO:
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)

@@ -25,7 +25,7 @@ from iobench.io.inputs import open_regular
 from iobench.io.retry import RetryPolicy
 from iobench.manifest import ShardEntry
 from iobench.metrics import now_ns
-from iobench.storage import open_backend, planned_read_client, storage_kind
+from iobench.storage import open_backend, planned_read_client, read_fully, storage_kind
 from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
 _NOT_REGULAR = "replace it with the shard file"   # a FIFO or device where a shard should be
@@ -150,10 +150,7 @@ class _ReadCrew:
                          for g in self._go]
         for t in self._threads:
             t.start()
-
-    @property
-    def size(self) -> int:
-        return len(self._threads) + 1
+        self.size = helpers + 1   # reads in flight at once: the helpers and the calling thread
 
     def _serve(self, go) -> None:
         while True:
@@ -526,14 +523,8 @@ class LocalFileSource(_InPlaceSource):
     def _read_into_pool(self, shard: ShardEntry) -> memoryview:
         """A local shard read into a reused buffer."""
         buf = self._direct_buffer(shard.bytes)
-        mv = memoryview(buf)[:shard.bytes]
-        got = 0
         with self.backend.open(shard.path, "rb") as f:
-            while got < shard.bytes:
-                n = f.readinto(mv[got:])
-                if not n:
-                    break
-                got += n
+            got = read_fully(lambda view, _at: f.readinto(view), memoryview(buf)[:shard.bytes])
         if got < shard.bytes:
             raise _shorter_than_manifest(shard, got)
         return memoryview(buf[:shard.bytes])

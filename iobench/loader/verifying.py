@@ -35,19 +35,17 @@ class _Open:
 
     def __init__(self, shard) -> None:
         self.shard, self.hasher, self.at = shard, new_hasher(shard.checksum), 0
-        self.ahead: dict[int, bytes] = {}
+        self.ahead: dict[int, bytes | memoryview] = {}
         self.ahead_bytes = 0
 
     def take(self, start: int, data) -> None:
         """Hash what of [start, start + len) lies past ``at``, then any kept piece it reaches."""
         data = memoryview(data).cast("B")   # bytes, whatever the view's item type
-        end = start + len(data)
-        if start <= self.at < end:
-            self.hasher.update(data[self.at - start:])
-            self.at = end
-        elif end > self.at:   # past the hash (start > at): keep it for later
-            self.ahead[start] = bytes(data)
+        if start + len(data) > self.at:   # kept (a copy when it lies past the hash), hashed below once reached
+            self.ahead[start] = bytes(data) if start > self.at else data
             self.ahead_bytes += len(data)
+        # Every kept piece starts past ``at`` between calls, so this one is the only one that
+        # may be reached at first; each piece hashed may reach the next.
         while (nxt := next((s for s in self.ahead if s <= self.at), None)) is not None:
             piece = self.ahead.pop(nxt)
             self.ahead_bytes -= len(piece)
@@ -151,12 +149,9 @@ class VerifyingSource(ShardSource):
         while self._open:
             _path, st = self._open.popitem()
             t0 = time.perf_counter()
-            while st.at < st.shard.bytes:
+            while st.at < st.shard.bytes:   # the gap before the next kept piece (all lie past ``at``)
                 nxt = min(st.ahead, default=st.shard.bytes)
-                if nxt > st.at:
-                    st.take(st.at, self.inner.read_range(st.shard, st.at, nxt - st.at))
-                else:
-                    st.take(nxt, b"")   # a kept piece the hash has reached
+                st.take(st.at, self.inner.read_range(st.shard, st.at, nxt - st.at))
             self._done(st.shard, st.hasher, st.shard.bytes, t0)
 
     def stats(self) -> dict:
@@ -186,10 +181,7 @@ def merge_verify(per_worker_sources: list[dict]) -> dict | None:
     parts: list[dict] = [s["verify"] for s in per_worker_sources if s.get("verify") is not None]
     if not parts:
         return None
-    shards = sum(p["shards"] for p in parts)
-    nbytes = sum(p["bytes"] for p in parts)
-    secs = sum(p["seconds"] for p in parts)
-    return {"shards": shards, "bytes": nbytes, "seconds": secs,
-            "bytes_per_s": nbytes / secs if secs > 0 else None,
+    total = {k: sum(p[k] for p in parts) for k in ("shards", "bytes", "seconds")}
+    return {**total, "bytes_per_s": total["bytes"] / total["seconds"] if total["seconds"] > 0 else None,
             "unfinished": sum(p.get("unfinished", 0) for p in parts),
             "note": "hashing time summed over workers (CPU seconds spent verifying, inside the batch I/O time)"}
