@@ -451,18 +451,14 @@ class InstrumentedBackend(BackendWrapper):
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
         self._lock = threading.Lock()
-        self.reset()
+        self.hist = {op: LatencyHistogram() for op in self.OPS}
+        self.calls = {op: 0 for op in self.OPS}
+        self.failed: dict[str, int] = {}    # attempts that raised (not in calls or latency)
+        self.bytes_read = 0
+        self.bytes_written = 0
 
     def _wrap_child(self, inner_child: Backend) -> "InstrumentedBackend":
         return InstrumentedBackend(inner_child)
-
-    def reset(self) -> None:
-        with self._lock:
-            self.hist = {op: LatencyHistogram() for op in self.OPS}
-            self.calls = {op: 0 for op in self.OPS}
-            self.failed: dict[str, int] = {}    # attempts that raised (not in calls or latency)
-            self.bytes_read = 0
-            self.bytes_written = 0
 
     def record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
         """Count an operation (also one done on this backend's files by other means, e.g. O_DIRECT preads)."""

@@ -23,7 +23,6 @@ files with per-sample byte ranges can be mapped; anything else is refused before
 
 from __future__ import annotations
 
-import mmap
 import os
 import resource
 from collections import OrderedDict
@@ -33,7 +32,7 @@ import numpy as np
 from ..errors import ConfigError, IntegrityError
 from ..io.inputs import open_regular
 from ..metrics import now_ns
-from .source import BackendSource, LocalFileSource, ShardSource, _shorter_than_manifest, gather_rows
+from .source import BackendSource, LocalFileSource, ShardSource, gather_rows, map_shard
 
 # Mappings kept open per process (LRU): each is address space only, but the kernel caps a
 # process's mappings (vm.max_map_count, 65530 by default).
@@ -129,10 +128,7 @@ class MappedSource(ShardSource):
             path = self.inner.backend.base.local_path(shard.path)
             fd = open_regular(path, "shard", "replace it with the shard file")   # never blocks on a FIFO
             try:
-                size = os.fstat(fd).st_size
-                if size < shard.bytes:   # a slice past the end of a mapping is SIGBUS, not an error
-                    raise _shorter_than_manifest(shard, size)
-                m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+                m = map_shard(fd, shard)
             finally:
                 os.close(fd)   # the mapping keeps the file
             hit = (np.frombuffer(m, dtype=np.uint8), m)

@@ -393,6 +393,14 @@ def _shorter_than_manifest(shard: ShardEntry, got: int):
     return IntegrityError(f"{shard.path}: offset {got}: file is shorter than the manifest's {shard.bytes} bytes")
 
 
+def map_shard(fd: int, shard: ShardEntry, flags: int = mmap.MAP_SHARED) -> mmap.mmap:
+    """A read-only mapping of the shard's bytes (as many as the manifest says) in the open file ``fd``."""
+    size = os.fstat(fd).st_size
+    if size < shard.bytes:   # a row past the end of a mapping is SIGBUS, not an error
+        raise _shorter_than_manifest(shard, size)
+    return mmap.mmap(fd, shard.bytes, flags=flags, prot=mmap.PROT_READ)
+
+
 @dataclass
 class _InPlaceSource(BackendSource):
     """Local files and memory objects (no emulation or faults in the way): samples and pieces
@@ -498,9 +506,9 @@ class LocalFileSource(_InPlaceSource):
         align = mmap.PAGESIZE
         size = -(-shard.bytes // align) * align
         buf = self._direct_buffer(size)
-        path = self.backend.base.local_path(shard.path)
         t0 = now_ns()
-        fd = open_regular(path, "shard", _NOT_REGULAR, os.O_DIRECT)   # a FIFO swapped in would block forever
+        # open_regular: a FIFO swapped in would block forever
+        fd = open_regular(self.backend.base.local_path(shard.path), "shard", _NOT_REGULAR, os.O_DIRECT)
         try:
             mv = memoryview(buf)
             off = 0
@@ -559,25 +567,21 @@ class LocalFileSource(_InPlaceSource):
                 if got != length:
                     raise short_read(shards[shard_of[rows[j]]].path, got, length, offs[j])
 
-        def take_fds(g: int, s: int) -> None:
+        # several in flight: every shard's descriptor is taken first (the LRU of open descriptors
+        # is not for threads, and must not close one a helper is reading); else shard by shard
+        shared = inflight > 1 and n > 1 and len(groups) <= 64
+        for g, s in enumerate(groups):
             fds[cuts[g]:cuts[g + 1]] = [self._handle(shards[s])] * (cuts[g + 1] - cuts[g])
-
-        if inflight > 1 and n > 1 and len(groups) <= 64:
-            # several in flight: every shard's descriptor is taken first, here (the LRU of open
-            # descriptors is not for threads, and must not close one a helper is reading)
-            for g, s in enumerate(groups):
-                take_fds(g, s)
+            if not shared:
+                reads(range(cuts[g], cuts[g + 1]))
+        if shared:
             crew = self._crew
             if crew is None or crew.size != min(inflight, n):
                 if crew is not None:
                     crew.close()
                 crew = self._crew = _ReadCrew(min(inflight, n) - 1)
-            shared = iter(range(n))   # each thread takes its next read from it (atomic under the GIL)
-            crew.run(lambda: reads(shared))
-        else:
-            for g, s in enumerate(groups):
-                take_fds(g, s)
-                reads(range(cuts[g], cuts[g + 1]))
+            todo = iter(range(n))   # each thread takes its next read from it (atomic under the GIL)
+            crew.run(lambda: reads(todo))
         self._logged_bytes(length * n)
         return n
 
@@ -599,13 +603,9 @@ class LocalFileSource(_InPlaceSource):
         counts = _whole_records([shard], first, length)
         if not counts or not counts[0]:
             return super().read_block_records([shard], first, length, check)   # the general path checks it
-        fd = self._handle(shard)
         t0 = now_ns()
-        size = os.fstat(fd).st_size
-        if size < shard.bytes:   # a row past the end of a mapping is SIGBUS, not an error
-            raise _shorter_than_manifest(shard, size)
         # MAP_POPULATE: the page-table entries made now, in the read's time (no fault per page in the gathers)
-        m = mmap.mmap(fd, shard.bytes, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ)
+        m = map_shard(self._handle(shard), shard, mmap.MAP_SHARED | _MAP_POPULATE)
         self.backend.record("read", now_ns() - t0, nread=shard.bytes)
         check(m[:first], shard, counts[0])
         return np.frombuffer(m, dtype=np.uint8, count=counts[0] * length, offset=first).reshape(counts[0], length)
