@@ -14,7 +14,7 @@ import random as _random
 import sys
 import threading
 from array import array
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,59 +130,6 @@ def ranged_gets(size: int, block_size: int) -> list[tuple[int, int]]:
     n = max(1, round(size / block_size))
     step = -(-size // n)
     return [(a, min(a + step, size)) for a in range(0, size, step)]
-
-
-class _ReadCrew:
-    """Helper threads that share one batch's reads with the calling thread (map, local files).
-
-    ``run(fn)`` calls ``fn`` in the caller and in every helper at once and returns when all
-    have returned (re-raising the first error); ``fn`` takes its next read from a shared
-    counter, so ``helpers + 1`` preads are in flight until the batch runs out (os.preadv
-    releases the GIL).  The helpers live as long as the source: a thread per batch would
-    cost more than a 4 KiB read."""
-
-    def __init__(self, helpers: int) -> None:
-        self._go = [threading.Semaphore(0) for _ in range(helpers)]
-        self._done = threading.Semaphore(0)
-        self._fn = None
-        self._err: BaseException | None = None
-        self._threads = [threading.Thread(target=self._serve, args=(g,), daemon=True, name="iobench-mapread")
-                         for g in self._go]
-        for t in self._threads:
-            t.start()
-        self.size = helpers + 1   # reads in flight at once: the helpers and the calling thread
-
-    def _serve(self, go) -> None:
-        while True:
-            go.acquire()
-            fn = self._fn
-            if fn is None:
-                return
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001 — re-raised in the caller by run()
-                self._err = self._err or e
-            finally:
-                self._done.release()
-
-    def run(self, fn) -> None:
-        self._fn, self._err = fn, None
-        for g in self._go:
-            g.release()
-        try:
-            fn()
-        finally:
-            for _ in self._go:
-                self._done.acquire()
-        if self._err is not None:
-            raise self._err
-
-    def close(self) -> None:
-        self._fn = None
-        for g in self._go:
-            g.release()
-        for t in self._threads:
-            t.join()
 
 
 @dataclass
@@ -550,8 +497,9 @@ class LocalFileSource(_InPlaceSource):
                      out: np.ndarray, inflight: int = 1) -> int:
         """A preadv per record straight into its row, grouped by shard (one descriptor looked up
         per shard, not per record), ``inflight`` of them at a time (the calling thread and
-        ``inflight - 1`` helpers, ``_ReadCrew``; 1: one after another, as a DataLoader worker's
-        ``__getitem__`` does)."""
+        ``inflight - 1`` helper threads; 1: one after another, as a DataLoader worker's
+        ``__getitem__`` does).  os.preadv releases the GIL, so ``inflight`` preads are in flight
+        until the batch runs out."""
         n = len(local)
         order, lo, cuts, groups = _by_shard(shard_of, local)
         rows = order.tolist()
@@ -575,13 +523,18 @@ class LocalFileSource(_InPlaceSource):
             if not shared:
                 reads(range(cuts[g], cuts[g + 1]))
         if shared:
-            crew = self._crew
-            if crew is None or crew.size != min(inflight, n):
-                if crew is not None:
-                    crew.close()
-                crew = self._crew = _ReadCrew(min(inflight, n) - 1)
-            todo = iter(range(n))   # each thread takes its next read from it (atomic under the GIL)
-            crew.run(lambda: reads(todo))
+            if self._crew is None:
+                # The helpers live as long as the source (a thread per batch would cost more than a
+                # 4 KiB read); a worker's inflight is fixed (its read-ahead + 1), the first batch sizes them.
+                self._crew = ThreadPoolExecutor(inflight - 1, thread_name_prefix="iobench-mapread")
+            todo = iter(range(n))   # every thread takes its next read from it (atomic under the GIL)
+            helping = [self._crew.submit(reads, todo) for _ in range(min(inflight, n) - 1)]
+            try:
+                reads(todo)
+            finally:
+                wait(helping)
+            for f in helping:
+                f.result()   # a helper's error, once every read has stopped
         self._logged_bytes(length * n)
         return n
 
@@ -624,7 +577,7 @@ class LocalFileSource(_InPlaceSource):
     def close(self) -> None:
         super().close()
         if self._crew is not None:
-            self._crew.close()
+            self._crew.shutdown(wait=True)
             self._crew = None
 
 
