@@ -235,12 +235,11 @@ class BackendWrapper(Backend):
     zero_copy_reads = _inner_flag("zero_copy_reads")
     read_client = _inner_flag("read_client")
 
-    def _wrap_child(self, inner_child: Backend) -> "BackendWrapper":
-        """This wrapper, with its settings (not its state: counters, RNG), around ``inner_child``."""
-        raise NotImplementedError
+    _settings: tuple = ()   # the constructor's arguments after ``inner`` (what a child is wrapped with)
 
     def child(self, rel: str) -> Backend:
-        return self._wrap_child(self.inner.child(rel))
+        """The same wrapper, with its settings (not its state: counters, RNG), around the inner's child."""
+        return type(self)(self.inner.child(rel), *self._settings)
 
     def describe(self) -> dict:
         return self.inner.describe()
@@ -385,12 +384,10 @@ class EmulatedBackend(BackendWrapper):
         super().__init__(inner)
         self.spec = resolve_emulation(spec)
         self.seed = seed
+        self._settings = (self.spec, seed)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._limit = RateLimiter(self.spec.bandwidth_bytes_per_s)
-
-    def _wrap_child(self, inner_child: Backend) -> "EmulatedBackend":
-        return EmulatedBackend(inner_child, self.spec, self.seed)
 
     def describe(self) -> dict:
         return {**self.inner.describe(), "emulated": self.spec.describe()}
@@ -456,9 +453,6 @@ class InstrumentedBackend(BackendWrapper):
         self.failed: dict[str, int] = {}    # attempts that raised (not in calls or latency)
         self.bytes_read = 0
         self.bytes_written = 0
-
-    def _wrap_child(self, inner_child: Backend) -> "InstrumentedBackend":
-        return InstrumentedBackend(inner_child)
 
     def record(self, op: str, ns: int, nread: int = 0, nwritten: int = 0) -> None:
         """Count an operation (also one done on this backend's files by other means, e.g. O_DIRECT preads)."""
@@ -559,11 +553,9 @@ class FaultyBackend(BackendWrapper):
             raise ConfigError("error_rate", "error_rate + timeout_rate exceeds 1", "lower one of them")
         super().__init__(inner)
         self.error_rate, self.timeout_rate, self.seed, self.timeout_s = error_rate, timeout_rate, seed, timeout_s
+        self._settings = (error_rate, timeout_rate, seed, timeout_s)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-
-    def _wrap_child(self, inner_child: Backend) -> "FaultyBackend":
-        return FaultyBackend(inner_child, self.error_rate, self.timeout_rate, self.seed, self.timeout_s)
 
     def describe(self) -> dict:
         return {**self.inner.describe(), "faults": {"error_rate": self.error_rate,

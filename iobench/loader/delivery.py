@@ -9,6 +9,7 @@ hands the shared-memory view over as is.  Other packages add devices with
 from __future__ import annotations
 
 import importlib
+from contextlib import suppress
 from typing import Any, Callable
 
 from ..config import nearest
@@ -73,10 +74,8 @@ register_delivery("cpu", CpuDelivery())
 
 def get_delivery(device: str) -> Delivery:
     if device not in _DELIVERY and device.startswith("cuda"):
-        try:  # the GPU package registers its delivery on import
+        with suppress(ImportError):  # the GPU package registers its delivery on import
             importlib.import_module("iobench.gds.delivery")
-        except ImportError:
-            pass
     if device not in _DELIVERY:
         raise ConfigError("--device", f"no delivery for device {device!r}", nearest(device, _DELIVERY))
     return _DELIVERY[device]
