@@ -35,7 +35,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import IO, Any, Callable, Iterator, cast
+from typing import IO, Any, Iterator, cast
 
 from .config import nearest
 from .errors import ConfigError
@@ -296,10 +296,22 @@ class BackendWrapper(Backend):
     def makedirs(self, rel: str = "") -> None:
         self.inner.makedirs(rel)
 
+    def _written(self, nbytes: int, t0_ns: int) -> None:
+        """Every ``open_output`` block, once it has published ``nbytes`` written from ``t0_ns`` on,
+        passes here: the hook for subclasses."""
+
     @contextmanager
     def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        t0 = now_ns()
+        written = [0]
+
+        def on_write(fn, data):
+            written[0] += len(data)
+            return fn(data)
+
         with self.inner.open_output(rel, fsync=fsync) as f:
-            yield f
+            yield cast(IO, _FileProxy(f, lambda fn, a: fn(a), on_write))
+        self._written(written[0], t0)
 
     @property
     def base(self) -> Backend:
@@ -337,21 +349,6 @@ class _FileProxy:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._f, name)
-
-
-@contextmanager
-def _counted_output(inner, rel: str, fsync: bool, done: Callable[[int, int], None]) -> Iterator[IO]:
-    """``inner.open_output``; once the block has published, ``done(bytes written, start ns)``."""
-    t0 = now_ns()
-    written = [0]
-
-    def on_write(fn, data):
-        written[0] += len(data)
-        return fn(data)
-
-    with inner.open_output(rel, fsync=fsync) as f:
-        yield cast(IO, _FileProxy(f, lambda fn, a: fn(a), on_write))
-    done(written[0], t0)
 
 
 def _nbytes(result: Any) -> int:
@@ -421,14 +418,9 @@ class EmulatedBackend(BackendWrapper):
         f = self._request(lambda: self.inner.open(rel, mode, **kw), nbytes_in=0)
         return cast(IO, _FileProxy(f, self._request))
 
-    @contextmanager
-    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
-        def done(nbytes: int, t0: int) -> None:
-            self._latency()
-            self._limit.hold(nbytes, t0)
-
-        with _counted_output(self.inner, rel, fsync, done) as f:
-            yield f
+    def _written(self, nbytes: int, t0_ns: int) -> None:
+        self._latency()
+        self._limit.hold(nbytes, t0_ns)
 
 
 # ---------------------------------------------------------------------------------------
@@ -507,11 +499,8 @@ class InstrumentedBackend(BackendWrapper):
 
         return cast(IO, _FileProxy(f, on_read, on_write))
 
-    @contextmanager
-    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
-        with _counted_output(self.inner, rel, fsync,
-                             lambda nbytes, t0: self.record("write", now_ns() - t0, nwritten=nbytes)) as f:
-            yield f
+    def _written(self, nbytes: int, t0_ns: int) -> None:
+        self.record("write", now_ns() - t0_ns, nwritten=nbytes)
 
     def stats(self, encode: bool = False) -> dict:
         """Counters and per-op latency; ``encode=True`` keeps histograms mergeable across processes."""
@@ -585,3 +574,8 @@ class FaultyBackend(BackendWrapper):
             return fn(arg)
 
         return cast(IO, _FileProxy(f, on_read))
+
+    @contextmanager
+    def open_output(self, rel: str, fsync: bool = True) -> Iterator[IO]:
+        with self.inner.open_output(rel, fsync=fsync) as f:   # writes are not faulted: the file as is
+            yield f

@@ -706,7 +706,6 @@ class ObjectStoreSource(BackendSource):
                 for f in futs:
                     f.cancel()
                 raise
-        del jobs
         return [memoryview(buf[:s.bytes]) for s, buf in zip(shards, bufs)]
 
     def close(self) -> None:

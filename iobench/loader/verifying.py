@@ -65,18 +65,14 @@ class VerifyingSource(ShardSource):
 
     def __init__(self, inner: ShardSource) -> None:
         self.inner = inner
+        # the wrapped source's flags where its reads are the wrapped source's (a source's flags are
+        # fixed when it is made)
+        self.supports_pieces = inner.supports_pieces
+        self.supports_odirect = inner.supports_odirect
         self._open: dict[str, _Open] = {}   # shard path -> its hash in progress
         self.shards = 0
         self.bytes = 0
         self.seconds = 0.0
-
-    @property
-    def supports_pieces(self) -> bool:   # type: ignore[override]
-        return self.inner.supports_pieces
-
-    @property
-    def supports_odirect(self) -> bool:   # type: ignore[override]
-        return self.inner.supports_odirect   # its whole-shard reads are the wrapped source's
 
     def open(self, worker_id: int = 0) -> None:
         self.inner.open(worker_id)
