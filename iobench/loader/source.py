@@ -163,6 +163,7 @@ class BackendSource(ShardSource):
     _buffers: list = field(default_factory=list, init=False, repr=False, compare=False)
     _log: Any = field(default=None, init=False, repr=False, compare=False)
     _log_bytes: int = field(default=0, init=False, repr=False, compare=False)
+    _pool: Any = field(default=None, init=False, repr=False, compare=False)   # helper threads (GETs, preads)
 
     supports_range_reads = True
     supports_record_reads = True
@@ -254,6 +255,9 @@ class BackendSource(ShardSource):
     def close(self) -> None:
         if self.backend is not None:
             self._flush_log()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def describe(self) -> dict:
         spec = resolve_emulation(self.emulation)
@@ -418,7 +422,6 @@ class LocalFileSource(_InPlaceSource):
     samples and pieces by ``pread`` on descriptors kept open per shard; a block of token
     records read in place."""
 
-    _crew: Any = field(default=None, init=False, repr=False, compare=False)
     _head: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -523,12 +526,12 @@ class LocalFileSource(_InPlaceSource):
             if not shared:
                 reads(range(cuts[g], cuts[g + 1]))
         if shared:
-            if self._crew is None:
+            if self._pool is None:
                 # The helpers live as long as the source (a thread per batch would cost more than a
                 # 4 KiB read); a worker's inflight is fixed (its read-ahead + 1), the first batch sizes them.
-                self._crew = ThreadPoolExecutor(inflight - 1, thread_name_prefix="iobench-mapread")
+                self._pool = ThreadPoolExecutor(inflight - 1, thread_name_prefix="iobench-mapread")
             todo = iter(range(n))   # every thread takes its next read from it (atomic under the GIL)
-            helping = [self._crew.submit(reads, todo) for _ in range(min(inflight, n) - 1)]
+            helping = [self._pool.submit(reads, todo) for _ in range(min(inflight, n) - 1)]
             try:
                 reads(todo)
             finally:
@@ -573,12 +576,6 @@ class LocalFileSource(_InPlaceSource):
         if got != shard.bytes:
             raise _shorter_than_manifest(shard, got)
         check(head, shard, len(rows))
-
-    def close(self) -> None:
-        super().close()
-        if self._crew is not None:
-            self._crew.shutdown(wait=True)
-            self._crew = None
 
 
 @dataclass
@@ -646,7 +643,6 @@ class ObjectStoreSource(BackendSource):
     ``retry``, each landing in its place in a reused buffer (no per-shard allocation, no join of
     parts).  Emulation and faults apply: every GET goes through the wrappers."""
 
-    _pool: Any = field(default=None, init=False, repr=False, compare=False)        # the GET threads
     _in_flight: Any = field(default=None, init=False, repr=False, compare=False)   # whole-shard GETs in flight
 
     # read_shards may be called from several threads at once, and gains from it: a worker then
@@ -707,12 +703,6 @@ class ObjectStoreSource(BackendSource):
                     f.cancel()
                 raise
         return [memoryview(buf[:s.bytes]) for s, buf in zip(shards, bufs)]
-
-    def close(self) -> None:
-        super().close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
 
 
 def backend_source(url: str, **options) -> BackendSource:
