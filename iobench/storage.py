@@ -270,7 +270,7 @@ class LocalBackend(Backend):
         return self.path(rel)
 
     def check_reachable(self, field_name: str = "url") -> None:
-        pass
+        """Nothing to reach: a local directory needs no server (and a writer creates it)."""
 
     def cat_buffer(self, rel: str, start: int | None, end: int | None):
         require_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # fsspec's open of a FIFO blocks forever
@@ -311,7 +311,7 @@ class MemoryBackend(Backend):
     shared_between_processes = False
 
     def check_reachable(self, field_name: str = "url") -> None:
-        pass
+        """Nothing to reach: the objects are in this process."""
 
     def relative(self, full: str) -> str | None:
         # fsspec's memory filesystem lists paths without their leading '/'
@@ -513,11 +513,10 @@ class ObstoreReader:
         if st is None:
             from obstore.store import S3Store
 
-            endpoint = self._config.get("endpoint", "")
             # No retries inside obstore (its default: 10 over up to 3 minutes): the loader's RetryPolicy
             # owns retries and their time budget.  Timeouts as s3_options gives s3fs.
             st = S3Store(bucket, config={**self._config, "virtual_hosted_style_request": False},
-                         client_options={"allow_http": endpoint.startswith("http://"),
+                         client_options={"allow_http": self._config.get("endpoint", "").startswith("http://"),
                                          "connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)},
                          retry_config={"max_retries": 0})
             self._stores[bucket] = st

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import resource
 from collections import OrderedDict
+from contextlib import suppress
 
 import numpy as np
 
@@ -103,9 +104,8 @@ class MappedSource(ShardSource):
 
     def _rows(self, shard, first: int, length: int) -> np.ndarray:
         """``shard``'s records as a (records, length) uint8 view of its mapping."""
-        whole = self._mapped(shard)
         count = (shard.bytes - first) // length
-        return whole[first:first + count * length].reshape(count, length)
+        return self._mapped(shard)[first:first + count * length].reshape(count, length)
 
     def read_range(self, shard, start: int, length: int) -> memoryview:
         """Bytes ``start:start+length`` of the shard as a view of its mapping (faulted in when read)."""
@@ -163,7 +163,5 @@ def _unmap_oldest(maps: OrderedDict) -> None:
     """Close the least recently used mapping; one a batch still refers to goes with its last view."""
     _path, (view, m) = maps.popitem(last=False)
     del view   # the mapping's own view: only a batch's reference may keep it open now
-    try:
+    with suppress(BufferError):   # a batch still refers to it
         m.close()
-    except BufferError:
-        pass

@@ -15,6 +15,7 @@ import sys
 import threading
 from array import array
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,10 +289,8 @@ def _anonymous(size: int) -> mmap.mmap:
     if size < 2 * _HUGE or not hasattr(mmap, "MADV_HUGEPAGE"):
         return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     m = mmap.mmap(-1, -(-size // _HUGE) * _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
+    with suppress(OSError):   # THP disabled, or not for this kind of mapping: small pages, as before
         m.madvise(mmap.MADV_HUGEPAGE)
-    except OSError:   # THP disabled, or not for this kind of mapping: small pages, as before
-        pass
     return m
 
 
