@@ -491,9 +491,7 @@ class ObstoreReader:
     name = "obstore"
 
     def __init__(self, opts: dict) -> None:
-        import obstore  # noqa: F401  (checked by the caller; here for the error if it vanished)
-
-        ck = opts.get("client_kwargs", {})
+        ck = opts.get("client_kwargs", {})   # (obstore is importable: _s3_reader, the one maker, checked)
         self._config: Any = {k: v for k, v in (("endpoint", ck.get("endpoint_url")), ("region", ck.get("region_name")),
                                           ("access_key_id", opts.get("key")), ("secret_access_key", opts.get("secret")),
                                           ("session_token", opts.get("token"))) if v}
