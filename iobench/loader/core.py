@@ -201,8 +201,7 @@ def one_sample_bytes(manifest) -> int:
 
 def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
     """Flags that only make sense against this dataset: refused before the first worker starts."""
-    total = manifest.total_samples
-    per_rank = total // max(1, world)
+    per_rank = manifest.total_samples // max(1, world)
     if cfg.batch_size > per_rank:
         raise ConfigError("--batch-size", f"{cfg.batch_size} is more than the {per_rank} samples "
                           f"{'each rank reads' if world > 1 else 'in the dataset'}",
@@ -513,8 +512,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
-        rec = step_loop(st, _Steps(), progress, synthetic, stop_rule,
-                        device=lambda: _device_counter(st.backend, st.manifest, synthetic))
+        # the block-device counter starts before the first read
+        rec = step_loop(st, _Steps(device=_device_counter(st.backend, st.manifest, synthetic)), progress, synthetic,
+                        stop_rule)
     else:
         rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)

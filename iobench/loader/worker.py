@@ -88,13 +88,11 @@ class _BlockData:
 
 
 def _read_block(job: WorkerJob, source: ShardSource, reader, block, fixed=None) -> _BlockData:
-    m = job.manifest
-    ids = np.concatenate([np.arange(m.shards[s].first_sample, m.shards[s].first_sample + m.shards[s].samples)
-                          for s in block.shards])
+    shards = [job.manifest.shards[s] for s in block.shards]
+    ids = np.concatenate([np.arange(sh.first_sample, sh.first_sample + sh.samples) for sh in shards])
     if job.synthetic:
         return _BlockData(None, None, ids)
     t0 = now_ns()
-    shards = [m.shards[s] for s in block.shards]
     if fixed is not None:
         # fixed-size token rows: the shards' records read straight into one block array (no
         # concatenate), where the source can (None: whole shards, below)
@@ -286,19 +284,23 @@ class _Emitter:
                 "inline": None if in_slot else data.tobytes()}
         self._send(k, epoch, meta, slot, ids, io_s, prep_s, 0.0, requests, 0.0, now_ns())
 
-    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
-              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
-        job, stats = self.job, self.stats
-        bs = len(ids)
+    def _count(self, n: int, nbytes: int, io_s: float, prep_s: float, fill_s: float, slot_wait_s: float) -> None:
+        """A batch made: the producer's counters (its ``Done`` message, or W=0's ``per_worker`` entry)."""
+        stats = self.stats
         stats["busy_s"] += prep_s + io_s + fill_s
         stats["slot_wait_s"] += slot_wait_s
         stats["batches"] += 1
-        stats["samples"] += bs
-        stats["payload_bytes"] += meta["nbytes"]
+        stats["samples"] += n
+        stats["payload_bytes"] += nbytes
+
+    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
+              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
+        bs = len(ids)
+        self._count(bs, meta["nbytes"], io_s, prep_s, fill_s, slot_wait_s)
         if "labels" in meta or "offsets" in meta:
             _pack(meta)
-        meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
-                    indices=ids.astype(_I8, copy=False).tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
+        meta.update(worker_batch=self.stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
+                    indices=ids.astype(_I8, copy=False).tobytes(), worker=self.job.wid, io_s=io_s, prep_s=prep_s,
                     fill_s=fill_s, requests=requests, ready_ns=ready_ns, start_ns=self.start_ns)
         self.start_ns = None
         self.conn.batch(meta, hold)   # counts it in pool.sent once written
@@ -321,8 +323,7 @@ def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
             source.open(worker_id=job.wid)
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(Ready(job.wid))
-        emit = _Emitter(job, pool, conn, stop, stats)
-        produce(job, source, reader, emit)
+        produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         failed = Failed(job.wid, ExceptionWrapper.of(e))
     close_source(source, stats)
