@@ -574,8 +574,10 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     warmup_s = startup_s + (first_wait or 0.0)
     warmup_fraction = _rate(warmup_s, total_wall_s)
     warnings += [f"--device {cfg.device}: {reason}" for reason in st.deliver.reasons]  # GPU fallbacks (iobench.gds)
-    intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
-                                          warmup_fraction=warmup_fraction)
+    intervals, stable, stability = _judge(st, rec, warnings)
+    if warmup_fraction is not None and warmup_fraction > 0.10:
+        warnings.append(f"warm-up (worker start + first batch) took {warmup_s:.2f} s, {warmup_fraction:.0%} of the "
+                        "wall clock: wall-clock utilization is below the steady-state one")
     metrics = LoadMetrics(
         access=schedule.access, steps=steps, steps_planned=schedule.total, stopped_early=rec.stopped_early,
         samples=sum(rec.lens), epochs_planned=schedule.epochs, first_step_excluded=True,
@@ -635,8 +637,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     return LoadRun(metrics=metrics.to_dict(), environment=environment, warnings=warnings)
 
 
-def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
-           warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
+def _judge(st: _Setup, rec: _Steps, warnings: list[str]) -> tuple[dict, bool, Stability]:
     """Intervals (measurement rule 9, "enough samples", docs/design.md), and the warnings that keep the headline honest (too short, idle workers...)."""
     cfg = st.cfg
     rule = cfg.stop_rule()
@@ -655,12 +656,10 @@ def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s
         if mine < cfg.workers:
             warnings.append(f"{mine} shard(s) for {cfg.workers} workers: {cfg.workers - mine} worker(s) have nothing "
                             "to read (regenerate with smaller shards, or use --access map)")
+    requests = sum(rec.requests)
     if st.emulation.active and requests < 100:
         warnings.append(f"the emulated storage saw only {requests} request(s): its latency distribution "
                         "is barely sampled (run more steps)")
-    if warmup_fraction is not None and warmup_fraction > 0.10:
-        warnings.append(f"warm-up (worker start + first batch) took {warmup_s:.2f} s, {warmup_fraction:.0%} of the "
-                        "wall clock: wall-clock utilization is below the steady-state one")
     return intervals, v["stable"], stability
 
 
@@ -718,9 +717,8 @@ def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
         warnings.append("--odirect ignored: emulated or faulty storage (or this source) passes every read through "
                         "its wrappers; reads are buffered")
         return
-    path = backend.local_path(manifest.shards[0].path)
     try:
-        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+        os.close(os.open(backend.local_path(manifest.shards[0].path), os.O_RDONLY | os.O_DIRECT))
     except OSError as e:
         raise ConfigError("--odirect", f"the filesystem under {backend.root} refuses O_DIRECT ({e.strerror})",
                           "drop --odirect (tmpfs and some FUSE filesystems do not support it)") from None

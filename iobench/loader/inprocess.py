@@ -71,15 +71,15 @@ class _StepOnSend:
     tuples are spread into ``rec`` at the end, and before each look of a stop rule, which reads it."""
 
     def __init__(self, st, rec, pool: _OneSlot, stop: threading.Event, stop_rule, bar) -> None:
-        self.st, self.rec, self.pool, self.stop, self.stop_rule, self.bar = st, rec, pool, stop, stop_rule, bar
+        self.rec, self.pool, self.stop, self.stop_rule, self.bar = rec, pool, stop, stop_rule, bar
         self.total = st.schedule.total
         self.t_prev = 0   # when the previous step ended (the clock's start for step 0)
         self.log: list[tuple] = []
-        self._build, self._deliver, self._compute = batch_from_meta, st.deliver, st.compute
+        self._deliver, self._compute = st.deliver, st.compute
 
     def batch(self, meta: dict, hold: bool = False) -> None:
         """A batch as a worker's metadata (the emitter's general path: ``_InProcessEmitter._send``)."""
-        self.run(meta["k"], self._build(meta, self.pool), meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
+        self.run(meta["k"], batch_from_meta(meta, self.pool), meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
                  meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"])
 
     def run(self, k: int, batch: Batch, nbytes: int, n: int, io_s: float, prep_s: float, fill_s: float,

@@ -73,7 +73,7 @@ class SlotPool:
         writes a byte down the pipe after each release/take, so the worker wakes at once; the
         50 ms select timeout only bounds how late a stop is noticed.
         """
-        r = self.wake[wid][0].fileno() if self.wake else None
+        r = self.wake[wid][0].fileno()
         if not ready() and self.before_wait is not None:
             self.before_wait()   # the worker's held batches go out before it sleeps (receiver.Sender)
         if self.spin_ns and not ready():
@@ -85,9 +85,6 @@ class SlotPool:
         while not ready():
             if stop.is_set():
                 return False
-            if r is None:
-                time.sleep(0.001)
-                continue
             if select.select([r], [], [], 0.05)[0]:
                 try:
                     os.read(r, 4096)
@@ -97,8 +94,7 @@ class SlotPool:
 
     def acquire(self, k: int, stop, wid: int = 0) -> int | None:
         """Block until batch ``k`` may use its slot; None if the run is stopping."""
-        s = k % self.n
-        need = k // self.n
+        need, s = divmod(k, self.n)
         released = self.released
         if released[s] >= need or self._wait_until(lambda: released[s] >= need, stop, wid):
             return s
