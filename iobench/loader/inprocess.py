@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics import now_ns
-from .slots import Batch, batch_from_meta
+from .slots import _DTYPES, Batch, batch_from_meta
 from .worker import _I8, _Emitter
 
 
@@ -120,7 +120,6 @@ class _InProcessEmitter(_Emitter):
     def __init__(self, job, pool: _OneSlot, step: _StepOnSend, stop, stats: dict) -> None:
         super().__init__(job, pool, step, stop, stats)
         self.step = step
-        self._dtypes: dict[str, np.dtype] = {}
         self._out: tuple | None = None   # (the block's rows, batch size, the slot as that batch array)
 
     def __call__(self, k: int, epoch: int, bd, sel: np.ndarray, io_s: float, prep_s: float, fill_s: float = 0.0,
@@ -165,9 +164,9 @@ class _InProcessEmitter(_Emitter):
             return super()._send(k, epoch, meta, slot, ids, io_s, prep_s, fill_s, requests, slot_wait_s, ready_ns)
         bs = len(ids)
         self._count(bs, meta["nbytes"], io_s, prep_s, fill_s, slot_wait_s)
-        dt = self._dtypes.get(meta["dtype"])
+        dt = _DTYPES.get(meta["dtype"])   # the consumer's cache of them (slots.batch_from_meta)
         if dt is None:
-            dt = self._dtypes[meta["dtype"]] = np.dtype(meta["dtype"])
+            dt = _DTYPES[meta["dtype"]] = np.dtype(meta["dtype"])
         batch = Batch(index=k, epoch=epoch, indices=ids if ids.dtype == _I8 else ids.astype(_I8), labels=None,
                       data=self._slot_view(slot, meta["shape"], dt), layout="array", nbytes=meta["nbytes"])
         start_ns, self.start_ns = self.start_ns, None
