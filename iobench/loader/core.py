@@ -166,11 +166,9 @@ _FDS_PER_WORKER, _FDS_BASE = 8, 64
 def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
     """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return
     base = _FDS_BASE + cfg.workers * _FDS_PER_WORKER
     need = base + slots_for("map", cfg.workers, cfg.prefetch)
-    if need <= soft:
+    if soft == resource.RLIM_INFINITY or need <= soft:
         return
     if base + slots_for("map", cfg.workers, 1) <= soft:   # the workers fit; their prefetch depth asks for the slots
         raise ConfigError("--prefetch", f"{cfg.prefetch} batches in flight per worker need ~{need} open files, "

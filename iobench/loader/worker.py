@@ -265,15 +265,13 @@ class _Emitter:
         is larger than a slot.  Right after ``gate(k)`` this never waits: map has W·Q + 1 slots
         and the gate lets batch k start only once batch k - W·Q was taken, i.e. once batch
         k - W·Q - 1, the slot's previous user, was released."""
-        pool = self.pool
         t0 = now_ns()
         slot = self._slot(k)
         self.stats["slot_wait_s"] += (now_ns() - t0) / 1e9
-        nbytes = math.prod(shape) * dtype.itemsize
-        self._claimed = (slot, nbytes <= pool.slot_bytes)
-        if self._claimed[1]:
-            return pool.u8(slot)[:nbytes].view(dtype).reshape(shape)
-        return np.empty(shape, dtype=dtype)   # larger than a slot: pickled, and the results say so
+        fits = math.prod(shape) * dtype.itemsize <= self.pool.slot_bytes
+        self._claimed = (slot, fits)
+        # larger than a slot: a private array, pickled, and the results say so
+        return self._slot_view(slot, shape, dtype) if fits else np.empty(shape, dtype=dtype)
 
     def written(self, k: int, epoch: int, data: np.ndarray, ids: np.ndarray, io_s: float, prep_s: float,
                 requests: int) -> None:
