@@ -48,8 +48,7 @@ class ComputeModel:
     def describe(self) -> dict:
         by_kind: dict[str, dict[str, Any]] = {"normal": {"std_s": self.spread_s}, "file": {"steps_in_file": len(self.times_s)},
                                               "lognormal": {"p50_s": self.mean_s, "p99_s": self.spread_s}}
-        params = by_kind.get(self.kind, {})
-        return {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s, **params,
+        return {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s, **by_kind.get(self.kind, {}),
                 **({"callback": self.callback} if self.callback else {})}
 
 

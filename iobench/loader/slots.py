@@ -109,10 +109,8 @@ class SlotPool:
         """Block until every worker ``i`` has sent ``need[i]`` batches (the lock step of
         ``LoadConfig.lockstep``); False if the run is stopping.  The senders wake the waiters
         (:meth:`notify_others`)."""
-        sent = self.sent
-
         def ready() -> bool:
-            return all(sent[i] >= n for i, n in enumerate(need))
+            return all(self.sent[i] >= n for i, n in enumerate(need))
 
         return ready() or self._wait_until(ready, stop, wid)
 

@@ -541,16 +541,12 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
 
 
 class _ShardStream:
-    """A worker's shards as one sequential stream of samples, read piece by piece on demand.
-
-    ``next()`` returns (sample, storage seconds, requests, parse seconds) — those of the piece
-    the sample opened, zero for the piece's other samples.
-    """
+    """A worker's shards as one sequential stream of pieces (whole samples), read on demand:
+    ``next_piece()``."""
 
     def __init__(self, job: WorkerJob, source, reader, shards: tuple[int, ...]) -> None:
         self.job, self.source, self.reader = job, source, reader
         self.shards = list(shards)
-        self.ready: list = []        # samples of the current piece not yet taken
         self.pieces: Iterator = iter(())
         self.fixed = reader.fixed_layout()
         # Pieces that come as (rows, cols) arrays: fixed-size records, or a reader that decodes a piece
@@ -562,18 +558,9 @@ class _ShardStream:
         return iter(self.reader.pieces(shard, lambda a, n, f: self.read(shard, a, n, f), self.job.stream_read_size,
                                        arrays=self.arrays, read_into=lambda a, out, f: self.read_into(shard, a, out, f)))
 
-    def next(self) -> tuple[Any, float, int, float]:
-        t_io, req, parse = 0.0, 0, 0.0
-        while not self.ready:
-            samples, t, n, p = self.next_piece()
-            t_io += t
-            req += n
-            parse += p
-            self.ready = samples[::-1]
-        return self.ready.pop(), t_io, req, parse
-
     def next_piece(self) -> tuple[Any, float, int, float]:
-        """The next whole piece (fixed-size records: a (rows, cols) array), with its read's cost."""
+        """The next whole piece — a list of samples, or (``arrays``) a (rows, cols) array — with its
+        read's cost: (piece, storage seconds, requests, parse seconds)."""
         while True:
             piece = next(self.pieces, None)
             if piece is not None:
@@ -685,10 +672,12 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 body = _BlockData(store, None, at)
             else:
                 while ingested < need:
-                    smp, t, n, parse = stream.next()
+                    # a whole piece into the buffer: its cost on its first sample (the rest were read with it)
+                    samples, t, n, parse = stream.next_piece()
                     ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
-                    held[ingested] = smp
-                    ingested += 1
+                    for smp in samples:
+                        held[ingested] = smp
+                        ingested += 1
                 body = _BlockData(None, [held.pop(int(p)) for p in picks], ids_all[picks])
             out += bs
             emit.stats["io_s"] += ch.io_s
