@@ -395,16 +395,15 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             emit.stats["io_s"] += bd.read_s
             # the block's sample ids in delivery order, once per block (not a gather and a cast per batch)
             ids = np.ascontiguousarray(bd.ids[block.order], dtype=_I8)
-            order, sizes = block.order, block.batch_sizes
-            last = len(sizes) - 1
+            last = len(block.batch_sizes) - 1
             pos = 0
-            for j, bs in enumerate(sizes):
+            for j, bs in enumerate(block.batch_sizes):
                 k = k_base + j
                 if k >= job.total_batches:
                     break
                 end = pos + bs
                 first = j == 0   # the block's reads and parse land on its first batch
-                emit(k, epoch, bd, order[pos:end], bd.read_s if first else 0.0, bd.parse_s if first else 0.0, 0.0,
+                emit(k, epoch, bd, block.order[pos:end], bd.read_s if first else 0.0, bd.parse_s if first else 0.0, 0.0,
                      len(block.shards) if first else 0, j < last and k + 1 < job.total_batches, ids[pos:end])
                 pos = end
             # the block's buffer is free again before the next block is read (read without read-ahead,
