@@ -145,10 +145,7 @@ class _InProcessEmitter(_Emitter):
         # mode="clip": no temporary (the block's order was bounds-checked once); see _Emitter.__call__
         arr.take(sel, axis=0, out=data, mode="clip")
         te = now_ns()
-        if ids is None:
-            ids = bd.ids[sel]
-        if ids.dtype != _I8:
-            ids = ids.astype(_I8)
+        ids = (bd.ids[sel] if ids is None else ids).astype(_I8, copy=False)
         nbytes = data.nbytes
         prep_s += (te - tp) / 1e9
         self._count(n, nbytes, io_s, prep_s, fill_s, 0.0)
@@ -167,7 +164,7 @@ class _InProcessEmitter(_Emitter):
         dt = _DTYPES.get(meta["dtype"])   # the consumer's cache of them (slots.batch_from_meta)
         if dt is None:
             dt = _DTYPES[meta["dtype"]] = np.dtype(meta["dtype"])
-        batch = Batch(index=k, epoch=epoch, indices=ids if ids.dtype == _I8 else ids.astype(_I8), labels=None,
+        batch = Batch(index=k, epoch=epoch, indices=ids.astype(_I8, copy=False), labels=None,
                       data=self._slot_view(slot, meta["shape"], dt), layout="array", nbytes=meta["nbytes"])
         start_ns, self.start_ns = self.start_ns, None
         self.step.run(k, batch, meta["nbytes"], bs, io_s, prep_s, fill_s, requests, ready_ns, start_ns)
