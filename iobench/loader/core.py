@@ -539,8 +539,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     read_hists: dict[str, LatencyHistogram] = {}
     calls: dict[str, int] = {}
     sources, per_worker = [], []
-    for wid in sorted(rec.done):
-        d = rec.done[wid]
+    for wid, d in sorted(rec.done.items()):
         src = d.get("source") or {}
         sources.append(src)
         nbytes = int(src.get("bytes_read", 0))

@@ -40,7 +40,8 @@ from .worker import _I8, _Emitter
 
 
 class _OneSlot:
-    """The emitter's slot pool, in one process: one page-aligned private buffer, always free."""
+    """The emitter's slot pool, in one process: one page-aligned private buffer, always free.
+    (No ``wait_taken``/``wait_sent``: a W=0 job has no lag and no lock step, so ``gate`` never waits.)"""
 
     n = 1
 

@@ -57,12 +57,10 @@ class SlotPool:
         # One wake pipe per worker, as multiprocessing Connections rather than bare fds: a
         # spawned or forkserver worker gets a Connection duplicated into it, while a bare fd
         # number means nothing there (EBADF) or, worse, names another of its files.
-        self.wake = []
-        for _ in range(workers):
-            r, w = ctx.Pipe(duplex=False)
+        self.wake = [ctx.Pipe(duplex=False) for _ in range(workers)]
+        for r, w in self.wake:
             os.set_blocking(r.fileno(), False)
             os.set_blocking(w.fileno(), False)
-            self.wake.append((r, w))
 
     def _wait_until(self, ready, stop, wid: int) -> bool:
         """Sleep on worker ``wid``'s wake pipe until ``ready()``; False if the run is stopping.
