@@ -76,13 +76,9 @@ def validate(cfg: LoadConfig, rec: dict, storage_options: dict | None = None, ac
     q = int((rec.get("prefetch_factor_recommended") if order_of(access) in ("map", "stream") else rec.get("depth_total"))
             or cfg.prefetch)
     grid = [(w, 1), (w, max(1, q // 2)), (w, q), (w, 2 * q), (max(1, w - 1), q), (w + 1, q)]
-    seen, runs = set(), []
-    for ww, qq in grid:
-        if (ww, qq) in seen:
-            continue
-        seen.add((ww, qq))
-        r = run_load(replace(cfg, workers=ww, prefetch=qq, access=access), storage_options, **kw)
-        m = r.metrics
+    runs = []
+    for ww, qq in dict.fromkeys(grid):   # each point once, in the grid's order
+        m = run_load(replace(cfg, workers=ww, prefetch=qq, access=access), storage_options, **kw).metrics
         runs.append({"workers": ww, "prefetch": qq, STALL_RATIO: m[STALL_RATIO],
                      "stall_interval": (m.get("intervals") or {}).get(STALL_RATIO),
                      "host_bytes": slots_for(access, ww, qq) * m["batch_bytes"],

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..config import nearest
 from ..errors import ConfigError, IobenchError
 from ..io.inputs import read_text
 from ..units import parse_duration
@@ -49,16 +48,14 @@ class ComputeModel:
     def describe(self) -> dict:
         by_kind: dict[str, dict[str, Any]] = {"normal": {"std_s": self.spread_s}, "file": {"steps_in_file": len(self.times_s)},
                                               "lognormal": {"p50_s": self.mean_s, "p99_s": self.spread_s}}
-        params = by_kind.get(self.kind, {})
-        return {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s, **params,
+        return {"kind": self.kind, "mode": self.mode, "nominal_s": self.nominal_s, **by_kind.get(self.kind, {}),
                 **({"callback": self.callback} if self.callback else {})}
 
 
 def parse_compute(spec: "str | float | int", mode: str = "sleep", callback: str | None = None,
                   seed: int = 0, field: str = "--compute") -> ComputeModel:
-    """'200ms' | 'normal:mean=200ms,std=20ms' | 'lognormal:p50=180ms,p99=400ms' | 'file:PATH'."""
-    if mode not in MODES:
-        raise ConfigError("--compute-mode", f"unknown mode {mode!r}", nearest(mode, MODES))
+    """'200ms' | 'normal:mean=200ms,std=20ms' | 'lognormal:p50=180ms,p99=400ms' | 'file:PATH'.
+    ``mode`` is one of ``MODES`` (``LoadConfig`` refuses any other)."""
     if mode == "callback" and not callback:
         raise ConfigError("--compute-fn", "callback mode needs a function", "give --compute-fn module:function")
     text = str(spec).strip()

@@ -166,11 +166,9 @@ _FDS_PER_WORKER, _FDS_BASE = 8, 64
 def check_workers_fit_fd_limit(cfg: LoadConfig) -> None:
     """Refuse, before any process starts, a worker count the open-file limit cannot carry."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return
     base = _FDS_BASE + cfg.workers * _FDS_PER_WORKER
     need = base + slots_for("map", cfg.workers, cfg.prefetch)
-    if need <= soft:
+    if soft == resource.RLIM_INFINITY or need <= soft:
         return
     if base + slots_for("map", cfg.workers, 1) <= soft:   # the workers fit; their prefetch depth asks for the slots
         raise ConfigError("--prefetch", f"{cfg.prefetch} batches in flight per worker need ~{need} open files, "
@@ -201,8 +199,7 @@ def one_sample_bytes(manifest) -> int:
 
 def check_against_dataset(cfg: LoadConfig, manifest, world: int = 1) -> None:
     """Flags that only make sense against this dataset: refused before the first worker starts."""
-    total = manifest.total_samples
-    per_rank = total // max(1, world)
+    per_rank = manifest.total_samples // max(1, world)
     if cfg.batch_size > per_rank:
         raise ConfigError("--batch-size", f"{cfg.batch_size} is more than the {per_rank} samples "
                           f"{'each rank reads' if world > 1 else 'in the dataset'}",
@@ -513,8 +510,9 @@ def run_load(cfg: LoadConfig, storage_options: dict | None = None, source=None, 
     if cfg.workers == 0:   # the consumer makes its own batches (DataLoader num_workers=0)
         from .inprocess import step_loop
 
-        rec = step_loop(st, _Steps(), progress, synthetic, stop_rule,
-                        device=lambda: _device_counter(st.backend, st.manifest, synthetic))
+        # the block-device counter starts before the first read
+        rec = step_loop(st, _Steps(device=_device_counter(st.backend, st.manifest, synthetic)), progress, synthetic,
+                        stop_rule)
     else:
         rec = _step_loop(st, progress, synthetic, stop_rule)
     return _metrics(st, rec, rank, world, synthetic)
@@ -541,8 +539,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     read_hists: dict[str, LatencyHistogram] = {}
     calls: dict[str, int] = {}
     sources, per_worker = [], []
-    for wid in sorted(rec.done):
-        d = rec.done[wid]
+    for wid, d in sorted(rec.done.items()):
         src = d.get("source") or {}
         sources.append(src)
         nbytes = int(src.get("bytes_read", 0))
@@ -574,8 +571,10 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     warmup_s = startup_s + (first_wait or 0.0)
     warmup_fraction = _rate(warmup_s, total_wall_s)
     warnings += [f"--device {cfg.device}: {reason}" for reason in st.deliver.reasons]  # GPU fallbacks (iobench.gds)
-    intervals, stable, stability = _judge(st, rec, warnings, requests=sum(rec.requests), warmup_s=warmup_s,
-                                          warmup_fraction=warmup_fraction)
+    intervals, stable, stability = _judge(st, rec, warnings)
+    if warmup_fraction is not None and warmup_fraction > 0.10:
+        warnings.append(f"warm-up (worker start + first batch) took {warmup_s:.2f} s, {warmup_fraction:.0%} of the "
+                        "wall clock: wall-clock utilization is below the steady-state one")
     metrics = LoadMetrics(
         access=schedule.access, steps=steps, steps_planned=schedule.total, stopped_early=rec.stopped_early,
         samples=sum(rec.lens), epochs_planned=schedule.epochs, first_step_excluded=True,
@@ -635,8 +634,7 @@ def _metrics(st: _Setup, rec: _Steps, rank: int, world: int, synthetic: bool) ->
     return LoadRun(metrics=metrics.to_dict(), environment=environment, warnings=warnings)
 
 
-def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s: float,
-           warmup_fraction: float | None) -> tuple[dict, bool, Stability]:
+def _judge(st: _Setup, rec: _Steps, warnings: list[str]) -> tuple[dict, bool, Stability]:
     """Intervals (measurement rule 9, "enough samples", docs/design.md), and the warnings that keep the headline honest (too short, idle workers...)."""
     cfg = st.cfg
     rule = cfg.stop_rule()
@@ -655,12 +653,10 @@ def _judge(st: _Setup, rec: _Steps, warnings: list[str], requests: int, warmup_s
         if mine < cfg.workers:
             warnings.append(f"{mine} shard(s) for {cfg.workers} workers: {cfg.workers - mine} worker(s) have nothing "
                             "to read (regenerate with smaller shards, or use --access map)")
+    requests = sum(rec.requests)
     if st.emulation.active and requests < 100:
         warnings.append(f"the emulated storage saw only {requests} request(s): its latency distribution "
                         "is barely sampled (run more steps)")
-    if warmup_fraction is not None and warmup_fraction > 0.10:
-        warnings.append(f"warm-up (worker start + first batch) took {warmup_s:.2f} s, {warmup_fraction:.0%} of the "
-                        "wall clock: wall-clock utilization is below the steady-state one")
     return intervals, v["stable"], stability
 
 
@@ -718,9 +714,8 @@ def _check_odirect(backend, source, manifest, warnings: list[str]) -> None:
         warnings.append("--odirect ignored: emulated or faulty storage (or this source) passes every read through "
                         "its wrappers; reads are buffered")
         return
-    path = backend.local_path(manifest.shards[0].path)
     try:
-        os.close(os.open(path, os.O_RDONLY | os.O_DIRECT))
+        os.close(os.open(backend.local_path(manifest.shards[0].path), os.O_RDONLY | os.O_DIRECT))
     except OSError as e:
         raise ConfigError("--odirect", f"the filesystem under {backend.root} refuses O_DIRECT ({e.strerror})",
                           "drop --odirect (tmpfs and some FUSE filesystems do not support it)") from None

@@ -35,12 +35,13 @@ from typing import Any
 import numpy as np
 
 from ..metrics import now_ns
-from .slots import Batch, batch_from_meta
-from .worker import _I8, _Emitter, _pack
+from .slots import _DTYPES, Batch, batch_from_meta
+from .worker import _I8, _Emitter
 
 
 class _OneSlot:
-    """The emitter's slot pool, in one process: one page-aligned private buffer, always free."""
+    """The emitter's slot pool, in one process: one page-aligned private buffer, always free.
+    (No ``wait_taken``/``wait_sent``: a W=0 job has no lag and no lock step, so ``gate`` never waits.)"""
 
     n = 1
 
@@ -53,9 +54,6 @@ class _OneSlot:
 
     def acquire(self, k: int, stop, wid: int = 0) -> int | None:
         return None if stop.is_set() else 0
-
-    def wait_taken(self, n: int, stop, wid: int = 0) -> bool:
-        return not stop.is_set()
 
     def queued(self) -> int:
         return 0   # never more than the step's own batch: the emitter never holds one back
@@ -74,15 +72,15 @@ class _StepOnSend:
     tuples are spread into ``rec`` at the end, and before each look of a stop rule, which reads it."""
 
     def __init__(self, st, rec, pool: _OneSlot, stop: threading.Event, stop_rule, bar) -> None:
-        self.st, self.rec, self.pool, self.stop, self.stop_rule, self.bar = st, rec, pool, stop, stop_rule, bar
+        self.rec, self.pool, self.stop, self.stop_rule, self.bar = rec, pool, stop, stop_rule, bar
         self.total = st.schedule.total
         self.t_prev = 0   # when the previous step ended (the clock's start for step 0)
         self.log: list[tuple] = []
-        self._build, self._deliver, self._compute = batch_from_meta, st.deliver, st.compute
+        self._deliver, self._compute = st.deliver, st.compute
 
     def batch(self, meta: dict, hold: bool = False) -> None:
-        """A batch as a worker's metadata (the emitter's general path; ``_InProcessEmitter`` skips it)."""
-        self.run(meta["k"], self._build(meta, self.pool), meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
+        """A batch as a worker's metadata (the emitter's general path: ``_InProcessEmitter._send``)."""
+        self.run(meta["k"], batch_from_meta(meta, self.pool), meta["nbytes"], meta["n"], meta["io_s"], meta["prep_s"],
                  meta["fill_s"], meta["requests"], meta["ready_ns"], meta["start_ns"])
 
     def run(self, k: int, batch: Batch, nbytes: int, n: int, io_s: float, prep_s: float, fill_s: float,
@@ -112,10 +110,7 @@ class _StepOnSend:
         self.log.clear()
 
     def flush(self) -> None:
-        pass
-
-    def send(self, msg) -> None:
-        pass
+        pass   # the emitter's pool.before_wait: nothing is ever held
 
 
 class _InProcessEmitter(_Emitter):
@@ -126,7 +121,6 @@ class _InProcessEmitter(_Emitter):
     def __init__(self, job, pool: _OneSlot, step: _StepOnSend, stop, stats: dict) -> None:
         super().__init__(job, pool, step, stop, stats)
         self.step = step
-        self._dtypes: dict[str, np.dtype] = {}
         self._out: tuple | None = None   # (the block's rows, batch size, the slot as that batch array)
 
     def __call__(self, k: int, epoch: int, bd, sel: np.ndarray, io_s: float, prep_s: float, fill_s: float = 0.0,
@@ -152,42 +146,27 @@ class _InProcessEmitter(_Emitter):
         # mode="clip": no temporary (the block's order was bounds-checked once); see _Emitter.__call__
         arr.take(sel, axis=0, out=data, mode="clip")
         te = now_ns()
-        if ids is None:
-            ids = bd.ids[sel]
-        if ids.dtype != _I8:
-            ids = ids.astype(_I8)
+        ids = (bd.ids[sel] if ids is None else ids).astype(_I8, copy=False)
         nbytes = data.nbytes
         prep_s += (te - tp) / 1e9
-        stats = self.stats
-        stats["busy_s"] += prep_s + io_s + fill_s
-        stats["batches"] += 1
-        stats["samples"] += n
-        stats["payload_bytes"] += nbytes
+        self._count(n, nbytes, io_s, prep_s, fill_s, 0.0)
         start_ns, self.start_ns = self.start_ns, None
         self.step.run(k, Batch(index=k, epoch=epoch, indices=ids, labels=None, data=data, layout="array",
                                nbytes=nbytes), nbytes, n, io_s, prep_s, fill_s, requests, te, start_ns)
 
     def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
               fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
-        stats = self.stats
+        if meta["layout"] != "array" or meta.get("inline") is not None or meta.get("labels") is not None:
+            # labels, ragged samples, a batch larger than the slot: the worker's metadata, which
+            # ``_StepOnSend.batch`` reads as the consumer does
+            return super()._send(k, epoch, meta, slot, ids, io_s, prep_s, fill_s, requests, slot_wait_s, ready_ns)
         bs = len(ids)
-        stats["busy_s"] += prep_s + io_s + fill_s
-        stats["slot_wait_s"] += slot_wait_s
-        stats["batches"] += 1
-        stats["samples"] += bs
-        stats["payload_bytes"] += meta["nbytes"]
-        ids = ids if ids.dtype == _I8 else ids.astype(_I8)
-        if meta["layout"] == "array" and meta.get("inline") is None and meta.get("labels") is None:
-            dt = self._dtypes.get(meta["dtype"])
-            if dt is None:
-                dt = self._dtypes[meta["dtype"]] = np.dtype(meta["dtype"])
-            batch = Batch(index=k, epoch=epoch, indices=ids, labels=None, data=self._slot_view(slot, meta["shape"], dt),
-                          layout="array", nbytes=meta["nbytes"])
-        else:   # labels, ragged samples, a batch larger than the slot: the consumer's own reading of them
-            if "labels" in meta or "offsets" in meta:
-                _pack(meta)
-            meta.update(k=k, slot=slot, epoch=epoch, indices=ids.tobytes())
-            batch = batch_from_meta(meta, self.pool)
+        self._count(bs, meta["nbytes"], io_s, prep_s, fill_s, slot_wait_s)
+        dt = _DTYPES.get(meta["dtype"])   # the consumer's cache of them (slots.batch_from_meta)
+        if dt is None:
+            dt = _DTYPES[meta["dtype"]] = np.dtype(meta["dtype"])
+        batch = Batch(index=k, epoch=epoch, indices=ids.astype(_I8, copy=False), labels=None,
+                      data=self._slot_view(slot, meta["shape"], dt), layout="array", nbytes=meta["nbytes"])
         start_ns, self.start_ns = self.start_ns, None
         self.step.run(k, batch, meta["nbytes"], bs, io_s, prep_s, fill_s, requests, ready_ns, start_ns)
 
@@ -201,23 +180,21 @@ def progress_bar(total: int) -> tuple[Any, Any]:
     return bar, bar.add_task("load", total=total)
 
 
-def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None, device=None):
+def step_loop(st, rec, progress: bool, synthetic: bool, stop_rule=None):
     """``core._step_loop`` for ``workers == 0``: the consumer produces every batch itself, recording
-    each step in ``rec`` (a ``core._Steps``); ``device()`` starts the block-device counter."""
+    each step in ``rec`` (a ``core._Steps``, its block-device counter started)."""
     from .sysmon import SystemMonitor
     from .worker import WorkerJob, close_source, new_stats, produce
 
     from ..formats import get_format
 
-    cfg = st.cfg
     stop = threading.Event()
     job = WorkerJob.of_load(st, synthetic)
     stats = new_stats(0)
     pool = _OneSlot(st.slot_bytes)
     bar = progress_bar(st.schedule.total) if progress else None
     conn = _StepOnSend(st, rec, pool, stop, stop_rule, bar)
-    monitor = SystemMonitor(cfg.monitor_interval_s)
-    rec.device = device() if device is not None else None   # before the first read
+    monitor = SystemMonitor(st.cfg.monitor_interval_s)
     source = st.source
     try:
         monitor.start([os.getpid()], device=rec.device)

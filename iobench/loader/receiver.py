@@ -44,7 +44,7 @@ class Sender:
 
     __slots__ = ("conn", "sent", "wid", "held", "max_held")
 
-    def __init__(self, conn, sent=None, wid: int = 0, max_held: int = 8) -> None:
+    def __init__(self, conn, sent, wid: int = 0, max_held: int = 8) -> None:
         self.conn = conn
         self.sent = sent
         self.wid = wid
@@ -68,8 +68,7 @@ class Sender:
             return
         self.held = []
         self.conn.send_bytes(_dumps(("batch", held[0]) if len(held) == 1 else ("batches", held), HIGHEST_PROTOCOL))
-        if self.sent is not None:
-            self.sent[self.wid] += len(held)  # after the write: a consumer that sees it finds the message
+        self.sent[self.wid] += len(held)  # after the write: a consumer that sees it finds the message
 
 
 class Receiver:
@@ -99,7 +98,9 @@ class Receiver:
     def _handle(self, msg) -> None:
         if type(msg) is tuple:   # batch metadata (messages.py: the hot path stays a plain tuple)
             for meta in (msg[1],) if msg[0] == "batch" else msg[1]:
-                self._add(meta)
+                self.got[meta["worker"]] += 1
+                self.batches[meta["k"]] = meta
+                self.overflow += meta.get("inline") is not None
         elif isinstance(msg, Ready):
             self.started.add(msg.worker)
         elif isinstance(msg, Done):
@@ -108,11 +109,6 @@ class Receiver:
             msg.error.reraise(msg.worker)
         else:
             raise TypeError(f"unknown loader worker message {type(msg).__name__}")
-
-    def _add(self, meta: dict) -> None:
-        self.got[meta["worker"]] += 1
-        self.batches[meta["k"]] = meta
-        self.overflow += meta.get("inline") is not None
 
     def _pump(self, timeout_s: float) -> bool:
         """Read whatever is ready (waiting up to ``timeout_s``); False if nothing came."""

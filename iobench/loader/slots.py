@@ -57,12 +57,10 @@ class SlotPool:
         # One wake pipe per worker, as multiprocessing Connections rather than bare fds: a
         # spawned or forkserver worker gets a Connection duplicated into it, while a bare fd
         # number means nothing there (EBADF) or, worse, names another of its files.
-        self.wake = []
-        for _ in range(workers):
-            r, w = ctx.Pipe(duplex=False)
+        self.wake = [ctx.Pipe(duplex=False) for _ in range(workers)]
+        for r, w in self.wake:
             os.set_blocking(r.fileno(), False)
             os.set_blocking(w.fileno(), False)
-            self.wake.append((r, w))
 
     def _wait_until(self, ready, stop, wid: int) -> bool:
         """Sleep on worker ``wid``'s wake pipe until ``ready()``; False if the run is stopping.
@@ -73,7 +71,7 @@ class SlotPool:
         writes a byte down the pipe after each release/take, so the worker wakes at once; the
         50 ms select timeout only bounds how late a stop is noticed.
         """
-        r = self.wake[wid][0].fileno() if self.wake else None
+        r = self.wake[wid][0].fileno()
         if not ready() and self.before_wait is not None:
             self.before_wait()   # the worker's held batches go out before it sleeps (receiver.Sender)
         if self.spin_ns and not ready():
@@ -85,9 +83,6 @@ class SlotPool:
         while not ready():
             if stop.is_set():
                 return False
-            if r is None:
-                time.sleep(0.001)
-                continue
             if select.select([r], [], [], 0.05)[0]:
                 try:
                     os.read(r, 4096)
@@ -97,8 +92,7 @@ class SlotPool:
 
     def acquire(self, k: int, stop, wid: int = 0) -> int | None:
         """Block until batch ``k`` may use its slot; None if the run is stopping."""
-        s = k % self.n
-        need = k // self.n
+        need, s = divmod(k, self.n)
         released = self.released
         if released[s] >= need or self._wait_until(lambda: released[s] >= need, stop, wid):
             return s
@@ -113,10 +107,8 @@ class SlotPool:
         """Block until every worker ``i`` has sent ``need[i]`` batches (the lock step of
         ``LoadConfig.lockstep``); False if the run is stopping.  The senders wake the waiters
         (:meth:`notify_others`)."""
-        sent = self.sent
-
         def ready() -> bool:
-            return all(sent[i] >= n for i, n in enumerate(need))
+            return all(self.sent[i] >= n for i, n in enumerate(need))
 
         return ready() or self._wait_until(ready, stop, wid)
 

@@ -16,7 +16,6 @@ from ..blockdev import DeviceCounter
 class SystemMonitor:
     def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
-        self.pids: list[int] = []
         self.series: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -24,9 +23,8 @@ class SystemMonitor:
         self._device: DeviceCounter | None = None
 
     def start(self, pids: list[int], device: DeviceCounter | None = None) -> "SystemMonitor":
-        self.pids = list(pids)
         self._device = device
-        for pid in self.pids:
+        for pid in pids:
             try:
                 p = psutil.Process(pid)
                 p.cpu_percent(None)

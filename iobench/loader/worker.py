@@ -88,13 +88,11 @@ class _BlockData:
 
 
 def _read_block(job: WorkerJob, source: ShardSource, reader, block, fixed=None) -> _BlockData:
-    m = job.manifest
-    ids = np.concatenate([np.arange(m.shards[s].first_sample, m.shards[s].first_sample + m.shards[s].samples)
-                          for s in block.shards])
+    shards = [job.manifest.shards[s] for s in block.shards]
+    ids = np.concatenate([np.arange(sh.first_sample, sh.first_sample + sh.samples) for sh in shards])
     if job.synthetic:
         return _BlockData(None, None, ids)
     t0 = now_ns()
-    shards = [m.shards[s] for s in block.shards]
     if fixed is not None:
         # fixed-size token rows: the shards' records read straight into one block array (no
         # concatenate), where the source can (None: whole shards, below)
@@ -267,15 +265,13 @@ class _Emitter:
         is larger than a slot.  Right after ``gate(k)`` this never waits: map has W·Q + 1 slots
         and the gate lets batch k start only once batch k - W·Q was taken, i.e. once batch
         k - W·Q - 1, the slot's previous user, was released."""
-        pool = self.pool
         t0 = now_ns()
         slot = self._slot(k)
         self.stats["slot_wait_s"] += (now_ns() - t0) / 1e9
-        nbytes = math.prod(shape) * dtype.itemsize
-        self._claimed = (slot, nbytes <= pool.slot_bytes)
-        if self._claimed[1]:
-            return pool.u8(slot)[:nbytes].view(dtype).reshape(shape)
-        return np.empty(shape, dtype=dtype)   # larger than a slot: pickled, and the results say so
+        fits = math.prod(shape) * dtype.itemsize <= self.pool.slot_bytes
+        self._claimed = (slot, fits)
+        # larger than a slot: a private array, pickled, and the results say so
+        return self._slot_view(slot, shape, dtype) if fits else np.empty(shape, dtype=dtype)
 
     def written(self, k: int, epoch: int, data: np.ndarray, ids: np.ndarray, io_s: float, prep_s: float,
                 requests: int) -> None:
@@ -286,19 +282,23 @@ class _Emitter:
                 "inline": None if in_slot else data.tobytes()}
         self._send(k, epoch, meta, slot, ids, io_s, prep_s, 0.0, requests, 0.0, now_ns())
 
-    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
-              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
-        job, stats = self.job, self.stats
-        bs = len(ids)
+    def _count(self, n: int, nbytes: int, io_s: float, prep_s: float, fill_s: float, slot_wait_s: float) -> None:
+        """A batch made: the producer's counters (its ``Done`` message, or W=0's ``per_worker`` entry)."""
+        stats = self.stats
         stats["busy_s"] += prep_s + io_s + fill_s
         stats["slot_wait_s"] += slot_wait_s
         stats["batches"] += 1
-        stats["samples"] += bs
-        stats["payload_bytes"] += meta["nbytes"]
+        stats["samples"] += n
+        stats["payload_bytes"] += nbytes
+
+    def _send(self, k: int, epoch: int, meta: dict, slot: int, ids: np.ndarray, io_s: float, prep_s: float,
+              fill_s: float, requests: int, slot_wait_s: float, ready_ns: int, hold: bool = False) -> None:
+        bs = len(ids)
+        self._count(bs, meta["nbytes"], io_s, prep_s, fill_s, slot_wait_s)
         if "labels" in meta or "offsets" in meta:
             _pack(meta)
-        meta.update(worker_batch=stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
-                    indices=ids.astype(_I8, copy=False).tobytes(), worker=job.wid, io_s=io_s, prep_s=prep_s,
+        meta.update(worker_batch=self.stats["batches"] - 1, k=k, slot=slot, epoch=epoch, n=bs,
+                    indices=ids.astype(_I8, copy=False).tobytes(), worker=self.job.wid, io_s=io_s, prep_s=prep_s,
                     fill_s=fill_s, requests=requests, ready_ns=ready_ns, start_ns=self.start_ns)
         self.start_ns = None
         self.conn.batch(meta, hold)   # counts it in pool.sent once written
@@ -321,8 +321,7 @@ def run_worker(job: WorkerJob, source: ShardSource, pool, conn, stop) -> None:
             source.open(worker_id=job.wid)
         reader = get_format(job.manifest.format).reader(job.manifest)
         conn.send(Ready(job.wid))
-        emit = _Emitter(job, pool, conn, stop, stats)
-        produce(job, source, reader, emit)
+        produce(job, source, reader, _Emitter(job, pool, conn, stop, stats))
     except BaseException as e:  # noqa: BLE001 — reported to the parent with the original error
         failed = Failed(job.wid, ExceptionWrapper.of(e))
     close_source(source, stats)
@@ -396,16 +395,15 @@ def _produce_block(job: WorkerJob, source, reader, emit: _Emitter) -> None:
             emit.stats["io_s"] += bd.read_s
             # the block's sample ids in delivery order, once per block (not a gather and a cast per batch)
             ids = np.ascontiguousarray(bd.ids[block.order], dtype=_I8)
-            order, sizes = block.order, block.batch_sizes
-            last = len(sizes) - 1
+            last = len(block.batch_sizes) - 1
             pos = 0
-            for j, bs in enumerate(sizes):
+            for j, bs in enumerate(block.batch_sizes):
                 k = k_base + j
                 if k >= job.total_batches:
                     break
                 end = pos + bs
                 first = j == 0   # the block's reads and parse land on its first batch
-                emit(k, epoch, bd, order[pos:end], bd.read_s if first else 0.0, bd.parse_s if first else 0.0, 0.0,
+                emit(k, epoch, bd, block.order[pos:end], bd.read_s if first else 0.0, bd.parse_s if first else 0.0, 0.0,
                      len(block.shards) if first else 0, j < last and k + 1 < job.total_batches, ids[pos:end])
                 pos = end
             # the block's buffer is free again before the next block is read (read without read-ahead,
@@ -542,16 +540,12 @@ def _produce_map(job: WorkerJob, source, reader, emit: _Emitter) -> None:
 
 
 class _ShardStream:
-    """A worker's shards as one sequential stream of samples, read piece by piece on demand.
-
-    ``next()`` returns (sample, storage seconds, requests, parse seconds) — those of the piece
-    the sample opened, zero for the piece's other samples.
-    """
+    """A worker's shards as one sequential stream of pieces (whole samples), read on demand:
+    ``next_piece()``."""
 
     def __init__(self, job: WorkerJob, source, reader, shards: tuple[int, ...]) -> None:
         self.job, self.source, self.reader = job, source, reader
         self.shards = list(shards)
-        self.ready: list = []        # samples of the current piece not yet taken
         self.pieces: Iterator = iter(())
         self.fixed = reader.fixed_layout()
         # Pieces that come as (rows, cols) arrays: fixed-size records, or a reader that decodes a piece
@@ -563,18 +557,9 @@ class _ShardStream:
         return iter(self.reader.pieces(shard, lambda a, n, f: self.read(shard, a, n, f), self.job.stream_read_size,
                                        arrays=self.arrays, read_into=lambda a, out, f: self.read_into(shard, a, out, f)))
 
-    def next(self) -> tuple[Any, float, int, float]:
-        t_io, req, parse = 0.0, 0, 0.0
-        while not self.ready:
-            samples, t, n, p = self.next_piece()
-            t_io += t
-            req += n
-            parse += p
-            self.ready = samples[::-1]
-        return self.ready.pop(), t_io, req, parse
-
     def next_piece(self) -> tuple[Any, float, int, float]:
-        """The next whole piece (fixed-size records: a (rows, cols) array), with its read's cost."""
+        """The next whole piece — a list of samples, or (``arrays``) a (rows, cols) array — with its
+        read's cost: (piece, storage seconds, requests, parse seconds)."""
         while True:
             piece = next(self.pieces, None)
             if piece is not None:
@@ -686,10 +671,12 @@ def _produce_stream(job: WorkerJob, source, reader, emit: _Emitter) -> None:
                 body = _BlockData(store, None, at)
             else:
                 while ingested < need:
-                    smp, t, n, parse = stream.next()
+                    # a whole piece into the buffer: its cost on its first sample (the rest were read with it)
+                    samples, t, n, parse = stream.next_piece()
                     ch.add(t, n, parse, filling=wp.fill > 1 and ingested < wp.fill)
-                    held[ingested] = smp
-                    ingested += 1
+                    for smp in samples:
+                        held[ingested] = smp
+                        ingested += 1
                 body = _BlockData(None, [held.pop(int(p)) for p in picks], ids_all[picks])
             out += bs
             emit.stats["io_s"] += ch.io_s
