@@ -51,20 +51,11 @@ PAIRS = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking"
 RESTORES = {"iobench": "iobench_restore", "torch": "torch_load", "dcp": "dcp_load"}
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _io_counters() -> tuple[int, int, int]:
     """(bytes this process read from the device, minor faults, major faults) so far: the ground
     truth that a "cold" restore really read from the disk, and what its buffers cost in faults."""
     import resource
 
-    read = 0
     try:
         with open("/proc/self/io") as f:
             read = next(int(ln.split()[1]) for ln in f if ln.startswith("read_bytes:"))
@@ -137,6 +128,7 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     from bench_ckpt import one_rank_state
 
     from iobench.checkpointing.commit import Checkpointer, EngineConfig
+    from iobench.io.atomic import fsync_dir
     from iobench.storage import open_backend
 
     live = one_rank_state(-(-mib * MiB // 14))      # bf16-mixed-adam: 14 bytes per parameter
@@ -177,8 +169,9 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
             if side == "torch":
                 torch.save(sd, str(d / "state.pt"))
                 t1 = time.perf_counter()
-                _fsync_path(str(d / "state.pt"))
-                _fsync_path(str(d))
+                with open(d / "state.pt", "rb") as f:
+                    os.fsync(f.fileno())
+                fsync_dir(d)
             else:
                 fut = dcp.async_save(sd, checkpoint_id=str(d / "dcp"))
                 t1 = time.perf_counter()

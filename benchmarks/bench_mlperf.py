@@ -33,10 +33,7 @@ from iobench.mlperf.findmax import find_max
 from iobench.mlperf.run import MlperfConfig, run_mlperf
 from iobench.results import host_info, now_iso
 
-from harness import notes, parser, read_throttle, scratch, table, write_report
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from harness import REF, notes, parser, read_throttle, scratch, table, write_report
 
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
@@ -51,7 +48,7 @@ def _no_result(fm: dict) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir", raw=True)
+    ap = parser(__doc__, str(REF), scratch_flag="--dir", raw=True)
     ap.add_argument("--max", type=int, default=4, help="largest accelerator count (default 4)")
     ap.add_argument("--files", type=int, default=336)
     ap.add_argument("--scale", type=float, default=0.001)
