@@ -54,8 +54,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import notes, parser, pct, set_cache, table, timed, write_report  # benchmarks/ is not a package
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,10 +122,9 @@ def gen_dlio(name: str, data: Path, venv: Path, record_bytes: int, log: Path) ->
 
 def run_dlio(name: str, data: Path, venv: Path, record_bytes: int, out: Path, log: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    t0 = time.perf_counter()
-    p = _dlio(venv, name, SHAPES[name][4], data, record_bytes, out, log, "++workload.workflow.generate_data=False",
-              "++workload.workflow.train=True", "++workload.train.epochs=1")
-    wall = time.perf_counter() - t0
+    wall, p = timed(lambda: _dlio(venv, name, SHAPES[name][4], data, record_bytes, out, log,
+                                  "++workload.workflow.generate_data=False", "++workload.workflow.train=True",
+                                  "++workload.train.epochs=1"))
     summary = out / "summary.json"
     if p.returncode != 0 or not summary.exists():
         return {"error": f"exit {p.returncode}; see {log}", "wall_s": wall}
@@ -284,8 +285,6 @@ def _rel(v, t):
 
 
 def main() -> int:
-    from harness import parser, set_cache
-
     ap = parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir", raw=True,
                 where="/tmp/iobench-bench-dlio")
     ap.add_argument("--shapes", default="unet3d,resnet50,cosmoflow")
@@ -449,12 +448,7 @@ def _f(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def _pct(v):
-    return "-" if v is None else format(100 * v, ".1f") + "%"
-
-
 def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
-    from harness import notes, table, write_report
     from iobench.results import host_info, now_iso
 
     md = [
@@ -475,13 +469,13 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
                 [[r["shape"], r["mode"], r["tool"], r["steps_per_epoch"], _f(r["samples_per_s"], ".1f"),
                   spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[0], _f(r["truth_samples_per_s"], ".1f"),
                   "-" if r["samples_rel"] is None else format(100 * r["samples_rel"], "+.1f") + "%",
-                  _f(r["model_samples_per_s"], ".1f"), _pct(r["au"]),
-                  spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[1], _pct(r["truth_au"]),
-                  _f(r["au_pp"], "+.1f"), _pct(r["model_au"]),
+                  _f(r["model_samples_per_s"], ".1f"), pct(r["au"]),
+                  spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[1], pct(r["truth_au"]),
+                  _f(r["au_pp"], "+.1f"), pct(r["model_au"]),
                   f"{r['rounds']}{' (' + '; '.join(r['errors']) + ')' if r['errors'] else ''}"] for r in rows])
     md += ["", "Per round (tool order alternates; load average = 1-minute, at each run's start):", ""]
     md += table(["shape", "mode", "round", "tool", "samples/s", "AU", "load avg"],
-                [[r["shape"], r["mode"], i, tool, *([_f(x.get("samples_per_s"), ".1f"), _pct(x.get("au")),
+                [[r["shape"], r["mode"], i, tool, *([_f(x.get("samples_per_s"), ".1f"), pct(x.get("au")),
                                                     _f(x.get("load_avg"), ".1f")] if "error" not in x
                                                    else [x["error"], "", ""])]
                  for r in raw for tool, rs in r["per_round"].items() for i, x in enumerate(rs)])

@@ -287,6 +287,11 @@ def yes_no(met: bool | None) -> str:
     return "yes" if met else "no" if met is not None else "—"
 
 
+def pct(x) -> str:
+    """A fraction as a percentage with one decimal, or "-" for a missing value."""
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def num(x, fmt: str = ".2f") -> str:
     """``x`` formatted, or a dash for a missing value."""
     return "—" if x is None else format(x, fmt)
