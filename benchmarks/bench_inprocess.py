@@ -40,10 +40,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
-from bench_load import SHARD, MiB, _fio, _gather_loop, fixed_records, load_rate, raw_tokens
-from harness import (REF, alternating, command, dataset, header, machine, median, median_run, num, paired_row, parser,
-                     read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table, updates,
-                     write_results, yes_no)
+from bench_load import SHARD, MiB, _fio, _gather_loop, load_rate, raw_tokens
+from harness import (REF, alternating, command, dataset, fixed_records, header, machine, median, median_run, num,
+                     paired_row, parser, read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table,
+                     updates, write_results, yes_no)
 
 from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO

@@ -31,9 +31,9 @@ from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (MiB, alternating, command, cpu_seconds, dataset, fio, fio_rate, header, iobench_exe, last_json,
-                     machine, median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
-                     set_cache, skipped, table, timed, updates, whole_process, write_results, yes_no)
+from harness import (MiB, alternating, command, cpu_seconds, dataset, fio, fio_rate, fixed_records, header, iobench_exe,
+                     last_json, machine, median_run, paired_row, parser, row, row_notes, run_sections, scratch,
+                     sections_option, set_cache, skipped, table, timed, updates, whole_process, write_results, yes_no)
 
 REPEATS = 3
 FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
@@ -178,13 +178,6 @@ def raw_tokens(work: Path, scale: float):
     url = str(work / "raw-tokens")
     m, files = dataset(url, 1048576 * scale, f"{SHARD}B", fsync=True)
     return url, m, files
-
-
-def fixed_records(m):
-    """(offset of the first record, record bytes, dtype) of the dataset's fixed-size records."""
-    from iobench.formats import get_format
-
-    return get_format(m.format).reader(m).fixed_records(m.shards[0])
 
 
 def bench_fio(work: Path, scale: float) -> list[dict]:

@@ -242,6 +242,13 @@ def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modal
     return m, [f"{root}/{s.path}" for s in m.shards]
 
 
+def fixed_records(m):
+    """(offset of the first record, record bytes, dtype) of a dataset's fixed-size records (raw tokens)."""
+    from iobench.formats import get_format
+
+    return get_format(m.format).reader(m).fixed_records(m.shards[0])
+
+
 def read_throttle(path: str | Path, bytes_per_s: int, tag: str):
     """A kernel cap on reads of the disk under ``path`` (``iobench.throttle.ReadThrottle``: a cgroup,
     entered per measured block), and "", or None and why this host cannot have one."""
