@@ -54,10 +54,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+from itertools import count
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import notes, parser, pct, set_cache, table, timed, write_report  # benchmarks/ is not a package
+from harness import alternating, notes, parser, pct, set_cache, table, timed, write_report  # (not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -334,21 +335,20 @@ def main() -> int:
                 continue
             modes = [("throttled", bw)] + ([("unthrottled", None)] if a.unthrottled else [])
             for mode, cap in modes:
-                per: dict[str, list[dict]] = {"iobench": [], "dlio": []}
-                for rnd in range(a.rounds):
-                    order = ["iobench", "dlio"] if rnd % 2 == 0 else ["dlio", "iobench"]
-                    for tool in order:
-                        if tool == "dlio" and a.no_dlio:
-                            continue
-                        set_cache([str(p) for d in ((ib,) if a.no_dlio else (ib, dl)) for p in _files(d)], "cold")
-                        load0 = os.getloadavg()[0]
-                        with ReadThrottle(dev, cap, tag="benchdlio") if cap is not None else contextlib.nullcontext():
-                            r = run_iobench(name, ib) if tool == "iobench" else \
-                                run_dlio(name, dl, venv, record, work / "out", log)
-                        r["load_avg"] = load0
-                        per[tool].append(r)
-                        print(f"{name} {mode} round {rnd} {tool}: {json.dumps({k: v for k, v in r.items() if k != 'warnings'})}",
-                              flush=True)
+                def one(tool: str, rnd: int, cap=cap, mode=mode) -> dict:
+                    """A round of ``tool``: every dataset's pages dropped, then its run under the cap."""
+                    set_cache([str(p) for d in ((ib,) if a.no_dlio else (ib, dl)) for p in _files(d)], "cold")
+                    load0 = os.getloadavg()[0]
+                    with ReadThrottle(dev, cap, tag="benchdlio") if cap is not None else contextlib.nullcontext():
+                        r = run_iobench(name, ib) if tool == "iobench" else run_dlio(name, dl, venv, record, work / "out", log)
+                    r["load_avg"] = load0
+                    print(f"{name} {mode} round {rnd} {tool}: {json.dumps({k: v for k, v in r.items() if k != 'warnings'})}",
+                          flush=True)
+                    return r
+                # the tools alternate which goes first; without DLIO, iobench's rounds alone
+                rounds = {t: count() for t in (["iobench"] if a.no_dlio else ["iobench", "dlio"])}
+                per = {"iobench": [], "dlio": [],
+                       **alternating(a.rounds, {t: lambda t=t, c=c: one(t, next(c)) for t, c in rounds.items()})}
                 for tool, rs in per.items():
                     if not rs:
                         continue
