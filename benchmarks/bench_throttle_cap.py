@@ -25,9 +25,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_front_door import refuse  # (benchmarks/ is not a package)
-from harness import REF, MiB, alternating, fio, parser, read_throttle, run_line, run_meta, scratch, table, write_report
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # benchmarks/ is not a package
+from harness import (REF, MiB, alternating, fio, parser, read_throttle, refuse, run_line, run_meta, scratch, table,
+                     write_report)
 from summary import summary_row
 
 FILE = 1024 * MiB

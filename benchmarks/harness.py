@@ -346,6 +346,12 @@ def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: 
     return ap
 
 
+def refuse(field: str, problem: str, fix: str) -> int:
+    """Bad input, before any work: one line naming the option and the fix, exit 2."""
+    print(f"error: {field}: {problem}; {fix}", file=sys.stderr)
+    return 2
+
+
 def command(script: str, argv: list[str] | None = None) -> str:
     """How this run was started, as the reports print it."""
     return " ".join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
