@@ -97,21 +97,16 @@ def _dlio_overrides(name: str, data: Path, record_bytes: int) -> list[str]:
     return o
 
 
-def _dlio_env(venv: Path) -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{venv / 'bin'}:{ROOT / 'benchmarks'}:{env['PATH']}"   # benchmarks/tfrecord2idx stands in for DALI's
-    env.pop("PYTHONPATH", None)
-    return env
-
-
 def _dlio(venv: Path, name: str, ranks: int, data: Path, record_bytes: int, run_dir: Path, log: Path,
           *phase: str) -> subprocess.CompletedProcess:
     """DLIO's ``dlio_benchmark`` on ``ranks`` MPI ranks for shape ``name``, ``phase`` its workflow overrides."""
     cmd = [str(venv / "bin" / "mpirun"), "-n", str(ranks), str(venv / "bin" / "dlio_benchmark"),
            f"workload={SHAPES[name][5]}", *phase, "++workload.workflow.checkpoint=False", f"++hydra.run.dir={run_dir}",
            *_dlio_overrides(name, data, record_bytes)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{venv / 'bin'}:{ROOT / 'benchmarks'}:{env['PATH']}"   # benchmarks/tfrecord2idx stands in for DALI's
     with open(log, "a") as f:
-        return subprocess.run(cmd, env=_dlio_env(venv), stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+        return subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=1800)
 
 
 def gen_dlio(name: str, data: Path, venv: Path, record_bytes: int, log: Path) -> None:

@@ -122,7 +122,7 @@ def median_run(runs: list[dict], key: str) -> dict:
 
 def met(ratio, target, direction: str = ">=") -> bool | None:
     """Whether ``ratio`` meets a numeric ``target`` (None without a target or a ratio)."""
-    if target is None or not isinstance(target, (int, float)):
+    if not isinstance(target, (int, float)):
         return None
     return ratio is not None and (ratio >= target if direction == ">=" else ratio <= target)
 
