@@ -154,13 +154,12 @@ def bench_s3(mib: int, reps: int, root: Path) -> dict:
 
 def bench_rss(mib: int, saves: int, root: Path) -> dict:
     live = one_rank_state(mib * MiB // 14)
-    spec = live.spec
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     peak0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     local, durable = open_backend(str(root / "rl")), open_backend(str(root / "rd"))
     rss = []
-    with Checkpointer(spec, [0], local, durable, EngineConfig(mode="async", keep_local=1, keep_durable=1)) as ck:
+    with Checkpointer(live.spec, [0], local, durable, EngineConfig(mode="async", keep_local=1, keep_durable=1)) as ck:
         addr = ck.staging.buffers[0].ctypes.data
         for s in range(1, saves + 1):
             live.touch(s)

@@ -51,20 +51,11 @@ PAIRS = {"blocking pause vs DCP async_save": ("dcp_blocking", "iobench_blocking"
 RESTORES = {"iobench": "iobench_restore", "torch": "torch_load", "dcp": "dcp_load"}
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _io_counters() -> tuple[int, int, int]:
     """(bytes this process read from the device, minor faults, major faults) so far: the ground
     truth that a "cold" restore really read from the disk, and what its buffers cost in faults."""
     import resource
 
-    read = 0
     try:
         with open("/proc/self/io") as f:
             read = next(int(ln.split()[1]) for ln in f if ln.startswith("read_bytes:"))
@@ -137,6 +128,7 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     from bench_ckpt import one_rank_state
 
     from iobench.checkpointing.commit import Checkpointer, EngineConfig
+    from iobench.io.atomic import fsync_dir
     from iobench.storage import open_backend
 
     live = one_rank_state(-(-mib * MiB // 14))      # bf16-mixed-adam: 14 bytes per parameter
@@ -148,8 +140,7 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     # per restore side and round: device bytes read, minor and major faults (see _io_counters)
     counters: dict[str, list[dict]] = {k: [] for k in RESTORES.values()}
     # One engine for the whole run, as a training job keeps one: its staging buffers are reused.
-    ours = open_backend(str(work / f"iobench-{mib}"))
-    ck = Checkpointer(live.spec, [0], ours, None, EngineConfig(mode="async", keep_local=1))
+    ck = Checkpointer(live.spec, [0], open_backend(str(work / f"iobench-{mib}")), None, EngineConfig(mode="async", keep_local=1))
     # tiny checkpoints of each kind, for the restore children's untimed warm-up (see restore_child)
     warm = work / f"warm-{mib}"
     tiny_live = one_rank_state(4096)
@@ -177,8 +168,9 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
             if side == "torch":
                 torch.save(sd, str(d / "state.pt"))
                 t1 = time.perf_counter()
-                _fsync_path(str(d / "state.pt"))
-                _fsync_path(str(d))
+                with open(d / "state.pt", "rb") as f:
+                    os.fsync(f.fileno())
+                fsync_dir(d)
             else:
                 fut = dcp.async_save(sd, checkpoint_id=str(d / "dcp"))
                 t1 = time.perf_counter()

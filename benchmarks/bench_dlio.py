@@ -47,7 +47,6 @@ and dlio.json.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -55,8 +54,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
+from itertools import count
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import alternating, notes, parser, pct, set_cache, table, timed, write_report  # (not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,13 +74,6 @@ SHAPES = {
 
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.endswith((".json", ".idx")))
-
-
-def _drop(folder: Path) -> None:
-    from iobench.io.pagecache import drop_pages
-
-    for p in _files(folder):
-        drop_pages(str(p))
 
 
 def gen_iobench(name: str, out: Path) -> None:
@@ -102,21 +97,16 @@ def _dlio_overrides(name: str, data: Path, record_bytes: int) -> list[str]:
     return o
 
 
-def _dlio_env(venv: Path) -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{venv / 'bin'}:{ROOT / 'benchmarks'}:{env['PATH']}"   # benchmarks/tfrecord2idx stands in for DALI's
-    env.pop("PYTHONPATH", None)
-    return env
-
-
 def _dlio(venv: Path, name: str, ranks: int, data: Path, record_bytes: int, run_dir: Path, log: Path,
           *phase: str) -> subprocess.CompletedProcess:
     """DLIO's ``dlio_benchmark`` on ``ranks`` MPI ranks for shape ``name``, ``phase`` its workflow overrides."""
     cmd = [str(venv / "bin" / "mpirun"), "-n", str(ranks), str(venv / "bin" / "dlio_benchmark"),
            f"workload={SHAPES[name][5]}", *phase, "++workload.workflow.checkpoint=False", f"++hydra.run.dir={run_dir}",
            *_dlio_overrides(name, data, record_bytes)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{venv / 'bin'}:{ROOT / 'benchmarks'}:{env['PATH']}"   # benchmarks/tfrecord2idx stands in for DALI's
     with open(log, "a") as f:
-        return subprocess.run(cmd, env=_dlio_env(venv), stdout=f, stderr=subprocess.STDOUT, timeout=1800)
+        return subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=1800)
 
 
 def gen_dlio(name: str, data: Path, venv: Path, record_bytes: int, log: Path) -> None:
@@ -128,10 +118,9 @@ def gen_dlio(name: str, data: Path, venv: Path, record_bytes: int, log: Path) ->
 
 def run_dlio(name: str, data: Path, venv: Path, record_bytes: int, out: Path, log: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    t0 = time.perf_counter()
-    p = _dlio(venv, name, SHAPES[name][4], data, record_bytes, out, log, "++workload.workflow.generate_data=False",
-              "++workload.workflow.train=True", "++workload.train.epochs=1")
-    wall = time.perf_counter() - t0
+    wall, p = timed(lambda: _dlio(venv, name, SHAPES[name][4], data, record_bytes, out, log,
+                                  "++workload.workflow.generate_data=False", "++workload.workflow.train=True",
+                                  "++workload.train.epochs=1"))
     summary = out / "summary.json"
     if p.returncode != 0 or not summary.exists():
         return {"error": f"exit {p.returncode}; see {log}", "wall_s": wall}
@@ -292,17 +281,16 @@ def _rel(v, t):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir", raw=True,
+                where="/tmp/iobench-bench-dlio")
     ap.add_argument("--shapes", default="unet3d,resnet50,cosmoflow")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--throttle", default="100MB")
     ap.add_argument("--unthrottled", action="store_true", help="also run without the throttle")
     ap.add_argument("--dlio-venv", default="/work/venvs/dlio")
-    ap.add_argument("--dir", default="/tmp/iobench-bench-dlio")
     ap.add_argument("--keep", action="store_true", help="keep the datasets for a rerun")
     ap.add_argument("--no-dlio", action="store_true", help="iobench only (no DLIO venv)")
     ap.add_argument("--gen-only", action="store_true", help="make the datasets and stop (kept; not a measurement)")
-    ap.add_argument("--out", default=str(ROOT / "reports" / "reference"))
     ap.add_argument("--merge", action="store_true",
                     help="keep the other shapes' rows of an existing dlio.json (a run per shape keeps each hold short)")
     a = ap.parse_args()
@@ -342,22 +330,20 @@ def main() -> int:
                 continue
             modes = [("throttled", bw)] + ([("unthrottled", None)] if a.unthrottled else [])
             for mode, cap in modes:
-                per: dict[str, list[dict]] = {"iobench": [], "dlio": []}
-                for rnd in range(a.rounds):
-                    order = ["iobench", "dlio"] if rnd % 2 == 0 else ["dlio", "iobench"]
-                    for tool in order:
-                        if tool == "dlio" and a.no_dlio:
-                            continue
-                        for d in (ib,) if a.no_dlio else (ib, dl):
-                            _drop(d)
-                        load0 = os.getloadavg()[0]
-                        with ReadThrottle(dev, cap, tag="benchdlio") if cap is not None else contextlib.nullcontext():
-                            r = run_iobench(name, ib) if tool == "iobench" else \
-                                run_dlio(name, dl, venv, record, work / "out", log)
-                        r["load_avg"] = load0
-                        per[tool].append(r)
-                        print(f"{name} {mode} round {rnd} {tool}: {json.dumps({k: v for k, v in r.items() if k != 'warnings'})}",
-                              flush=True)
+                def one(tool: str, rnd: int, cap=cap, mode=mode) -> dict:
+                    """A round of ``tool``: every dataset's pages dropped, then its run under the cap."""
+                    set_cache([str(p) for d in ((ib,) if a.no_dlio else (ib, dl)) for p in _files(d)], "cold")
+                    load0 = os.getloadavg()[0]
+                    with ReadThrottle(dev, cap, tag="benchdlio") if cap is not None else contextlib.nullcontext():
+                        r = run_iobench(name, ib) if tool == "iobench" else run_dlio(name, dl, venv, record, work / "out", log)
+                    r["load_avg"] = load0
+                    print(f"{name} {mode} round {rnd} {tool}: {json.dumps({k: v for k, v in r.items() if k != 'warnings'})}",
+                          flush=True)
+                    return r
+                # the tools alternate which goes first; without DLIO, iobench's rounds alone
+                rounds = {t: count() for t in (["iobench"] if a.no_dlio else ["iobench", "dlio"])}
+                per = {"iobench": [], "dlio": [],
+                       **alternating(a.rounds, {t: lambda t=t, c=c: one(t, next(c)) for t, c in rounds.items()})}
                 for tool, rs in per.items():
                     if not rs:
                         continue
@@ -457,16 +443,9 @@ def _f(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def _pct(v):
-    return "-" if v is None else format(100 * v, ".1f") + "%"
-
-
 def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
-    from harness import table
     from iobench.results import host_info, now_iso
 
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     md = [
         "# iobench's MLPerf workloads side by side with DLIO 2.0.0, against the bandwidth truth",
         "",
@@ -476,36 +455,7 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         *[f"- {r['shape']} {r['mode']}: `{r.get('command', '?')}`, finished {r.get('finished', '?')}, load average "
           f"{_load_range(r)}" for r in raw],
         "",
-        "Truth under the throttle: samples/s = B / bytes per sample; AU = min(1, (B / N) / (batch x bytes per "
-        "sample / step)).  Median of the rounds (tools alternating first).  iobench: `mlperf run`, 1 run, no warm-up, "
-        "2 epochs, page cache dropped before each; DLIO: 1 epoch (a second would read the page cache).  Each tool "
-        "reads its own copy of the shape, made by its own generator.",
-        "",
-        "iobench's samples/s is every sample over each epoch's wall from its first read to its last step's end: "
-        "the excluded first step's I/O in (Submission_guidelines.md §4: \"The I/O operations that are excluded "
-        "from the AU calculation are included in the samples/second\"), starting processes before the first read "
-        "out (not I/O); "
-        "DLIO's is (steps - 2) x batch over the time of the steps after the first (statscounter.py "
-        "`compute_metrics_train`: `throughput = (len(compute) - 2) / total_time * batch_size`, `total_time` less "
-        "the first step's `proc`), which alone reads (steps - 2) / (steps - 1) of the steady rate: -2.0% at 50 steps "
-        "(resnet50), -1.2% at 84 (unet3d), -0.3% at 320 (cosmoflow).  AU: both count the steps after the first of "
-        "each epoch, the barrier after the first inside the window (`compute_metrics_train`); iobench counts the "
-        "nominal step time, DLIO the measured sleep (an oversleep on a loaded host raises DLIO's AU); iobench's "
-        "accelerators meet at a barrier after their loaders' setup, so they start reading together.  AU above the "
-        "truth is the epoch's ends: the prefetch filling during the excluded first step, and the last steps "
-        "computed after the disk's last byte (bench_dlio.py's docstring has the numbers).",
-        "",
-        "Epoch model: the same cap and shape, one epoch of an ideal loader with PyTorch's dispatch (`epoch_model` "
-        "in bench_dlio.py: each read thread reads a whole batch, the loader keeps read threads x prefetch batches "
-        "out and sends the next index when a batch is taken, the reading threads share the cap evenly, no start-up "
-        "or hand-off cost; each tool's own sample sizes, iobench's in the shuffles its 2 epochs read; a row kept "
-        "from an earlier run by --merge gets it at the row's mean sample size) -- how far a short epoch alone "
-        "departs from the "
-        "steady-state truth, and what a loader without overheads reaches on it.  Not for resnet50, whose batch is "
-        "cut from the 8 read threads' streams.",
-        "",
-        "Range: the lowest and highest of the rounds, samples/s and AU, so that a difference between the tools "
-        "can be read against each tool's own round-to-round spread (overlapping ranges: within noise).",
+        notes("dlio"),
         "",
     ]
     spread = _round_ranges(raw)
@@ -514,13 +464,13 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
                 [[r["shape"], r["mode"], r["tool"], r["steps_per_epoch"], _f(r["samples_per_s"], ".1f"),
                   spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[0], _f(r["truth_samples_per_s"], ".1f"),
                   "-" if r["samples_rel"] is None else format(100 * r["samples_rel"], "+.1f") + "%",
-                  _f(r["model_samples_per_s"], ".1f"), _pct(r["au"]),
-                  spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[1], _pct(r["truth_au"]),
-                  _f(r["au_pp"], "+.1f"), _pct(r["model_au"]),
+                  _f(r["model_samples_per_s"], ".1f"), pct(r["au"]),
+                  spread.get((r["shape"], r["mode"], r["tool"]), ("-", "-"))[1], pct(r["truth_au"]),
+                  _f(r["au_pp"], "+.1f"), pct(r["model_au"]),
                   f"{r['rounds']}{' (' + '; '.join(r['errors']) + ')' if r['errors'] else ''}"] for r in rows])
     md += ["", "Per round (tool order alternates; load average = 1-minute, at each run's start):", ""]
     md += table(["shape", "mode", "round", "tool", "samples/s", "AU", "load avg"],
-                [[r["shape"], r["mode"], i, tool, *([_f(x.get("samples_per_s"), ".1f"), _pct(x.get("au")),
+                [[r["shape"], r["mode"], i, tool, *([_f(x.get("samples_per_s"), ".1f"), pct(x.get("au")),
                                                     _f(x.get("load_avg"), ".1f")] if "error" not in x
                                                    else [x["error"], "", ""])]
                  for r in raw for tool, rs in r["per_round"].items() for i, x in enumerate(rs)])
@@ -540,10 +490,8 @@ def write(a, rows: list[dict], raw: list[dict], bw: float) -> None:
         "for 2 ranks.",
         "",
     ]
-    (out / "dlio.md").write_text("\n".join(md))
-    (out / "dlio.json").write_text(json.dumps({"host": host_info(), "args": vars(a), "rows": rows, "raw": raw},
-                                              indent=2, default=str) + "\n")
-    print("\n".join(md))
+    write_report(Path(a.out) / "dlio", {"host": host_info(), "args": vars(a), "rows": rows, "raw": raw}, "\n".join(md),
+                 indent=2)
 
 
 if __name__ == "__main__":

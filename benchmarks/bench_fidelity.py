@@ -32,6 +32,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import replace
 from math import nan
 from pathlib import Path
 
@@ -322,7 +323,7 @@ def bench_fio(work: Path, quick: bool) -> list[dict]:
         # 2 reads in flight in its one worker (read_ahead=1: the same queue depth 2 from one process)
         bare: list[float] = []
         iob_t: list[float] = []
-        cfg_t = LoadConfig(**{**cfg.__dict__, "workers": 1, "read_ahead": W - 1})
+        cfg_t = replace(cfg, workers=1, read_ahead=W - 1)
         reads = map_worker_reads(man, batch, cfg.seed, steps, W, 64, 4096) if cold else []
         logs = [fio_iolog(work / f"fio-w{w}.iolog", paths, f, o, 4096) for w, (f, o) in enumerate(reads)]
         n = steps * batch

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_front_door import fio_read, refuse  # (benchmarks/ is not a package)
-from harness import REF, iobench_exe, iobench_json, parser, read_throttle, run_line, run_meta, scratch, table, write_report
+from bench_front_door import fio_read  # (benchmarks/ is not a package)
+from harness import (REF, iobench_exe, iobench_json, parser, read_throttle, refuse, run_line, run_meta, scratch, table,
+                     write_report)
 from summary import summary_row
 
 

@@ -54,8 +54,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (REF, MiB, fio, iobench_exe, iobench_json, notes, parser, read_throttle, run_line, run_meta, scratch,
-                     set_cache, table, write_report)  # (benchmarks/ is not a package)
+from harness import (REF, MiB, fio, iobench_exe, iobench_json, notes, parser, read_throttle, refuse, run_line, run_meta,
+                     scratch, set_cache, table, write_report)  # (benchmarks/ is not a package)
 from summary import summary_row
 
 from iobench.schema import STALL_RATIO
@@ -223,12 +223,6 @@ def map_round(data: str, seed: int, throttle, py: str, first_iobench: bool, step
                             "residency": res}
     out["diff_pp"] = 100 * (out["iobench"][STALL_RATIO] - out["torch"][STALL_RATIO])
     return out
-
-
-def refuse(field: str, problem: str, fix: str) -> int:
-    """Bad input, before any work: one line naming the option and the fix, exit 2."""
-    print(f"error: {field}: {problem}; {fix}", file=sys.stderr)
-    return 2
 
 
 def refusal(a, rows: list[str], no_throttle: str) -> int | None:

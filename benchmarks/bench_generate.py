@@ -38,10 +38,7 @@ from iobench.results import now_iso
 from iobench.units import format_bytes, parse_size
 
 import harness
-from harness import alternating, cpu_seconds, fio, median, table, timed
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from harness import REF, alternating, cpu_seconds, fio, median, table, timed
 
 def _rss(p: psutil.Process) -> int | None:
     try:
@@ -263,7 +260,7 @@ def render(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = harness.parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir")
+    ap = harness.parser(__doc__, str(REF), scratch_flag="--dir")
     ap.add_argument("--size", default="512MiB", help="raw token dataset size (and fio size)")
     ap.add_argument("--images", type=int, default=400, help="images for the tar run")
     ap.add_argument("--s3-size", default="128MiB", help="bytes uploaded to S3 (0 to skip)")

@@ -40,23 +40,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_load
-from bench_load import MiB, _fio, _gather_loop, load_rate
-from harness import (REF, alternating, command, dataset, header, machine, median, median_run, num, paired_row, parser,
-                     read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table, updates,
-                     write_results, yes_no)
+from bench_load import SHARD, MiB, _fio, _gather_loop, load_rate, raw_tokens
+from harness import (REF, alternating, command, dataset, fixed_records, header, machine, median, median_run, num,
+                     paired_row, parser, read_throttle, run_sections, scratch, sections_option, set_cache, skipped, table,
+                     updates, write_results, yes_no)
 
 from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO
-
-SHARD = 8 * MiB
-
-
-def _tokens(work: Path, scale: float):
-    """The raw token dataset of bench_load's fio rows: 1 GiB in 8 MiB shards of 1 KiB samples."""
-    url = str(work / "raw-tokens")
-    m, files = dataset(url, 1048576 * scale, f"{SHARD}B", fsync=True)
-    return url, m, files
-
 
 def _with_load(run: dict) -> dict:
     """A round's result with the 1-minute load average after it (the host is shared)."""
@@ -67,17 +57,11 @@ def _load_avgs(*sides: list[dict]) -> list[float]:
     return [x["load_avg"] for runs in sides for x in runs]
 
 
-def _fixed_records(m):
-    from iobench.formats import get_format
-
-    return get_format(m.format).reader(m).fixed_records(m.shards[0])
-
-
 def bench_w0(work: Path, a) -> list[dict]:
     if not shutil.which("fio"):
         return skipped("w0", "fio not installed")
-    url, m, files = _tokens(work, a.scale)
-    fixed = _fixed_records(m)
+    url, m, files = raw_tokens(work, a.scale)
+    fixed = fixed_records(m)
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
         # cold: --read-ahead 1, the next shard's O_DIRECT pread on a thread of this process while the
@@ -159,8 +143,8 @@ def _nanogpt_loop(files: list[str], fixed, batch: int, batches: int, seed: int) 
 def bench_memmap(work: Path, a) -> list[dict]:
     from iobench.blockdev import DeviceCounter
 
-    url, m, files = _tokens(work, a.scale)
-    fixed = _fixed_records(m)
+    url, m, files = raw_tokens(work, a.scale)
+    fixed = fixed_records(m)
     batch = 256
     batches = m.total_samples // batch
     out = []

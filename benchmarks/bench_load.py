@@ -31,9 +31,9 @@ from iobench.loader.core import LoadConfig, run_load
 from iobench.schema import STALL_RATIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import (MiB, alternating, command, cpu_seconds, dataset, fio, fio_rate, header, iobench_exe, last_json,
-                     machine, median_run, paired_row, parser, row, row_notes, run_sections, scratch, sections_option,
-                     set_cache, skipped, table, timed, updates, whole_process, write_results, yes_no)
+from harness import (MiB, alternating, command, cpu_seconds, dataset, fio, fio_rate, fixed_records, header, iobench_exe,
+                     last_json, machine, median_run, paired_row, parser, row, row_notes, run_sections, scratch,
+                     sections_option, set_cache, skipped, table, timed, updates, whole_process, write_results, yes_no)
 
 REPEATS = 3
 FIO_ROUNDS = 7   # the raw-token rows: each round is ~1 s, and the disk's swings need more than 3
@@ -166,6 +166,20 @@ def _gather_loop(files: list[str], fixed, batch: int, seed: int = 0, mapped: boo
             "how": "mmap MAP_POPULATE + gather" if mapped else "pread + gather"}
 
 
+SHARD = 8 * MiB
+
+
+def raw_tokens(work: Path, scale: float):
+    """The raw token dataset of the fio rows (bench_inprocess's too): 1 GiB in 8 MiB shards of 1 KiB
+    samples; (its url, its manifest, its shard files)."""
+    # 1 GiB (128 shards): at 32 shards a cold round was 32 requests in 0.3 s, and this disk's
+    # speed moves by +-30% within seconds, so 3 such rounds measured the disk, not iobench
+    # (rows 0.66-1.02 from one hour to the next; 10 sandwiched rounds at 1 GiB: 0.90).
+    url = str(work / "raw-tokens")
+    m, files = dataset(url, 1048576 * scale, f"{SHARD}B", fsync=True)
+    return url, m, files
+
+
 def bench_fio(work: Path, scale: float) -> list[dict]:
     """Raw tokens from local files: warm page cache vs fio --invalidate=0; cold vs fio --direct=1.
 
@@ -178,29 +192,22 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
     """
     if not shutil.which("fio"):
         return skipped("fio", "fio not installed")
-    url = str(work / "raw-tokens")
-    shard = 8 * MiB
-    # 1 GiB (128 shards): at 32 shards a cold round was 32 requests in 0.3 s, and this disk's
-    # speed moves by +-30% within seconds, so 3 such rounds measured the disk, not iobench
-    # (rows 0.66-1.02 from one hour to the next; 10 sandwiched rounds at 1 GiB: 0.90).
-    m, files = dataset(url, 1048576 * scale, f"{shard}B", fsync=True)
+    url, m, files = raw_tokens(work, scale)
     W = 1  # one stream each: the consumer is one process, as fio's job is
-    from iobench.formats import get_format
-
-    fixed = get_format(m.format).reader(m).fixed_records(m.shards[0])
+    fixed = fixed_records(m)
     out = []
     for state, batch in (("warm", 256), ("warm", 1024), ("cold", 256)):
         cold = state == "cold"
         cfg = LoadConfig(dataset=url, access="block", workers=W, prefetch=4, batch_size=batch, shuffle_buffer=8192,
-                         monitor_interval_s=1.0, read_ahead=1, cache=state, odirect=cold, s3_block_size=f"{shard}B")
+                         monitor_interval_s=1.0, read_ahead=1, cache=state, odirect=cold, s3_block_size=f"{SHARD}B")
 
         def fio_side(cold=cold, state=state) -> dict:
             set_cache(files, state)
-            return _fio(files, shard, W, direct=cold)
+            return _fio(files, SHARD, W, direct=cold)
 
         # the sides swap which goes first every round, so a drift of the disk or the host within a
         # round does not always favour the same side; the diagnostics run after them
-        after = ({"fio_qd2": lambda r: _fio(files, shard, W, direct=True, iodepth=2)} if cold else
+        after = ({"fio_qd2": lambda r: _fio(files, SHARD, W, direct=True, iodepth=2)} if cold else
                  {"gather": lambda r, batch=batch: _gather_loop(files, fixed, batch, seed=r),
                   "mapped": lambda r, batch=batch: _gather_loop(files, fixed, batch, seed=r, mapped=True)})
         runs = alternating(FIO_ROUNDS, {"iob": lambda cfg=cfg: load_rate(cfg), "fio": fio_side}, after)
@@ -209,7 +216,7 @@ def bench_fio(work: Path, scale: float) -> list[dict]:
             f"raw tokens, {state}, batch {batch} x 1 KiB: iobench W={W} vs fio {W} jobs" +
             (" --direct=1" if cold else " --invalidate=0 after pre-read"),
             iob, peer, "bytes_per_s", 0.9 if cold else 0.7,
-            f"{len(files)} shards of {shard // MiB} MiB, request size = shard; iobench also shuffles and "
+            f"{len(files)} shards of {SHARD // MiB} MiB, request size = shard; iobench also shuffles and "
             f"collates {batch}-sample batches into shared memory and hands each to the consumer; "
             "iobench --read-ahead 1; "
             "warm = the page cache: each block (--shuffle-buffer 8192 = one shard's samples) read with one preadv "
@@ -400,11 +407,10 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
     from iobench.s3server import S3Server
 
     out = []
-    shard = 8 * MiB
     with S3Server(bucket="iobench") as srv:
         opts = {"key": srv.access_key, "secret": srv.secret_key}
         url = "s3://iobench/bench/raw-tokens"
-        m, paths = dataset(url, 2 * 262144 * scale, f"{shard}B",
+        m, paths = dataset(url, 2 * 262144 * scale, f"{SHARD}B",
                            gen={"endpoint_url": srv.endpoint_url, "storage_options": opts})
         total = sum(s.bytes for s in m.shards)
         # One worker per core, although the server runs here too: W = cores - 1 measured slower on
@@ -441,7 +447,7 @@ def bench_s3(work: Path, scale: float) -> list[dict]:
 
             fastest = max(peers, key=lambda k: median_run(runs[k], "bytes_per_s").get("bytes_per_s") or 0)
             tag = f", emulated {emulate} latency" if emulate else ""
-            common = (f"{len(paths)} objects of {shard // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
+            common = (f"{len(paths)} objects of {SHARD // MiB} MiB ({total / MiB:.0f} MiB); iobench W={w}, read-ahead {ra}, "
                       f"{bs // 1024} KiB ranged GETs, {conc} in flight per worker"
                       + (f" (from a probe of this server: {plan.why})" if not emulate else "")
                       + f", batches of 256 x 1 KiB delivered to the consumer; the concurrent peer keeps {w * conc} "

@@ -33,17 +33,10 @@ from iobench.mlperf.findmax import find_max
 from iobench.mlperf.run import MlperfConfig, run_mlperf
 from iobench.results import host_info, now_iso
 
-from harness import notes, parser, read_throttle, scratch, table, write_report
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pct(v) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
-
+from harness import REF, notes, parser, pct, read_throttle, scratch, table, write_report
 
 def _ci(ci) -> str:
-    return f"{_pct(ci[0])}..{_pct(ci[1])}" if ci else "-"
+    return f"{pct(ci[0])}..{pct(ci[1])}" if ci else "-"
 
 
 def _no_result(fm: dict) -> dict:
@@ -51,7 +44,7 @@ def _no_result(fm: dict) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__, str(ROOT / "reports" / "reference"), scratch_flag="--dir", raw=True)
+    ap = parser(__doc__, str(REF), scratch_flag="--dir", raw=True)
     ap.add_argument("--max", type=int, default=4, help="largest accelerator count (default 4)")
     ap.add_argument("--files", type=int, default=336)
     ap.add_argument("--scale", type=float, default=0.001)
@@ -73,8 +66,8 @@ def main() -> int:
             s = run_mlperf(cfg(accelerators=n, runs=1, synthetic=True))
             worst = next(p for p in r["per_rank"] if p["rank"] == r["worst_accelerator"])
             spread = r["spread"]["au_min"]
-            rows.append([n, _pct(r["au_min"]), _ci(r["au_ci95_worst"]), _pct(worst["au_model"]), _pct(s["au_min"]),
-                         f"{r['samples_per_s']:.1f}", f"{r['MB_per_s']:.1f}", f"{_pct(spread['min'])}..{_pct(spread['max'])}",
+            rows.append([n, pct(r["au_min"]), _ci(r["au_ci95_worst"]), pct(worst["au_model"]), pct(s["au_min"]),
+                         f"{r['samples_per_s']:.1f}", f"{r['MB_per_s']:.1f}", f"{pct(spread['min'])}..{pct(spread['max'])}",
                          "pass" if r["passed"] else "FAIL", f"{load0:.1f}"])
             raw.append({"accelerators": n, "run": {k: v for k, v in r.items() if k != "per_run"},
                         "no_io": {"au_min": s["au_min"], "samples_per_s": s["samples_per_s"]}})
@@ -96,7 +89,7 @@ def main() -> int:
               *table(["accelerators", "min AU", "worst's 95% interval", "model AU (worst)", "min AU, no I/O", "samples/s",
                       "MB/s", "min AU over runs", "verdict (90%)", "load avg"], rows), "",
               notes("mlperf"), "",
-              "find-max probes: " + ", ".join(f"{p['accelerators']}: {_pct(p['au_min'])}"
+              "find-max probes: " + ", ".join(f"{p['accelerators']}: {pct(p['au_min'])}"
                                               f"{' (marginal)' if p['marginal'] else ''}" for p in fm["probes"])
               + (f"; next step: {fm['next_step']['explanation']}" if fm["next_step"] else ""), "",
               *thr["md"]]
@@ -133,7 +126,7 @@ def throttled(data: Path, a) -> dict:
           f"{demand / 1e6:.2f} MB/s)) = **{predicted}** (d = 7 x {per_step / 7 / 1e3:.0f} kB per "
           f"{a.throttle_compute_s * 1e3:g} ms step; 2 loader workers per accelerator, cold cache every epoch).", "",
           *table(["accelerators", "min AU", "worst's 95% interval", "MB/s", "verdict"],
-                 [[p["accelerators"], _pct(p["au_min"]), _ci(p["au_ci95_worst"]), f"{p['throughput_bytes_per_s'] / 1e6:.1f}",
+                 [[p["accelerators"], pct(p["au_min"]), _ci(p["au_ci95_worst"]), f"{p['throughput_bytes_per_s'] / 1e6:.1f}",
                    "pass" if p["passed"] else "FAIL"] for p in fm["probes"]]), "",
           f"Delivered at the max: {at.get('throughput_bytes_per_s', 0) / 1e6:.1f} MB/s of the {bw / 1e6:g} MB/s cap."
           + (f" Next step: {fm['next_step']['explanation']}." if fm["next_step"] else ""), ""]

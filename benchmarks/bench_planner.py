@@ -28,7 +28,7 @@ from iobench.planner.models import plan
 from iobench.planner.pipeline import data_stall
 from iobench.schema import STALL_RATIO
 
-from harness import dataset, machine, parser, scratch, table, write_report
+from harness import dataset, machine, notes, parser, scratch, table, write_report
 
 
 def load(url: str, steps: int, compute_ms: float, emulate: str, prefetch: int) -> dict:
@@ -98,10 +98,7 @@ def render(r: dict, cmd: str) -> str:
               f"{(p['stall_recommended'] / p['stall_depth_1']) if p['stall_depth_1'] else float('nan'):.2f}.", "",
               f"Reading: in this run the measured stall is within "
               f"{max(abs(x['measured'] - x['predicted']) for x in r['stall']) * 100:.1f} points of Eq. 4.2's "
-              "steady-state prediction. Deviations come from the loader's own per-batch overhead (worker hand-off, "
-              "shared-memory slot, sleep granularity) and scheduling noise on this shared VM; the first step is "
-              "excluded, as MLPerf Storage does. The prefetch check is one run per depth on a random tail, so its "
-              "ratio moves from run to run; the planner's depth should cut the stall severalfold."]
+              "steady-state prediction. " + notes("planner")]
     return "\n".join(lines) + "\n"
 
 

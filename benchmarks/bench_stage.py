@@ -36,10 +36,7 @@ from iobench.tiers.config import TiersConfig, TierSpec
 from iobench.tiers.manager import TierManager
 from iobench.tiers.run import run_stage
 
-from harness import alternating, notes, parser, scratch, table, timed, write_report
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from harness import REF, alternating, notes, parser, scratch, table, timed, write_report
 
 def make_dataset(url: str, shards: int, shard_bytes: int, **kw) -> Manifest:
     b = open_backend(url, **kw)
@@ -118,7 +115,7 @@ def s3fs_get(server, prefix: str, files: list[str], dst: Path) -> float:
 
 
 def main() -> int:
-    ap = parser(__doc__, str(ROOT / "reports" / "reference"))
+    ap = parser(__doc__, str(REF))
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--shard-mb", type=float, default=8.0)
     ap.add_argument("--concurrency", type=int, default=4)

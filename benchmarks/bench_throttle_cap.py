@@ -25,18 +25,17 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_front_door import refuse  # (benchmarks/ is not a package)
-from harness import REF, alternating, fio, parser, read_throttle, run_line, run_meta, scratch, table, write_report
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # benchmarks/ is not a package
+from harness import (REF, MiB, alternating, fio, parser, read_throttle, refuse, run_line, run_meta, scratch, table,
+                     write_report)
 from summary import summary_row
 
-MIB = 2**20
-FILE = 1024 * MIB
+FILE = 1024 * MiB
 # (label, cap bytes/s, fio --rw, block size, streams)
-CASES = [("random 4 KiB reads, 1 stream", 50 * MIB, "randread", "4k", 1),
-         ("random 4 KiB reads, 2 streams", 50 * MIB, "randread", "4k", 2),
-         ("sequential 64 KiB reads, 1 stream", 50 * MIB, "read", "64k", 1),
-         ("sequential 1 MiB reads, 1 stream", 50 * MIB, "read", "1m", 1),
+CASES = [("random 4 KiB reads, 1 stream", 50 * MiB, "randread", "4k", 1),
+         ("random 4 KiB reads, 2 streams", 50 * MiB, "randread", "4k", 2),
+         ("sequential 64 KiB reads, 1 stream", 50 * MiB, "read", "64k", 1),
+         ("sequential 1 MiB reads, 1 stream", 50 * MiB, "read", "1m", 1),
          ("sequential 1 MiB reads, 4 streams", 100 * 10**6, "read", "1m", 4),
          ("sequential 4 MiB reads, 4 streams", 100 * 10**6, "read", "4m", 4)]
 
@@ -88,8 +87,8 @@ def main(argv=None) -> int:
     with scratch("cap", a.work) as work:
         path = work / "cold.bin"
         with open(path, "wb") as f:
-            for _ in range(FILE // MIB):
-                f.write(os.urandom(MIB))
+            for _ in range(FILE // MiB):
+                f.write(os.urandom(MiB))
             os.fsync(f.fileno())
         got = alternating(a.rounds, {c[0]: (lambda c=c: {"capped": device_rate(path, caps[c[1]][0], *c[2:], a.seconds),
                                                          "uncapped": device_rate(path, None, *c[2:], a.seconds)})
@@ -100,7 +99,7 @@ def main(argv=None) -> int:
         cases.append({"case": c[0], "cap_bytes_per_s": c[1], "rounds": got[c[0]], "per_round": per_round,
                       "median": statistics.median(per_round)})
     meta = run_meta("bench_throttle_cap.py", argv, t_start, rounds=a.rounds, seconds_per_case=a.seconds, file_bytes=FILE)
-    rows = [summary_row(f"kernel read cap: device rate / min(cap, the uncapped disk), {c['case']}, {c['cap_bytes_per_s'] / MIB:.0f} MiB/s "
+    rows = [summary_row(f"kernel read cap: device rate / min(cap, the uncapped disk), {c['case']}, {c['cap_bytes_per_s'] / MiB:.0f} MiB/s "
                         "(fio, cold file)", c["median"], None, detail=f"rounds {c['per_round']}") for c in cases]
     md = ["# What the kernel's read cap delivers, per read pattern", "", run_line(meta), "",
           "Device bytes per second (the cap's cgroup counter, after the first second) while one fio job reads a "
@@ -108,9 +107,9 @@ def main(argv=None) -> int:
           "same round. A bandwidth truth that takes the cap as the device's rate is off by this ratio for a "
           "loader with that pattern.", ""]
     md += table(["pattern", "cap", "delivered / min(cap, uncapped) (median)", "per round", "uncapped MiB/s"],
-                [[c["case"], f"{c['cap_bytes_per_s'] / MIB:.0f} MiB/s", f"{c['median']:.3f}",
+                [[c["case"], f"{c['cap_bytes_per_s'] / MiB:.0f} MiB/s", f"{c['median']:.3f}",
                   ", ".join(f"{x:.3f}" for x in c["per_round"]),
-                  ", ".join(f"{r['uncapped'] / MIB:.0f}" for r in c["rounds"])] for c in cases], "---:")
+                  ", ".join(f"{r['uncapped'] / MiB:.0f}" for r in c["rounds"])] for c in cases], "---:")
     write_report(a.out, {"meta": meta, "cases": cases}, "\n".join(md) + "\n", rows, command=meta["command"])
     return 0
 

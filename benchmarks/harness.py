@@ -122,7 +122,7 @@ def median_run(runs: list[dict], key: str) -> dict:
 
 def met(ratio, target, direction: str = ">=") -> bool | None:
     """Whether ``ratio`` meets a numeric ``target`` (None without a target or a ratio)."""
-    if target is None or not isinstance(target, (int, float)):
+    if not isinstance(target, (int, float)):
         return None
     return ratio is not None and (ratio >= target if direction == ">=" else ratio <= target)
 
@@ -242,6 +242,13 @@ def dataset(url: str | Path, samples: float, shard: str, fmt: str = "raw", modal
     return m, [f"{root}/{s.path}" for s in m.shards]
 
 
+def fixed_records(m):
+    """(offset of the first record, record bytes, dtype) of a dataset's fixed-size records (raw tokens)."""
+    from iobench.formats import get_format
+
+    return get_format(m.format).reader(m).fixed_records(m.shards[0])
+
+
 def read_throttle(path: str | Path, bytes_per_s: int, tag: str):
     """A kernel cap on reads of the disk under ``path`` (``iobench.throttle.ReadThrottle``: a cgroup,
     entered per measured block), and "", or None and why this host cannot have one."""
@@ -285,6 +292,11 @@ def table(head: list[str], rows: list[list], align: str = "---") -> list[str]:
 
 def yes_no(met: bool | None) -> str:
     return "yes" if met else "no" if met is not None else "—"
+
+
+def pct(x) -> str:
+    """A fraction as a percentage with one decimal, or "-" for a missing value."""
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def num(x, fmt: str = ".2f") -> str:
@@ -332,6 +344,12 @@ def parser(doc: str | None, out: str, scratch_flag: str | None = "--work", raw: 
         ap.add_argument(scratch_flag, default=where, help="scratch directory on the file system to measure "
                                                           f"(default: {where or 'a temp dir'})")
     return ap
+
+
+def refuse(field: str, problem: str, fix: str) -> int:
+    """Bad input, before any work: one line naming the option and the fix, exit 2."""
+    print(f"error: {field}: {problem}; {fix}", file=sys.stderr)
+    return 2
 
 
 def command(script: str, argv: list[str] | None = None) -> str:
