@@ -140,7 +140,8 @@ def one_size(mib: int, rounds: int, work: Path) -> dict:
     # per restore side and round: device bytes read, minor and major faults (see _io_counters)
     counters: dict[str, list[dict]] = {k: [] for k in RESTORES.values()}
     # One engine for the whole run, as a training job keeps one: its staging buffers are reused.
-    ck = Checkpointer(live.spec, [0], open_backend(str(work / f"iobench-{mib}")), None, EngineConfig(mode="async", keep_local=1))
+    ck = Checkpointer(live.spec, [0], open_backend(str(work / f"iobench-{mib}")), None,
+                      EngineConfig(mode="async", keep_local=1))
     # tiny checkpoints of each kind, for the restore children's untimed warm-up (see restore_child)
     warm = work / f"warm-{mib}"
     tiny_live = one_rank_state(4096)

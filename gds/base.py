@@ -8,7 +8,6 @@ only at end of file.  ``describe()`` says what was requested and what really ran
 from __future__ import annotations
 
 import mmap
-import os
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -90,18 +89,6 @@ def host_view(dst: Any, nbytes: int):
     if arr.nbytes < nbytes:
         raise ValueError(f"dst holds {arr.nbytes} bytes, fewer than the {nbytes} asked for")
     return arr
-
-
-def pread_full(fd: int, buf: memoryview, offset: int) -> int:
-    """pread until ``buf`` is full or end of file; short reads are continued, EOF returns early."""
-    want = len(buf)
-    got = 0
-    while got < want:
-        n = os.preadv(fd, [buf[got:]], offset + got)
-        if n == 0:
-            break
-        got += n
-    return got
 
 
 def chunks(offset: int, nbytes: int, task_size: int):

@@ -12,7 +12,9 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .base import GdsReader, chunks, pread_full
+from iobench.io.inputs import pread_full
+
+from .base import GdsReader, chunks
 
 DEFAULT_TASK_SIZE = 4 << 20
 

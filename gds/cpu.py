@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import PAGE, GdsReader, aligned_host, chunks, host_view, pread_full
+from iobench.io.inputs import pread_full
+
+from .base import PAGE, GdsReader, aligned_host, chunks, host_view
 
 DEFAULT_TASK_SIZE = 4 << 20
 

@@ -20,7 +20,7 @@ import socket
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Iterator
 from urllib.parse import urlparse
 
 import fsspec
@@ -29,7 +29,7 @@ from fsspec.registry import known_implementations, registry
 from .config import nearest
 from .errors import ConfigError, EndpointError, MissingDependencyError
 from .io.atomic import atomic_open
-from .io.inputs import loads_yaml, open_regular, require_regular
+from .io.inputs import loads_yaml, open_regular, pread_full, require_regular
 from .paths import check_inside
 from .results import redact_text
 
@@ -280,7 +280,7 @@ class LocalBackend(Backend):
         out = memoryview(out).cast("B")[:end - start]
         fd = open_regular(self.path(rel), "path", _NOT_A_FILE_FIX)   # a FIFO would block forever
         try:
-            return read_fully(lambda view, at: os.preadv(fd, [view], start + at), out)
+            return pread_full(fd, out, start)
         finally:
             os.close(fd)
 
@@ -421,18 +421,6 @@ def check_endpoint_url(endpoint: str, field: str = "--endpoint-url") -> None:
 
 
 _NOT_A_FILE_FIX = "replace it with a regular file"
-
-
-def read_fully(readinto: Callable[[memoryview, int], int | None], out: memoryview) -> int:
-    """Fill ``out`` by calls of ``readinto(rest of out, its offset in out)`` until it is full or a
-    call reads nothing (the file or body ended early); returns the bytes read."""
-    got = 0
-    while got < len(out):
-        n = readinto(out[got:], got)
-        if not n:
-            break
-        got += n
-    return got
 
 
 def s3_options(endpoint_url: str | None = None, storage_options: dict | None = None,

@@ -90,6 +90,29 @@ def require_regular(path: str | os.PathLike, field: str, fix: str = "give a regu
         raise ConfigError(field, f"{p} is {kind_of(st.st_mode)}", fix)
 
 
+def pread_full(fd: int, buf: memoryview, offset: int) -> int:
+    """pread into ``buf`` from ``offset`` until it is full or the file ends (a short read is
+    continued; end of file returns early): the bytes read."""
+    got = 0
+    while got < len(buf):
+        n = os.preadv(fd, [buf[got:]], offset + got)
+        if not n:
+            break
+        got += n
+    return got
+
+
+def readinto_full(f, buf: memoryview) -> int:
+    """``f.readinto`` until ``buf`` is full or ``f`` ends: the bytes read."""
+    got = 0
+    while got < len(buf):
+        n = f.readinto(buf[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
 def open_regular_file(path: str | os.PathLike, field: str, fix: str = "give a regular file",
                       buffering: int = -1) -> IO[bytes]:
     """``open_regular`` as a binary file object."""

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from iobench.errors import IntegrityError
-from iobench.io.inputs import open_regular
+from iobench.io.inputs import open_regular, readinto_full
 from iobench.io.retry import RetryPolicy
 from iobench.manifest import ShardEntry
 from iobench.metrics import now_ns
-from iobench.storage import open_backend, planned_read_client, read_fully, storage_kind
+from iobench.storage import open_backend, planned_read_client, storage_kind
 from iobench.wrappers import EmulatedBackend, FaultyBackend, InstrumentedBackend, resolve_emulation
 
 _NOT_REGULAR = "replace it with the shard file"   # a FIFO or device where a shard should be
@@ -481,7 +481,7 @@ class LocalFileSource(_InPlaceSource):
         """A local shard read into a reused buffer."""
         buf = self._direct_buffer(shard.bytes)
         with self.backend.open(shard.path, "rb") as f:
-            got = read_fully(lambda view, _at: f.readinto(view), memoryview(buf)[:shard.bytes])
+            got = readinto_full(f, memoryview(buf)[:shard.bytes])
         if got < shard.bytes:
             raise _shorter_than_manifest(shard, got)
         return memoryview(buf[:shard.bytes])
